@@ -1,0 +1,127 @@
+package io.kvpool.master;
+
+import io.kvpool.config.Durations;
+import io.kvpool.config.Size;
+import io.kvpool.protocol.Limits;
+
+import java.time.Duration;
+
+/**
+ * Everything the master is configured with, typed, with defaults in one place.
+ *
+ * @param listenHost        interface for the RPC and HTTP ports
+ * @param port              RPC port (clients and nodes); 0 picks a free one
+ * @param httpPort          HTTP port for /metrics and /health; 0 picks a free one, -1 disables HTTP
+ * @param nodeTtl           a node silent this long is dropped and its objects become misses
+ * @param clientTtl         a client silent this long no longer counts as active
+ * @param putTimeout        a put reserved but not completed within this long is revoked (dead writer)
+ * @param highWatermark     eviction starts when used/capacity reaches this fraction
+ * @param evictionRatio     each eviction round frees this fraction of capacity
+ * @param maxValueSize      largest value accepted
+ * @param defaultReplicas   copies per object when the client does not ask for a number
+ * @param tickInterval      how often timers (TTL, put timeout, watermark) are checked
+ * @param summaryInterval   how often the one-line summary is logged; zero disables it
+ * @param frameTimeout      how long a frame may take to arrive once it began
+ * @param limits            frame size limits
+ */
+public record MasterConfig(String listenHost, int port, int httpPort, Duration nodeTtl, Duration clientTtl,
+                           Duration putTimeout, double highWatermark, double evictionRatio, Size maxValueSize,
+                           int defaultReplicas, Duration tickInterval, Duration summaryInterval, Duration frameTimeout,
+                           Limits limits) {
+
+    public static final int DEFAULT_PORT = 50051;
+    public static final int DEFAULT_HTTP_PORT = 9003;
+    /** A node is dropped after this much silence (ten missed heartbeats at the default interval). */
+    public static final Duration DEFAULT_NODE_TTL = Duration.ofSeconds(10);
+    public static final Duration DEFAULT_CLIENT_TTL = Duration.ofSeconds(10);
+    /** A reserved put must complete within this long, or its space is reclaimed. */
+    public static final Duration DEFAULT_PUT_TIMEOUT = Duration.ofSeconds(30);
+    /** Fraction of capacity in use at which eviction starts. */
+    public static final double DEFAULT_HIGH_WATERMARK = 0.90;
+    /** Fraction of capacity one eviction round frees. */
+    public static final double DEFAULT_EVICTION_RATIO = 0.05;
+    public static final Size DEFAULT_MAX_VALUE_SIZE = Size.ofMiB(256);
+    public static final Duration DEFAULT_TICK = Duration.ofMillis(200);
+    public static final Duration DEFAULT_SUMMARY_INTERVAL = Duration.ofSeconds(10);
+    /** Most replicas an object can have. */
+    public static final int MAX_REPLICAS = 8;
+
+    public MasterConfig {
+        if (port < 0 || port > 65535) {
+            throw new IllegalArgumentException("master: port " + port + " is out of range 0..65535");
+        }
+        if (httpPort < -1 || httpPort > 65535) {
+            throw new IllegalArgumentException("master: http port " + httpPort + " is out of range 0..65535 (or -1 to disable)");
+        }
+        Durations.requirePositive("master: node ttl", nodeTtl);
+        Durations.requirePositive("master: client ttl", clientTtl);
+        Durations.requirePositive("master: put timeout", putTimeout);
+        Durations.requirePositive("master: tick interval", tickInterval);
+        Durations.requirePositive("master: frame timeout", frameTimeout);
+        if (summaryInterval == null || summaryInterval.isNegative()) {
+            throw new IllegalArgumentException("master: summary interval must be zero (off) or positive");
+        }
+        if (!(highWatermark > 0 && highWatermark <= 1)) {
+            throw new IllegalArgumentException("master: eviction high watermark must be in (0, 1], got " + highWatermark);
+        }
+        if (!(evictionRatio > 0 && evictionRatio <= 1)) {
+            throw new IllegalArgumentException("master: eviction ratio must be in (0, 1], got " + evictionRatio);
+        }
+        if (defaultReplicas < 1 || defaultReplicas > MAX_REPLICAS) {
+            throw new IllegalArgumentException("master: replicas must be 1.." + MAX_REPLICAS + ", got " + defaultReplicas);
+        }
+        if (maxValueSize == null || maxValueSize.bytes() < 1) {
+            throw new IllegalArgumentException("master: max value size must be positive");
+        }
+        if (maxValueSize.bytes() > limits.maxPayloadBytes()) {
+            throw new IllegalArgumentException("master: max value size " + maxValueSize
+                    + " exceeds the frame payload limit " + Size.ofBytes(limits.maxPayloadBytes()));
+        }
+    }
+
+    public static MasterConfig defaults() {
+        return new MasterConfig("0.0.0.0", DEFAULT_PORT, DEFAULT_HTTP_PORT, DEFAULT_NODE_TTL, DEFAULT_CLIENT_TTL,
+                DEFAULT_PUT_TIMEOUT, DEFAULT_HIGH_WATERMARK, DEFAULT_EVICTION_RATIO, DEFAULT_MAX_VALUE_SIZE, 1,
+                DEFAULT_TICK, DEFAULT_SUMMARY_INTERVAL, Duration.ofSeconds(30), Limits.DEFAULT);
+    }
+
+    public MasterConfig withListen(String host, int rpcPort, int http) {
+        return new MasterConfig(host, rpcPort, http, nodeTtl, clientTtl, putTimeout, highWatermark, evictionRatio,
+                maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits);
+    }
+
+    public MasterConfig withNodeTtl(Duration d) {
+        return new MasterConfig(listenHost, port, httpPort, d, clientTtl, putTimeout, highWatermark, evictionRatio,
+                maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits);
+    }
+
+    public MasterConfig withPutTimeout(Duration d) {
+        return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, d, highWatermark, evictionRatio,
+                maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits);
+    }
+
+    public MasterConfig withEviction(double watermark, double ratio) {
+        return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, putTimeout, watermark, ratio,
+                maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits);
+    }
+
+    public MasterConfig withReplicas(int n) {
+        return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, putTimeout, highWatermark,
+                evictionRatio, maxValueSize, n, tickInterval, summaryInterval, frameTimeout, limits);
+    }
+
+    public MasterConfig withSummaryInterval(Duration d) {
+        return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, putTimeout, highWatermark,
+                evictionRatio, maxValueSize, defaultReplicas, tickInterval, d, frameTimeout, limits);
+    }
+
+    public MasterConfig withTickInterval(Duration d) {
+        return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, putTimeout, highWatermark,
+                evictionRatio, maxValueSize, defaultReplicas, d, summaryInterval, frameTimeout, limits);
+    }
+
+    public MasterConfig withMaxValueSize(Size s) {
+        return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, putTimeout, highWatermark,
+                evictionRatio, s, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits);
+    }
+}

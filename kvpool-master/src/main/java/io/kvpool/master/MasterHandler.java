@@ -1,0 +1,205 @@
+package io.kvpool.master;
+
+import io.kvpool.protocol.BadRequestException;
+import io.kvpool.protocol.BodyReader;
+import io.kvpool.protocol.BodyWriter;
+import io.kvpool.protocol.FrameStatus;
+import io.kvpool.protocol.Keys;
+import io.kvpool.protocol.MalformedFrameException;
+import io.kvpool.protocol.Opcode;
+import io.kvpool.protocol.Request;
+import io.kvpool.protocol.RequestHandler;
+import io.kvpool.protocol.ResultCode;
+import io.kvpool.protocol.msg.KeyList;
+import io.kvpool.protocol.msg.MasterMessages;
+import io.kvpool.protocol.msg.MasterMessages.Codes;
+
+import java.io.IOException;
+import java.util.List;
+
+/**
+ * Decodes master requests, runs them on the {@link MasterService}, encodes replies and counts them.
+ * Single-item opcodes must carry exactly one item; their batch twins any number.
+ */
+final class MasterHandler implements RequestHandler {
+
+    private final MasterService service;
+    private final MasterMetrics metrics;
+
+    MasterHandler(MasterService service, MasterMetrics metrics) {
+        this.service = service;
+        this.metrics = metrics;
+    }
+
+    @Override
+    public void handle(Request req) throws IOException {
+        Opcode op = req.opcode();
+        if (req.payloadLength() != 0) {
+            throw new MalformedFrameException(FrameStatus.MALFORMED_FRAME, req.requestId(),
+                    op.metricName + " carries " + req.payloadLength() + " payload bytes; object bytes never go to the master");
+        }
+        BodyReader body = req.body();
+        BodyWriter out = new BodyWriter();
+        try {
+            switch (op) {
+                case HELLO -> {
+                    MasterMessages.Hello h = MasterMessages.Hello.read(body);
+                    end(body, op);
+                    if (h.role() == MasterMessages.Role.CLIENT) {
+                        service.clientSeen(h.clientId());
+                    }
+                    new MasterMessages.HelloReply(service.incarnation(), service.epoch(), Keys.MAX_KEY_BYTES,
+                            service.config().maxValueSize().bytes()).write(out);
+                    metrics.record(op, 1, 0, 0, false);
+                }
+                case PING -> {
+                    MasterMessages.Ping p = MasterMessages.Ping.read(body);
+                    end(body, op);
+                    service.clientSeen(p.clientId());
+                    out.i64(service.epoch());
+                    metrics.record(op, 1, 0, 0, false);
+                }
+                case PUT_START, BATCH_PUT_START -> {
+                    MasterMessages.PutStart ps = MasterMessages.PutStart.read(body);
+                    end(body, op);
+                    checkSingle(op, ps.items().size());
+                    MasterMessages.PutStartReply reply = service.putStart(ps);
+                    reply.write(out);
+                    int failed = 0;
+                    for (MasterMessages.PutStartResult r : reply.results()) {
+                        failed += r.code() == ResultCode.OK ? 0 : 1;
+                    }
+                    recordCodes(op, ps.items().size(), failed, 0);
+                }
+                case PUT_END, BATCH_PUT_END, PUT_REVOKE, BATCH_PUT_REVOKE -> {
+                    MasterMessages.PutEnd pe = MasterMessages.PutEnd.read(body);
+                    end(body, op);
+                    checkSingle(op, pe.items().size());
+                    boolean end = op == Opcode.PUT_END || op == Opcode.BATCH_PUT_END;
+                    List<ResultCode> codes = end ? service.putEnd(pe.items()) : service.putRevoke(pe.items());
+                    new Codes(codes).write(out);
+                    recordCodes(op, codes.size(), countNot(codes, ResultCode.OK), 0);
+                }
+                case GET_REPLICA_LIST, BATCH_GET_REPLICA_LIST -> {
+                    KeyList kl = KeyList.read(body);
+                    end(body, op);
+                    checkSingle(op, kl.keys().size());
+                    List<MasterMessages.ReplicaList> r = service.getReplicaList(kl.keys());
+                    new MasterMessages.ReplicaListReply(r).write(out);
+                    int miss = 0;
+                    for (MasterMessages.ReplicaList x : r) {
+                        miss += x.code() == ResultCode.OK ? 0 : 1;
+                    }
+                    metrics.record(op, r.size(), 0, miss, false);
+                }
+                case EXIST_KEY, BATCH_EXIST_KEY -> {
+                    KeyList kl = KeyList.read(body);
+                    end(body, op);
+                    checkSingle(op, kl.keys().size());
+                    boolean[] present = service.exists(kl.keys());
+                    new MasterMessages.Flags(present).write(out);
+                    int miss = 0;
+                    for (boolean b : present) {
+                        miss += b ? 0 : 1;
+                    }
+                    metrics.record(op, present.length, 0, miss, false);
+                }
+                case PREFIX_MATCH -> {
+                    KeyList kl = KeyList.read(body);
+                    end(body, op);
+                    int n = service.prefixMatch(kl.keys());
+                    out.i32(n);
+                    metrics.record(op, kl.keys().size(), 0, kl.keys().size() - n, false);
+                }
+                case OBJECT_SIZE -> {
+                    KeyList kl = KeyList.read(body);
+                    end(body, op);
+                    long[] sizes = service.sizes(kl.keys());
+                    new MasterMessages.Sizes(sizes).write(out);
+                    int miss = 0;
+                    for (long s : sizes) {
+                        miss += s < 0 ? 1 : 0;
+                    }
+                    metrics.record(op, sizes.length, 0, miss, false);
+                }
+                case REMOVE, BATCH_REMOVE -> {
+                    KeyList kl = KeyList.read(body);
+                    end(body, op);
+                    checkSingle(op, kl.keys().size());
+                    List<ResultCode> codes = service.remove(kl.keys());
+                    new Codes(codes).write(out);
+                    metrics.record(op, codes.size(), 0, countNot(codes, ResultCode.OK), false);
+                }
+                case REMOVE_BY_PREFIX -> {
+                    MasterMessages.Prefix p = MasterMessages.Prefix.read(body);
+                    end(body, op);
+                    if (p.prefix().length == 0) {
+                        throw new BadRequestException("remove_by_prefix with an empty prefix; use remove_all to empty the pool");
+                    }
+                    new MasterMessages.Removed(service.removeByPrefix(p.prefix()), service.epoch()).write(out);
+                    metrics.record(op, 1, 0, 0, false);
+                }
+                case REMOVE_ALL -> {
+                    MasterMessages.RemoveAll ra = MasterMessages.RemoveAll.read(body);
+                    end(body, op);
+                    long n = service.removeAll(ra.force());
+                    new MasterMessages.Removed(n, service.epoch()).write(out);
+                    metrics.record(op, 1, 0, 0, false);
+                }
+                case CLUSTER_STATS -> {
+                    end(body, op);
+                    service.stats().write(out);
+                    metrics.record(op, 1, 0, 0, false);
+                }
+                case REGISTER_NODE -> {
+                    MasterMessages.RegisterNode r = MasterMessages.RegisterNode.read(body);
+                    end(body, op);
+                    service.registerNode(r).write(out);
+                    metrics.record(op, 1, 0, 0, false);
+                }
+                case NODE_HEARTBEAT -> {
+                    MasterMessages.Heartbeat hb = MasterMessages.Heartbeat.read(body);
+                    end(body, op);
+                    service.heartbeat(hb.segmentId(), hb.nodeIncarnation()).write(out);
+                    metrics.record(op, 1, 0, 0, false);
+                }
+                case NODE_INVENTORY -> {
+                    MasterMessages.Inventory inv = MasterMessages.Inventory.read(body);
+                    end(body, op);
+                    List<ResultCode> codes = service.inventory(inv);
+                    new Codes(codes).write(out);
+                    metrics.record(op, codes.size(), countNot(codes, ResultCode.OK), 0, false);
+                }
+                default -> throw new MalformedFrameException(FrameStatus.UNKNOWN_OPCODE, req.requestId(),
+                        op.metricName + " is not served by the master");
+            }
+        } catch (RuntimeException e) {
+            metrics.recordError(op);
+            throw e;
+        }
+        req.reply(out);
+    }
+
+    private void recordCodes(Opcode op, int n, int failed, int missed) {
+        metrics.record(op, n, failed, missed, !op.isBatch() && failed > 0);
+    }
+
+    private static int countNot(List<ResultCode> codes, ResultCode c) {
+        int n = 0;
+        for (ResultCode x : codes) {
+            n += x == c ? 0 : 1;
+        }
+        return n;
+    }
+
+    private static void end(BodyReader body, Opcode op) {
+        body.end(op.metricName);
+    }
+
+    private static void checkSingle(Opcode op, int n) {
+        if (!op.isBatch() && n != 1) {
+            throw new BadRequestException(op.metricName + " carries " + n + " items; the single form takes exactly one"
+                    + " (use the batch form)");
+        }
+    }
+}

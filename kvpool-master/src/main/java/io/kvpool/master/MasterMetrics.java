@@ -1,0 +1,182 @@
+package io.kvpool.master;
+
+import io.kvpool.config.Size;
+import io.kvpool.protocol.Opcode;
+import io.kvpool.protocol.msg.MasterMessages.SegmentInfo;
+import io.prometheus.metrics.core.metrics.CounterWithCallback;
+import io.prometheus.metrics.core.metrics.GaugeWithCallback;
+import io.prometheus.metrics.model.registry.PrometheusRegistry;
+
+import java.util.Locale;
+import java.util.concurrent.atomic.LongAdder;
+
+/**
+ * The master's metrics: request counters per operation, kept in {@link LongAdder}s indexed by
+ * opcode (no label lookup on the hot path), and gauges read from the {@link MasterService} when
+ * scraped. Exposed in Prometheus text format at {@code /metrics}, and summarized in one log line
+ * every summary interval by {@link #summaryLine}.
+ */
+public final class MasterMetrics {
+
+    private final MasterService service;
+    private final PrometheusRegistry registry = new PrometheusRegistry();
+    private final LongAdder[] requests = adders();
+    private final LongAdder[] failures = adders();
+    private final LongAdder[] items = adders();
+    private final LongAdder[] failedItems = adders();
+    private final LongAdder[] misses = adders();
+
+    // the previous summary's totals, to print rates
+    private final long[] lastRequests = new long[256];
+    private final long[] lastFailures = new long[256];
+    private long lastEvictedKeys;
+    private long lastEvictedBytes;
+    private long lastSummaryNanos = System.nanoTime();
+
+    private static LongAdder[] adders() {
+        LongAdder[] a = new LongAdder[256];
+        for (int i = 0; i < a.length; i++) {
+            a[i] = new LongAdder();
+        }
+        return a;
+    }
+
+    MasterMetrics(MasterService service) {
+        this.service = service;
+        gauge("master_key_count", "Complete objects in the pool", service::keyCount);
+        gauge("master_allocated_bytes", "Bytes reserved in active segments, headers included", service::allocated);
+        gauge("master_total_capacity_bytes", "Bytes contributed by active segments", service::capacity);
+        gauge("master_active_clients", "Clients seen within the client TTL", service::activeClients);
+        gauge("master_cluster_epoch", "Current cluster epoch (moves on every removeAll(force))", service::epoch);
+        gauge("master_segments", "Registered segments, joining ones included", () -> service.segmentInfos().size());
+        GaugeWithCallback.builder().name("segment_allocated_bytes").help("Bytes reserved in a segment")
+                .labelNames("segment").callback(cb -> {
+                    for (SegmentInfo s : service.segmentInfos()) {
+                        cb.call(s.used(), s.name());
+                    }
+                }).register(registry);
+        GaugeWithCallback.builder().name("segment_total_capacity_bytes").help("Bytes a segment contributes")
+                .labelNames("segment").callback(cb -> {
+                    for (SegmentInfo s : service.segmentInfos()) {
+                        cb.call(s.capacity(), s.name());
+                    }
+                }).register(registry);
+        GaugeWithCallback.builder().name("segment_object_count").help("Objects stored in a segment")
+                .labelNames("segment").callback(cb -> {
+                    for (SegmentInfo s : service.segmentInfos()) {
+                        cb.call(s.objects(), s.name());
+                    }
+                }).register(registry);
+        perOp("master_requests_total", "Requests received, by operation", requests, false);
+        perOp("master_request_failures_total",
+                "Requests that failed: an error reply, or a single-item write whose item was not stored", failures, false);
+        perOp("master_request_items_total", "Items carried by batch requests, by operation", items, true);
+        perOp("master_request_failed_items_total", "Items of batch requests that were not carried out", failedItems, true);
+        perOp("master_request_misses_total", "Keys looked up or removed that were not present", misses, false);
+        counter("master_eviction_attempts_total", "Eviction rounds started", service.evictionAttempts::get);
+        counter("master_eviction_successes_total", "Eviction rounds that freed something", service.evictionSuccesses::get);
+        counter("master_evicted_keys_total", "Objects evicted", service.evictedKeys::get);
+        counter("master_evicted_bytes_total", "Bytes freed by eviction", service.evictedBytes::get);
+        counter("master_expired_puts_total", "Puts reclaimed because their writer never completed them",
+                service.expiredPuts::get);
+        counter("master_dropped_segments_total", "Segments dropped for silence or replaced by a re-registration",
+                service.droppedSegments::get);
+    }
+
+    public PrometheusRegistry registry() {
+        return registry;
+    }
+
+    private void gauge(String name, String help, java.util.function.DoubleSupplier value) {
+        GaugeWithCallback.builder().name(name).help(help).callback(cb -> cb.call(value.getAsDouble())).register(registry);
+    }
+
+    private void counter(String name, String help, java.util.function.LongSupplier value) {
+        CounterWithCallback.builder().name(name).help(help).callback(cb -> cb.call(value.getAsLong())).register(registry);
+    }
+
+    private void perOp(String name, String help, LongAdder[] values, boolean batchOnly) {
+        CounterWithCallback.builder().name(name).help(help).labelNames("op").callback(cb -> {
+            for (Opcode op : Opcode.values()) {
+                if (op.isNodeOp() || (batchOnly && !op.isBatch())) {
+                    continue;
+                }
+                cb.call(values[op.code].sum(), op.metricName);
+            }
+        }).register(registry);
+    }
+
+    /** Counts one request: its items, how many were not carried out, how many keys were misses. */
+    void record(Opcode op, int itemCount, int failed, int missed, boolean requestFailed) {
+        requests[op.code].increment();
+        if (requestFailed) {
+            failures[op.code].increment();
+        }
+        if (op.isBatch()) {
+            items[op.code].add(itemCount);
+            if (failed > 0) {
+                failedItems[op.code].add(failed);
+            }
+        }
+        if (missed > 0) {
+            misses[op.code].add(missed);
+        }
+    }
+
+    /** Counts a request that was answered with an error. */
+    void recordError(Opcode op) {
+        requests[op.code].increment();
+        failures[op.code].increment();
+    }
+
+    long requests(Opcode op) {
+        return requests[op.code].sum();
+    }
+
+    long failures(Opcode op) {
+        return failures[op.code].sum();
+    }
+
+    /**
+     * The periodic one-line summary: memory, keys, clients, per-operation successes/total per second
+     * since the previous line (operations without traffic omitted), and evictions since then.
+     */
+    synchronized String summaryLine() {
+        long now = System.nanoTime();
+        double secs = Math.max(1e-3, (now - lastSummaryNanos) / 1e9);
+        lastSummaryNanos = now;
+        long cap = service.capacity();
+        long used = service.allocated();
+        StringBuilder sb = new StringBuilder(256);
+        sb.append(String.format(Locale.ROOT, "mem %s/%s (%.1f%%), keys %d, clients %d, segments %d |",
+                Size.human(used), Size.human(cap), cap == 0 ? 0.0 : 100.0 * used / cap, service.keyCount(),
+                service.activeClients(), service.segmentInfos().size()));
+        boolean any = false;
+        for (Opcode op : Opcode.values()) {
+            if (op.isNodeOp()) {
+                continue;
+            }
+            long r = requests[op.code].sum();
+            long f = failures[op.code].sum();
+            long dr = r - lastRequests[op.code];
+            long df = f - lastFailures[op.code];
+            lastRequests[op.code] = r;
+            lastFailures[op.code] = f;
+            if (dr > 0) {
+                sb.append(String.format(Locale.ROOT, " %s %.1f/%.1f", op.metricName, (dr - df) / secs, dr / secs));
+                any = true;
+            }
+        }
+        if (!any) {
+            sb.append(" no requests");
+        }
+        sb.append(" ops/s ok/total | ");
+        long ek = service.evictedKeys.get();
+        long eb = service.evictedBytes.get();
+        sb.append("evicted ").append(ek - lastEvictedKeys).append(" keys (").append(Size.human(eb - lastEvictedBytes))
+                .append(")");
+        lastEvictedKeys = ek;
+        lastEvictedBytes = eb;
+        return sb.toString();
+    }
+}

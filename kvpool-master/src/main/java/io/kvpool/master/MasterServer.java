@@ -1,0 +1,154 @@
+package io.kvpool.master;
+
+import com.sun.net.httpserver.HttpExchange;
+import com.sun.net.httpserver.HttpServer;
+import io.kvpool.protocol.FrameServer;
+import io.kvpool.protocol.Opcode;
+import io.prometheus.metrics.exporter.httpserver.MetricsHandler;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.io.IOException;
+import java.io.OutputStream;
+import java.net.InetSocketAddress;
+import java.nio.charset.StandardCharsets;
+import java.time.InstantSource;
+import java.util.Locale;
+import java.util.concurrent.Executors;
+import java.util.random.RandomGenerator;
+
+/**
+ * The running master: the RPC port (a {@link FrameServer} over {@link MasterHandler}), the HTTP port
+ * ({@code /metrics} in Prometheus text format, {@code /health}), the timer thread that calls
+ * {@link MasterService#tick()}, and the periodic summary line. Constructed = serving; {@link #close()}
+ * stops everything it started.
+ */
+public final class MasterServer implements AutoCloseable {
+
+    private static final Logger log = LoggerFactory.getLogger(MasterServer.class);
+    private static final Logger summaryLog = LoggerFactory.getLogger("io.kvpool.master.summary");
+
+    private final MasterConfig config;
+    private final MasterService service;
+    private final MasterMetrics metrics;
+    private final NodeControl nodes;
+    private final FrameServer rpc;
+    private final HttpServer http;
+    private final Thread timer;
+    private volatile boolean closed;
+
+    public MasterServer(MasterConfig config) throws IOException {
+        this(config, InstantSource.system(), RandomGenerator.getDefault());
+    }
+
+    public MasterServer(MasterConfig config, InstantSource clock, RandomGenerator random) throws IOException {
+        this.config = config;
+        this.nodes = new NodeControl(config.limits());
+        this.service = new MasterService(config, clock, random, nodes);
+        this.metrics = new MasterMetrics(service);
+        this.rpc = new FrameServer("master", new InetSocketAddress(config.listenHost(), config.port()), config.limits(),
+                config.frameTimeout(), op -> !op.isNodeOp(), new MasterHandler(service, metrics));
+        HttpServer h = null;
+        if (config.httpPort() >= 0) {
+            try {
+                h = HttpServer.create(new InetSocketAddress(config.listenHost(), config.httpPort()), 64);
+            } catch (IOException e) {
+                rpc.close();
+                nodes.close();
+                throw new IOException("master: cannot listen for HTTP on " + config.listenHost() + ":" + config.httpPort()
+                        + ": " + e.getMessage(), e);
+            }
+            h.createContext("/metrics", new MetricsHandler(metrics.registry()));
+            h.createContext("/health", this::health);
+            h.setExecutor(Executors.newVirtualThreadPerTaskExecutor());
+            h.start();
+        }
+        this.http = h;
+        this.timer = Thread.ofPlatform().daemon().name("kvpool-master-timer").start(this::timerLoop);
+        log.info("master listening on {}:{} (metrics on {}), node TTL {}, eviction at {}% freeing {}%",
+                config.listenHost(), rpc.port(), http == null ? "nothing" : "http port " + httpPort(),
+                io.kvpool.config.Durations.format(config.nodeTtl()), Math.round(config.highWatermark() * 100),
+                Math.round(config.evictionRatio() * 100));
+    }
+
+    public int port() {
+        return rpc.port();
+    }
+
+    /** The HTTP port, or -1 when HTTP is off. */
+    public int httpPort() {
+        return http == null ? -1 : http.getAddress().getPort();
+    }
+
+    public MasterService service() {
+        return service;
+    }
+
+    public MasterMetrics metrics() {
+        return metrics;
+    }
+
+    /** Delivers queued frees to nodes now instead of at the next flush. */
+    public void flushNodeFrees() {
+        nodes.flushAll();
+    }
+
+    private void health(HttpExchange ex) throws IOException {
+        String body = String.format(Locale.ROOT,
+                "{\"status\":\"ok\",\"epoch\":%d,\"segments\":%d,\"keys\":%d,\"capacity_bytes\":%d,\"allocated_bytes\":%d}\n",
+                service.epoch(), service.segmentInfos().size(), service.keyCount(), service.capacity(),
+                service.allocated());
+        byte[] b = body.getBytes(StandardCharsets.UTF_8);
+        ex.getResponseHeaders().set("Content-Type", "application/json");
+        ex.sendResponseHeaders(200, b.length);
+        try (OutputStream os = ex.getResponseBody()) {
+            os.write(b);
+        }
+    }
+
+    private void timerLoop() {
+        long tickNanos = config.tickInterval().toNanos();
+        long summaryNanos = config.summaryInterval().toNanos();
+        long nextSummary = System.nanoTime() + summaryNanos;
+        while (!closed) {
+            try {
+                Thread.sleep(java.time.Duration.ofNanos(tickNanos));
+            } catch (InterruptedException e) {
+                return;
+            }
+            try {
+                service.tick();
+                if (summaryNanos > 0 && System.nanoTime() >= nextSummary) {
+                    nextSummary = System.nanoTime() + summaryNanos;
+                    summaryLog.info(metrics.summaryLine());
+                }
+            } catch (RuntimeException e) {
+                log.error("master timer failed", e);
+            }
+        }
+    }
+
+    /** Requests counted for an operation (for tests and the summary). */
+    public long requests(Opcode op) {
+        return metrics.requests(op);
+    }
+
+    @Override
+    public void close() {
+        if (closed) {
+            return;
+        }
+        closed = true;
+        timer.interrupt();
+        try {
+            rpc.close();
+        } catch (IOException e) {
+            log.warn("master: error closing RPC port: {}", e.toString());
+        }
+        if (http != null) {
+            http.stop(0);
+        }
+        nodes.close();
+        log.info("master stopped");
+    }
+}

@@ -1,0 +1,1005 @@
+package io.kvpool.master;
+
+import io.kvpool.config.HostPort;
+import io.kvpool.protocol.BadRequestException;
+import io.kvpool.protocol.Keys;
+import io.kvpool.protocol.ObjectLayout;
+import io.kvpool.protocol.ResultCode;
+import io.kvpool.protocol.msg.MasterMessages.ClusterStats;
+import io.kvpool.protocol.msg.MasterMessages.HeartbeatReply;
+import io.kvpool.protocol.msg.MasterMessages.Inventory;
+import io.kvpool.protocol.msg.MasterMessages.InventoryItem;
+import io.kvpool.protocol.msg.MasterMessages.PutEndItem;
+import io.kvpool.protocol.msg.MasterMessages.PutStart;
+import io.kvpool.protocol.msg.MasterMessages.PutStartItem;
+import io.kvpool.protocol.msg.MasterMessages.PutStartReply;
+import io.kvpool.protocol.msg.MasterMessages.PutStartResult;
+import io.kvpool.protocol.msg.MasterMessages.RegisterNode;
+import io.kvpool.protocol.msg.MasterMessages.RegisterReply;
+import io.kvpool.protocol.msg.MasterMessages.ReplicaList;
+import io.kvpool.protocol.msg.MasterMessages.SegmentInfo;
+import io.kvpool.protocol.msg.Replica;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.time.InstantSource;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Comparator;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Map;
+import java.util.UUID;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ThreadLocalRandom;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.locks.ReentrantLock;
+import java.util.concurrent.locks.ReentrantReadWriteLock;
+import java.util.random.RandomGenerator;
+
+/**
+ * The master's state machine: object metadata, segments, placement, eviction, membership and the
+ * cluster epoch. Transport-free (see {@link MasterHandler} for the wire side) and driven by an
+ * injected clock through {@link #tick()}, so tests run it step by step without sleeping.
+ *
+ * <h2>Two-phase put</h2>
+ * PUT_START reserves a region on one or more segments and records a {@link ObjectIndex.PendingPut}
+ * with a fresh generation and the current epoch; the writer sends the bytes straight to the nodes;
+ * PUT_END moves the entry to the complete map, which is the only map lookups read. So an object is
+ * visible only after all its bytes are written. PUT_REVOKE, or the put timeout for a writer that
+ * died, frees the reservation.
+ *
+ * <h2>Epoch fencing (removeAll for RL weight updates)</h2>
+ * {@code removeAll(force=true)} takes the epoch write lock, moves to epoch e+1, drops every object
+ * and resets every allocator, then tells every node to refuse writes older than e+1 before it
+ * returns. Every operation that allocates or completes takes the read lock, so it happens entirely
+ * before or entirely after a reset. A put reserved in epoch e finds at PUT_END that the epoch moved
+ * and is answered FENCED: a put that started before a removeAll can never become visible after it.
+ * Space reserved in an older epoch is never freed again (the allocator reset already reclaimed it).
+ *
+ * <h2>Eviction</h2>
+ * Approximate LRU by last <em>read</em>: {@link #getReplicaList} stamps a coarse access tick;
+ * existence probes (exists, prefixMatch, size) do not, so they never keep an object alive. A round
+ * frees {@code evictionRatio} of capacity: it histograms complete objects by access tick, finds the
+ * tick below which enough bytes lie, and removes those objects. Rounds start when usage reaches the
+ * high watermark, and synchronously when a put cannot be placed. Reads in flight are protected where
+ * the bytes are: a node does not let a new write into a region while a read of it is streaming.
+ *
+ * <h2>Membership and rebuild</h2>
+ * A node registers, lists its objects (each verified from its self-describing header) and then takes
+ * puts. A node silent for the TTL is dropped: its replicas vanish, so its objects become misses. A
+ * restarted master starts empty and rebuilds from the inventories nodes send when they re-register;
+ * it adopts the newest epoch a node reports, and refuses objects from older epochs.
+ */
+public final class MasterService {
+
+    private static final Logger log = LoggerFactory.getLogger(MasterService.class);
+    /** Access ticks are milliseconds since start divided by this (16 ms resolution, ~1 year range in an int). */
+    private static final int TICK_MILLIS = 16;
+    /** Buckets in the eviction histogram. */
+    private static final int EVICTION_BUCKETS = 4096;
+    /** Eviction rounds a single put may trigger before reporting POOL_FULL. */
+    private static final int MAX_EVICTION_ROUNDS_PER_PUT = 3;
+
+    private final MasterConfig config;
+    private final InstantSource clock;
+    private final RandomGenerator random;
+    private final NodeNotifier nodes;
+    private final long startMillis;
+    private final long incarnation = ThreadLocalRandom.current().nextLong();
+
+    private final ReentrantReadWriteLock epochLock = new ReentrantReadWriteLock();
+    private volatile long epoch;
+    /** False until the first node registers after a (re)start: then we adopt the epoch nodes report. */
+    private boolean epochKnown;
+
+    private final ObjectIndex index = new ObjectIndex();
+    private final Map<Integer, Segment> segments = new ConcurrentHashMap<>();
+    private final AtomicInteger nextSegmentId = new AtomicInteger(1);
+    private final AtomicLong generations;
+    private final ReentrantLock evictionLock = new ReentrantLock();
+    private final Map<UUID, Long> clients = new ConcurrentHashMap<>();
+
+    final AtomicLong evictionAttempts = new AtomicLong();
+    final AtomicLong evictionSuccesses = new AtomicLong();
+    final AtomicLong evictedKeys = new AtomicLong();
+    final AtomicLong evictedBytes = new AtomicLong();
+    final AtomicLong expiredPuts = new AtomicLong();
+    final AtomicLong droppedSegments = new AtomicLong();
+
+    public MasterService(MasterConfig config, InstantSource clock, RandomGenerator random, NodeNotifier nodes) {
+        this.config = config;
+        this.clock = clock;
+        this.random = random;
+        this.nodes = nodes;
+        this.startMillis = clock.millis();
+        // generations only need to be unique per region; starting from the clock keeps them rising across restarts
+        this.generations = new AtomicLong(startMillis << 10);
+    }
+
+    public MasterConfig config() {
+        return config;
+    }
+
+    public long incarnation() {
+        return incarnation;
+    }
+
+    public long epoch() {
+        return epoch;
+    }
+
+    int accessTick() {
+        return (int) ((clock.millis() - startMillis) / TICK_MILLIS);
+    }
+
+    // ================================================================== clients
+
+    /** Records that a client is alive (HELLO and PING). */
+    public void clientSeen(UUID clientId) {
+        clients.put(clientId, clock.millis());
+    }
+
+    public int activeClients() {
+        long cutoff = clock.millis() - config.clientTtl().toMillis();
+        int n = 0;
+        for (long seen : clients.values()) {
+            if (seen >= cutoff) {
+                n++;
+            }
+        }
+        return n;
+    }
+
+    // ================================================================== put
+
+    /** PUT_START: reserve space for each item (or report ALREADY_EXISTS / POOL_FULL / TOO_LARGE as values). */
+    public PutStartReply putStart(PutStart req) {
+        int replicas = req.replicas() == 0 ? config.defaultReplicas() : Math.min(req.replicas(), MasterConfig.MAX_REPLICAS);
+        List<PutStartResult> results = new ArrayList<>(req.items().size());
+        epochLock.readLock().lock();
+        try {
+            long ep = epoch;
+            for (PutStartItem item : req.items()) {
+                results.add(putStartOne(item, req.upsert(), replicas, req.preferredSegment(), ep));
+            }
+            return new PutStartReply(ep, results);
+        } finally {
+            epochLock.readLock().unlock();
+        }
+    }
+
+    private PutStartResult putStartOne(PutStartItem item, boolean upsert, int replicas, String preferred, long ep) {
+        if (item.valueLength() > config.maxValueSize().bytes()) {
+            return PutStartResult.of(ResultCode.TOO_LARGE);
+        }
+        Key key = new Key(item.key());
+        ObjectIndex.Shard shard = index.shard(key);
+        if (!upsert && present(shard, key)) {
+            return PutStartResult.of(ResultCode.ALREADY_EXISTS);
+        }
+        long regionLength = ObjectLayout.regionLength(item.key().length, item.valueLength());
+        List<Placement> placed = place(regionLength, replicas, preferred);
+        if (placed.isEmpty()) {
+            return PutStartResult.of(segments.isEmpty() ? ResultCode.NO_SEGMENT : ResultCode.POOL_FULL);
+        }
+        int[] segIds = new int[placed.size()];
+        long[] offsets = new long[placed.size()];
+        for (int i = 0; i < placed.size(); i++) {
+            segIds[i] = placed.get(i).segment.id;
+            offsets[i] = placed.get(i).offset;
+        }
+        long generation = generations.incrementAndGet();
+        shard.lock.lock();
+        try {
+            if (!upsert && presentLocked(shard, key)) {
+                freeRegions(segIds, offsets, regionLength, ep, generation, false);
+                return PutStartResult.of(ResultCode.ALREADY_EXISTS);
+            }
+            ObjectIndex.PendingPut superseded = shard.pending.put(key, new ObjectIndex.PendingPut(item.valueLength(),
+                    generation, ep, segIds, offsets, clock.millis() + config.putTimeout().toMillis()));
+            if (superseded != null) {
+                // an upsert wins over an earlier put of the same key still in flight; that one will find EXPIRED
+                freeRegions(superseded.segments, superseded.offsets, regionLength(key, superseded.valueLength),
+                        superseded.epoch, superseded.generation, true);
+            }
+        } finally {
+            shard.lock.unlock();
+        }
+        List<Replica> reps = new ArrayList<>(placed.size());
+        for (int i = 0; i < segIds.length; i++) {
+            reps.add(new Replica(segIds[i], offsets[i]));
+        }
+        return new PutStartResult(ResultCode.OK, generation, reps);
+    }
+
+    private boolean present(ObjectIndex.Shard shard, Key key) {
+        shard.lock.lock();
+        try {
+            return presentLocked(shard, key);
+        } finally {
+            shard.lock.unlock();
+        }
+    }
+
+    /**
+     * A complete object, or a put in flight in the current epoch (one from before a reset no longer
+     * holds its key). Caller holds the shard lock.
+     */
+    private boolean presentLocked(ObjectIndex.Shard shard, Key key) {
+        if (shard.objects.containsKey(key)) {
+            return true;
+        }
+        ObjectIndex.PendingPut p = shard.pending.get(key);
+        return p != null && p.epoch == epoch;
+    }
+
+    /** PUT_END: make each put visible, keeping the replicas whose writes succeeded. */
+    public List<ResultCode> putEnd(List<PutEndItem> items) {
+        List<ResultCode> out = new ArrayList<>(items.size());
+        epochLock.readLock().lock();
+        try {
+            for (PutEndItem it : items) {
+                out.add(putEndOne(it));
+            }
+            return out;
+        } finally {
+            epochLock.readLock().unlock();
+        }
+    }
+
+    private ResultCode putEndOne(PutEndItem it) {
+        Key key = new Key(it.key());
+        ObjectIndex.Shard shard = index.shard(key);
+        shard.lock.lock();
+        try {
+            ObjectIndex.PendingPut p = shard.pending.get(key);
+            if (p == null || p.generation != it.generation()) {
+                ObjectIndex.ObjectEntry o = shard.objects.get(key);
+                return o != null && o.generation == it.generation() ? ResultCode.OK : ResultCode.EXPIRED;
+            }
+            shard.pending.remove(key);
+            long regionLength = regionLength(key, p.valueLength);
+            if (p.epoch != epoch) {
+                return ResultCode.FENCED;
+            }
+            int kept = 0;
+            int[] segs = new int[p.segments.length];
+            long[] offs = new long[p.segments.length];
+            for (int i = 0; i < p.segments.length; i++) {
+                boolean failed = i < 64 && (it.failedReplicas() & (1L << i)) != 0;
+                Segment s = segments.get(p.segments[i]);
+                if (failed || s == null) {
+                    if (s != null) {
+                        s.allocator.free(p.offsets[i], regionLength);
+                        nodes.free(s, p.offsets[i], p.generation);
+                    }
+                    continue;
+                }
+                segs[kept] = p.segments[i];
+                offs[kept] = p.offsets[i];
+                kept++;
+            }
+            if (kept == 0) {
+                return ResultCode.FAILED;
+            }
+            ObjectIndex.ObjectEntry entry = new ObjectIndex.ObjectEntry(p.valueLength, p.generation,
+                    Arrays.copyOf(segs, kept), Arrays.copyOf(offs, kept), accessTick());
+            ObjectIndex.ObjectEntry replaced = shard.objects.put(key, entry);
+            if (replaced != null) {
+                release(key, replaced);
+            }
+            return ResultCode.OK;
+        } finally {
+            shard.lock.unlock();
+        }
+    }
+
+    /** PUT_REVOKE: give back a reservation whose bytes could not be written. */
+    public List<ResultCode> putRevoke(List<PutEndItem> items) {
+        List<ResultCode> out = new ArrayList<>(items.size());
+        epochLock.readLock().lock();
+        try {
+            for (PutEndItem it : items) {
+                Key key = new Key(it.key());
+                ObjectIndex.Shard shard = index.shard(key);
+                shard.lock.lock();
+                try {
+                    ObjectIndex.PendingPut p = shard.pending.get(key);
+                    if (p == null || p.generation != it.generation()) {
+                        out.add(ResultCode.EXPIRED);
+                        continue;
+                    }
+                    shard.pending.remove(key);
+                    freeRegions(p.segments, p.offsets, regionLength(key, p.valueLength), p.epoch, p.generation, true);
+                    out.add(ResultCode.OK);
+                } finally {
+                    shard.lock.unlock();
+                }
+            }
+            return out;
+        } finally {
+            epochLock.readLock().unlock();
+        }
+    }
+
+    // ================================================================== read side
+
+    /** GET_REPLICA_LIST: where to read each object. Counts as a read for LRU. */
+    public List<ReplicaList> getReplicaList(List<byte[]> keys) {
+        List<ReplicaList> out = new ArrayList<>(keys.size());
+        int tick = accessTick();
+        for (byte[] k : keys) {
+            Key key = new Key(k);
+            ObjectIndex.Shard shard = index.shard(key);
+            shard.lock.lock();
+            try {
+                ObjectIndex.ObjectEntry o = shard.objects.get(key);
+                if (o == null) {
+                    out.add(ReplicaList.NOT_FOUND);
+                    continue;
+                }
+                o.lastAccess = tick;
+                List<Replica> reps = new ArrayList<>(o.segments.length);
+                for (int i = 0; i < o.segments.length; i++) {
+                    reps.add(new Replica(o.segments[i], o.offsets[i]));
+                }
+                out.add(new ReplicaList(ResultCode.OK, o.valueLength, o.generation, reps));
+            } finally {
+                shard.lock.unlock();
+            }
+        }
+        return out;
+    }
+
+    /** EXIST_KEY: presence of complete objects. A probe: does not count as a read. */
+    public boolean[] exists(List<byte[]> keys) {
+        boolean[] out = new boolean[keys.size()];
+        for (int i = 0; i < out.length; i++) {
+            out[i] = objectSize(keys.get(i)) >= 0;
+        }
+        return out;
+    }
+
+    /** PREFIX_MATCH: how many leading keys are present. A probe: does not count as a read. */
+    public int prefixMatch(List<byte[]> keys) {
+        int n = 0;
+        for (byte[] k : keys) {
+            if (objectSize(k) < 0) {
+                break;
+            }
+            n++;
+        }
+        return n;
+    }
+
+    /** OBJECT_SIZE: value length per key, or -1. A probe: does not count as a read. */
+    public long[] sizes(List<byte[]> keys) {
+        long[] out = new long[keys.size()];
+        for (int i = 0; i < out.length; i++) {
+            out[i] = objectSize(keys.get(i));
+        }
+        return out;
+    }
+
+    private long objectSize(byte[] k) {
+        Key key = new Key(k);
+        ObjectIndex.Shard shard = index.shard(key);
+        shard.lock.lock();
+        try {
+            ObjectIndex.ObjectEntry o = shard.objects.get(key);
+            return o == null ? -1 : o.valueLength;
+        } finally {
+            shard.lock.unlock();
+        }
+    }
+
+    // ================================================================== removal
+
+    /** REMOVE: drop complete objects. NOT_FOUND for keys that were not there. */
+    public List<ResultCode> remove(List<byte[]> keys) {
+        List<ResultCode> out = new ArrayList<>(keys.size());
+        epochLock.readLock().lock();
+        try {
+            for (byte[] k : keys) {
+                Key key = new Key(k);
+                ObjectIndex.Shard shard = index.shard(key);
+                shard.lock.lock();
+                try {
+                    ObjectIndex.ObjectEntry o = shard.objects.remove(key);
+                    if (o == null) {
+                        out.add(ResultCode.NOT_FOUND);
+                    } else {
+                        release(key, o);
+                        out.add(ResultCode.OK);
+                    }
+                } finally {
+                    shard.lock.unlock();
+                }
+            }
+            return out;
+        } finally {
+            epochLock.readLock().unlock();
+        }
+    }
+
+    /** REMOVE_BY_PREFIX: drop every complete object whose key starts with {@code prefix}. */
+    public long removeByPrefix(byte[] prefix) {
+        long n = 0;
+        epochLock.readLock().lock();
+        try {
+            for (int s = 0; s < ObjectIndex.SHARDS; s++) {
+                ObjectIndex.Shard shard = index.shard(s);
+                shard.lock.lock();
+                try {
+                    Iterator<Map.Entry<Key, ObjectIndex.ObjectEntry>> it = shard.objects.entrySet().iterator();
+                    while (it.hasNext()) {
+                        Map.Entry<Key, ObjectIndex.ObjectEntry> e = it.next();
+                        if (Keys.hasPrefix(e.getKey().bytes, prefix)) {
+                            it.remove();
+                            release(e.getKey(), e.getValue());
+                            n++;
+                        }
+                    }
+                } finally {
+                    shard.lock.unlock();
+                }
+            }
+            return n;
+        } finally {
+            epochLock.readLock().unlock();
+        }
+    }
+
+    /**
+     * REMOVE_ALL. With {@code force}, moves to a new epoch so that no put in flight can land
+     * afterwards, and returns only after nodes were told; without it, removes the complete objects
+     * present now and leaves puts in flight alone.
+     *
+     * @return the number of objects removed
+     */
+    public long removeAll(boolean force) {
+        if (!force) {
+            return removeByPrefix(new byte[0]);
+        }
+        long n;
+        long newEpoch;
+        List<Segment> all;
+        epochLock.writeLock().lock();
+        try {
+            newEpoch = epoch + 1;
+            n = resetLocked(newEpoch);
+            all = new ArrayList<>(segments.values());
+        } finally {
+            epochLock.writeLock().unlock();
+        }
+        nodes.reset(all, newEpoch);
+        log.info("removeAll(force): removed {} objects, now at epoch {}", n, newEpoch);
+        return n;
+    }
+
+    /** Drops every object and reservation, resets every allocator, moves to {@code newEpoch}. Holds the write lock. */
+    private long resetLocked(long newEpoch) {
+        long n = 0;
+        for (int s = 0; s < ObjectIndex.SHARDS; s++) {
+            ObjectIndex.Shard shard = index.shard(s);
+            shard.lock.lock();
+            try {
+                n += shard.objects.size();
+                shard.objects.clear();
+                // pending puts stay, so their PUT_END can be answered FENCED; their space is void
+            } finally {
+                shard.lock.unlock();
+            }
+        }
+        for (Segment seg : segments.values()) {
+            seg.allocator.reset();
+        }
+        epoch = newEpoch;
+        return n;
+    }
+
+    // ================================================================== placement and eviction
+
+    private record Placement(Segment segment, long offset) {
+    }
+
+    /**
+     * Reserves {@code replicas} regions on distinct active segments: the preferred segment first
+     * (if named, active and with room), the rest by the power of two choices (of two random segments,
+     * the one with more free space), which spreads load without sending every write to a newly
+     * joined empty node. Evicts and retries when nothing fits. Caller holds the epoch read lock.
+     */
+    private List<Placement> place(long regionLength, int replicas, String preferred) {
+        List<Placement> got = tryPlace(regionLength, replicas, preferred);
+        if (!got.isEmpty() || capacity() == 0) {
+            return got;
+        }
+        evictionLock.lock();
+        try {
+            for (int round = 0; round < MAX_EVICTION_ROUNDS_PER_PUT; round++) {
+                // another put may have evicted while we waited for the lock
+                got = tryPlace(regionLength, replicas, preferred);
+                if (!got.isEmpty()) {
+                    return got;
+                }
+                long target = Math.max((long) (capacity() * config.evictionRatio()), regionLength);
+                if (evict(target) == 0) {
+                    return got;
+                }
+            }
+            return tryPlace(regionLength, replicas, preferred);
+        } finally {
+            evictionLock.unlock();
+        }
+    }
+
+    private List<Placement> tryPlace(long regionLength, int replicas, String preferred) {
+        List<Segment> candidates = new ArrayList<>();
+        for (Segment s : segments.values()) {
+            if (s.active) {
+                candidates.add(s);
+            }
+        }
+        List<Placement> out = new ArrayList<>(replicas);
+        if (preferred != null && !preferred.isEmpty()) {
+            for (Iterator<Segment> it = candidates.iterator(); it.hasNext(); ) {
+                Segment s = it.next();
+                if (s.name.equals(preferred)) {
+                    it.remove();
+                    long off = s.allocator.allocate(regionLength);
+                    if (off >= 0) {
+                        out.add(new Placement(s, off));
+                    }
+                    break;
+                }
+            }
+        }
+        while (out.size() < replicas && !candidates.isEmpty()) {
+            Segment pick = null;
+            long off = -1;
+            if (candidates.size() >= 2) {
+                int a = random.nextInt(candidates.size());
+                int b = random.nextInt(candidates.size() - 1);
+                if (b >= a) {
+                    b++;
+                }
+                Segment sa = candidates.get(a);
+                Segment sb = candidates.get(b);
+                Segment first = sa.allocator.free() >= sb.allocator.free() ? sa : sb;
+                Segment second = first == sa ? sb : sa;
+                if ((off = first.allocator.allocate(regionLength)) >= 0) {
+                    pick = first;
+                } else if ((off = second.allocator.allocate(regionLength)) >= 0) {
+                    pick = second;
+                }
+            }
+            if (pick == null) {
+                candidates.sort(Comparator.comparingLong((Segment s) -> s.allocator.free()).reversed());
+                for (Segment s : candidates) {
+                    if ((off = s.allocator.allocate(regionLength)) >= 0) {
+                        pick = s;
+                        break;
+                    }
+                }
+            }
+            if (pick == null) {
+                break;
+            }
+            out.add(new Placement(pick, off));
+            candidates.remove(pick);
+        }
+        return out;
+    }
+
+    /**
+     * One eviction round: frees at least {@code targetBytes} (if that much is evictable) by removing
+     * the least recently read complete objects. Returns bytes freed. Caller holds the epoch read lock.
+     */
+    long evict(long targetBytes) {
+        evictionLock.lock();
+        try {
+            evictionAttempts.incrementAndGet();
+            int min = Integer.MAX_VALUE;
+            int max = Integer.MIN_VALUE;
+            for (int s = 0; s < ObjectIndex.SHARDS; s++) {
+                ObjectIndex.Shard shard = index.shard(s);
+                shard.lock.lock();
+                try {
+                    for (ObjectIndex.ObjectEntry o : shard.objects.values()) {
+                        min = Math.min(min, o.lastAccess);
+                        max = Math.max(max, o.lastAccess);
+                    }
+                } finally {
+                    shard.lock.unlock();
+                }
+            }
+            if (min > max) {
+                return 0;
+            }
+            long span = (long) max - min + 1;
+            long[] bytes = new long[EVICTION_BUCKETS];
+            for (int s = 0; s < ObjectIndex.SHARDS; s++) {
+                ObjectIndex.Shard shard = index.shard(s);
+                shard.lock.lock();
+                try {
+                    for (Map.Entry<Key, ObjectIndex.ObjectEntry> e : shard.objects.entrySet()) {
+                        ObjectIndex.ObjectEntry o = e.getValue();
+                        int b = bucket(o.lastAccess, min, span);
+                        bytes[b] += regionLength(e.getKey(), o.valueLength) * o.segments.length;
+                    }
+                } finally {
+                    shard.lock.unlock();
+                }
+            }
+            int cutoff = 0;
+            long acc = 0;
+            while (cutoff < EVICTION_BUCKETS - 1 && acc + bytes[cutoff] < targetBytes) {
+                acc += bytes[cutoff];
+                cutoff++;
+            }
+            // evict buckets below the cutoff entirely, and the cutoff bucket until the target is met
+            long freed = 0;
+            long keys = 0;
+            for (int s = 0; s < ObjectIndex.SHARDS && freed < targetBytes; s++) {
+                ObjectIndex.Shard shard = index.shard(s);
+                shard.lock.lock();
+                try {
+                    Iterator<Map.Entry<Key, ObjectIndex.ObjectEntry>> it = shard.objects.entrySet().iterator();
+                    while (it.hasNext()) {
+                        Map.Entry<Key, ObjectIndex.ObjectEntry> e = it.next();
+                        ObjectIndex.ObjectEntry o = e.getValue();
+                        int b = bucket(o.lastAccess, min, span);
+                        if (b < cutoff || (b == cutoff && freed < targetBytes)) {
+                            it.remove();
+                            freed += release(e.getKey(), o);
+                            keys++;
+                        }
+                    }
+                } finally {
+                    shard.lock.unlock();
+                }
+            }
+            if (keys > 0) {
+                evictionSuccesses.incrementAndGet();
+                evictedKeys.addAndGet(keys);
+                evictedBytes.addAndGet(freed);
+            }
+            return freed;
+        } finally {
+            evictionLock.unlock();
+        }
+    }
+
+    private static int bucket(int tick, int min, long span) {
+        return (int) (((long) tick - min) * EVICTION_BUCKETS / span);
+    }
+
+    // ================================================================== membership
+
+    /** REGISTER_NODE: admit a node's segment (JOINING until its inventory is in). */
+    public RegisterReply registerNode(RegisterNode r) {
+        HostPort address = new HostPort(r.host(), r.port());
+        List<Segment> toReset = List.of();
+        long newEpoch;
+        Segment seg;
+        boolean keep;
+        epochLock.writeLock().lock();
+        try {
+            for (Segment existing : new ArrayList<>(segments.values())) {
+                if (existing.name.equals(r.name())) {
+                    dropSegmentLocked(existing, existing.nodeIncarnation == r.nodeIncarnation()
+                            ? "it registered again" : "its node restarted");
+                }
+            }
+            if (!epochKnown) {
+                epoch = Math.max(epoch, r.epoch());
+                epochKnown = true;
+            } else if (r.epoch() > epoch) {
+                // a node saw a reset we do not know about (we restarted since): what we rebuilt is older
+                log.warn("segment {} reports epoch {} > ours {}; dropping objects from the older epoch", r.name(),
+                        r.epoch(), epoch);
+                resetLocked(r.epoch());
+                toReset = new ArrayList<>(segments.values());
+            }
+            keep = r.epoch() == epoch;
+            newEpoch = epoch;
+            seg = new Segment(nextSegmentId.getAndIncrement(), r.name(), address, r.capacity(), r.nodeIncarnation(),
+                    clock.millis());
+            segments.put(seg.id, seg);
+        } finally {
+            epochLock.writeLock().unlock();
+        }
+        if (!toReset.isEmpty()) {
+            nodes.reset(toReset, newEpoch);
+        }
+        log.info("{} registered at {} with {} bytes; {} objects offered{}", seg, address, r.capacity(),
+                r.inventoryCount(), keep ? "" : " (older epoch " + r.epoch() + ": dropped)");
+        return new RegisterReply(seg.id, newEpoch, keep);
+    }
+
+    /** NODE_INVENTORY: take over objects a node already holds. ALREADY_EXISTS tells the node to drop one. */
+    public List<ResultCode> inventory(Inventory inv) {
+        List<ResultCode> out = new ArrayList<>(inv.items().size());
+        epochLock.writeLock().lock();
+        try {
+            Segment seg = segments.get(inv.segmentId());
+            if (seg == null || seg.nodeIncarnation != inv.nodeIncarnation()) {
+                throw new BadRequestException("node_inventory for segment id " + inv.segmentId()
+                        + ", which is not registered (register again)");
+            }
+            int tick = accessTick();
+            for (InventoryItem it : inv.items()) {
+                out.add(adopt(seg, it, tick));
+            }
+            if (inv.last()) {
+                seg.active = true;
+                log.info("{} active: {} objects, {} bytes used", seg, seg.allocator.allocations(), seg.allocator.used());
+            }
+            return out;
+        } finally {
+            epochLock.writeLock().unlock();
+        }
+    }
+
+    private ResultCode adopt(Segment seg, InventoryItem it, int tick) {
+        if (it.epoch() != epoch) {
+            return ResultCode.ALREADY_EXISTS;
+        }
+        Key key = new Key(it.key());
+        long regionLength = ObjectLayout.regionLength(it.key().length, it.valueLength());
+        ObjectIndex.Shard shard = index.shard(key);
+        shard.lock.lock();
+        try {
+            if (shard.pending.containsKey(key)) {
+                return ResultCode.ALREADY_EXISTS;
+            }
+            ObjectIndex.ObjectEntry o = shard.objects.get(key);
+            if (o != null) {
+                // another replica of the same object version: keep it as one more replica
+                boolean sameVersion = o.generation == it.generation() && o.valueLength == it.valueLength();
+                if (!sameVersion || contains(o.segments, seg.id) || !seg.allocator.reserve(it.offset(), regionLength)) {
+                    return ResultCode.ALREADY_EXISTS;
+                }
+                o.segments = append(o.segments, seg.id);
+                o.offsets = append(o.offsets, it.offset());
+                return ResultCode.OK;
+            }
+            if (!seg.allocator.reserve(it.offset(), regionLength)) {
+                return ResultCode.ALREADY_EXISTS;
+            }
+            shard.objects.put(key, new ObjectIndex.ObjectEntry(it.valueLength(), it.generation(), new int[]{seg.id},
+                    new long[]{it.offset()}, tick));
+            generations.accumulateAndGet(it.generation() + 1, Math::max);
+            return ResultCode.OK;
+        } finally {
+            shard.lock.unlock();
+        }
+    }
+
+    /** NODE_HEARTBEAT: NOT_FOUND tells the node to register again. */
+    public HeartbeatReply heartbeat(int segmentId, long nodeIncarnation) {
+        Segment seg = segments.get(segmentId);
+        if (seg == null || seg.nodeIncarnation != nodeIncarnation) {
+            return new HeartbeatReply(ResultCode.NOT_FOUND, epoch);
+        }
+        seg.lastHeartbeatMillis = clock.millis();
+        return new HeartbeatReply(ResultCode.OK, epoch);
+    }
+
+    /** Removes a segment and every replica on it; objects left with no replica are gone. Holds the write lock. */
+    private void dropSegmentLocked(Segment seg, String why) {
+        segments.remove(seg.id);
+        long lost = 0;
+        for (int s = 0; s < ObjectIndex.SHARDS; s++) {
+            ObjectIndex.Shard shard = index.shard(s);
+            shard.lock.lock();
+            try {
+                Iterator<ObjectIndex.ObjectEntry> it = shard.objects.values().iterator();
+                while (it.hasNext()) {
+                    ObjectIndex.ObjectEntry o = it.next();
+                    int idx = indexOf(o.segments, seg.id);
+                    if (idx < 0) {
+                        continue;
+                    }
+                    if (o.segments.length == 1) {
+                        it.remove();
+                        lost++;
+                    } else {
+                        o.segments = removeAt(o.segments, idx);
+                        o.offsets = removeAt(o.offsets, idx);
+                    }
+                }
+            } finally {
+                shard.lock.unlock();
+            }
+        }
+        nodes.forget(seg);
+        droppedSegments.incrementAndGet();
+        log.warn("{} dropped ({}): {} objects lost with it", seg, why, lost);
+    }
+
+    // ================================================================== timers
+
+    /**
+     * Runs the timers once: drops nodes silent past the TTL, reclaims puts past their timeout, forgets
+     * long-gone clients, and evicts when usage is at the high watermark. Called periodically by the
+     * server, and directly by tests with a manual clock.
+     */
+    public void tick() {
+        long now = clock.millis();
+        List<Segment> silent = new ArrayList<>();
+        for (Segment s : segments.values()) {
+            if (now - s.lastHeartbeatMillis > config.nodeTtl().toMillis()) {
+                silent.add(s);
+            }
+        }
+        if (!silent.isEmpty()) {
+            epochLock.writeLock().lock();
+            try {
+                for (Segment s : silent) {
+                    if (segments.get(s.id) == s && now - s.lastHeartbeatMillis > config.nodeTtl().toMillis()) {
+                        dropSegmentLocked(s, "no heartbeat for " + (now - s.lastHeartbeatMillis) + " ms");
+                    }
+                }
+            } finally {
+                epochLock.writeLock().unlock();
+            }
+        }
+        epochLock.readLock().lock();
+        try {
+            for (int s = 0; s < ObjectIndex.SHARDS; s++) {
+                ObjectIndex.Shard shard = index.shard(s);
+                shard.lock.lock();
+                try {
+                    Iterator<Map.Entry<Key, ObjectIndex.PendingPut>> it = shard.pending.entrySet().iterator();
+                    while (it.hasNext()) {
+                        Map.Entry<Key, ObjectIndex.PendingPut> e = it.next();
+                        ObjectIndex.PendingPut p = e.getValue();
+                        if (p.deadlineMillis < now) {
+                            it.remove();
+                            freeRegions(p.segments, p.offsets, regionLength(e.getKey(), p.valueLength), p.epoch,
+                                    p.generation, true);
+                            expiredPuts.incrementAndGet();
+                        }
+                    }
+                } finally {
+                    shard.lock.unlock();
+                }
+            }
+            long cap = capacity();
+            if (cap > 0 && allocated() >= config.highWatermark() * cap) {
+                evict((long) (config.evictionRatio() * cap));
+            }
+        } finally {
+            epochLock.readLock().unlock();
+        }
+        long forget = now - 10 * config.clientTtl().toMillis();
+        clients.values().removeIf(seen -> seen < forget);
+    }
+
+    // ================================================================== stats
+
+    public long keyCount() {
+        return index.objectCount();
+    }
+
+    public long capacity() {
+        long n = 0;
+        for (Segment s : segments.values()) {
+            if (s.active) {
+                n += s.allocator.capacity();
+            }
+        }
+        return n;
+    }
+
+    public long allocated() {
+        long n = 0;
+        for (Segment s : segments.values()) {
+            if (s.active) {
+                n += s.allocator.used();
+            }
+        }
+        return n;
+    }
+
+    /** One row per segment, ordered by id. */
+    public List<SegmentInfo> segmentInfos() {
+        long now = clock.millis();
+        List<SegmentInfo> out = new ArrayList<>();
+        List<Segment> sorted = new ArrayList<>(segments.values());
+        sorted.sort(Comparator.comparingInt(s -> s.id));
+        for (Segment s : sorted) {
+            out.add(new SegmentInfo(s.id, s.name, s.address.host(), s.address.port(), s.allocator.capacity(),
+                    s.allocator.used(), s.allocator.allocations(),
+                    s.active ? SegmentInfo.STATE_ACTIVE : SegmentInfo.STATE_JOINING, now - s.lastHeartbeatMillis));
+        }
+        return out;
+    }
+
+    public ClusterStats stats() {
+        return new ClusterStats(incarnation, epoch, keyCount(), index.pendingCount(), allocated(), capacity(),
+                activeClients(), segmentInfos());
+    }
+
+    // ================================================================== helpers
+
+    private static long regionLength(Key key, long valueLength) {
+        return ObjectLayout.regionLength(key.bytes.length, valueLength);
+    }
+
+    /** Frees a complete object's regions and tells their nodes. Returns bytes freed. Caller holds the shard lock. */
+    private long release(Key key, ObjectIndex.ObjectEntry o) {
+        long len = regionLength(key, o.valueLength);
+        long freed = 0;
+        for (int i = 0; i < o.segments.length; i++) {
+            Segment s = segments.get(o.segments[i]);
+            if (s != null) {
+                s.allocator.free(o.offsets[i], len);
+                nodes.free(s, o.offsets[i], o.generation);
+                freed += len;
+            }
+        }
+        return freed;
+    }
+
+    /**
+     * Frees a reservation's regions, unless it belongs to an older epoch (a reset already reclaimed
+     * that space wholesale). Caller holds the epoch read lock and the shard lock.
+     */
+    private void freeRegions(int[] segIds, long[] offsets, long regionLength, long ep, long generation, boolean notify) {
+        if (ep != epoch) {
+            return;
+        }
+        for (int i = 0; i < segIds.length; i++) {
+            Segment s = segments.get(segIds[i]);
+            if (s != null) {
+                s.allocator.free(offsets[i], regionLength);
+                if (notify) {
+                    nodes.free(s, offsets[i], generation);
+                }
+            }
+        }
+    }
+
+    private static boolean contains(int[] a, int v) {
+        return indexOf(a, v) >= 0;
+    }
+
+    private static int indexOf(int[] a, int v) {
+        for (int i = 0; i < a.length; i++) {
+            if (a[i] == v) {
+                return i;
+            }
+        }
+        return -1;
+    }
+
+    private static int[] append(int[] a, int v) {
+        int[] b = Arrays.copyOf(a, a.length + 1);
+        b[a.length] = v;
+        return b;
+    }
+
+    private static long[] append(long[] a, long v) {
+        long[] b = Arrays.copyOf(a, a.length + 1);
+        b[a.length] = v;
+        return b;
+    }
+
+    private static int[] removeAt(int[] a, int idx) {
+        int[] b = new int[a.length - 1];
+        System.arraycopy(a, 0, b, 0, idx);
+        System.arraycopy(a, idx + 1, b, idx, a.length - idx - 1);
+        return b;
+    }
+
+    private static long[] removeAt(long[] a, int idx) {
+        long[] b = new long[a.length - 1];
+        System.arraycopy(a, 0, b, 0, idx);
+        System.arraycopy(a, idx + 1, b, idx, a.length - idx - 1);
+        return b;
+    }
+}

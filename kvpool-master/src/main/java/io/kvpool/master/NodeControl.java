@@ -1,0 +1,202 @@
+package io.kvpool.master;
+
+import io.kvpool.protocol.BodyWriter;
+import io.kvpool.protocol.FrameConnection;
+import io.kvpool.protocol.Limits;
+import io.kvpool.protocol.Opcode;
+import io.kvpool.protocol.msg.NodeMessages;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.io.IOException;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Collection;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.locks.ReentrantLock;
+
+/**
+ * The master's side of the control channel to nodes ({@link NodeNotifier} over TCP). One connection
+ * per segment, opened on first use. Frees are queued per segment and sent in NODE_FREE batches by a
+ * background flusher (every {@link #FLUSH_INTERVAL} or at {@link #MAX_BATCH} items); resets are sent
+ * to all nodes in parallel and awaited.
+ */
+final class NodeControl implements NodeNotifier {
+
+    private static final Logger log = LoggerFactory.getLogger(NodeControl.class);
+    /** Longest a freed region waits before its node hears of it. */
+    static final Duration FLUSH_INTERVAL = Duration.ofMillis(50);
+    /** Most regions in one NODE_FREE frame. */
+    static final int MAX_BATCH = 8192;
+    /** Bound on one control call (connect + reply). */
+    static final Duration CALL_TIMEOUT = Duration.ofSeconds(5);
+
+    private final Limits limits;
+    private final Map<Integer, Channel> channels = new ConcurrentHashMap<>();
+    private final Thread flusher;
+    private volatile boolean running = true;
+
+    private static final class Channel {
+        final Segment segment;
+        /** Guards the connection only; the queue is lock-free so callers holding index locks never wait on I/O. */
+        final ReentrantLock lock = new ReentrantLock();
+        final ConcurrentLinkedQueue<NodeMessages.FreeItem> queue = new ConcurrentLinkedQueue<>();
+        FrameConnection conn;
+        boolean failing;
+
+        Channel(Segment segment) {
+            this.segment = segment;
+        }
+    }
+
+    NodeControl(Limits limits) {
+        this.limits = limits;
+        this.flusher = Thread.ofPlatform().daemon().name("kvpool-master-free-flusher").start(this::flushLoop);
+    }
+
+    private Channel channel(Segment s) {
+        return channels.computeIfAbsent(s.id, id -> new Channel(s));
+    }
+
+    @Override
+    public void free(Segment segment, long offset, long generation) {
+        channel(segment).queue.add(new NodeMessages.FreeItem(offset, generation));
+    }
+
+    @Override
+    public void reset(Collection<Segment> segments, long epoch) {
+        CountDownLatch done = new CountDownLatch(segments.size());
+        for (Segment s : segments) {
+            Thread.ofVirtual().start(() -> {
+                try {
+                    Channel c = channel(s);
+                    c.lock.lock();
+                    try {
+                        c.queue.clear();
+                        BodyWriter w = new BodyWriter(16);
+                        new NodeMessages.Reset(epoch).write(w);
+                        call(c, Opcode.NODE_RESET, w);
+                    } finally {
+                        c.lock.unlock();
+                    }
+                } catch (IOException | RuntimeException e) {
+                    log.warn("reset of {} to epoch {} not acknowledged ({}); it will catch up at its next heartbeat",
+                            s, epoch, e.getMessage());
+                } finally {
+                    done.countDown();
+                }
+            });
+        }
+        try {
+            done.await(CALL_TIMEOUT.toMillis() * 2, TimeUnit.MILLISECONDS);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+    }
+
+    @Override
+    public void forget(Segment segment) {
+        Channel c = channels.remove(segment.id);
+        if (c != null) {
+            c.queue.clear();
+            c.lock.lock();
+            try {
+                closeConn(c);
+            } finally {
+                c.lock.unlock();
+            }
+        }
+    }
+
+    private void flushLoop() {
+        while (running) {
+            try {
+                Thread.sleep(FLUSH_INTERVAL);
+            } catch (InterruptedException e) {
+                return;
+            }
+            for (Channel c : channels.values()) {
+                flush(c);
+            }
+        }
+    }
+
+    private void flush(Channel c) {
+        if (c.queue.isEmpty() || !c.lock.tryLock()) {
+            return; // nothing to do, or a reset is in progress on this channel (it clears the queue anyway)
+        }
+        try {
+            while (!c.queue.isEmpty() && running) {
+                List<NodeMessages.FreeItem> batch = new ArrayList<>();
+                NodeMessages.FreeItem it;
+                while (batch.size() < MAX_BATCH && (it = c.queue.poll()) != null) {
+                    batch.add(it);
+                }
+                BodyWriter w = new BodyWriter(8 + batch.size() * 16);
+                new NodeMessages.Free(batch).write(w);
+                try {
+                    call(c, Opcode.NODE_FREE, w);
+                    if (c.failing) {
+                        log.info("control channel to {} works again", c.segment);
+                        c.failing = false;
+                    }
+                } catch (IOException | RuntimeException e) {
+                    if (!c.failing) {
+                        log.warn("cannot send frees to {} ({}); they are dropped (the node also frees on overwrite)",
+                                c.segment, e.getMessage());
+                        c.failing = true;
+                    }
+                }
+            }
+        } finally {
+            c.lock.unlock();
+        }
+    }
+
+    /** One control call on the segment's connection; caller holds the channel lock. */
+    private void call(Channel c, Opcode op, BodyWriter w) throws IOException {
+        if (c.conn == null || c.conn.isBroken()) {
+            closeConn(c);
+            c.conn = FrameConnection.connect(c.segment.address, CALL_TIMEOUT, limits);
+        }
+        try {
+            c.conn.call(op, w, CALL_TIMEOUT);
+        } catch (IOException | RuntimeException e) {
+            closeConn(c);
+            throw e;
+        }
+    }
+
+    private static void closeConn(Channel c) {
+        if (c.conn != null) {
+            try {
+                c.conn.close();
+            } catch (IOException ignored) {
+                // replacing it
+            }
+            c.conn = null;
+        }
+    }
+
+    /** Sends every queued free now (for tests and shutdown). */
+    void flushAll() {
+        for (Channel c : channels.values()) {
+            flush(c);
+        }
+    }
+
+    @Override
+    public void close() {
+        running = false;
+        flusher.interrupt();
+        for (Channel c : channels.values()) {
+            closeConn(c);
+        }
+        channels.clear();
+    }
+}

@@ -1,0 +1,45 @@
+package io.kvpool.master;
+
+import java.util.Collection;
+
+/**
+ * How the master tells nodes about decisions that change what their regions mean. Frees are
+ * advisory and may be batched (a node also drops a region when a write overlaps it); resets are
+ * synchronous, because a removeAll must not return before nodes refuse writes from the old epoch.
+ */
+interface NodeNotifier extends AutoCloseable {
+
+    /** A region on {@code segment} was freed. May be delivered later, in a batch. */
+    void free(Segment segment, long offset, long generation);
+
+    /**
+     * Every object on these segments is void; accept writes only from {@code epoch} on. Returns when
+     * every reachable node acknowledged or its timeout passed.
+     */
+    void reset(Collection<Segment> segments, long epoch);
+
+    /** The segment is gone; drop anything queued for it. */
+    void forget(Segment segment);
+
+    @Override
+    void close();
+
+    /** For tests of the master alone: delivers nothing. */
+    NodeNotifier NONE = new NodeNotifier() {
+        @Override
+        public void free(Segment segment, long offset, long generation) {
+        }
+
+        @Override
+        public void reset(Collection<Segment> segments, long epoch) {
+        }
+
+        @Override
+        public void forget(Segment segment) {
+        }
+
+        @Override
+        public void close() {
+        }
+    };
+}

@@ -1,0 +1,34 @@
+package io.kvpool.master;
+
+import io.kvpool.config.HostPort;
+
+/**
+ * A node's segment as the master sees it: identity, address, liveness, and the allocator for its
+ * space. A segment gets a new id every time its node registers, so a stale reference (a pending
+ * put, a client's cached table) to an earlier registration can never reach the new one by mistake.
+ */
+final class Segment {
+
+    final int id;
+    final String name;
+    final HostPort address;
+    final long nodeIncarnation;
+    final RangeAllocator allocator;
+    /** False while the node is still listing its objects: no new puts are placed here until then. */
+    volatile boolean active;
+    volatile long lastHeartbeatMillis;
+
+    Segment(int id, String name, HostPort address, long capacity, long nodeIncarnation, long nowMillis) {
+        this.id = id;
+        this.name = name;
+        this.address = address;
+        this.nodeIncarnation = nodeIncarnation;
+        this.allocator = new RangeAllocator(capacity);
+        this.lastHeartbeatMillis = nowMillis;
+    }
+
+    @Override
+    public String toString() {
+        return "segment " + name + " (id " + id + ")";
+    }
+}

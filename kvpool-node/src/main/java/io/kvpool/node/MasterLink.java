@@ -1,0 +1,294 @@
+package io.kvpool.node;
+
+import io.kvpool.protocol.BodyWriter;
+import io.kvpool.protocol.FrameConnection;
+import io.kvpool.protocol.ObjectLayout;
+import io.kvpool.protocol.Opcode;
+import io.kvpool.protocol.RemoteException;
+import io.kvpool.protocol.ResultCode;
+import io.kvpool.protocol.msg.MasterMessages;
+import io.kvpool.protocol.msg.MasterMessages.Heartbeat;
+import io.kvpool.protocol.msg.MasterMessages.HeartbeatReply;
+import io.kvpool.protocol.msg.MasterMessages.Inventory;
+import io.kvpool.protocol.msg.MasterMessages.InventoryItem;
+import io.kvpool.protocol.msg.MasterMessages.RegisterNode;
+import io.kvpool.protocol.msg.MasterMessages.RegisterReply;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.io.IOException;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.ThreadLocalRandom;
+import java.util.concurrent.locks.Condition;
+import java.util.concurrent.locks.ReentrantLock;
+
+/**
+ * Keeps a node registered with the master: registers, uploads the inventory, heartbeats, and starts
+ * over whenever the master forgets the node (master restart, or the node was dropped for silence).
+ *
+ * <h2>Registration</h2>
+ * REGISTER_NODE offers the segment with the newest epoch this node has seen. The master answers with
+ * a segment id, its epoch, and whether the node's objects are current. If they are, the node lists
+ * them in NODE_INVENTORY chunks, each object re-read and checked from its self-describing header
+ * and value checksum; the master rebuilds its metadata from them and answers ALREADY_EXISTS for
+ * objects it will not take, which the node then drops. The segment takes new puts only after the
+ * last chunk, so nothing is placed over an object the master has not heard of yet.
+ *
+ * <h2>Failures</h2>
+ * Lost connection: retry every heartbeat interval, logging once per outage. A heartbeat answered
+ * NOT_FOUND: register again at once. A heartbeat carrying a newer epoch than ours: we missed a
+ * reset, so drop everything.
+ */
+final class MasterLink implements AutoCloseable {
+
+    private static final Logger log = LoggerFactory.getLogger(MasterLink.class);
+    /** Objects per NODE_INVENTORY frame. */
+    static final int INVENTORY_CHUNK = 4096;
+
+    private final StorageNode node;
+    private final NodeConfig config;
+    private final long incarnation = ThreadLocalRandom.current().nextLong();
+    private final Thread thread;
+    private final ReentrantLock lock = new ReentrantLock();
+    private final Condition state = lock.newCondition();
+    private volatile boolean running = true;
+    private volatile boolean registered;
+    private FrameConnection conn;
+    private int segmentId = -1;
+    private boolean outageLogged;
+
+    MasterLink(StorageNode node, NodeConfig config) {
+        this.node = node;
+        this.config = config;
+        this.thread = Thread.ofPlatform().daemon().name("kvpool-node-link").start(this::run);
+    }
+
+    boolean isRegistered() {
+        return registered;
+    }
+
+    boolean awaitRegistered(Duration timeout) throws InterruptedException {
+        long deadline = System.nanoTime() + timeout.toNanos();
+        lock.lock();
+        try {
+            while (!registered) {
+                long left = deadline - System.nanoTime();
+                if (left <= 0) {
+                    return false;
+                }
+                state.awaitNanos(left);
+            }
+            return true;
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    private void setRegistered(boolean v) {
+        lock.lock();
+        try {
+            registered = v;
+            state.signalAll();
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    private Duration rpcTimeout() {
+        return Duration.ofSeconds(30);
+    }
+
+    private void run() {
+        while (running) {
+            try {
+                if (conn == null || conn.isBroken()) {
+                    conn = FrameConnection.connect(config.master(), Duration.ofSeconds(3), config.limits());
+                    hello();
+                }
+                if (segmentId < 0) {
+                    register();
+                }
+                // after a reconnect the heartbeat tells whether the master still knows us
+                HeartbeatReply hb = heartbeat();
+                if (hb.code() != ResultCode.OK) {
+                    log.info("node {}: master does not know this node (restarted, or dropped us); registering again",
+                            node.name());
+                    segmentId = -1;
+                    setRegistered(false);
+                    continue;
+                }
+                if (hb.epoch() > node.ledger().epoch()) {
+                    long n = node.ledger().reset(hb.epoch());
+                    log.warn("node {}: missed a reset; now at epoch {}, dropped {} objects", node.name(), hb.epoch(), n);
+                }
+                if (outageLogged) {
+                    log.info("node {}: master {} reachable again", node.name(), config.master());
+                    outageLogged = false;
+                }
+                sleep(config.heartbeatInterval());
+            } catch (IOException | RemoteException e) {
+                if (!running) {
+                    return;
+                }
+                if (!outageLogged) {
+                    log.warn("node {}: master {} unreachable ({}); retrying every {}", node.name(), config.master(),
+                            e.getMessage(), io.kvpool.config.Durations.format(config.heartbeatInterval()));
+                    outageLogged = true;
+                }
+                closeConn();
+                sleep(config.heartbeatInterval());
+            } catch (RuntimeException e) {
+                if (!running) {
+                    return;
+                }
+                log.error("node {}: unexpected failure talking to the master", node.name(), e);
+                closeConn();
+                segmentId = -1;
+                setRegistered(false);
+                sleep(config.heartbeatInterval());
+            }
+        }
+    }
+
+    private void hello() throws IOException {
+        BodyWriter w = new BodyWriter();
+        new MasterMessages.Hello(MasterMessages.Role.NODE, new java.util.UUID(incarnation, incarnation),
+                node.advertiseHost(), ProcessHandle.current().pid()).write(w);
+        conn.call(Opcode.HELLO, w, rpcTimeout());
+    }
+
+    private void register() throws IOException {
+        RegionLedger ledger = node.ledger();
+        List<RegionLedger.Region> regions = ledger.completeRegions();
+        BodyWriter w = new BodyWriter();
+        new RegisterNode(node.name(), node.advertiseHost(), node.port(), node.capacity(), ledger.epoch(), incarnation,
+                regions.size()).write(w);
+        RegisterReply reply = RegisterReply.read(conn.call(Opcode.REGISTER_NODE, w, rpcTimeout()).body());
+        // becomes our segment id only once the whole inventory is in; a failure midway registers afresh
+        int id = reply.segmentId();
+        if (!reply.keepInventory()) {
+            long n = ledger.reset(reply.epoch());
+            if (n > 0) {
+                log.warn("node {}: master is at epoch {}; dropped {} objects from an older epoch", node.name(),
+                        reply.epoch(), n);
+            }
+            regions = List.of();
+        } else {
+            ledger.adoptEpoch(reply.epoch());
+        }
+        long kept = 0;
+        long dropped = 0;
+        long corrupt = 0;
+        int i = 0;
+        do {
+            List<RegionLedger.Region> chunk = regions.subList(i, Math.min(regions.size(), i + INVENTORY_CHUNK));
+            List<InventoryItem> items = new ArrayList<>(chunk.size());
+            List<RegionLedger.Region> sent = new ArrayList<>(chunk.size());
+            for (RegionLedger.Region r : chunk) {
+                InventoryItem item = verified(r);
+                if (item == null) {
+                    corrupt++;
+                    ledger.free(r.offset, r.generation);
+                } else {
+                    items.add(item);
+                    sent.add(r);
+                }
+            }
+            i += chunk.size();
+            boolean last = i >= regions.size();
+            BodyWriter iw = new BodyWriter(64 + items.size() * 96);
+            new Inventory(id, incarnation, last, items).write(iw);
+            MasterMessages.Codes codes = MasterMessages.Codes.read(conn.call(Opcode.NODE_INVENTORY, iw, rpcTimeout()).body());
+            for (int j = 0; j < sent.size(); j++) {
+                if (codes.codes().get(j) == ResultCode.OK) {
+                    kept++;
+                } else {
+                    dropped++;
+                    ledger.free(sent.get(j).offset, sent.get(j).generation);
+                }
+            }
+        } while (i < regions.size());
+        segmentId = id;
+        setRegistered(true);
+        log.info("node {}: registered as segment {} at epoch {} ({} objects kept, {} dropped, {} failed verification)",
+                node.name(), id, reply.epoch(), kept, dropped, corrupt);
+    }
+
+    /**
+     * Re-reads an object from its header in the segment and checks it against the ledger and its
+     * value checksum; null if anything disagrees.
+     */
+    private InventoryItem verified(RegionLedger.Region r) {
+        RegionLedger ledger = node.ledger();
+        RegionLedger.Region pinned = ledger.beginRead(r.offset, r.generation);
+        if (pinned == null) {
+            return null;
+        }
+        try {
+            ObjectLayout.Header h = ObjectLayout.readHeader(node.segment(), r.offset, node.segment().byteSize());
+            if (h == null || h.generation() != r.generation || h.state() != ObjectLayout.STATE_COMPLETE
+                    || h.valueLength() != r.valueLength || !java.util.Arrays.equals(h.key(), r.key)) {
+                return null;
+            }
+            int crc = ObjectLayout.valueCrc(node.segment().asSlice(r.valueOffset(), r.valueLength));
+            if (crc != h.valueCrc()) {
+                log.warn("node {}: object '{}' at offset {} fails its checksum; not listed", node.name(),
+                        io.kvpool.protocol.Keys.decode(r.key), r.offset);
+                return null;
+            }
+            return new InventoryItem(r.offset, r.generation, h.epoch(), h.key(), h.valueLength());
+        } finally {
+            ledger.endRead(pinned);
+        }
+    }
+
+    private HeartbeatReply heartbeat() throws IOException {
+        BodyWriter w = new BodyWriter(40);
+        new Heartbeat(segmentId, incarnation, node.ledger().epoch(), node.ledger().objectCount()).write(w);
+        return HeartbeatReply.read(conn.call(Opcode.NODE_HEARTBEAT, w, rpcTimeout()).body());
+    }
+
+    private void sleep(Duration d) {
+        lock.lock();
+        try {
+            if (running) {
+                state.awaitNanos(d.toNanos());
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            running = false;
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    private void closeConn() {
+        if (conn != null) {
+            try {
+                conn.close();
+            } catch (IOException ignored) {
+                // reconnecting anyway
+            }
+            conn = null;
+        }
+    }
+
+    @Override
+    public void close() {
+        running = false;
+        lock.lock();
+        try {
+            state.signalAll();
+        } finally {
+            lock.unlock();
+        }
+        closeConn();
+        try {
+            thread.join(2000);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+    }
+}

@@ -1,0 +1,98 @@
+package io.kvpool.node;
+
+import io.kvpool.config.Durations;
+import io.kvpool.config.HostPort;
+import io.kvpool.config.Size;
+import io.kvpool.protocol.Limits;
+
+import java.nio.file.Path;
+import java.time.Duration;
+
+/**
+ * Everything a storage node is configured with, typed, with defaults in one place.
+ *
+ * @param master            the master's address
+ * @param listenHost        interface to listen on for reads, writes and master control
+ * @param port              port to listen on; 0 picks a free one
+ * @param advertiseHost     address clients use to reach this node; null detects one
+ * @param segmentSize       bytes of off-heap memory this node contributes
+ * @param shmDir            where to put the shared-memory file backing the segment; null for anonymous memory
+ * @param heartbeatInterval how often the node tells the master it is alive
+ * @param regionWait        how long a write waits for reads of the region it overwrites to finish
+ * @param frameTimeout      how long a frame may take to arrive once it began
+ * @param verifyWrites      recompute each written value's CRC32C and refuse mismatches
+ * @param limits            frame size limits
+ */
+public record NodeConfig(HostPort master, String listenHost, int port, String advertiseHost, Size segmentSize,
+                         Path shmDir, Duration heartbeatInterval, Duration regionWait, Duration frameTimeout,
+                         boolean verifyWrites, Limits limits) {
+
+    /** Default port a node listens on. */
+    public static final int DEFAULT_PORT = 50052;
+    /** Default segment size. */
+    public static final Size DEFAULT_SEGMENT_SIZE = Size.ofGiB(1);
+    /** Default heartbeat period; the master drops a node after its TTL (default 10 s) of silence. */
+    public static final Duration DEFAULT_HEARTBEAT_INTERVAL = Duration.ofSeconds(1);
+    /** Default bound on how long a write waits for in-flight reads of the space it reuses. */
+    public static final Duration DEFAULT_REGION_WAIT = Duration.ofSeconds(5);
+    /** Default bound on one frame's transfer once it started. */
+    public static final Duration DEFAULT_FRAME_TIMEOUT = Duration.ofSeconds(30);
+    /** Default shared-memory directory. */
+    public static final Path DEFAULT_SHM_DIR = Path.of("/dev/shm");
+
+    public NodeConfig {
+        if (master == null) {
+            throw new IllegalArgumentException("node: master address is required (--master HOST:PORT)");
+        }
+        if (segmentSize == null || segmentSize.bytes() < 1 << 20) {
+            throw new IllegalArgumentException("node: segment size must be at least 1MiB, got " + segmentSize);
+        }
+        if (port < 0 || port > 65535) {
+            throw new IllegalArgumentException("node: port " + port + " is out of range 0..65535");
+        }
+        Durations.requirePositive("node: heartbeat interval", heartbeatInterval);
+        Durations.requirePositive("node: region wait", regionWait);
+        Durations.requirePositive("node: frame timeout", frameTimeout);
+    }
+
+    /** A config with every default, for the given master and segment size. */
+    public static NodeConfig defaults(HostPort master, Size segmentSize) {
+        return new NodeConfig(master, "0.0.0.0", DEFAULT_PORT, null, segmentSize, DEFAULT_SHM_DIR,
+                DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_REGION_WAIT, DEFAULT_FRAME_TIMEOUT, false, Limits.DEFAULT);
+    }
+
+    public NodeConfig withPort(int p) {
+        return new NodeConfig(master, listenHost, p, advertiseHost, segmentSize, shmDir, heartbeatInterval, regionWait,
+                frameTimeout, verifyWrites, limits);
+    }
+
+    public NodeConfig withListen(String host, int p) {
+        return new NodeConfig(master, host, p, advertiseHost, segmentSize, shmDir, heartbeatInterval, regionWait,
+                frameTimeout, verifyWrites, limits);
+    }
+
+    public NodeConfig withAdvertiseHost(String host) {
+        return new NodeConfig(master, listenHost, port, host, segmentSize, shmDir, heartbeatInterval, regionWait,
+                frameTimeout, verifyWrites, limits);
+    }
+
+    public NodeConfig withHeartbeatInterval(Duration d) {
+        return new NodeConfig(master, listenHost, port, advertiseHost, segmentSize, shmDir, d, regionWait,
+                frameTimeout, verifyWrites, limits);
+    }
+
+    public NodeConfig withShmDir(Path dir) {
+        return new NodeConfig(master, listenHost, port, advertiseHost, segmentSize, dir, heartbeatInterval, regionWait,
+                frameTimeout, verifyWrites, limits);
+    }
+
+    public NodeConfig withRegionWait(Duration d) {
+        return new NodeConfig(master, listenHost, port, advertiseHost, segmentSize, shmDir, heartbeatInterval, d,
+                frameTimeout, verifyWrites, limits);
+    }
+
+    public NodeConfig withVerifyWrites(boolean v) {
+        return new NodeConfig(master, listenHost, port, advertiseHost, segmentSize, shmDir, heartbeatInterval,
+                regionWait, frameTimeout, v, limits);
+    }
+}

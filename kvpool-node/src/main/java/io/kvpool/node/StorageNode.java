@@ -1,0 +1,296 @@
+package io.kvpool.node;
+
+import io.kvpool.config.HostPort;
+import io.kvpool.config.LocalHost;
+import io.kvpool.config.Size;
+import io.kvpool.protocol.BadRequestException;
+import io.kvpool.protocol.BodyReader;
+import io.kvpool.protocol.BodyWriter;
+import io.kvpool.protocol.Channels;
+import io.kvpool.protocol.FrameServer;
+import io.kvpool.protocol.FrameStatus;
+import io.kvpool.protocol.MalformedFrameException;
+import io.kvpool.protocol.ObjectLayout;
+import io.kvpool.protocol.Opcode;
+import io.kvpool.protocol.Request;
+import io.kvpool.protocol.RequestHandler;
+import io.kvpool.protocol.ResultCode;
+import io.kvpool.protocol.msg.MasterMessages.Codes;
+import io.kvpool.protocol.msg.NodeMessages;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.io.IOException;
+import java.lang.foreign.MemorySegment;
+import java.net.InetSocketAddress;
+import java.nio.ByteBuffer;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.atomic.AtomicLong;
+
+/**
+ * A storage node: contributes one off-heap segment to the pool, serves reads and writes of object
+ * bytes over TCP, and keeps itself registered with the master (see {@link MasterLink}).
+ *
+ * <p>The node never decides placement: the master reserves a region and the writer sends its bytes
+ * here with the region's offset and generation. The node's own job is the {@link RegionLedger}
+ * guarantee (a read returns exactly the object it names, or a miss) and moving bytes between the
+ * socket and the segment with no copy through the heap.
+ *
+ * <p>Lifecycle: constructed = serving and registering; {@link #close()} stops heartbeats, stops
+ * serving, waits briefly for transfers in progress, then frees the segment. Closing twice is harmless.
+ */
+public final class StorageNode implements AutoCloseable {
+
+    private static final Logger log = LoggerFactory.getLogger(StorageNode.class);
+
+    private final NodeConfig config;
+    private final SegmentMemory memory;
+    private final MemorySegment segment;
+    private final RegionLedger ledger;
+    private final FrameServer server;
+    private final MasterLink link;
+    private final String name;
+    private final String advertiseHost;
+    private final AtomicLong bytesWritten = new AtomicLong();
+    private final AtomicLong bytesRead = new AtomicLong();
+    private final AtomicLong refusedWrites = new AtomicLong();
+    private volatile boolean closed;
+
+    public StorageNode(NodeConfig config) throws IOException {
+        this.config = config;
+        this.advertiseHost = config.advertiseHost() != null ? config.advertiseHost()
+                : (!"0.0.0.0".equals(config.listenHost()) && !"::".equals(config.listenHost()) ? config.listenHost()
+                : LocalHost.defaultAdvertiseAddress());
+        this.server = new FrameServer("node", new InetSocketAddress(config.listenHost(), config.port()), config.limits(),
+                config.frameTimeout(), Opcode::isNodeOp, new Handler());
+        try {
+            this.name = new HostPort(advertiseHost, server.port()).toString();
+            this.memory = SegmentMemory.allocate(config.segmentSize().bytes(), config.shmDir(), name);
+        } catch (RuntimeException e) {
+            server.close();
+            throw e;
+        }
+        this.segment = memory.segment();
+        this.ledger = new RegionLedger(segment);
+        this.link = new MasterLink(this, config);
+        log.info("node {} serving a {} segment, master {}", name, Size.human(segment.byteSize()), config.master());
+    }
+
+    /** The segment's name: {@code host:port} as clients reach this node. */
+    public String name() {
+        return name;
+    }
+
+    public String advertiseHost() {
+        return advertiseHost;
+    }
+
+    public int port() {
+        return server.port();
+    }
+
+    public long capacity() {
+        return segment.byteSize();
+    }
+
+    public long objectCount() {
+        return ledger.objectCount();
+    }
+
+    public long epoch() {
+        return ledger.epoch();
+    }
+
+    /** True once the master has accepted this node's registration and inventory. */
+    public boolean isRegistered() {
+        return link.isRegistered();
+    }
+
+    /** Waits until registered with the master, up to {@code timeout}. */
+    public boolean awaitRegistered(Duration timeout) throws InterruptedException {
+        return link.awaitRegistered(timeout);
+    }
+
+    RegionLedger ledger() {
+        return ledger;
+    }
+
+    MemorySegment segment() {
+        return segment;
+    }
+
+    private final class Handler implements RequestHandler {
+        @Override
+        public void handle(Request req) throws IOException {
+            switch (req.opcode()) {
+                case NODE_WRITE -> write(req);
+                case NODE_READ -> read(req);
+                case NODE_FREE -> free(req);
+                case NODE_RESET -> reset(req);
+                default -> throw new MalformedFrameException(FrameStatus.UNKNOWN_OPCODE, req.requestId(),
+                        req.opcode().metricName + " is not served by nodes");
+            }
+        }
+    }
+
+    private void write(Request req) throws IOException {
+        BodyReader body = req.body();
+        NodeMessages.Write w = NodeMessages.Write.read(body);
+        body.end("node_write");
+        if (w.payloadLength() != req.payloadLength()) {
+            throw new MalformedFrameException(FrameStatus.MALFORMED_FRAME, req.requestId(), "node_write items total "
+                    + w.payloadLength() + " value bytes but the frame carries " + req.payloadLength());
+        }
+        for (NodeMessages.WriteItem it : w.items()) {
+            checkRegion(it.offset(), ObjectLayout.regionLength(it.key().length, it.valueLength()), it.generation());
+        }
+        List<ResultCode> codes = new ArrayList<>(w.items().size());
+        for (NodeMessages.WriteItem it : w.items()) {
+            codes.add(writeOne(req, w.epoch(), it));
+        }
+        BodyWriter out = new BodyWriter(8 + codes.size());
+        new Codes(codes).write(out);
+        req.reply(out);
+    }
+
+    private ResultCode writeOne(Request req, long epoch, NodeMessages.WriteItem it) throws IOException {
+        long regionLength = ObjectLayout.regionLength(it.key().length, it.valueLength());
+        RegionLedger.WriteAdmission adm;
+        try {
+            adm = ledger.beginWrite(it.offset(), regionLength, it.generation(), epoch, it.key(), it.valueLength(),
+                    config.regionWait());
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new IOException("interrupted while waiting for region " + it.offset() + " of segment " + name);
+        }
+        if (adm.region() == null) {
+            refusedWrites.incrementAndGet();
+            req.skipPayload(it.valueLength());
+            return adm.refusal();
+        }
+        RegionLedger.Region r = adm.region();
+        boolean ok = false;
+        try {
+            ObjectLayout.writeHeader(segment, r.offset, ObjectLayout.STATE_WRITING, it.key(), it.valueLength(),
+                    it.generation(), epoch, it.valueCrc());
+            MemorySegment dst = segment.asSlice(r.valueOffset(), it.valueLength());
+            req.readPayload(dst);
+            ok = !config.verifyWrites() || ObjectLayout.valueCrc(dst) == it.valueCrc();
+            if (!ok) {
+                log.warn("segment {}: value of '{}' at offset {} does not match its checksum; write refused", name,
+                        io.kvpool.protocol.Keys.decode(it.key()), it.offset());
+            }
+        } finally {
+            ok = ledger.endWrite(r, ok);
+        }
+        if (ok) {
+            bytesWritten.addAndGet(it.valueLength());
+            return ResultCode.OK;
+        }
+        return ledger.epoch() > epoch ? ResultCode.FENCED : ResultCode.FAILED;
+    }
+
+    private void read(Request req) throws IOException {
+        BodyReader body = req.body();
+        NodeMessages.Read rd = NodeMessages.Read.read(body);
+        body.end("node_read");
+        List<RegionLedger.Region> pinned = new ArrayList<>(rd.items().size());
+        try {
+            List<ResultCode> codes = new ArrayList<>(rd.items().size());
+            List<ByteBuffer> views = new ArrayList<>(rd.items().size());
+            long total = 0;
+            for (NodeMessages.ReadItem it : rd.items()) {
+                RegionLedger.Region r = ledger.beginRead(it.offset(), it.generation());
+                if (r == null) {
+                    codes.add(ResultCode.NOT_FOUND);
+                    continue;
+                }
+                pinned.add(r);
+                if (r.valueLength != it.valueLength()) {
+                    // generation matches but length does not: the request is wrong, not the data
+                    throw new BadRequestException("node_read of offset " + it.offset() + " generation "
+                            + it.generation() + " on segment " + name + " asks for " + it.valueLength()
+                            + " bytes; the object has " + r.valueLength);
+                }
+                if (total + r.valueLength > config.limits().maxPayloadBytes()) {
+                    throw new BadRequestException("node_read of " + rd.items().size() + " items exceeds the "
+                            + config.limits().maxPayloadBytes() + "-byte payload limit of segment " + name
+                            + "; split the batch");
+                }
+                total += r.valueLength;
+                codes.add(ResultCode.OK);
+                Channels.addViews(views, segment.asSlice(r.valueOffset(), r.valueLength));
+            }
+            BodyWriter out = new BodyWriter(8 + codes.size());
+            new Codes(codes).write(out);
+            req.reply(out, views.toArray(ByteBuffer[]::new));
+            bytesRead.addAndGet(total);
+        } finally {
+            for (RegionLedger.Region r : pinned) {
+                ledger.endRead(r);
+            }
+        }
+    }
+
+    private void free(Request req) throws IOException {
+        BodyReader body = req.body();
+        NodeMessages.Free f = NodeMessages.Free.read(body);
+        body.end("node_free");
+        long n = 0;
+        for (NodeMessages.FreeItem it : f.items()) {
+            if (ledger.free(it.offset(), it.generation())) {
+                n++;
+            }
+        }
+        req.reply(new BodyWriter(8).i64(n));
+    }
+
+    private void reset(Request req) throws IOException {
+        BodyReader body = req.body();
+        NodeMessages.Reset r = NodeMessages.Reset.read(body);
+        body.end("node_reset");
+        long n = ledger.reset(r.epoch());
+        log.info("segment {}: reset to epoch {}, dropped {} objects", name, r.epoch(), n);
+        req.reply(new BodyWriter(8).i64(n));
+    }
+
+    private void checkRegion(long offset, long length, long generation) {
+        if (offset % ObjectLayout.ALIGNMENT != 0 || offset < 0 || length < 0 || offset + length > segment.byteSize()
+                || offset + length < 0) {
+            throw new BadRequestException("region at offset " + offset + " of " + length + " bytes (generation "
+                    + generation + ") does not fit segment " + name + " of " + segment.byteSize()
+                    + " bytes, or is not " + ObjectLayout.ALIGNMENT + "-byte aligned");
+        }
+    }
+
+    /** Value bytes stored since start. */
+    public long bytesWritten() {
+        return bytesWritten.get();
+    }
+
+    /** Value bytes served since start. */
+    public long bytesRead() {
+        return bytesRead.get();
+    }
+
+    @Override
+    public void close() {
+        if (closed) {
+            return;
+        }
+        closed = true;
+        link.close();
+        try {
+            server.close();
+            ledger.awaitIdle(Duration.ofSeconds(2));
+        } catch (IOException e) {
+            log.warn("node {}: error stopping server: {}", name, e.toString());
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+        memory.close();
+        log.info("node {} stopped", name);
+    }
+}

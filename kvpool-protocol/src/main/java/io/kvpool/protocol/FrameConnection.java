@@ -1,0 +1,215 @@
+package io.kvpool.protocol;
+
+import io.kvpool.config.HostPort;
+
+import java.io.Closeable;
+import java.io.IOException;
+import java.lang.foreign.MemorySegment;
+import java.net.SocketTimeoutException;
+import java.net.StandardSocketOptions;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.nio.channels.ClosedChannelException;
+import java.nio.channels.SocketChannel;
+import java.time.Duration;
+
+/**
+ * The requesting end of one kvpool connection: send a request frame, receive its reply, stream the
+ * reply's payload. One request is outstanding at a time; callers that need concurrency take several
+ * connections from a pool. Not thread-safe.
+ *
+ * <p>Every exchange runs under a {@link Watchdog} deadline: if the peer does not answer in time, the
+ * connection is closed and the call fails with a {@link SocketTimeoutException} naming the peer,
+ * instead of hanging. A connection that failed in any way is {@link #isBroken() broken} and must be
+ * discarded, since the stream position is unknown.
+ */
+public final class FrameConnection implements Closeable {
+
+    private final SocketChannel channel;
+    private final HostPort peer;
+    private final Limits limits;
+    private final ByteBuffer header = FrameHeader.allocate();
+    private ByteBuffer body = ByteBuffer.allocateDirect(64 << 10).order(ByteOrder.LITTLE_ENDIAN);
+    private long nextRequestId = 1;
+    private boolean broken;
+    private Opcode inFlight;
+    private long payloadLeft;
+
+    private FrameConnection(SocketChannel channel, HostPort peer, Limits limits) {
+        this.channel = channel;
+        this.peer = peer;
+        this.limits = limits;
+    }
+
+    /**
+     * Connects to {@code peer}.
+     *
+     * @throws IOException naming the peer when it cannot be reached within {@code timeout}
+     */
+    public static FrameConnection connect(HostPort peer, Duration timeout, Limits limits) throws IOException {
+        SocketChannel ch = SocketChannel.open();
+        try {
+            ch.setOption(StandardSocketOptions.TCP_NODELAY, true);
+            ch.socket().connect(peer.toSocketAddress(), (int) Math.max(1, timeout.toMillis()));
+            return new FrameConnection(ch, peer, limits);
+        } catch (IOException e) {
+            ch.close();
+            IOException wrapped = new IOException("cannot connect to " + peer + ": " + e.getMessage(), e);
+            throw wrapped;
+        }
+    }
+
+    public HostPort peer() {
+        return peer;
+    }
+
+    public boolean isBroken() {
+        return broken || !channel.isOpen();
+    }
+
+    /** The reply to one request: its header fields and body. Payload, if any, is read separately. */
+    public record Reply(FrameHeader.Decoded header, BodyReader body) {
+        public long payloadLength() {
+            return header.payloadLength();
+        }
+    }
+
+    /**
+     * Sends a request and returns its reply, all under one deadline. If the reply carries payload,
+     * read it with {@link #readPayload} / {@link #skipPayload} before the next call.
+     *
+     * @throws RemoteException when the peer answers with an error status (the connection stays usable
+     *                         only for {@link FrameStatus#BAD_REQUEST}; otherwise the peer closes it)
+     * @throws IOException     on timeout or a broken connection, naming the peer
+     */
+    public Reply call(Opcode op, BodyWriter request, Duration timeout, ByteBuffer... payload) throws IOException {
+        try (Watchdog.Deadline d = Watchdog.arm(channel, timeout)) {
+            try {
+                send(op, request, payload);
+                return receive();
+            } catch (ClosedChannelException e) {
+                broken = true;
+                if (d.fired()) {
+                    throw new SocketTimeoutException("no reply from " + peer + " to " + op.metricName + " within "
+                            + io.kvpool.config.Durations.format(timeout));
+                }
+                throw new IOException("connection to " + peer + " closed during " + op.metricName, e);
+            } catch (IOException | RuntimeException e) {
+                if (!(e instanceof RemoteException re && re.status() == FrameStatus.BAD_REQUEST)) {
+                    broken = true;
+                }
+                throw e;
+            }
+        }
+    }
+
+    private void send(Opcode op, BodyWriter request, ByteBuffer... payload) throws IOException {
+        if (payloadLeft > 0) {
+            throw new IllegalStateException("previous reply from " + peer + " still has " + payloadLeft + " payload bytes unread");
+        }
+        long payloadLength = 0;
+        for (ByteBuffer b : payload) {
+            payloadLength += b.remaining();
+        }
+        ByteBuffer bodyBuf = request.buffer();
+        FrameHeader.write(header, op.code, false, 0, nextRequestId, bodyBuf.remaining(), payloadLength);
+        ByteBuffer[] all = new ByteBuffer[2 + payload.length];
+        all[0] = header;
+        all[1] = bodyBuf;
+        System.arraycopy(payload, 0, all, 2, payload.length);
+        inFlight = op;
+        Channels.writeFully(channel, all);
+    }
+
+    private Reply receive() throws IOException {
+        header.clear();
+        Channels.readFully(channel, header);
+        FrameHeader.Decoded h = FrameHeader.decode(header, limits);
+        if (!h.reply()) {
+            throw new MalformedFrameException(FrameStatus.MALFORMED_FRAME, "peer " + peer + " sent a request where a reply was due");
+        }
+        long expectedId = nextRequestId++;
+        if (h.requestId() != expectedId && h.requestId() != 0) {
+            throw new MalformedFrameException(FrameStatus.MALFORMED_FRAME,
+                    "peer " + peer + " answered request " + h.requestId() + " but " + expectedId + " was outstanding");
+        }
+        if (body.capacity() < h.bodyLength()) {
+            body = ByteBuffer.allocateDirect(h.bodyLength()).order(ByteOrder.LITTLE_ENDIAN);
+        }
+        body.clear().limit(h.bodyLength());
+        Channels.readFully(channel, body);
+        body.flip();
+        BodyReader reader = new BodyReader(body);
+        if (h.status() != FrameStatus.OK.code) {
+            FrameStatus st = FrameStatus.of(h.status());
+            String msg;
+            try {
+                msg = reader.string("error message");
+            } catch (MalformedFrameException e) {
+                msg = "(no message)";
+            }
+            if (h.payloadLength() > 0) {
+                broken = true;
+            }
+            throw new RemoteException(peer.toString(), inFlight, st, msg);
+        }
+        payloadLeft = h.payloadLength();
+        return new Reply(h, reader);
+    }
+
+    /** Reads the next {@code dst.byteSize()} payload bytes of the current reply straight into {@code dst}. */
+    public void readPayload(MemorySegment dst, Duration timeout) throws IOException {
+        if (dst.byteSize() > payloadLeft) {
+            broken = true;
+            throw new MalformedFrameException(FrameStatus.MALFORMED_FRAME,
+                    "reply from " + peer + " has " + payloadLeft + " payload bytes left, " + dst.byteSize() + " expected");
+        }
+        try (Watchdog.Deadline d = Watchdog.arm(channel, timeout)) {
+            Channels.readFully(channel, dst);
+            payloadLeft -= dst.byteSize();
+        } catch (IOException e) {
+            broken = true;
+            throw new IOException("reading payload from " + peer + ": " + e.getMessage(), e);
+        }
+    }
+
+    /** Drops {@code n} payload bytes of the current reply. */
+    public void skipPayload(long n, Duration timeout) throws IOException {
+        if (n > payloadLeft) {
+            broken = true;
+            throw new MalformedFrameException(FrameStatus.MALFORMED_FRAME,
+                    "reply from " + peer + " has " + payloadLeft + " payload bytes left, " + n + " to skip");
+        }
+        try (Watchdog.Deadline d = Watchdog.arm(channel, timeout)) {
+            ByteBuffer scratch = ByteBuffer.allocateDirect((int) Math.min(n, 1 << 20));
+            Channels.skip(channel, n, scratch);
+            payloadLeft -= n;
+        } catch (IOException e) {
+            broken = true;
+            throw new IOException("reading payload from " + peer + ": " + e.getMessage(), e);
+        }
+    }
+
+    /** Payload bytes of the current reply not yet read. */
+    public long payloadLeft() {
+        return payloadLeft;
+    }
+
+    /** Shrinks the body buffer after an unusually large reply, so idle pooled connections stay small. */
+    public void trim() {
+        if (body.capacity() > (1 << 20)) {
+            body = ByteBuffer.allocateDirect(64 << 10).order(ByteOrder.LITTLE_ENDIAN);
+        }
+    }
+
+    @Override
+    public void close() throws IOException {
+        broken = true;
+        channel.close();
+    }
+
+    /** Gives the caller the underlying channel's limits (for splitting large batches). */
+    public Limits limits() {
+        return limits;
+    }
+}

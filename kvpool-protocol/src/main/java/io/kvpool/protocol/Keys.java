@@ -1,0 +1,63 @@
+package io.kvpool.protocol;
+
+import java.nio.charset.StandardCharsets;
+
+/**
+ * Object keys: non-empty UTF-8 strings of at most {@link #MAX_KEY_BYTES} bytes. Keys are compared as
+ * bytes; prefix operations work on the UTF-8 bytes.
+ */
+public final class Keys {
+
+    /** Longest key accepted, in UTF-8 bytes. Enough for model + version + ranks + a 256-bit hash in hex. */
+    public static final int MAX_KEY_BYTES = 512;
+
+    private Keys() {
+    }
+
+    /**
+     * Encodes and validates a key.
+     *
+     * @throws IllegalArgumentException naming the key (shortened) and its length when it is empty,
+     *                                  too long, or not valid UTF-16 text
+     */
+    public static byte[] encode(String key) {
+        if (key == null || key.isEmpty()) {
+            throw new IllegalArgumentException("key is empty: keys must have 1 to " + MAX_KEY_BYTES + " UTF-8 bytes");
+        }
+        byte[] b = key.getBytes(StandardCharsets.UTF_8);
+        validate(b, key);
+        return b;
+    }
+
+    /** Validates an encoded key; {@code shown} is used in the message. */
+    public static void validate(byte[] b, String shown) {
+        if (b.length == 0) {
+            throw new IllegalArgumentException("key is empty: keys must have 1 to " + MAX_KEY_BYTES + " UTF-8 bytes");
+        }
+        if (b.length > MAX_KEY_BYTES) {
+            throw new IllegalArgumentException("key '" + abbreviate(shown) + "' is " + b.length
+                    + " UTF-8 bytes; the limit is " + MAX_KEY_BYTES);
+        }
+    }
+
+    /** Decodes a key for messages and listings. */
+    public static String decode(byte[] b) {
+        return new String(b, StandardCharsets.UTF_8);
+    }
+
+    /** A key shortened for error messages: first 60 characters and a count of what was cut. */
+    public static String abbreviate(String key) {
+        if (key == null) {
+            return "null";
+        }
+        return key.length() <= 80 ? key : key.substring(0, 60) + "...(" + (key.length() - 60) + " more chars)";
+    }
+
+    /** True if {@code key} starts with {@code prefix}, byte-wise. */
+    public static boolean hasPrefix(byte[] key, byte[] prefix) {
+        if (prefix.length > key.length) {
+            return false;
+        }
+        return java.util.Arrays.equals(key, 0, prefix.length, prefix, 0, prefix.length);
+    }
+}

@@ -1,0 +1,82 @@
+package io.kvpool.protocol;
+
+/**
+ * Every operation on the wire. Codes 0x01-0x7F are served by the master, 0x80-0xFF by nodes.
+ * Single and batch forms of an operation share one body layout (a count and items); the single form
+ * requires exactly one item. They have separate opcodes so that metrics count them separately.
+ * The body of each is documented in docs/protocol.md and in {@code io.kvpool.protocol.msg}.
+ */
+public enum Opcode {
+    // ---- master: session ----
+    HELLO(0x01, "hello"),
+    PING(0x02, "ping"),
+
+    // ---- master: writes (two-phase put) ----
+    PUT_START(0x10, "put_start"),
+    BATCH_PUT_START(0x11, "batch_put_start"),
+    PUT_END(0x12, "put_end"),
+    BATCH_PUT_END(0x13, "batch_put_end"),
+    PUT_REVOKE(0x14, "put_revoke"),
+    BATCH_PUT_REVOKE(0x15, "batch_put_revoke"),
+
+    // ---- master: reads and probes ----
+    GET_REPLICA_LIST(0x20, "get_replica_list"),
+    BATCH_GET_REPLICA_LIST(0x21, "batch_get_replica_list"),
+    EXIST_KEY(0x22, "exist_key"),
+    BATCH_EXIST_KEY(0x23, "batch_exist_key"),
+    PREFIX_MATCH(0x24, "prefix_match"),
+    OBJECT_SIZE(0x25, "object_size"),
+
+    // ---- master: removal ----
+    REMOVE(0x30, "remove"),
+    BATCH_REMOVE(0x31, "batch_remove"),
+    REMOVE_BY_PREFIX(0x32, "remove_by_prefix"),
+    REMOVE_ALL(0x33, "remove_all"),
+
+    // ---- master: introspection ----
+    CLUSTER_STATS(0x40, "cluster_stats"),
+
+    // ---- master: membership (from nodes) ----
+    REGISTER_NODE(0x50, "register_node"),
+    NODE_HEARTBEAT(0x51, "node_heartbeat"),
+    NODE_INVENTORY(0x52, "node_inventory"),
+
+    // ---- node: object bytes ----
+    NODE_WRITE(0x80, "node_write"),
+    NODE_READ(0x81, "node_read"),
+    // ---- node: control (from the master) ----
+    NODE_FREE(0x82, "node_free"),
+    NODE_RESET(0x83, "node_reset");
+
+    private static final Opcode[] BY_CODE = new Opcode[256];
+
+    static {
+        for (Opcode op : values()) {
+            BY_CODE[op.code] = op;
+        }
+    }
+
+    public final int code;
+    /** The operation's name in metrics and logs, e.g. {@code put_start}. */
+    public final String metricName;
+
+    Opcode(int code, String metricName) {
+        this.code = code;
+        this.metricName = metricName;
+    }
+
+    /** The opcode with this code, or null if this protocol version has none. */
+    public static Opcode of(int code) {
+        return code >= 0 && code < 256 ? BY_CODE[code] : null;
+    }
+
+    /** True for the forms that carry many items in one round trip. */
+    public boolean isBatch() {
+        return metricName.startsWith("batch_") || this == PREFIX_MATCH;
+    }
+
+    /** True for operations served by nodes rather than the master. */
+    public boolean isNodeOp() {
+        return code >= 0x80;
+    }
+}

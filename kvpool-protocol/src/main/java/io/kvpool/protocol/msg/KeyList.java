@@ -1,0 +1,49 @@
+package io.kvpool.protocol.msg;
+
+import io.kvpool.protocol.BodyReader;
+import io.kvpool.protocol.BodyWriter;
+import io.kvpool.protocol.Keys;
+import io.kvpool.protocol.MalformedFrameException;
+import io.kvpool.protocol.FrameStatus;
+
+import java.util.ArrayList;
+import java.util.List;
+
+/**
+ * The body of every request that names keys only (get_replica_list, exist_key, prefix_match,
+ * object_size, remove and their batch forms).
+ *
+ * <pre>
+ *  +-------------+------------------+-----------+------------------+-----------+-----
+ *  | count (i32) | key 0 len (u16)  | key 0 ... | key 1 len (u16)  | key 1 ... | ...
+ *  +-------------+------------------+-----------+------------------+-----------+-----
+ * </pre>
+ */
+public record KeyList(List<byte[]> keys) {
+
+    public void write(BodyWriter w) {
+        w.i32(keys.size());
+        for (byte[] k : keys) {
+            w.bytes(k);
+        }
+    }
+
+    public static KeyList read(BodyReader r) {
+        int n = r.count("key count", 3);
+        List<byte[]> keys = new ArrayList<>(n);
+        for (int i = 0; i < n; i++) {
+            keys.add(readKey(r));
+        }
+        return new KeyList(keys);
+    }
+
+    /** Reads one key and checks its length, so a malformed key never reaches the index. */
+    public static byte[] readKey(BodyReader r) {
+        byte[] k = r.bytes("key");
+        if (k.length == 0 || k.length > Keys.MAX_KEY_BYTES) {
+            throw new MalformedFrameException(FrameStatus.MALFORMED_FRAME,
+                    "key of " + k.length + " bytes is outside 1.." + Keys.MAX_KEY_BYTES);
+        }
+        return k;
+    }
+}

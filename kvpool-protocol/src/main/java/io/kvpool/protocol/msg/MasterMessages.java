@@ -1,0 +1,460 @@
+package io.kvpool.protocol.msg;
+
+import io.kvpool.protocol.BodyReader;
+import io.kvpool.protocol.BodyWriter;
+import io.kvpool.protocol.ResultCode;
+
+import java.util.ArrayList;
+import java.util.List;
+import java.util.UUID;
+
+/**
+ * Bodies of requests served by the master and of their replies. Each record writes itself with
+ * {@code write} and is parsed by its static {@code read}; the layouts are drawn in docs/protocol.md.
+ */
+public final class MasterMessages {
+
+    private MasterMessages() {
+    }
+
+    /** Who is on the other end of a connection. */
+    public enum Role {
+        CLIENT, NODE, ADMIN;
+
+        static Role of(int code) {
+            if (code < 0 || code >= values().length) {
+                throw new io.kvpool.protocol.MalformedFrameException(io.kvpool.protocol.FrameStatus.MALFORMED_FRAME,
+                        "unknown role " + code);
+            }
+            return values()[code];
+        }
+    }
+
+    private static void writeUuid(BodyWriter w, UUID id) {
+        w.i64(id.getMostSignificantBits()).i64(id.getLeastSignificantBits());
+    }
+
+    private static UUID readUuid(BodyReader r) {
+        return new UUID(r.i64("id high"), r.i64("id low"));
+    }
+
+    // ------------------------------------------------------------------ HELLO / PING
+
+    /** HELLO: the first request on a connection; registers a client for the active-client count. */
+    public record Hello(Role role, UUID clientId, String host, long pid) {
+        public void write(BodyWriter w) {
+            w.u8(role.ordinal());
+            writeUuid(w, clientId);
+            w.string(host).i64(pid);
+        }
+
+        public static Hello read(BodyReader r) {
+            return new Hello(Role.of(r.u8("role")), readUuid(r), r.string("host"), r.i64("pid"));
+        }
+    }
+
+    /**
+     * HELLO reply.
+     *
+     * @param incarnation random per master process: a change tells a client the master restarted and
+     *                    its cached segment table is void
+     */
+    public record HelloReply(long incarnation, long epoch, int maxKeyBytes, long maxValueBytes) {
+        public void write(BodyWriter w) {
+            w.i64(incarnation).i64(epoch).i32(maxKeyBytes).i64(maxValueBytes);
+        }
+
+        public static HelloReply read(BodyReader r) {
+            return new HelloReply(r.i64("incarnation"), r.i64("epoch"), r.i32("max key bytes"), r.i64("max value bytes"));
+        }
+    }
+
+    /** PING: a client's keep-alive; reply is the current epoch. */
+    public record Ping(UUID clientId) {
+        public void write(BodyWriter w) {
+            writeUuid(w, clientId);
+        }
+
+        public static Ping read(BodyReader r) {
+            return new Ping(readUuid(r));
+        }
+    }
+
+    // ------------------------------------------------------------------ PUT_START
+
+    public record PutStartItem(byte[] key, long valueLength) {
+    }
+
+    /**
+     * PUT_START / BATCH_PUT_START: reserve space for objects.
+     *
+     * @param upsert           replace an existing object instead of reporting ALREADY_EXISTS
+     * @param replicas         copies wanted (best effort, on distinct segments)
+     * @param preferredSegment segment name to try first, or empty
+     */
+    public record PutStart(boolean upsert, int replicas, String preferredSegment, List<PutStartItem> items) {
+        public void write(BodyWriter w) {
+            w.bool(upsert).u8(replicas).string(preferredSegment).i32(items.size());
+            for (PutStartItem it : items) {
+                w.bytes(it.key).i64(it.valueLength);
+            }
+        }
+
+        public static PutStart read(BodyReader r) {
+            boolean upsert = r.bool("upsert");
+            int replicas = r.u8("replicas");
+            String pref = r.string("preferred segment");
+            int n = r.count("item count", 11);
+            List<PutStartItem> items = new ArrayList<>(n);
+            for (int i = 0; i < n; i++) {
+                items.add(new PutStartItem(KeyList.readKey(r), r.length("value length")));
+            }
+            return new PutStart(upsert, replicas, pref, items);
+        }
+    }
+
+    /** Outcome for one key of a PUT_START: where to write it, under which generation. */
+    public record PutStartResult(ResultCode code, long generation, List<Replica> replicas) {
+        public static PutStartResult of(ResultCode code) {
+            return new PutStartResult(code, 0, List.of());
+        }
+    }
+
+    /** PUT_START reply: the epoch the reservation belongs to, and one result per item. */
+    public record PutStartReply(long epoch, List<PutStartResult> results) {
+        public void write(BodyWriter w) {
+            w.i64(epoch).i32(results.size());
+            for (PutStartResult res : results) {
+                w.u8(res.code.code);
+                if (res.code == ResultCode.OK) {
+                    w.i64(res.generation).u8(res.replicas.size());
+                    for (Replica rep : res.replicas) {
+                        rep.write(w);
+                    }
+                }
+            }
+        }
+
+        public static PutStartReply read(BodyReader r) {
+            long epoch = r.i64("epoch");
+            int n = r.count("result count", 1);
+            List<PutStartResult> out = new ArrayList<>(n);
+            for (int i = 0; i < n; i++) {
+                ResultCode code = ResultCode.of(r.u8("result"));
+                if (code != ResultCode.OK) {
+                    out.add(PutStartResult.of(code));
+                    continue;
+                }
+                long gen = r.i64("generation");
+                int nr = r.u8("replica count");
+                List<Replica> reps = new ArrayList<>(nr);
+                for (int j = 0; j < nr; j++) {
+                    reps.add(Replica.read(r));
+                }
+                out.add(new PutStartResult(code, gen, reps));
+            }
+            return new PutStartReply(epoch, out);
+        }
+    }
+
+    // ------------------------------------------------------------------ PUT_END / PUT_REVOKE
+
+    /**
+     * One item of PUT_END or PUT_REVOKE.
+     *
+     * @param failedReplicas for PUT_END, a bit per replica (in PUT_START order) whose write failed;
+     *                       the master frees those and keeps the rest. Zero for PUT_REVOKE.
+     */
+    public record PutEndItem(byte[] key, long generation, long failedReplicas) {
+    }
+
+    /** PUT_END / PUT_REVOKE and their batch forms. */
+    public record PutEnd(List<PutEndItem> items) {
+        public void write(BodyWriter w) {
+            w.i32(items.size());
+            for (PutEndItem it : items) {
+                w.bytes(it.key).i64(it.generation).i64(it.failedReplicas);
+            }
+        }
+
+        public static PutEnd read(BodyReader r) {
+            int n = r.count("item count", 19);
+            List<PutEndItem> items = new ArrayList<>(n);
+            for (int i = 0; i < n; i++) {
+                items.add(new PutEndItem(KeyList.readKey(r), r.i64("generation"), r.i64("failed replicas")));
+            }
+            return new PutEnd(items);
+        }
+    }
+
+    /** A reply that is one result code per item (put_end, put_revoke, remove, node_write, node_inventory). */
+    public record Codes(List<ResultCode> codes) {
+        public void write(BodyWriter w) {
+            w.i32(codes.size());
+            for (ResultCode c : codes) {
+                w.u8(c.code);
+            }
+        }
+
+        public static Codes read(BodyReader r) {
+            int n = r.count("result count", 1);
+            List<ResultCode> out = new ArrayList<>(n);
+            for (int i = 0; i < n; i++) {
+                out.add(ResultCode.of(r.u8("result")));
+            }
+            return new Codes(out);
+        }
+    }
+
+    // ------------------------------------------------------------------ GET_REPLICA_LIST
+
+    /** Where to read one object: its value length, generation and replicas, or NOT_FOUND. */
+    public record ReplicaList(ResultCode code, long valueLength, long generation, List<Replica> replicas) {
+        public static final ReplicaList NOT_FOUND = new ReplicaList(ResultCode.NOT_FOUND, 0, 0, List.of());
+    }
+
+    /** GET_REPLICA_LIST reply. */
+    public record ReplicaListReply(List<ReplicaList> items) {
+        public void write(BodyWriter w) {
+            w.i32(items.size());
+            for (ReplicaList it : items) {
+                w.u8(it.code.code);
+                if (it.code == ResultCode.OK) {
+                    w.i64(it.valueLength).i64(it.generation).u8(it.replicas.size());
+                    for (Replica rep : it.replicas) {
+                        rep.write(w);
+                    }
+                }
+            }
+        }
+
+        public static ReplicaListReply read(BodyReader r) {
+            int n = r.count("item count", 1);
+            List<ReplicaList> out = new ArrayList<>(n);
+            for (int i = 0; i < n; i++) {
+                ResultCode code = ResultCode.of(r.u8("result"));
+                if (code != ResultCode.OK) {
+                    out.add(ReplicaList.NOT_FOUND);
+                    continue;
+                }
+                long len = r.length("value length");
+                long gen = r.i64("generation");
+                int nr = r.u8("replica count");
+                List<Replica> reps = new ArrayList<>(nr);
+                for (int j = 0; j < nr; j++) {
+                    reps.add(Replica.read(r));
+                }
+                out.add(new ReplicaList(code, len, gen, reps));
+            }
+            return new ReplicaListReply(out);
+        }
+    }
+
+    // ------------------------------------------------------------------ EXIST / SIZE / PREFIX
+
+    /** EXIST_KEY reply: one byte (0 or 1) per key. */
+    public record Flags(boolean[] values) {
+        public void write(BodyWriter w) {
+            w.i32(values.length);
+            for (boolean v : values) {
+                w.bool(v);
+            }
+        }
+
+        public static Flags read(BodyReader r) {
+            int n = r.count("flag count", 1);
+            boolean[] v = new boolean[n];
+            for (int i = 0; i < n; i++) {
+                v[i] = r.bool("flag");
+            }
+            return new Flags(v);
+        }
+    }
+
+    /** OBJECT_SIZE reply: one i64 per key, -1 for a key that is not present. */
+    public record Sizes(long[] values) {
+        public void write(BodyWriter w) {
+            w.i32(values.length);
+            for (long v : values) {
+                w.i64(v);
+            }
+        }
+
+        public static Sizes read(BodyReader r) {
+            int n = r.count("size count", 8);
+            long[] v = new long[n];
+            for (int i = 0; i < n; i++) {
+                v[i] = r.i64("size");
+            }
+            return new Sizes(v);
+        }
+    }
+
+    // ------------------------------------------------------------------ REMOVE_BY_PREFIX / REMOVE_ALL
+
+    /** REMOVE_BY_PREFIX request: the prefix (u16 length + UTF-8 bytes; may be any length up to the key limit). */
+    public record Prefix(byte[] prefix) {
+        public void write(BodyWriter w) {
+            w.bytes(prefix);
+        }
+
+        public static Prefix read(BodyReader r) {
+            return new Prefix(r.bytes("prefix"));
+        }
+    }
+
+    /** REMOVE_ALL request. {@code force} also fences puts in flight by moving to a new epoch. */
+    public record RemoveAll(boolean force) {
+        public void write(BodyWriter w) {
+            w.bool(force);
+        }
+
+        public static RemoveAll read(BodyReader r) {
+            return new RemoveAll(r.bool("force"));
+        }
+    }
+
+    /** REMOVE_BY_PREFIX / REMOVE_ALL reply: how many objects were removed and the epoch after it. */
+    public record Removed(long count, long epoch) {
+        public void write(BodyWriter w) {
+            w.i64(count).i64(epoch);
+        }
+
+        public static Removed read(BodyReader r) {
+            return new Removed(r.i64("count"), r.i64("epoch"));
+        }
+    }
+
+    // ------------------------------------------------------------------ CLUSTER_STATS
+
+    /** One segment as the master sees it. */
+    public record SegmentInfo(int id, String name, String host, int port, long capacity, long used, long objects,
+                              int state, long heartbeatAgeMillis) {
+        public static final int STATE_JOINING = 0;
+        public static final int STATE_ACTIVE = 1;
+
+        void write(BodyWriter w) {
+            w.i32(id).string(name).string(host).i32(port).i64(capacity).i64(used).i64(objects).u8(state)
+                    .i64(heartbeatAgeMillis);
+        }
+
+        static SegmentInfo read(BodyReader r) {
+            return new SegmentInfo(r.i32("segment id"), r.string("segment name"), r.string("host"), r.i32("port"),
+                    r.i64("capacity"), r.i64("used"), r.i64("objects"), r.u8("state"), r.i64("heartbeat age"));
+        }
+    }
+
+    /** CLUSTER_STATS reply. */
+    public record ClusterStats(long incarnation, long epoch, long keys, long pendingPuts, long allocatedBytes,
+                               long capacityBytes, int activeClients, List<SegmentInfo> segments) {
+        public void write(BodyWriter w) {
+            w.i64(incarnation).i64(epoch).i64(keys).i64(pendingPuts).i64(allocatedBytes).i64(capacityBytes)
+                    .i32(activeClients).i32(segments.size());
+            for (SegmentInfo s : segments) {
+                s.write(w);
+            }
+        }
+
+        public static ClusterStats read(BodyReader r) {
+            long inc = r.i64("incarnation");
+            long epoch = r.i64("epoch");
+            long keys = r.i64("keys");
+            long pending = r.i64("pending puts");
+            long alloc = r.i64("allocated bytes");
+            long cap = r.i64("capacity bytes");
+            int clients = r.i32("active clients");
+            int n = r.count("segment count", 40);
+            List<SegmentInfo> segs = new ArrayList<>(n);
+            for (int i = 0; i < n; i++) {
+                segs.add(SegmentInfo.read(r));
+            }
+            return new ClusterStats(inc, epoch, keys, pending, alloc, cap, clients, segs);
+        }
+    }
+
+    // ------------------------------------------------------------------ membership
+
+    /**
+     * REGISTER_NODE: a node offers its segment. A node re-registers (with its objects) after a master
+     * restart or after being dropped for silence.
+     *
+     * @param nodeIncarnation random per node process, so the master tells a restart from a reconnect
+     * @param epoch           the newest cluster epoch this node has seen
+     * @param inventoryCount  how many objects the node will list in NODE_INVENTORY frames
+     */
+    public record RegisterNode(String name, String host, int port, long capacity, long epoch, long nodeIncarnation,
+                               long inventoryCount) {
+        public void write(BodyWriter w) {
+            w.string(name).string(host).i32(port).i64(capacity).i64(epoch).i64(nodeIncarnation).i64(inventoryCount);
+        }
+
+        public static RegisterNode read(BodyReader r) {
+            return new RegisterNode(r.string("segment name"), r.string("host"), r.i32("port"), r.length("capacity"),
+                    r.i64("epoch"), r.i64("node incarnation"), r.length("inventory count"));
+        }
+    }
+
+    /**
+     * REGISTER_NODE reply.
+     *
+     * @param keepInventory false when the node's objects are from an older epoch and must be dropped
+     */
+    public record RegisterReply(int segmentId, long epoch, boolean keepInventory) {
+        public void write(BodyWriter w) {
+            w.i32(segmentId).i64(epoch).bool(keepInventory);
+        }
+
+        public static RegisterReply read(BodyReader r) {
+            return new RegisterReply(r.i32("segment id"), r.i64("epoch"), r.bool("keep inventory"));
+        }
+    }
+
+    /** NODE_HEARTBEAT. */
+    public record Heartbeat(int segmentId, long nodeIncarnation, long epoch, long objects) {
+        public void write(BodyWriter w) {
+            w.i32(segmentId).i64(nodeIncarnation).i64(epoch).i64(objects);
+        }
+
+        public static Heartbeat read(BodyReader r) {
+            return new Heartbeat(r.i32("segment id"), r.i64("node incarnation"), r.i64("epoch"), r.i64("objects"));
+        }
+    }
+
+    /** NODE_HEARTBEAT reply: OK, or NOT_FOUND when the master does not know the node (it must re-register). */
+    public record HeartbeatReply(ResultCode code, long epoch) {
+        public void write(BodyWriter w) {
+            w.u8(code.code).i64(epoch);
+        }
+
+        public static HeartbeatReply read(BodyReader r) {
+            return new HeartbeatReply(ResultCode.of(r.u8("result")), r.i64("epoch"));
+        }
+    }
+
+    /** One object a node holds, as listed to the master at registration. */
+    public record InventoryItem(long offset, long generation, long epoch, byte[] key, long valueLength) {
+    }
+
+    /** NODE_INVENTORY: a chunk of a node's object list. Reply: {@link Codes}, ALREADY_EXISTS for objects to drop. */
+    public record Inventory(int segmentId, long nodeIncarnation, boolean last, List<InventoryItem> items) {
+        public void write(BodyWriter w) {
+            w.i32(segmentId).i64(nodeIncarnation).bool(last).i32(items.size());
+            for (InventoryItem it : items) {
+                w.i64(it.offset).i64(it.generation).i64(it.epoch).bytes(it.key).i64(it.valueLength);
+            }
+        }
+
+        public static Inventory read(BodyReader r) {
+            int seg = r.i32("segment id");
+            long inc = r.i64("node incarnation");
+            boolean last = r.bool("last");
+            int n = r.count("item count", 35);
+            List<InventoryItem> items = new ArrayList<>(n);
+            for (int i = 0; i < n; i++) {
+                items.add(new InventoryItem(r.length("offset"), r.i64("generation"), r.i64("epoch"), KeyList.readKey(r),
+                        r.length("value length")));
+            }
+            return new Inventory(seg, inc, last, items);
+        }
+    }
+}

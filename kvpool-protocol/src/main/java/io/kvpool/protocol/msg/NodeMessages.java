@@ -1,0 +1,113 @@
+package io.kvpool.protocol.msg;
+
+import io.kvpool.protocol.BodyReader;
+import io.kvpool.protocol.BodyWriter;
+
+import java.util.ArrayList;
+import java.util.List;
+
+/** Bodies of requests served by nodes. Layouts are drawn in docs/protocol.md. */
+public final class NodeMessages {
+
+    private NodeMessages() {
+    }
+
+    /**
+     * One object in a NODE_WRITE. Its value bytes follow in the frame payload, in item order.
+     *
+     * @param offset      region start, as reserved by the master
+     * @param generation  from PUT_START; identifies this object version in every later read
+     * @param valueCrc    CRC32C of the value, computed by the writer, stored in the object header
+     */
+    public record WriteItem(long offset, long generation, byte[] key, long valueLength, int valueCrc) {
+    }
+
+    /** NODE_WRITE: values for regions the master reserved, fenced by the writer's epoch. */
+    public record Write(long epoch, List<WriteItem> items) {
+        public void write(BodyWriter w) {
+            w.i64(epoch).i32(items.size());
+            for (WriteItem it : items) {
+                w.i64(it.offset).i64(it.generation).bytes(it.key).i64(it.valueLength).i32(it.valueCrc);
+            }
+        }
+
+        public static Write read(BodyReader r) {
+            long epoch = r.i64("epoch");
+            int n = r.count("item count", 31);
+            List<WriteItem> items = new ArrayList<>(n);
+            for (int i = 0; i < n; i++) {
+                items.add(new WriteItem(r.length("offset"), r.i64("generation"), KeyList.readKey(r),
+                        r.length("value length"), r.i32("value crc")));
+            }
+            return new Write(epoch, items);
+        }
+
+        public long payloadLength() {
+            long n = 0;
+            for (WriteItem it : items) {
+                n += it.valueLength;
+            }
+            return n;
+        }
+    }
+
+    /** One object in a NODE_READ. */
+    public record ReadItem(long offset, long generation, long valueLength) {
+    }
+
+    /**
+     * NODE_READ: values to send back. The reply body is {@link MasterMessages.Codes}; its payload is
+     * the values of the OK items, in item order.
+     */
+    public record Read(List<ReadItem> items) {
+        public void write(BodyWriter w) {
+            w.i32(items.size());
+            for (ReadItem it : items) {
+                w.i64(it.offset).i64(it.generation).i64(it.valueLength);
+            }
+        }
+
+        public static Read read(BodyReader r) {
+            int n = r.count("item count", 24);
+            List<ReadItem> items = new ArrayList<>(n);
+            for (int i = 0; i < n; i++) {
+                items.add(new ReadItem(r.length("offset"), r.i64("generation"), r.length("value length")));
+            }
+            return new Read(items);
+        }
+    }
+
+    /** One region in a NODE_FREE. */
+    public record FreeItem(long offset, long generation) {
+    }
+
+    /** NODE_FREE (master to node): regions the master freed. Reply: i64 count of regions dropped. */
+    public record Free(List<FreeItem> items) {
+        public void write(BodyWriter w) {
+            w.i32(items.size());
+            for (FreeItem it : items) {
+                w.i64(it.offset).i64(it.generation);
+            }
+        }
+
+        public static Free read(BodyReader r) {
+            int n = r.count("item count", 16);
+            List<FreeItem> items = new ArrayList<>(n);
+            for (int i = 0; i < n; i++) {
+                items.add(new FreeItem(r.length("offset"), r.i64("generation")));
+            }
+            return new Free(items);
+        }
+    }
+
+    /** NODE_RESET (master to node): drop every object, accept writes only from {@code epoch} on. Reply: i64 count. */
+    public record Reset(long epoch) {
+        public void write(BodyWriter w) {
+            w.i64(epoch);
+        }
+
+        public static Reset read(BodyReader r) {
+            return new Reset(r.i64("epoch"));
+        }
+    }
+}
