@@ -1,0 +1,99 @@
+package io.kvpool.client;
+
+import io.kvpool.config.Durations;
+import io.kvpool.config.HostPort;
+import io.kvpool.protocol.Limits;
+
+import java.time.Duration;
+
+/**
+ * How a client reaches and uses the pool. Build one with {@link #forMaster(String)} and the
+ * {@code with...} methods; every field has a default.
+ *
+ * @param master             the master's address
+ * @param preferredSegment   segment to place puts in first ({@code host:port}); null defers to the
+ *                           environment variable {@value #PREFERRED_SEGMENT_ENV}, then to a segment on
+ *                           this host if there is one
+ * @param autoDetectLocal    prefer a segment on this host when nothing more explicit is set
+ * @param replicas           copies per object; 0 takes the master's default
+ * @param connectTimeout     bound on opening a connection
+ * @param requestTimeout     bound on one request and its reply, payload included
+ * @param maxConnections     connections kept per peer (master or node); bounds concurrency per peer
+ * @param pingInterval       keep-alive period, so the master counts this client as active
+ * @param limits             frame size limits (large batches are split to fit)
+ */
+public record ClientConfig(HostPort master, String preferredSegment, boolean autoDetectLocal, int replicas,
+                           Duration connectTimeout, Duration requestTimeout, int maxConnections,
+                           Duration pingInterval, Limits limits) {
+
+    /** Environment variable naming the preferred segment, set by launchers for node-local placement. */
+    public static final String PREFERRED_SEGMENT_ENV = "KVPOOL_PREFERRED_SEGMENT";
+    public static final Duration DEFAULT_CONNECT_TIMEOUT = Duration.ofSeconds(3);
+    public static final Duration DEFAULT_REQUEST_TIMEOUT = Duration.ofSeconds(30);
+    /** Connections per peer: enough for an engine's loader and saver threads to proceed in parallel. */
+    public static final int DEFAULT_MAX_CONNECTIONS = 16;
+    public static final Duration DEFAULT_PING_INTERVAL = Duration.ofSeconds(2);
+
+    public ClientConfig {
+        if (master == null) {
+            throw new IllegalArgumentException("client: master address is required");
+        }
+        if (replicas < 0 || replicas > 8) {
+            throw new IllegalArgumentException("client: replicas must be 0 (master default) to 8, got " + replicas);
+        }
+        if (maxConnections < 1) {
+            throw new IllegalArgumentException("client: maxConnections must be at least 1, got " + maxConnections);
+        }
+        Durations.requirePositive("client: connect timeout", connectTimeout);
+        Durations.requirePositive("client: request timeout", requestTimeout);
+        Durations.requirePositive("client: ping interval", pingInterval);
+        if (preferredSegment != null && !preferredSegment.isEmpty()) {
+            HostPort.parse(preferredSegment); // names the segment in the error if malformed
+        }
+    }
+
+    /** A config with defaults for the master at {@code host:port}. */
+    public static ClientConfig forMaster(String hostPort) {
+        return forMaster(HostPort.parse(hostPort));
+    }
+
+    public static ClientConfig forMaster(HostPort master) {
+        return new ClientConfig(master, null, true, 0, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT,
+                DEFAULT_MAX_CONNECTIONS, DEFAULT_PING_INTERVAL, Limits.DEFAULT);
+    }
+
+    public ClientConfig withPreferredSegment(String segment) {
+        return new ClientConfig(master, segment, autoDetectLocal, replicas, connectTimeout, requestTimeout,
+                maxConnections, pingInterval, limits);
+    }
+
+    public ClientConfig withAutoDetectLocal(boolean on) {
+        return new ClientConfig(master, preferredSegment, on, replicas, connectTimeout, requestTimeout, maxConnections,
+                pingInterval, limits);
+    }
+
+    public ClientConfig withReplicas(int n) {
+        return new ClientConfig(master, preferredSegment, autoDetectLocal, n, connectTimeout, requestTimeout,
+                maxConnections, pingInterval, limits);
+    }
+
+    public ClientConfig withRequestTimeout(Duration d) {
+        return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, d, maxConnections,
+                pingInterval, limits);
+    }
+
+    public ClientConfig withConnectTimeout(Duration d) {
+        return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, d, requestTimeout, maxConnections,
+                pingInterval, limits);
+    }
+
+    public ClientConfig withMaxConnections(int n) {
+        return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, requestTimeout, n,
+                pingInterval, limits);
+    }
+
+    public ClientConfig withLimits(Limits l) {
+        return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, requestTimeout,
+                maxConnections, pingInterval, l);
+    }
+}

@@ -1,0 +1,28 @@
+package io.kvpool.client;
+
+import java.util.List;
+
+/**
+ * The pool as the master sees it at one moment.
+ *
+ * @param epoch          cluster epoch; moves on every removeAll(force)
+ * @param keys           complete objects
+ * @param pendingPuts    puts reserved but not yet completed
+ * @param allocatedBytes bytes reserved in active segments (object headers and padding included)
+ * @param capacityBytes  bytes contributed by active segments
+ * @param activeClients  clients seen recently
+ * @param segments       one row per segment
+ */
+public record PoolStats(long epoch, long keys, long pendingPuts, long allocatedBytes, long capacityBytes,
+                        int activeClients, List<SegmentStats> segments) {
+
+    /**
+     * One segment.
+     *
+     * @param active             false while the node is still listing its objects after (re)joining
+     * @param heartbeatAgeMillis time since the node's last heartbeat
+     */
+    public record SegmentStats(int id, String name, String host, int port, long capacityBytes, long usedBytes,
+                               long objects, boolean active, long heartbeatAgeMillis) {
+    }
+}
