@@ -48,33 +48,33 @@ public record MasterConfig(String listenHost, int port, int httpPort, Duration n
 
     public MasterConfig {
         if (port < 0 || port > 65535) {
-            throw new IllegalArgumentException("master: port " + port + " is out of range 0..65535");
+            throw new IllegalArgumentException("master: port (--port) " + port + " is out of range 0..65535");
         }
         if (httpPort < -1 || httpPort > 65535) {
-            throw new IllegalArgumentException("master: http port " + httpPort + " is out of range 0..65535 (or -1 to disable)");
+            throw new IllegalArgumentException("master: http port (--http-port) " + httpPort + " is out of range 0..65535 (or -1 to disable)");
         }
-        Durations.requirePositive("master: node ttl", nodeTtl);
+        Durations.requirePositive("master: node ttl (--node-ttl)", nodeTtl);
         Durations.requirePositive("master: client ttl", clientTtl);
-        Durations.requirePositive("master: put timeout", putTimeout);
+        Durations.requirePositive("master: put timeout (--put-timeout)", putTimeout);
         Durations.requirePositive("master: tick interval", tickInterval);
         Durations.requirePositive("master: frame timeout", frameTimeout);
         if (summaryInterval == null || summaryInterval.isNegative()) {
-            throw new IllegalArgumentException("master: summary interval must be zero (off) or positive");
+            throw new IllegalArgumentException("master: summary interval (--summary-interval) must be zero (off) or positive");
         }
         if (!(highWatermark > 0 && highWatermark <= 1)) {
-            throw new IllegalArgumentException("master: eviction high watermark must be in (0, 1], got " + highWatermark);
+            throw new IllegalArgumentException("master: eviction high watermark (--eviction-high-watermark) must be in (0, 1], got " + highWatermark);
         }
         if (!(evictionRatio > 0 && evictionRatio <= 1)) {
-            throw new IllegalArgumentException("master: eviction ratio must be in (0, 1], got " + evictionRatio);
+            throw new IllegalArgumentException("master: eviction ratio (--eviction-ratio) must be in (0, 1], got " + evictionRatio);
         }
         if (defaultReplicas < 1 || defaultReplicas > MAX_REPLICAS) {
-            throw new IllegalArgumentException("master: replicas must be 1.." + MAX_REPLICAS + ", got " + defaultReplicas);
+            throw new IllegalArgumentException("master: replicas (--replicas) must be 1.." + MAX_REPLICAS + ", got " + defaultReplicas);
         }
         if (maxValueSize == null || maxValueSize.bytes() < 1) {
-            throw new IllegalArgumentException("master: max value size must be positive");
+            throw new IllegalArgumentException("master: max value size (--max-value-size) must be positive");
         }
         if (maxValueSize.bytes() > limits.maxPayloadBytes()) {
-            throw new IllegalArgumentException("master: max value size " + maxValueSize
+            throw new IllegalArgumentException("master: max value size (--max-value-size) " + maxValueSize
                     + " exceeds the frame payload limit " + Size.ofBytes(limits.maxPayloadBytes()));
         }
     }

@@ -881,6 +881,11 @@ public final class MasterService {
 
     // ================================================================== stats
 
+    /** Objects evicted since start. */
+    public long evictedKeyCount() {
+        return evictedKeys.get();
+    }
+
     public long keyCount() {
         return index.objectCount();
     }

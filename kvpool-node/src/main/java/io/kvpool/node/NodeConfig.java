@@ -45,12 +45,12 @@ public record NodeConfig(HostPort master, String listenHost, int port, String ad
             throw new IllegalArgumentException("node: master address is required (--master HOST:PORT)");
         }
         if (segmentSize == null || segmentSize.bytes() < 1 << 20) {
-            throw new IllegalArgumentException("node: segment size must be at least 1MiB, got " + segmentSize);
+            throw new IllegalArgumentException("node: segment size (--segment-size) must be at least 1MiB, got " + segmentSize);
         }
         if (port < 0 || port > 65535) {
-            throw new IllegalArgumentException("node: port " + port + " is out of range 0..65535");
+            throw new IllegalArgumentException("node: port (--port) " + port + " is out of range 0..65535");
         }
-        Durations.requirePositive("node: heartbeat interval", heartbeatInterval);
+        Durations.requirePositive("node: heartbeat interval (--heartbeat-interval)", heartbeatInterval);
         Durations.requirePositive("node: region wait", regionWait);
         Durations.requirePositive("node: frame timeout", frameTimeout);
     }

@@ -1,0 +1,72 @@
+package io.kvpool.cli;
+
+import io.kvpool.config.HostPort;
+import io.kvpool.master.MasterConfig;
+import io.kvpool.master.MasterServer;
+import io.kvpool.node.NodeConfig;
+import io.kvpool.node.StorageNode;
+
+import java.io.IOException;
+import java.time.Duration;
+
+/**
+ * A master and one node in one process: the single-machine default behind {@code kvpool serve} and
+ * {@code kvpool demo}. The node registers with the master over loopback like any other node.
+ */
+public final class EmbeddedPool implements AutoCloseable {
+
+    private final MasterServer master;
+    private final StorageNode node;
+
+    /**
+     * Starts the master, then the node, and waits until the node is registered.
+     *
+     * @param nodeConfigFor builds the node's config once the master's port is known
+     */
+    public EmbeddedPool(MasterConfig masterConfig, java.util.function.Function<HostPort, NodeConfig> nodeConfigFor)
+            throws IOException {
+        this.master = new MasterServer(masterConfig);
+        StorageNode n = null;
+        try {
+            String host = "0.0.0.0".equals(masterConfig.listenHost()) ? "127.0.0.1" : masterConfig.listenHost();
+            n = new StorageNode(nodeConfigFor.apply(new HostPort(host, master.port())));
+            if (!n.awaitRegistered(Duration.ofSeconds(30))) {
+                throw new IOException("the embedded node did not register with the embedded master within 30s");
+            }
+        } catch (IOException | RuntimeException e) {
+            if (n != null) {
+                n.close();
+            }
+            master.close();
+            throw e;
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            n.close();
+            master.close();
+            throw new IOException("interrupted while starting", e);
+        }
+        this.node = n;
+    }
+
+    public MasterServer master() {
+        return master;
+    }
+
+    public StorageNode node() {
+        return node;
+    }
+
+    /** The address clients use. */
+    public String masterAddress() {
+        String host = "0.0.0.0".equals(master.service().config().listenHost()) ? "127.0.0.1"
+                : master.service().config().listenHost();
+        return new HostPort(host, master.port()).toString();
+    }
+
+    /** Stops the master first, so it sends nothing more to the node, then the node. */
+    @Override
+    public void close() {
+        master.close();
+        node.close();
+    }
+}

@@ -1,0 +1,52 @@
+package io.kvpool.cli;
+
+import io.kvpool.config.Size;
+import io.kvpool.master.MasterConfig;
+import picocli.CommandLine.Option;
+
+import java.time.Duration;
+
+/** Master flags, shared by {@code kvpool master} and {@code kvpool serve}. */
+final class MasterOptions {
+
+    @Option(names = "--port", paramLabel = "PORT", description = "Master RPC port (default: ${DEFAULT-VALUE}).")
+    int port = MasterConfig.DEFAULT_PORT;
+
+    @Option(names = "--http-port", paramLabel = "PORT",
+            description = "Port for /metrics and /health; -1 turns HTTP off (default: ${DEFAULT-VALUE}).")
+    int httpPort = MasterConfig.DEFAULT_HTTP_PORT;
+
+    @Option(names = "--node-ttl", paramLabel = "DURATION",
+            description = "Drop a node after this long without a heartbeat (default: 10s).")
+    Duration nodeTtl = MasterConfig.DEFAULT_NODE_TTL;
+
+    @Option(names = "--put-timeout", paramLabel = "DURATION",
+            description = "Reclaim a put not completed within this long (default: 30s).")
+    Duration putTimeout = MasterConfig.DEFAULT_PUT_TIMEOUT;
+
+    @Option(names = "--eviction-high-watermark", paramLabel = "FRACTION",
+            description = "Start evicting when this fraction of capacity is used (default: ${DEFAULT-VALUE}).")
+    double highWatermark = MasterConfig.DEFAULT_HIGH_WATERMARK;
+
+    @Option(names = "--eviction-ratio", paramLabel = "FRACTION",
+            description = "Each eviction round frees this fraction of capacity (default: ${DEFAULT-VALUE}).")
+    double evictionRatio = MasterConfig.DEFAULT_EVICTION_RATIO;
+
+    @Option(names = "--max-value-size", paramLabel = "SIZE", description = "Largest value accepted (default: 256MiB).")
+    Size maxValueSize = MasterConfig.DEFAULT_MAX_VALUE_SIZE;
+
+    @Option(names = "--replicas", paramLabel = "N",
+            description = "Copies per object unless a client asks otherwise, best effort (default: ${DEFAULT-VALUE}).")
+    int replicas = 1;
+
+    @Option(names = "--summary-interval", paramLabel = "DURATION",
+            description = "Log a one-line summary this often; 0s turns it off (default: 10s).")
+    Duration summaryInterval = MasterConfig.DEFAULT_SUMMARY_INTERVAL;
+
+    /** Builds the typed config; a bad combination raises IllegalArgumentException naming the field. */
+    MasterConfig toConfig(String listenHost) {
+        MasterConfig d = MasterConfig.defaults();
+        return new MasterConfig(listenHost, port, httpPort, nodeTtl, d.clientTtl(), putTimeout, highWatermark,
+                evictionRatio, maxValueSize, replicas, d.tickInterval(), summaryInterval, d.frameTimeout(), d.limits());
+    }
+}

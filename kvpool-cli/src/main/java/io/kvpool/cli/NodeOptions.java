@@ -1,0 +1,36 @@
+package io.kvpool.cli;
+
+import io.kvpool.config.HostPort;
+import io.kvpool.config.Size;
+import io.kvpool.node.NodeConfig;
+import picocli.CommandLine.Option;
+
+import java.nio.file.Path;
+import java.time.Duration;
+
+/** Node flags, shared by {@code kvpool node} and {@code kvpool serve}. */
+final class NodeOptions {
+
+    @Option(names = "--segment-size", paramLabel = "SIZE",
+            description = "Off-heap memory this node contributes, e.g. 8GiB (default: 1GiB).")
+    Size segmentSize = NodeConfig.DEFAULT_SEGMENT_SIZE;
+
+    @Option(names = "--shm-dir", paramLabel = "DIR",
+            description = "Directory for the shared-memory file backing the segment; 'none' for anonymous memory"
+                    + " (default: ${DEFAULT-VALUE}).")
+    String shmDir = NodeConfig.DEFAULT_SHM_DIR.toString();
+
+    @Option(names = "--heartbeat-interval", paramLabel = "DURATION",
+            description = "How often the node heartbeats to the master (default: 1s).")
+    Duration heartbeatInterval = NodeConfig.DEFAULT_HEARTBEAT_INTERVAL;
+
+    @Option(names = "--verify-writes", description = "Check each written value against its CRC32C before accepting it.")
+    boolean verifyWrites;
+
+    NodeConfig toConfig(HostPort master, String listenHost, int port, String advertiseHost) {
+        NodeConfig d = NodeConfig.defaults(master, segmentSize);
+        Path shm = "none".equalsIgnoreCase(shmDir) ? null : Path.of(shmDir);
+        return new NodeConfig(master, listenHost, port, advertiseHost, segmentSize, shm, heartbeatInterval,
+                d.regionWait(), d.frameTimeout(), verifyWrites, d.limits());
+    }
+}

@@ -1,0 +1,48 @@
+package io.kvpool.cli;
+
+import io.kvpool.config.Size;
+import io.kvpool.node.NodeConfig;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Mixin;
+import picocli.CommandLine.Option;
+
+import java.util.concurrent.Callable;
+import java.util.concurrent.CountDownLatch;
+
+/** {@code kvpool serve}: master and one node in one process, the embedded default for one machine. */
+@Command(name = "serve", mixinStandardHelpOptions = true,
+        description = "Run a master and one storage node in one process (the single-machine default).")
+final class ServeCommand implements Callable<Integer> {
+
+    @Option(names = "--host", paramLabel = "ADDRESS",
+            description = "Address to listen on and advertise to clients (default: ${DEFAULT-VALUE}; use this"
+                    + " machine's LAN address to serve other machines).")
+    String host = "127.0.0.1";
+
+    @Option(names = "--node-port", paramLabel = "PORT", description = "Port of the node (default: ${DEFAULT-VALUE}).")
+    int nodePort = NodeConfig.DEFAULT_PORT;
+
+    @Mixin
+    MasterOptions masterOptions;
+
+    @Mixin
+    NodeOptions nodeOptions;
+
+    @Override
+    public Integer call() throws Exception {
+        CountDownLatch stop = new CountDownLatch(1);
+        EmbeddedPool pool = new EmbeddedPool(masterOptions.toConfig(host),
+                master -> nodeOptions.toConfig(master, host, nodePort, host));
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+            pool.close();
+            stop.countDown();
+        }, "kvpool-shutdown"));
+        System.out.printf("kvpool serving: master %s, segment %s of %s, metrics http://%s:%d/metrics%n",
+                pool.masterAddress(), pool.node().name(), Size.human(pool.node().capacity()), host,
+                pool.master().httpPort());
+        System.out.println("clients: KvPoolClient.connect(\"" + pool.masterAddress() + "\"); stop with Ctrl-C");
+        System.out.flush();
+        stop.await();
+        return 0;
+    }
+}
