@@ -138,6 +138,10 @@ public final class KvPoolClient implements AutoCloseable {
         return put(key, MemorySegment.ofArray(value), PutOptions.DEFAULT);
     }
 
+    public PutStatus put(String key, byte[] value, PutOptions options) {
+        return put(key, MemorySegment.ofArray(value), options);
+    }
+
     public PutStatus put(String key, MemorySegment value) {
         return put(key, value, PutOptions.DEFAULT);
     }

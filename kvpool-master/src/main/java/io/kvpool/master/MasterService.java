@@ -61,9 +61,9 @@ import java.util.random.RandomGenerator;
  * <h2>Eviction</h2>
  * Approximate LRU by last <em>read</em>: {@link #getReplicaList} stamps a coarse access tick;
  * existence probes (exists, prefixMatch, size) do not, so they never keep an object alive. A round
- * frees {@code evictionRatio} of capacity: it histograms complete objects by access tick, finds the
- * tick below which enough bytes lie, and removes those objects. Rounds start when usage reaches the
- * high watermark, and synchronously when a put cannot be placed. Reads in flight are protected where
+ * started by the high watermark brings usage down to (watermark - ratio) of capacity; one started
+ * because a put cannot be placed frees {@code evictionRatio} of capacity. A round histograms complete
+ * objects by access tick, finds the tick below which enough bytes lie, and removes those objects. Reads in flight are protected where
  * the bytes are: a node does not let a new write into a region while a read of it is streaming.
  *
  * <h2>Membership and rebuild</h2>
@@ -182,7 +182,7 @@ public final class MasterService {
         long regionLength = ObjectLayout.regionLength(item.key().length, item.valueLength());
         List<Placement> placed = place(regionLength, replicas, preferred);
         if (placed.isEmpty()) {
-            return PutStartResult.of(segments.isEmpty() ? ResultCode.NO_SEGMENT : ResultCode.POOL_FULL);
+            return PutStartResult.of(capacity() == 0 ? ResultCode.NO_SEGMENT : ResultCode.POOL_FULL);
         }
         int[] segIds = new int[placed.size()];
         long[] offsets = new long[placed.size()];
@@ -869,8 +869,11 @@ public final class MasterService {
                 }
             }
             long cap = capacity();
-            if (cap > 0 && allocated() >= config.highWatermark() * cap) {
-                evict((long) (config.evictionRatio() * cap));
+            long used = allocated();
+            if (cap > 0 && used >= config.highWatermark() * cap) {
+                // one round brings usage to (watermark - ratio), and frees at least ratio of capacity
+                long toLowMark = used - (long) ((config.highWatermark() - config.evictionRatio()) * cap);
+                evict(Math.max((long) (config.evictionRatio() * cap), toLowMark));
             }
         } finally {
             epochLock.readLock().unlock();
