@@ -245,7 +245,7 @@ public final class KvPoolClient implements AutoCloseable {
         // write every replica; failed[j] has a bit per replica whose write failed
         long[] failed = new long[to - from];
         boolean[] fenced = new boolean[to - from];
-        runPerSegment(bySegment, (segId, slots) -> {
+        runPerSegment(bySegment, shareable(values.subList(from, to)), (segId, slots) -> {
             ResultCode[] codes = writeToSegment(segId, slots, k, values, from, crcs, reply.epoch());
             synchronized (failed) {
                 for (int s = 0; s < slots.size(); s++) {
@@ -368,13 +368,14 @@ public final class KvPoolClient implements AutoCloseable {
 
     private List<Optional<byte[]>> getBatchInternal(List<String> keys, boolean batch) {
         byte[][] out = new byte[keys.size()][];
-        readInternal(keys, batch, (i, len) -> {
+        long[] lengths = readInternal(keys, batch, (i, len) -> {
             out[i] = new byte[Math.toIntExact(len)];
             return MemorySegment.ofArray(out[i]);
         });
         List<Optional<byte[]>> res = new ArrayList<>(keys.size());
-        for (byte[] b : out) {
-            res.add(Optional.ofNullable(b));
+        for (int i = 0; i < out.length; i++) {
+            // a buffer was allocated for every key the master listed; only those actually read are hits
+            res.add(lengths[i] == MISS ? Optional.empty() : Optional.of(out[i]));
         }
         return res;
     }
@@ -462,7 +463,7 @@ public final class KvPoolClient implements AutoCloseable {
             if (bySegment.isEmpty()) {
                 return lengths;
             }
-            runPerSegment(bySegment, (segId, slots) -> readFromSegment(segId, slots, dsts, lengths));
+            runPerSegment(bySegment, shareable(Arrays.asList(dsts)), (segId, slots) -> readFromSegment(segId, slots, dsts, lengths));
         }
     }
 
@@ -758,11 +759,29 @@ public final class KvPoolClient implements AutoCloseable {
         void run(int segmentId, List<T> slots);
     }
 
-    /** Runs one task per segment: inline for one, on virtual threads for several. */
-    private <T> void runPerSegment(Map<Integer, List<T>> bySegment, SegmentTask<T> task) {
-        if (bySegment.size() == 1) {
-            Map.Entry<Integer, List<T>> e = bySegment.entrySet().iterator().next();
-            task.run(e.getKey(), e.getValue());
+    /** A thread that never runs: a segment accessible by it is accessible by any worker thread. */
+    private static final Thread ANY_OTHER_THREAD = Thread.ofVirtual().unstarted(() -> { });
+
+    /** True when every segment can be touched by worker threads (heap, global, auto and shared arenas). */
+    private static boolean shareable(List<MemorySegment> segments) {
+        for (MemorySegment s : segments) {
+            if (s != null && !s.isAccessibleBy(ANY_OTHER_THREAD)) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    /**
+     * Runs one task per segment: on virtual threads when there are several and the caller's memory
+     * allows it, otherwise one after another on the calling thread (memory from a confined arena can
+     * only be touched by its owner).
+     */
+    private <T> void runPerSegment(Map<Integer, List<T>> bySegment, boolean parallelOk, SegmentTask<T> task) {
+        if (bySegment.size() == 1 || !parallelOk) {
+            for (Map.Entry<Integer, List<T>> e : bySegment.entrySet()) {
+                task.run(e.getKey(), e.getValue());
+            }
             return;
         }
         List<Future<?>> futures = new ArrayList<>(bySegment.size());

@@ -244,17 +244,22 @@ final class RegionLedger {
     }
 
     /**
-     * Moves to {@code newEpoch} (never backwards) and drops every object. Returns how many objects
-     * were dropped. Writes already admitted finish their transfer but never become readable.
+     * Moves to {@code newEpoch} (never backwards) and drops every object from an older epoch. Returns
+     * how many complete objects were dropped. Writes from older epochs already admitted finish their
+     * transfer but never become readable. Writes of the new epoch itself are kept: the master may
+     * place a new-epoch put before this node hears of the reset.
      */
     long reset(long newEpoch) {
         lock.lock();
         try {
-            long dropped = completeCount;
+            long before = completeCount;
             epoch = Math.max(epoch, newEpoch);
             for (Region r : new ArrayList<>(regions.values())) {
-                drop(r);
+                if (r.epoch < epoch) {
+                    drop(r);
+                }
             }
+            long dropped = before - completeCount;
             changed.signalAll();
             return dropped;
         } finally {
