@@ -672,8 +672,10 @@ public final class MasterService {
         }
     }
 
+    /** The histogram bucket of an access tick; reads between the passes can move a tick past the first pass's range. */
     private static int bucket(int tick, int min, long span) {
-        return (int) (((long) tick - min) * EVICTION_BUCKETS / span);
+        long b = ((long) tick - min) * EVICTION_BUCKETS / span;
+        return (int) Math.max(0, Math.min(EVICTION_BUCKETS - 1, b));
     }
 
     // ================================================================== membership
