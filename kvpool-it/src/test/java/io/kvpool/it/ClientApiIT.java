@@ -155,6 +155,7 @@ class ClientApiIT {
     }
 
     @Test
+    @SuppressWarnings("restricted")
     void badInputIsAnExceptionNamingIt() {
         String longKey = "k".repeat(513);
         assertThatThrownBy(() -> client.put(longKey, new byte[1]))

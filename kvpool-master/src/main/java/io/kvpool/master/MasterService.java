@@ -418,10 +418,11 @@ public final class MasterService {
                     shard.lock.unlock();
                 }
             }
-            return out;
         } finally {
             epochLock.readLock().unlock();
         }
+        nodes.flush();
+        return out;
     }
 
     /** REMOVE_BY_PREFIX: drop every complete object whose key starts with {@code prefix}. */
@@ -446,10 +447,11 @@ public final class MasterService {
                     shard.lock.unlock();
                 }
             }
-            return n;
         } finally {
             epochLock.readLock().unlock();
         }
+        nodes.flush();
+        return n;
     }
 
     /**
@@ -758,14 +760,28 @@ public final class MasterService {
                 return ResultCode.ALREADY_EXISTS;
             }
             ObjectIndex.ObjectEntry o = shard.objects.get(key);
-            if (o != null) {
+            if (o != null && o.generation == it.generation() && o.valueLength == it.valueLength()) {
                 // another replica of the same object version: keep it as one more replica
-                boolean sameVersion = o.generation == it.generation() && o.valueLength == it.valueLength();
-                if (!sameVersion || contains(o.segments, seg.id) || !seg.allocator.reserve(it.offset(), regionLength)) {
+                if (contains(o.segments, seg.id) || !seg.allocator.reserve(it.offset(), regionLength)) {
                     return ResultCode.ALREADY_EXISTS;
                 }
                 o.segments = append(o.segments, seg.id);
                 o.offsets = append(o.offsets, it.offset());
+                return ResultCode.OK;
+            }
+            if (o != null && o.generation > it.generation()) {
+                return ResultCode.ALREADY_EXISTS; // an older version (an upsert replaced it): drop it
+            }
+            if (o != null) {
+                // this copy is newer than the one listed first: it wins, the older one is freed
+                if (!seg.allocator.reserve(it.offset(), regionLength)) {
+                    return ResultCode.ALREADY_EXISTS;
+                }
+                shard.objects.remove(key);
+                release(key, o);
+                shard.objects.put(key, new ObjectIndex.ObjectEntry(it.valueLength(), it.generation(),
+                        new int[]{seg.id}, new long[]{it.offset()}, tick));
+                generations.accumulateAndGet(it.generation() + 1, Math::max);
                 return ResultCode.OK;
             }
             if (!seg.allocator.reserve(it.offset(), regionLength)) {

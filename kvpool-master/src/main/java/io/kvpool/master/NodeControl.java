@@ -121,14 +121,27 @@ final class NodeControl implements NodeNotifier {
                 return;
             }
             for (Channel c : channels.values()) {
-                flush(c);
+                flush(c, false);
             }
         }
     }
 
-    private void flush(Channel c) {
-        if (c.queue.isEmpty() || !c.lock.tryLock()) {
-            return; // nothing to do, or a reset is in progress on this channel (it clears the queue anyway)
+    @Override
+    public void flush() {
+        for (Channel c : channels.values()) {
+            flush(c, true);
+        }
+    }
+
+    /** Sends the channel's queued frees; {@code wait} waits for a flush already in progress instead of skipping. */
+    private void flush(Channel c, boolean wait) {
+        if (c.queue.isEmpty()) {
+            return;
+        }
+        if (wait) {
+            c.lock.lock();
+        } else if (!c.lock.tryLock()) {
+            return; // the flusher or a reset is on this channel already
         }
         try {
             while (!c.queue.isEmpty() && running) {
@@ -185,9 +198,7 @@ final class NodeControl implements NodeNotifier {
 
     /** Sends every queued free now (for tests and shutdown). */
     void flushAll() {
-        for (Channel c : channels.values()) {
-            flush(c);
-        }
+        flush();
     }
 
     @Override

@@ -13,6 +13,13 @@ interface NodeNotifier extends AutoCloseable {
     void free(Segment segment, long offset, long generation);
 
     /**
+     * Delivers every free queued so far and returns once nodes acknowledged them (or timed out). Called
+     * after explicit removals, so a removed object cannot come back through a node's inventory if the
+     * master restarts right afterwards.
+     */
+    void flush();
+
+    /**
      * Every object on these segments is void; accept writes only from {@code epoch} on. Returns when
      * every reachable node acknowledged or its timeout passed.
      */
@@ -28,6 +35,10 @@ interface NodeNotifier extends AutoCloseable {
     NodeNotifier NONE = new NodeNotifier() {
         @Override
         public void free(Segment segment, long offset, long generation) {
+        }
+
+        @Override
+        public void flush() {
         }
 
         @Override

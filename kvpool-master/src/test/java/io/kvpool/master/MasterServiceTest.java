@@ -393,6 +393,21 @@ class MasterServiceTest {
     }
 
     @Test
+    void rebuildKeepsTheNewestVersionOfAKey() {
+        MasterService fresh = service(MasterConfig.defaults());
+        RegisterReply a = fresh.registerNode(new RegisterNode("a:1", "10.0.0.1", 1, 1 << 20, 0, 11, 1));
+        fresh.inventory(new Inventory(a.segmentId(), 11, true, List.of(new InventoryItem(0, 600, 0, k("key-04"), VALUE))));
+        RegisterReply b = fresh.registerNode(new RegisterNode("b:1", "10.0.0.2", 1, 1 << 20, 0, 12, 1));
+        // an upsert wrote generation 700 on b; the free of 600 on a never arrived before the restart
+        assertThat(fresh.inventory(new Inventory(b.segmentId(), 12, true,
+                List.of(new InventoryItem(0, 700, 0, k("key-04"), VALUE))))).containsExactly(ResultCode.OK);
+        ReplicaList rl = fresh.getReplicaList(List.of(k("key-04"))).getFirst();
+        assertThat(rl.generation()).isEqualTo(700);
+        assertThat(rl.replicas()).extracting(r -> r.segmentId()).containsExactly(b.segmentId());
+        assertThat(fresh.allocated()).as("the older copy's space is freed").isEqualTo(REGION);
+    }
+
+    @Test
     void nodeReportingNewerEpochVoidsWhatWasRebuilt() {
         MasterService fresh = service(MasterConfig.defaults());
         RegisterReply a = fresh.registerNode(new RegisterNode("a:1", "10.0.0.1", 1, 1 << 20, 3, 11, 1));

@@ -1,0 +1,156 @@
+package io.kvpool.it;
+
+import io.kvpool.client.KvPoolClient;
+import io.kvpool.client.PoolStats;
+
+import java.io.BufferedReader;
+import java.io.IOException;
+import java.io.InputStreamReader;
+import java.io.PrintWriter;
+import java.net.ServerSocket;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.TimeUnit;
+import java.util.function.Predicate;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+
+/**
+ * A master and nodes as separate OS processes (the real {@code kvpool} CLI on this test's
+ * classpath), on loopback. Each process's output goes to target/it-logs. Processes can be killed
+ * with SIGKILL and restarted; everything is killed on close.
+ */
+final class ProcessCluster implements AutoCloseable {
+
+    private static final Pattern NODE_LINE = Pattern.compile("kvpool node (\\S+): ");
+    private final Path logDir;
+    final int masterPort;
+    final int httpPort;
+    private final List<String> masterArgs;
+    private Managed master;
+    final List<Managed> nodes = new ArrayList<>();
+    private int started;
+
+    /** A started process and the segment name it printed (nodes). */
+    static final class Managed {
+        final Process process;
+        final String name;
+
+        Managed(Process process, String name) {
+            this.process = process;
+            this.name = name;
+        }
+
+        void kill9() {
+            process.destroyForcibly();
+            try {
+                process.waitFor(30, TimeUnit.SECONDS);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+        }
+    }
+
+    ProcessCluster(String testName, String... extraMasterArgs) throws Exception {
+        this.logDir = Path.of("target", "it-logs", testName);
+        Files.createDirectories(logDir);
+        this.masterPort = freePort();
+        this.httpPort = freePort();
+        this.masterArgs = List.of(extraMasterArgs);
+        startMaster();
+    }
+
+    static int freePort() throws IOException {
+        try (ServerSocket s = new ServerSocket(0)) {
+            s.setReuseAddress(true);
+            return s.getLocalPort();
+        }
+    }
+
+    String masterAddress() {
+        return "127.0.0.1:" + masterPort;
+    }
+
+    void startMaster() throws Exception {
+        List<String> args = new ArrayList<>(List.of("master", "--host", "127.0.0.1", "--port", "" + masterPort,
+                "--http-port", "" + httpPort, "--summary-interval", "0s"));
+        args.addAll(masterArgs);
+        master = start("master", args, line -> line.startsWith("kvpool master listening"));
+    }
+
+    void killMaster() {
+        master.kill9();
+    }
+
+    Managed startNode(String segmentSize) throws Exception {
+        Managed n = start("node", List.of("node", "--master", masterAddress(), "--host", "127.0.0.1", "--port", "0",
+                "--segment-size", segmentSize, "--shm-dir", "none", "--heartbeat-interval", "250ms"),
+                line -> NODE_LINE.matcher(line).find());
+        nodes.add(n);
+        return n;
+    }
+
+    private Managed start(String role, List<String> args, Predicate<String> ready) throws Exception {
+        List<String> cmd = new ArrayList<>();
+        cmd.add(Path.of(System.getProperty("java.home"), "bin", "java").toString());
+        cmd.addAll(List.of("-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "--enable-native-access=ALL-UNNAMED",
+                "-cp", System.getProperty("java.class.path"), "io.kvpool.cli.Main"));
+        cmd.addAll(args);
+        ProcessBuilder pb = new ProcessBuilder(cmd).redirectErrorStream(true);
+        Process p = pb.start();
+        Path log = logDir.resolve(role + "-" + (++started) + ".log");
+        CompletableFuture<String> readyLine = new CompletableFuture<>();
+        Thread.ofVirtual().start(() -> {
+            try (BufferedReader r = new BufferedReader(new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8));
+                 PrintWriter w = new PrintWriter(Files.newBufferedWriter(log))) {
+                String line;
+                while ((line = r.readLine()) != null) {
+                    w.println(line);
+                    w.flush();
+                    if (!readyLine.isDone() && ready.test(line)) {
+                        readyLine.complete(line);
+                    }
+                }
+            } catch (IOException e) {
+                readyLine.completeExceptionally(e);
+            }
+            readyLine.completeExceptionally(new IllegalStateException(role + " exited before it was ready; see " + log));
+        });
+        String line = readyLine.get(60, TimeUnit.SECONDS);
+        Matcher m = NODE_LINE.matcher(line);
+        return new Managed(p, m.find() ? m.group(1) : role);
+    }
+
+    /** Polls the cluster's stats until {@code condition} holds (a condition, not a timing assumption). */
+    static PoolStats awaitStats(KvPoolClient c, Predicate<PoolStats> condition, String what) throws InterruptedException {
+        long deadline = System.nanoTime() + Duration.ofSeconds(60).toNanos();
+        PoolStats last = null;
+        while (System.nanoTime() < deadline) {
+            try {
+                last = c.stats();
+                if (condition.test(last)) {
+                    return last;
+                }
+            } catch (RuntimeException e) {
+                // the master may be restarting
+            }
+            Thread.sleep(100);
+        }
+        throw new AssertionError("timed out waiting until " + what + "; last stats: " + last);
+    }
+
+    @Override
+    public void close() {
+        for (Managed n : nodes) {
+            n.kill9();
+        }
+        if (master != null) {
+            master.kill9();
+        }
+    }
+}
