@@ -141,7 +141,7 @@ public final class MasterMetrics {
      * The periodic one-line summary: memory, keys, clients, per-operation successes/total per second
      * since the previous line (operations without traffic omitted), and evictions since then.
      */
-    synchronized String summaryLine() {
+    public synchronized String summaryLine() {
         long now = System.nanoTime();
         double secs = Math.max(1e-3, (now - lastSummaryNanos) / 1e9);
         lastSummaryNanos = now;

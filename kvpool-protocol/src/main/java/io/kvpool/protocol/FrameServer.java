@@ -162,12 +162,39 @@ public final class FrameServer implements Closeable {
             }
         } finally {
             connections.remove(ch);
-            try {
-                ch.close();
-            } catch (IOException ignored) {
-                // closing anyway
-            }
+            lingeringClose(ch, scratch);
             handler.connectionClosed(peer);
+        }
+    }
+
+    /** Most bytes drained from a connection being closed, and how long that may take. */
+    private static final int LINGER_BYTES = 4 << 20;
+    private static final Duration LINGER_TIME = Duration.ofSeconds(1);
+
+    /**
+     * Closes a connection without losing the error reply just written: closing a socket with unread
+     * input makes TCP send a reset, and the peer's read of our reply then fails. So: send FIN, drain
+     * what the peer already sent (bounded in bytes and time), then close.
+     */
+    private void lingeringClose(SocketChannel ch, ByteBuffer scratch) {
+        if (!closed && ch.isOpen()) {
+            try (Watchdog.Deadline d = Watchdog.arm(ch, LINGER_TIME)) {
+                ch.shutdownOutput();
+                long drained = 0;
+                int n;
+                do {
+                    scratch.clear();
+                    n = ch.read(scratch);
+                    drained += Math.max(0, n);
+                } while (n >= 0 && drained < LINGER_BYTES);
+            } catch (IOException ignored) {
+                // the peer went away or the linger time passed; close regardless
+            }
+        }
+        try {
+            ch.close();
+        } catch (IOException ignored) {
+            // closing anyway
         }
     }
 

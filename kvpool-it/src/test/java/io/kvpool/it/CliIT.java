@@ -1,0 +1,129 @@
+package io.kvpool.it;
+
+import io.kvpool.cli.Main;
+import io.kvpool.config.Size;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+
+import java.io.ByteArrayOutputStream;
+import java.io.PrintStream;
+import java.nio.charset.StandardCharsets;
+
+import static org.assertj.core.api.Assertions.assertThat;
+
+/** The kvpool command line: exit codes, messages that name the bad flag, and the debugging commands. */
+class CliIT {
+
+    private static InProcessCluster cluster;
+
+    @BeforeAll
+    static void start() throws Exception {
+        cluster = new InProcessCluster(1, Size.ofMiB(32));
+    }
+
+    @AfterAll
+    static void stop() {
+        cluster.close();
+    }
+
+    /** Exit code and everything printed. */
+    private record Run(int code, String out, String err) {
+    }
+
+    private static synchronized Run run(String... args) {
+        PrintStream oldOut = System.out;
+        PrintStream oldErr = System.err;
+        ByteArrayOutputStream out = new ByteArrayOutputStream();
+        ByteArrayOutputStream err = new ByteArrayOutputStream();
+        try {
+            System.setOut(new PrintStream(out, true, StandardCharsets.UTF_8));
+            System.setErr(new PrintStream(err, true, StandardCharsets.UTF_8));
+            int code = Main.run(args);
+            return new Run(code, out.toString(StandardCharsets.UTF_8), err.toString(StandardCharsets.UTF_8));
+        } finally {
+            System.setOut(oldOut);
+            System.setErr(oldErr);
+        }
+    }
+
+    @Test
+    void badFlagsAndValuesExitWithTwoAndNameTheFlag() {
+        Run r = run("node", "--master", "127.0.0.1:1", "--segment-size", "8GB8");
+        assertThat(r.code()).isEqualTo(2);
+        assertThat(r.err()).contains("--segment-size").contains("8GB8");
+
+        r = run("master", "--eviction-ratio", "2", "--port", "0", "--http-port", "-1");
+        assertThat(r.code()).isEqualTo(2);
+        assertThat(r.err()).contains("--eviction-ratio");
+
+        r = run("node", "--master", "127.0.0.1:1", "--heartbeat-interval", "10");
+        assertThat(r.code()).isEqualTo(2);
+        assertThat(r.err()).contains("--heartbeat-interval").contains("unit");
+
+        r = run("master", "--no-such-flag");
+        assertThat(r.code()).isEqualTo(2);
+        assertThat(r.err()).contains("--no-such-flag");
+
+        r = run("status", "--master", "nohostport");
+        assertThat(r.code()).isEqualTo(2);
+        assertThat(r.err()).contains("--master");
+
+        r = run("node", "--segment-size", "1GiB");
+        assertThat(r.code()).isEqualTo(2);
+        assertThat(r.err()).contains("--master");
+
+        r = run("rm", "--master", cluster.masterAddress());
+        assertThat(r.code()).isEqualTo(2);
+        r = run("rm", "somekey", "--force", "--master", cluster.masterAddress());
+        assertThat(r.code()).isEqualTo(2);
+        assertThat(r.err()).contains("--force");
+
+        r = run("frobnicate");
+        assertThat(r.code()).isEqualTo(2);
+    }
+
+    @Test
+    void unreachableMasterIsARuntimeFailureNamingIt() {
+        Run r = run("status", "--master", "127.0.0.1:1");
+        assertThat(r.code()).isEqualTo(1);
+        assertThat(r.err()).contains("127.0.0.1:1");
+    }
+
+    @Test
+    void putGetStatusAndRemove() {
+        String m = cluster.masterAddress();
+        Run r = run("put", "cli/one", "--value", "hello kv", "--master", m);
+        assertThat(r.code()).isZero();
+        assertThat(r.out()).contains("OK");
+        assertThat(run("put", "cli/one", "--value", "again", "--master", m).out()).contains("ALREADY_EXISTS");
+        assertThat(run("put", "cli/one", "--value", "again", "--upsert", "--master", m).code()).isZero();
+
+        r = run("get", "cli/one", "--master", m);
+        assertThat(r.code()).isZero();
+        assertThat(r.out()).isEqualTo("again");
+        assertThat(run("get", "cli/none", "--master", m).code()).isEqualTo(1);
+
+        assertThat(run("put", "cli/two", "--random", "100KiB", "--master", m).code()).isZero();
+        r = run("status", "--master", m);
+        assertThat(r.code()).isZero();
+        assertThat(r.out()).contains(cluster.nodes.getFirst().name()).contains("active").contains("SEGMENT")
+                .contains("keys 2");
+
+        assertThat(run("rm", "cli/one", "--master", m).code()).isZero();
+        assertThat(run("rm", "cli/one", "--master", m).code()).isEqualTo(1);
+        assertThat(run("rm", "--prefix", "cli/", "--master", m).out()).contains("removed 1 objects");
+        assertThat(run("put", "cli/three", "--value", "x", "--master", m).code()).isZero();
+        r = run("rm", "--all", "--force", "--master", m);
+        assertThat(r.code()).isZero();
+        assertThat(r.out()).contains("removed 1 objects").contains("fenced");
+    }
+
+    @Test
+    void helpAndVersion() {
+        Run r = run("--help");
+        assertThat(r.code()).isZero();
+        assertThat(r.out()).contains("serve").contains("master").contains("node").contains("demo");
+        assertThat(run("--version").out()).contains("kvpool");
+    }
+}
