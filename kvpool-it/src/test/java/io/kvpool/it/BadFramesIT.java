@@ -9,6 +9,10 @@ import io.kvpool.protocol.BodyWriter;
 import io.kvpool.protocol.FrameHeader;
 import io.kvpool.protocol.FrameStatus;
 import io.kvpool.protocol.Opcode;
+import io.kvpool.protocol.FrameConnection;
+import io.kvpool.protocol.Limits;
+import io.kvpool.protocol.RemoteException;
+import io.kvpool.protocol.msg.MasterMessages;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -20,6 +24,7 @@ import java.nio.channels.SocketChannel;
 import java.nio.charset.StandardCharsets;
 
 import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 /**
  * Malformed, oversized and unknown frames sent straight at the real master and node: each gets an
@@ -133,13 +138,8 @@ class BadFramesIT {
 
     @Test
     void malformedBodiesAreNamed() throws Exception {
-        // a key longer than 512 bytes
-        BodyWriter w = new BodyWriter().i32(1).bytes(new byte[600]);
-        ErrorReply r = sendRaw(master(), frame(Opcode.EXIST_KEY.code, w, 0));
-        assertThat(r.status()).isEqualTo(FrameStatus.MALFORMED_FRAME.code);
-        assertThat(r.message()).contains("600");
         // a count larger than the body could hold
-        r = sendRaw(master(), frame(Opcode.BATCH_EXIST_KEY.code, new BodyWriter().i32(1_000_000), 0));
+        ErrorReply r = sendRaw(master(), frame(Opcode.BATCH_EXIST_KEY.code, new BodyWriter().i32(1_000_000), 0));
         assertThat(r.status()).isEqualTo(FrameStatus.MALFORMED_FRAME.code);
         assertThat(r.message()).contains("key count");
         // payload sent to the master
@@ -147,6 +147,20 @@ class BadFramesIT {
         r = sendRaw(master(), f, ByteBuffer.wrap(new byte[8]));
         assertThat(r.status()).isEqualTo(FrameStatus.MALFORMED_FRAME.code);
         assertThat(r.message()).contains("payload");
+    }
+
+    @Test
+    void anOverlongKeyIsABadRequestAndTheConnectionStaysUsable() throws Exception {
+        try (FrameConnection c = FrameConnection.connect(master(), java.time.Duration.ofSeconds(5), Limits.DEFAULT)) {
+            BodyWriter w = new BodyWriter().i32(1).bytes(new byte[600]);
+            assertThatThrownBy(() -> c.call(Opcode.EXIST_KEY, w, java.time.Duration.ofSeconds(5)))
+                    .isInstanceOf(RemoteException.class).hasMessageContaining("600")
+                    .satisfies(e -> assertThat(((RemoteException) e).status()).isEqualTo(FrameStatus.BAD_REQUEST));
+            assertThat(c.isBroken()).isFalse();
+            BodyWriter ok = new BodyWriter().i32(1).bytes("kept".getBytes(StandardCharsets.UTF_8));
+            assertThat(MasterMessages.Flags.read(c.call(Opcode.EXIST_KEY, ok, java.time.Duration.ofSeconds(5)).body())
+                    .values()[0]).isTrue();
+        }
     }
 
     @Test

@@ -136,6 +136,10 @@ final class MasterHandler implements RequestHandler {
                     if (p.prefix().length == 0) {
                         throw new BadRequestException("remove_by_prefix with an empty prefix; use remove_all to empty the pool");
                     }
+                    if (p.prefix().length > Keys.MAX_KEY_BYTES) {
+                        throw new BadRequestException("remove_by_prefix with a " + p.prefix().length
+                                + "-byte prefix, longer than any key (" + Keys.MAX_KEY_BYTES + " bytes)");
+                    }
                     new MasterMessages.Removed(service.removeByPrefix(p.prefix()), service.epoch()).write(out);
                     metrics.record(op, 1, 0, 0, false);
                 }

@@ -428,6 +428,7 @@ public final class MasterService {
     /** REMOVE_BY_PREFIX: drop every complete object whose key starts with {@code prefix}. */
     public long removeByPrefix(byte[] prefix) {
         long n = 0;
+        FreeBatch frees = new FreeBatch();
         epochLock.readLock().lock();
         try {
             for (int s = 0; s < ObjectIndex.SHARDS; s++) {
@@ -439,7 +440,7 @@ public final class MasterService {
                         Map.Entry<Key, ObjectIndex.ObjectEntry> e = it.next();
                         if (Keys.hasPrefix(e.getKey().bytes, prefix)) {
                             it.remove();
-                            release(e.getKey(), e.getValue());
+                            collect(e.getKey(), e.getValue(), frees);
                             n++;
                         }
                     }
@@ -447,6 +448,8 @@ public final class MasterService {
                     shard.lock.unlock();
                 }
             }
+            // still under the epoch lock: a reset cannot slip in and free these regions first
+            frees.apply(segments, nodes);
         } finally {
             epochLock.readLock().unlock();
         }
@@ -644,6 +647,7 @@ public final class MasterService {
             // evict buckets below the cutoff entirely, and the cutoff bucket until the target is met
             long freed = 0;
             long keys = 0;
+            FreeBatch frees = new FreeBatch();
             for (int s = 0; s < ObjectIndex.SHARDS && freed < targetBytes; s++) {
                 ObjectIndex.Shard shard = index.shard(s);
                 shard.lock.lock();
@@ -655,7 +659,7 @@ public final class MasterService {
                         int b = bucket(o.lastAccess, min, span);
                         if (b < cutoff || (b == cutoff && freed < targetBytes)) {
                             it.remove();
-                            freed += release(e.getKey(), o);
+                            freed += collect(e.getKey(), o, frees);
                             keys++;
                         }
                     }
@@ -663,6 +667,7 @@ public final class MasterService {
                     shard.lock.unlock();
                 }
             }
+            frees.apply(segments, nodes);
             if (keys > 0) {
                 evictionSuccesses.incrementAndGet();
                 evictedKeys.addAndGet(keys);
@@ -969,6 +974,15 @@ public final class MasterService {
             }
         }
         return freed;
+    }
+
+    /** Queues a complete object's regions on a batch instead of freeing them now. Returns their bytes. */
+    private long collect(Key key, ObjectIndex.ObjectEntry o, FreeBatch batch) {
+        long len = regionLength(key, o.valueLength);
+        for (int i = 0; i < o.segments.length; i++) {
+            batch.add(o.segments[i], o.offsets[i], len, o.generation);
+        }
+        return len * o.segments.length;
     }
 
     /**

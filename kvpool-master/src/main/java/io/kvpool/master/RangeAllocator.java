@@ -40,6 +40,11 @@ final class RangeAllocator {
         }
     }
 
+    /** Bytes actually taken for a request of {@code length}: aligned, and at least one alignment unit. */
+    private static long units(long length) {
+        return Math.max(ObjectLayout.ALIGNMENT, ObjectLayout.align(length));
+    }
+
     synchronized long capacity() {
         return capacity;
     }
@@ -63,7 +68,7 @@ final class RangeAllocator {
 
     /** Allocates {@code length} bytes (rounded up to the alignment); returns the offset, or -1 if no range fits. */
     synchronized long allocate(long length) {
-        long len = ObjectLayout.align(length);
+        long len = units(length);
         Free fit = bySize.ceiling(new Free(len, -1));
         if (fit == null) {
             return -1;
@@ -82,7 +87,7 @@ final class RangeAllocator {
      * false if any part of it is not free.
      */
     synchronized boolean reserve(long offset, long length) {
-        long len = ObjectLayout.align(length);
+        long len = units(length);
         if (offset < 0 || offset % ObjectLayout.ALIGNMENT != 0 || offset + len > capacity) {
             return false;
         }
@@ -107,7 +112,7 @@ final class RangeAllocator {
 
     /** Returns a range to the free pool, merging it with free neighbours. */
     synchronized void free(long offset, long length) {
-        long len = ObjectLayout.align(length);
+        long len = units(length);
         if (offset < 0 || offset + len > capacity) {
             throw new IllegalStateException("free of [" + offset + ", " + (offset + len) + ") outside a segment of "
                     + capacity + " bytes");

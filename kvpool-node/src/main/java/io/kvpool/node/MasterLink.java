@@ -119,6 +119,7 @@ final class MasterLink implements AutoCloseable {
                     setRegistered(false);
                     continue;
                 }
+                setRegistered(true);
                 if (hb.epoch() > node.ledger().epoch()) {
                     long n = node.ledger().reset(hb.epoch());
                     log.warn("node {}: missed a reset; now at epoch {}, dropped {} objects", node.name(), hb.epoch(), n);
@@ -138,6 +139,8 @@ final class MasterLink implements AutoCloseable {
                     outageLogged = true;
                 }
                 closeConn();
+                // keep the segment id: if the master still knows us after the outage, a heartbeat resumes
+                setRegistered(false);
                 sleep(config.heartbeatInterval());
             } catch (RuntimeException e) {
                 if (!running) {

@@ -232,7 +232,7 @@ final class RegionLedger {
         lock.lock();
         try {
             Region r = regions.get(offset);
-            if (r == null || r.generation != generation) {
+            if (r == null || r.generation != generation || r.dead) {
                 return false;
             }
             drop(r);

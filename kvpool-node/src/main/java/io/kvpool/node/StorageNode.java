@@ -124,6 +124,10 @@ public final class StorageNode implements AutoCloseable {
     private final class Handler implements RequestHandler {
         @Override
         public void handle(Request req) throws IOException {
+            if (req.opcode() != Opcode.NODE_WRITE && req.payloadLength() != 0) {
+                throw new MalformedFrameException(FrameStatus.MALFORMED_FRAME, req.requestId(), req.opcode().metricName
+                        + " carries " + req.payloadLength() + " payload bytes but takes none");
+            }
             switch (req.opcode()) {
                 case NODE_WRITE -> write(req);
                 case NODE_READ -> read(req);
@@ -147,20 +151,22 @@ public final class StorageNode implements AutoCloseable {
             checkRegion(it.offset(), ObjectLayout.regionLength(it.key().length, it.valueLength()), it.generation());
         }
         List<ResultCode> codes = new ArrayList<>(w.items().size());
+        // one bound on waiting for busy regions per frame, however many items it carries
+        long waitDeadline = System.nanoTime() + config.regionWait().toNanos();
         for (NodeMessages.WriteItem it : w.items()) {
-            codes.add(writeOne(req, w.epoch(), it));
+            codes.add(writeOne(req, w.epoch(), it, waitDeadline));
         }
         BodyWriter out = new BodyWriter(8 + codes.size());
         new Codes(codes).write(out);
         req.reply(out);
     }
 
-    private ResultCode writeOne(Request req, long epoch, NodeMessages.WriteItem it) throws IOException {
+    private ResultCode writeOne(Request req, long epoch, NodeMessages.WriteItem it, long waitDeadline) throws IOException {
         long regionLength = ObjectLayout.regionLength(it.key().length, it.valueLength());
         RegionLedger.WriteAdmission adm;
         try {
             adm = ledger.beginWrite(it.offset(), regionLength, it.generation(), epoch, it.key(), it.valueLength(),
-                    config.regionWait());
+                    Duration.ofNanos(Math.max(0, waitDeadline - System.nanoTime())));
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
             throw new IOException("interrupted while waiting for region " + it.offset() + " of segment " + name);

@@ -1,5 +1,7 @@
 package io.kvpool.config;
 
+import java.math.BigDecimal;
+import java.math.RoundingMode;
 import java.time.Duration;
 import java.util.Locale;
 import java.util.regex.Matcher;
@@ -31,22 +33,22 @@ public final class Durations {
             throw new IllegalArgumentException("'" + text + "' is not a duration; expected a number with a unit"
                     + " ns, us, ms, s, m, h or d, e.g. 10s or 500ms");
         }
-        double value = Double.parseDouble(m.group(1));
-        double nanosPerUnit = switch (m.group(2).toLowerCase(Locale.ROOT)) {
-            case "ns" -> 1;
-            case "us" -> 1e3;
-            case "ms" -> 1e6;
-            case "s" -> 1e9;
-            case "m" -> 60e9;
-            case "h" -> 3600e9;
-            case "d" -> 86400e9;
+        long nanosPerUnit = switch (m.group(2).toLowerCase(Locale.ROOT)) {
+            case "ns" -> 1L;
+            case "us" -> 1_000L;
+            case "ms" -> 1_000_000L;
+            case "s" -> 1_000_000_000L;
+            case "m" -> 60_000_000_000L;
+            case "h" -> 3_600_000_000_000L;
+            case "d" -> 86_400_000_000_000L;
             default -> throw new IllegalArgumentException("'" + text + "': unknown unit " + m.group(2));
         };
-        double nanos = value * nanosPerUnit;
-        if (nanos > Long.MAX_VALUE) {
+        BigDecimal nanos = new BigDecimal(m.group(1)).multiply(BigDecimal.valueOf(nanosPerUnit))
+                .setScale(0, RoundingMode.HALF_UP);
+        if (nanos.compareTo(BigDecimal.valueOf(Long.MAX_VALUE)) > 0) {
             throw new IllegalArgumentException("'" + text + "' is too long");
         }
-        return Duration.ofNanos(Math.round(nanos));
+        return Duration.ofNanos(nanos.longValueExact());
     }
 
     /** Formats a duration in the form {@link #parse} accepts, e.g. {@code 10s}, {@code 1500ms}. */

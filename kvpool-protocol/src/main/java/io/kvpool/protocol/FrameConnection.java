@@ -95,12 +95,24 @@ public final class FrameConnection implements Closeable {
                 }
                 throw new IOException("connection to " + peer + " closed during " + op.metricName, e);
             } catch (IOException | RuntimeException e) {
-                if (!(e instanceof RemoteException re && re.status() == FrameStatus.BAD_REQUEST)) {
+                // after BAD_REQUEST the server keeps the connection only if it consumed our payload,
+                // which we cannot know: keep it only for requests that carried none
+                boolean keep = e instanceof RemoteException re && re.status() == FrameStatus.BAD_REQUEST
+                        && payloadBytes(payload) == 0;
+                if (!keep) {
                     broken = true;
                 }
                 throw e;
             }
         }
+    }
+
+    private static long payloadBytes(ByteBuffer[] payload) {
+        long n = 0;
+        for (ByteBuffer b : payload) {
+            n += b.remaining();
+        }
+        return n;
     }
 
     private void send(Opcode op, BodyWriter request, ByteBuffer... payload) throws IOException {

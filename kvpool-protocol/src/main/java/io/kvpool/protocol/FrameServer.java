@@ -127,6 +127,10 @@ public final class FrameServer implements Closeable {
                             throw new MalformedFrameException(FrameStatus.MALFORMED_FRAME, h.requestId(),
                                     "received a reply frame where a request was expected");
                         }
+                        if (h.status() != 0) {
+                            throw new MalformedFrameException(FrameStatus.MALFORMED_FRAME, h.requestId(),
+                                    "a request must have status 0, got " + h.status());
+                        }
                         if (op == null || !accepts.test(op)) {
                             throw new MalformedFrameException(FrameStatus.UNKNOWN_OPCODE, h.requestId(),
                                     String.format("opcode 0x%02x is not served by %s", h.opcode(), name));
@@ -237,10 +241,13 @@ public final class FrameServer implements Closeable {
 
     static void writeError(SocketChannel ch, ByteBuffer header, int opcode, long requestId, FrameStatus status,
                            String message) throws IOException {
-        byte[] msg = message == null ? new byte[0] : message.getBytes(StandardCharsets.UTF_8);
-        if (msg.length > 4000) {
-            msg = java.util.Arrays.copyOf(msg, 4000);
+        String text = message == null ? "" : message;
+        if (text.length() > 2000) {
+            // cut on a character boundary (never inside a surrogate pair) so the message stays valid UTF-8
+            int cut = Character.isHighSurrogate(text.charAt(1999)) ? 1999 : 2000;
+            text = text.substring(0, cut) + "...";
         }
+        byte[] msg = text.getBytes(StandardCharsets.UTF_8);
         BodyWriter w = new BodyWriter(msg.length + 2).bytes(msg);
         ByteBuffer b = w.buffer();
         FrameHeader.write(header, opcode, true, status.code, requestId, b.remaining(), 0);

@@ -20,11 +20,9 @@ public enum FrameStatus {
     /** The request was well formed but its contents are invalid (key too long, offset outside the segment). */
     BAD_REQUEST(5),
     /** The server failed while handling the request; the message says how. */
-    INTERNAL_ERROR(6),
-    /** The server is shutting down or not ready (for example, a node not yet registered). */
-    UNAVAILABLE(7);
+    INTERNAL_ERROR(6);
 
-    private static final FrameStatus[] BY_CODE = new FrameStatus[8];
+    private static final FrameStatus[] BY_CODE = new FrameStatus[7];
 
     static {
         for (FrameStatus s : values()) {

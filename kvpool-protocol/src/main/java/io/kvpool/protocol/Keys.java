@@ -24,9 +24,26 @@ public final class Keys {
         if (key == null || key.isEmpty()) {
             throw new IllegalArgumentException("key is empty: keys must have 1 to " + MAX_KEY_BYTES + " UTF-8 bytes");
         }
+        checkWellFormed(key);
         byte[] b = key.getBytes(StandardCharsets.UTF_8);
         validate(b, key);
         return b;
+    }
+
+    /**
+     * Rejects unpaired surrogates: UTF-8 encoding would turn each into '?', so two different keys
+     * could name the same object.
+     */
+    private static void checkWellFormed(String key) {
+        for (int i = 0; i < key.length(); i++) {
+            char c = key.charAt(i);
+            if (Character.isHighSurrogate(c) && i + 1 < key.length() && Character.isLowSurrogate(key.charAt(i + 1))) {
+                i++;
+            } else if (Character.isSurrogate(c)) {
+                throw new IllegalArgumentException("key '" + abbreviate(key) + "' has an unpaired surrogate at index "
+                        + i + " and cannot be encoded as UTF-8");
+            }
+        }
     }
 
     /** Validates an encoded key; {@code shown} is used in the message. */

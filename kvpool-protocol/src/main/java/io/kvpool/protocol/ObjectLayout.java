@@ -14,43 +14,60 @@ import java.util.zip.CRC32C;
  *   0               1               2               3
  *   0 1 2 3 4 5 6 7 0 1 2 3 4 5 6 7 0 1 2 3 4 5 6 7 0 1 2 3 4 5 6 7
  *  +---------------------------------------------------------------+
- *  |                    magic 0x4B564F42 ("KVOB")                  |  0
+ *  |             magic: the bytes 'K' 'V' 'O' 'B' in memory        |  0
  *  +---------------+---------------+-------------------------------+
  *  |    version    |     state     |        key length (u16)       |  4
  *  +---------------+---------------+-------------------------------+
  *  |                      value length (u64)                       |  8
+ *  +                                                               +
+ *  |                                                               |
  *  +---------------------------------------------------------------+
  *  |                       generation (u64)                        | 16
+ *  +                                                               +
+ *  |                                                               |
  *  +---------------------------------------------------------------+
  *  |                     cluster epoch (u64)                       | 24
+ *  +                                                               +
+ *  |                                                               |
  *  +---------------------------------------------------------------+
  *  |                   value checksum (CRC32C)                     | 32
  *  +---------------------------------------------------------------+
  *  |                   header checksum (CRC32C)                    | 36
  *  +---------------------------------------------------------------+
- *  |                       reserved (zero)                         | 40
+ *  |                     reserved (u64, zero)                      | 40
+ *  +                                                               +
+ *  |                                                               |
  *  +---------------------------------------------------------------+
- *  |  key bytes (key length), zero-padded to a multiple of 64      | 48
+ *  |  key bytes (key length)                                       | 48
  *  +---------------------------------------------------------------+
- *  |  value bytes (value length), zero-padded to a multiple of 64  | 48 + pad64(48 + key) - 48
+ *  |  padding up to valueOffset = align64(48 + key length)         |
+ *  +---------------------------------------------------------------+
+ *  |  value bytes (value length)                                   | valueOffset
+ *  +---------------------------------------------------------------+
+ *  |  padding up to regionLength = valueOffset + align64(value)    |
  *  +---------------------------------------------------------------+
  * </pre>
  *
  * <ul>
- *   <li>All integers little-endian. Regions start at multiples of {@link #ALIGNMENT}.</li>
+ *   <li>All integers little-endian. Regions start at multiples of {@link #ALIGNMENT}. Padding bytes
+ *       are never written and hold whatever was there before.</li>
  *   <li><b>state</b>: {@link #STATE_WRITING} while bytes arrive, {@link #STATE_COMPLETE} once the value
  *       is fully written, {@link #STATE_DEAD} once the region was freed or is being reused.</li>
  *   <li><b>generation</b>: unique per stored object version (assigned by the master at put start);
  *       every read names the generation it expects, so a reused region never answers for an old
  *       object.</li>
- *   <li><b>header checksum</b>: CRC32C of bytes 0..3, 6..35 (everything but version/state and the
- *       checksum itself) and the key; guards against reading garbage as a header.</li>
+ *   <li><b>epoch</b>: the cluster epoch of the put; objects from an epoch older than the node's are
+ *       void (a removeAll(force) happened since).</li>
+ *   <li><b>header checksum</b>: CRC32C of bytes 0..3 (magic), 6..35 (key length through value
+ *       checksum) and the key. Version, state and the reserved bytes are not covered (state changes
+ *       in place). It guards against taking garbage for a header.</li>
  * </ul>
  */
 public final class ObjectLayout {
 
     public static final int ALIGNMENT = 64;
-    public static final int MAGIC = 0x4B564F42;
+    /** Reads as the bytes 'K' 'V' 'O' 'B' in memory (little-endian int). */
+    public static final int MAGIC = 0x424F564B;
     public static final byte VERSION = 1;
 
     public static final byte STATE_DEAD = 0;

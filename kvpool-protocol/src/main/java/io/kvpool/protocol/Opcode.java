@@ -72,7 +72,7 @@ public enum Opcode {
 
     /** True for the forms that carry many items in one round trip. */
     public boolean isBatch() {
-        return metricName.startsWith("batch_") || this == PREFIX_MATCH;
+        return metricName.startsWith("batch_") || this == PREFIX_MATCH || this == OBJECT_SIZE;
     }
 
     /** True for operations served by nodes rather than the master. */

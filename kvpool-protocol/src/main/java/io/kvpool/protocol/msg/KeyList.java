@@ -3,8 +3,7 @@ package io.kvpool.protocol.msg;
 import io.kvpool.protocol.BodyReader;
 import io.kvpool.protocol.BodyWriter;
 import io.kvpool.protocol.Keys;
-import io.kvpool.protocol.MalformedFrameException;
-import io.kvpool.protocol.FrameStatus;
+import io.kvpool.protocol.BadRequestException;
 
 import java.util.ArrayList;
 import java.util.List;
@@ -41,8 +40,9 @@ public record KeyList(List<byte[]> keys) {
     public static byte[] readKey(BodyReader r) {
         byte[] k = r.bytes("key");
         if (k.length == 0 || k.length > Keys.MAX_KEY_BYTES) {
-            throw new MalformedFrameException(FrameStatus.MALFORMED_FRAME,
-                    "key of " + k.length + " bytes is outside 1.." + Keys.MAX_KEY_BYTES);
+            // well framed but invalid content: the body was read whole, so the connection stays in step
+            throw new BadRequestException("key of " + k.length + " bytes is outside the allowed 1.."
+                    + Keys.MAX_KEY_BYTES + " UTF-8 bytes");
         }
         return k;
     }

@@ -1,0 +1,102 @@
+package io.kvpool.master;
+
+/**
+ * Regions freed by a bulk removal (removeByPrefix, removeAll without force, an eviction round),
+ * collected first and returned to the allocators in (segment, offset) order. Freed in key-hash order,
+ * a million regions would shatter each segment's free list into hundreds of thousands of ranges and
+ * every free would pay for that; freed in offset order, each region merges with the one freed just
+ * before it and the free list stays short.
+ */
+final class FreeBatch {
+
+    private int[] segments = new int[1024];
+    private long[] offsets = new long[1024];
+    private long[] lengths = new long[1024];
+    private long[] generations = new long[1024];
+    private int size;
+
+    void add(int segment, long offset, long length, long generation) {
+        if (size == segments.length) {
+            int cap = size * 2;
+            segments = java.util.Arrays.copyOf(segments, cap);
+            offsets = java.util.Arrays.copyOf(offsets, cap);
+            lengths = java.util.Arrays.copyOf(lengths, cap);
+            generations = java.util.Arrays.copyOf(generations, cap);
+        }
+        segments[size] = segment;
+        offsets[size] = offset;
+        lengths[size] = length;
+        generations[size] = generation;
+        size++;
+    }
+
+    int size() {
+        return size;
+    }
+
+    /**
+     * Frees every collected region on its segment (skipping segments that are gone) and tells the
+     * nodes. Returns the bytes freed.
+     */
+    long apply(java.util.Map<Integer, Segment> live, NodeNotifier nodes) {
+        sort(0, size - 1);
+        long freed = 0;
+        for (int i = 0; i < size; i++) {
+            Segment s = live.get(segments[i]);
+            if (s != null) {
+                s.allocator.free(offsets[i], lengths[i]);
+                nodes.free(s, offsets[i], generations[i]);
+                freed += lengths[i];
+            }
+        }
+        size = 0;
+        return freed;
+    }
+
+    private boolean less(int i, int j) {
+        return segments[i] != segments[j] ? segments[i] < segments[j] : offsets[i] < offsets[j];
+    }
+
+    /** Quicksort of the four parallel arrays by (segment, offset); insertion sort for short runs. */
+    private void sort(int lo, int hi) {
+        while (hi - lo > 16) {
+            int mid = (lo + hi) >>> 1;
+            swap(mid, hi);
+            int store = lo;
+            for (int i = lo; i < hi; i++) {
+                if (less(i, hi)) {
+                    swap(i, store++);
+                }
+            }
+            swap(store, hi);
+            // recurse into the smaller side, loop on the larger: stack depth stays O(log n)
+            if (store - lo < hi - store) {
+                sort(lo, store - 1);
+                lo = store + 1;
+            } else {
+                sort(store + 1, hi);
+                hi = store - 1;
+            }
+        }
+        for (int i = lo + 1; i <= hi; i++) {
+            for (int j = i; j > lo && less(j, j - 1); j--) {
+                swap(j, j - 1);
+            }
+        }
+    }
+
+    private void swap(int i, int j) {
+        int s = segments[i];
+        segments[i] = segments[j];
+        segments[j] = s;
+        long o = offsets[i];
+        offsets[i] = offsets[j];
+        offsets[j] = o;
+        long l = lengths[i];
+        lengths[i] = lengths[j];
+        lengths[j] = l;
+        long g = generations[i];
+        generations[i] = generations[j];
+        generations[j] = g;
+    }
+}

@@ -1,0 +1,107 @@
+package io.kvpool.protocol;
+
+import org.junit.jupiter.api.Test;
+
+import java.nio.charset.StandardCharsets;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+
+class KeysTest {
+
+    @Test
+    void emptyAndNullKeysRejected() {
+        assertThatThrownBy(() -> Keys.encode("")).isInstanceOf(IllegalArgumentException.class)
+                .hasMessageContaining("empty");
+        assertThatThrownBy(() -> Keys.encode(null)).isInstanceOf(IllegalArgumentException.class)
+                .hasMessageContaining("empty");
+        assertThatThrownBy(() -> Keys.validate(new byte[0], "")).isInstanceOf(IllegalArgumentException.class)
+                .hasMessageContaining("empty");
+    }
+
+    @Test
+    void oneByteAndMaxLengthKeysAccepted() {
+        assertThat(Keys.encode("k")).containsExactly('k');
+        String max = "a".repeat(Keys.MAX_KEY_BYTES);
+        byte[] b = Keys.encode(max);
+        assertThat(b).hasSize(512);
+        assertThat(Keys.decode(b)).isEqualTo(max);
+    }
+
+    @Test
+    void keyOf513BytesRejectedNamingItsLength() {
+        assertThatThrownBy(() -> Keys.encode("a".repeat(513)))
+                .isInstanceOf(IllegalArgumentException.class)
+                .hasMessageContaining("513")
+                .hasMessageContaining("512");
+    }
+
+    @Test
+    void longKeysAreAbbreviatedInMessages() {
+        String key = "x".repeat(1000);
+        assertThatThrownBy(() -> Keys.encode(key))
+                .isInstanceOf(IllegalArgumentException.class)
+                .hasMessageContaining("1000")
+                .hasMessageContaining("940 more chars")
+                .satisfies(e -> assertThat(e.getMessage().length()).isLessThan(300));
+    }
+
+    @Test
+    void multibyteKeysCountUtf8BytesNotChars() {
+        // U+00E9 is 2 bytes in UTF-8
+        String twoByte = "\u00e9".repeat(256);
+        assertThat(twoByte).hasSize(256);
+        assertThat(Keys.encode(twoByte)).hasSize(512);
+        assertThatThrownBy(() -> Keys.encode("\u00e9".repeat(257)))
+                .isInstanceOf(IllegalArgumentException.class).hasMessageContaining("514");
+
+        // U+20AC is 3 bytes: 170 chars = 510 bytes fits, 171 chars = 513 bytes does not
+        assertThat(Keys.encode("\u20ac".repeat(170))).hasSize(510);
+        assertThatThrownBy(() -> Keys.encode("\u20ac".repeat(171)))
+                .isInstanceOf(IllegalArgumentException.class).hasMessageContaining("513");
+
+        // U+1F600 is a surrogate pair (2 chars) and 4 bytes
+        String emoji = new String(Character.toChars(0x1F600));
+        assertThat(Keys.encode(emoji.repeat(128))).hasSize(512);
+        assertThatThrownBy(() -> Keys.encode(emoji.repeat(128) + "a"))
+                .isInstanceOf(IllegalArgumentException.class).hasMessageContaining("513");
+        // 240 chars, 520 bytes
+        assertThatThrownBy(() -> Keys.encode(emoji.repeat(100) + "\u20ac".repeat(40)))
+                .isInstanceOf(IllegalArgumentException.class).hasMessageContaining("520");
+    }
+
+    @Test
+    void encodeDecodeRoundTrip() {
+        String k = "model/llama-70b/v3/rank\u00e9/\u20ac" + new String(Character.toChars(0x1F600));
+        assertThat(Keys.decode(Keys.encode(k))).isEqualTo(k);
+        assertThat(Keys.encode(k)).isEqualTo(k.getBytes(StandardCharsets.UTF_8));
+    }
+
+    @Test
+    void loneSurrogateRejected() {
+        assertThatThrownBy(() -> Keys.encode("a\uD800")).isInstanceOf(IllegalArgumentException.class);
+    }
+
+    @Test
+    void hasPrefixIsByteWise() {
+        byte[] key = Keys.encode("abc/def");
+        assertThat(Keys.hasPrefix(key, Keys.encode("abc"))).isTrue();
+        assertThat(Keys.hasPrefix(key, Keys.encode("abc/def"))).isTrue();
+        assertThat(Keys.hasPrefix(key, new byte[0])).isTrue();
+        assertThat(Keys.hasPrefix(key, Keys.encode("abd"))).isFalse();
+        assertThat(Keys.hasPrefix(key, Keys.encode("abc/defg"))).isFalse();
+        assertThat(Keys.hasPrefix(key, Keys.encode("b"))).isFalse();
+        // a prefix may end inside a multibyte character
+        byte[] e = Keys.encode("\u00e9t\u00e9");
+        assertThat(Keys.hasPrefix(e, new byte[]{e[0]})).isTrue();
+        assertThat(Keys.hasPrefix(e, new byte[]{e[1]})).isFalse();
+    }
+
+    @Test
+    void abbreviate() {
+        assertThat(Keys.abbreviate(null)).isEqualTo("null");
+        assertThat(Keys.abbreviate("short")).isEqualTo("short");
+        assertThat(Keys.abbreviate("y".repeat(80))).isEqualTo("y".repeat(80));
+        assertThat(Keys.abbreviate("y".repeat(81))).isEqualTo("y".repeat(60) + "...(21 more chars)");
+    }
+}
