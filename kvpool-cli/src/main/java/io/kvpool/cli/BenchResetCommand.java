@@ -51,7 +51,9 @@ final class BenchResetCommand implements Callable<Integer> {
              KvPoolClient c = KvPoolClient.connect(pool.masterAddress())) {
             System.out.printf("kvpool bench reset: %d objects of %s in a %s segment%n", objects, valueSize,
                     Size.human(segment));
+            long heapBefore = usedHeapAfterGc();
             double loadSecs = fill(c, "fill 1");
+            long heapPerObject = (usedHeapAfterGc() - heapBefore) / objects;
             long t0 = System.nanoTime();
             long removed = c.removeAll(true);
             double forceMs = (System.nanoTime() - t0) / 1e6;
@@ -66,11 +68,20 @@ final class BenchResetCommand implements Callable<Integer> {
             t.row("batched put rate (putBatch of " + batch + ")", String.format(Locale.ROOT, "%.0f objects/s", objects / loadSecs));
             t.row("removeAll(force=true)", String.format(Locale.ROOT, "%.1f ms", forceMs));
             t.row("removeAll(force=false)", String.format(Locale.ROOT, "%.1f ms", plainMs));
-            t.row("master heap after reset", Size.human(Runtime.getRuntime().totalMemory() - Runtime.getRuntime().freeMemory()));
+            t.row("heap per stored object (master and client in this JVM)", heapPerObject + " B");
             System.out.println();
             t.print(System.out);
         }
         return 0;
+    }
+
+    /** Heap in use after a full collection (approximate: System.gc is a request). */
+    private static long usedHeapAfterGc() {
+        for (int i = 0; i < 3; i++) {
+            System.gc();
+        }
+        Runtime rt = Runtime.getRuntime();
+        return rt.totalMemory() - rt.freeMemory();
     }
 
     private void check(long removed, KvPoolClient c) {
