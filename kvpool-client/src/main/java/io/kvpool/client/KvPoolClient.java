@@ -660,31 +660,24 @@ public final class KvPoolClient implements AutoCloseable {
     }
 
     private String preferredSegment(PutOptions options) {
-        if (options.preferredSegment() != null && !options.preferredSegment().isEmpty()) {
-            return options.preferredSegment();
-        }
-        if (config.preferredSegment() != null && !config.preferredSegment().isEmpty()) {
-            return config.preferredSegment();
-        }
-        if (envPreferred != null) {
-            return envPreferred;
-        }
-        if (!config.autoDetectLocal()) {
-            return null;
-        }
+        return PreferredSegment.choose(options.preferredSegment(), config.preferredSegment(), envPreferred,
+                config.autoDetectLocal(), this::localSegmentNames, clientId);
+    }
+
+    /** Names of active segments on this host, from a segment table at most 10 s old. */
+    private List<String> localSegmentNames() {
         if (directory.ageNanos() > Duration.ofSeconds(10).toNanos()) {
             try {
                 refreshDirectory();
             } catch (KvPoolException e) {
-                return null;
+                return List.of();
             }
         }
-        List<SegmentDirectory.Entry> local = directory.localSegments();
-        if (local.isEmpty()) {
-            return null;
+        List<String> names = new ArrayList<>();
+        for (SegmentDirectory.Entry e : directory.localSegments()) {
+            names.add(e.name());
         }
-        // several nodes on one host: spread clients across them, each client sticking to one
-        return local.get(Math.floorMod(clientId.hashCode(), local.size())).name();
+        return names;
     }
 
     // ================================================================== plumbing

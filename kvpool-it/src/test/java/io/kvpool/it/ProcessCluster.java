@@ -95,13 +95,30 @@ final class ProcessCluster implements AutoCloseable {
         return n;
     }
 
-    private Managed start(String role, List<String> args, Predicate<String> ready) throws Exception {
+    private static List<String> javaCommand(List<String> args) {
         List<String> cmd = new ArrayList<>();
         cmd.add(Path.of(System.getProperty("java.home"), "bin", "java").toString());
         cmd.addAll(List.of("-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "--enable-native-access=ALL-UNNAMED",
                 "-cp", System.getProperty("java.class.path"), "io.kvpool.cli.Main"));
         cmd.addAll(args);
-        ProcessBuilder pb = new ProcessBuilder(cmd).redirectErrorStream(true);
+        return cmd;
+    }
+
+    /** Runs a one-shot kvpool command in its own process with extra environment; returns its exit code. */
+    static int runCli(java.util.Map<String, String> env, String... args) throws Exception {
+        ProcessBuilder pb = new ProcessBuilder(javaCommand(List.of(args))).redirectErrorStream(true)
+                .redirectOutput(ProcessBuilder.Redirect.DISCARD);
+        pb.environment().putAll(env);
+        Process p = pb.start();
+        if (!p.waitFor(60, TimeUnit.SECONDS)) {
+            p.destroyForcibly();
+            throw new AssertionError("kvpool " + String.join(" ", args) + " did not finish");
+        }
+        return p.exitValue();
+    }
+
+    private Managed start(String role, List<String> args, Predicate<String> ready) throws Exception {
+        ProcessBuilder pb = new ProcessBuilder(javaCommand(args)).redirectErrorStream(true);
         Process p = pb.start();
         Path log = logDir.resolve(role + "-" + (++started) + ".log");
         CompletableFuture<String> readyLine = new CompletableFuture<>();

@@ -71,8 +71,21 @@ class ProcessClusterIT {
                 }
                 assertThat(c.putBatch(keys, values)).containsOnly(PutStatus.OK);
                 assertThat(c.prefixMatch(keys)).isEqualTo(100);
+
+                // a launcher's KVPOOL_PREFERRED_SEGMENT steers another process's puts to the named node
+                String target = cluster.nodes.get(2).name;
+                long before = objectsOn(c, target);
+                for (int i = 0; i < 3; i++) {
+                    assertThat(ProcessCluster.runCli(Map.of("KVPOOL_PREFERRED_SEGMENT", target), "put", "env/" + i,
+                            "--value", "v", "--master", cluster.masterAddress())).isZero();
+                }
+                assertThat(objectsOn(c, target)).isEqualTo(before + 3);
             }
         }
+    }
+
+    private static long objectsOn(KvPoolClient c, String segment) {
+        return c.stats().segments().stream().filter(s -> s.name().equals(segment)).findFirst().orElseThrow().objects();
     }
 
     @Test

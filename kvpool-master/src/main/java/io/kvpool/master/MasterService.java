@@ -774,8 +774,9 @@ public final class MasterService {
                 o.offsets = append(o.offsets, it.offset());
                 return ResultCode.OK;
             }
-            if (o != null && o.generation > it.generation()) {
-                return ResultCode.ALREADY_EXISTS; // an older version (an upsert replaced it): drop it
+            if (o != null && o.generation >= it.generation()) {
+                // an older version (an upsert replaced it), or a copy that disagrees with the one held
+                return ResultCode.ALREADY_EXISTS;
             }
             if (o != null) {
                 // this copy is newer than the one listed first: it wins, the older one is freed
