@@ -312,17 +312,7 @@ public final class KvPoolClient implements AutoCloseable {
         ConnectionPool pool = nodePool(seg.address());
         int start = 0;
         while (start < slots.size()) {
-            // one frame: up to the item cap and the payload limit (an oversized single value goes alone)
-            int end = start;
-            long payload = 0;
-            while (end < slots.size() && end - start < MAX_ITEMS_PER_NODE_FRAME) {
-                long len = values.get(from + slots.get(end).item).byteSize();
-                if (end > start && payload + len > config.limits().maxPayloadBytes()) {
-                    break;
-                }
-                payload += len;
-                end++;
-            }
+            int end = frameEnd(slots, start, slot -> values.get(from + slot.item).byteSize());
             List<NodeMessages.WriteItem> items = new ArrayList<>(end - start);
             List<ByteBuffer> views = new ArrayList<>(end - start);
             for (int s = start; s < end; s++) {
@@ -476,16 +466,7 @@ public final class KvPoolClient implements AutoCloseable {
         ConnectionPool pool = nodePool(seg.address());
         int start = 0;
         while (start < slots.size()) {
-            int end = start;
-            long payload = 0;
-            while (end < slots.size() && end - start < MAX_ITEMS_PER_NODE_FRAME) {
-                long len = slots.get(end).length;
-                if (end > start && payload + len > config.limits().maxPayloadBytes()) {
-                    break;
-                }
-                payload += len;
-                end++;
-            }
+            int end = frameEnd(slots, start, slot -> slot.length);
             List<NodeMessages.ReadItem> items = new ArrayList<>(end - start);
             for (int s = start; s < end; s++) {
                 ReadSlot slot = slots.get(s);
@@ -514,6 +495,24 @@ public final class KvPoolClient implements AutoCloseable {
             }
             start = end;
         }
+    }
+
+    /**
+     * Where the node frame starting at {@code start} ends: at most {@link #MAX_ITEMS_PER_NODE_FRAME}
+     * items and the payload limit (a single value over the limit still goes, alone).
+     */
+    private <T> int frameEnd(List<T> slots, int start, java.util.function.ToLongFunction<T> length) {
+        int end = start;
+        long payload = 0;
+        while (end < slots.size() && end - start < MAX_ITEMS_PER_NODE_FRAME) {
+            long len = length.applyAsLong(slots.get(end));
+            if (end > start && payload + len > config.limits().maxPayloadBytes()) {
+                break;
+            }
+            payload += len;
+            end++;
+        }
+        return end;
     }
 
     private List<Replica> localFirst(List<Replica> replicas) {

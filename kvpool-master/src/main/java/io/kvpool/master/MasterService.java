@@ -427,34 +427,25 @@ public final class MasterService {
 
     /** REMOVE_BY_PREFIX: drop every complete object whose key starts with {@code prefix}. */
     public long removeByPrefix(byte[] prefix) {
-        long n = 0;
+        long[] n = {0};
         FreeBatch frees = new FreeBatch();
         epochLock.readLock().lock();
         try {
-            for (int s = 0; s < ObjectIndex.SHARDS; s++) {
-                ObjectIndex.Shard shard = index.shard(s);
-                shard.lock.lock();
-                try {
-                    Iterator<Map.Entry<Key, ObjectIndex.ObjectEntry>> it = shard.objects.entrySet().iterator();
-                    while (it.hasNext()) {
-                        Map.Entry<Key, ObjectIndex.ObjectEntry> e = it.next();
-                        if (Keys.hasPrefix(e.getKey().bytes, prefix)) {
-                            it.remove();
-                            collect(e.getKey(), e.getValue(), frees);
-                            n++;
-                        }
-                    }
-                } finally {
-                    shard.lock.unlock();
+            index.forEachShard(shard -> shard.objects.entrySet().removeIf(e -> {
+                if (!Keys.hasPrefix(e.getKey().bytes, prefix)) {
+                    return false;
                 }
-            }
+                collect(e.getKey(), e.getValue(), frees);
+                n[0]++;
+                return true;
+            }));
             // still under the epoch lock: a reset cannot slip in and free these regions first
             frees.apply(segments, nodes);
         } finally {
             epochLock.readLock().unlock();
         }
         nodes.flush();
-        return n;
+        return n[0];
     }
 
     /**
@@ -486,18 +477,9 @@ public final class MasterService {
 
     /** Drops every object and reservation, resets every allocator, moves to {@code newEpoch}. Holds the write lock. */
     private long resetLocked(long newEpoch) {
-        long n = 0;
-        for (int s = 0; s < ObjectIndex.SHARDS; s++) {
-            ObjectIndex.Shard shard = index.shard(s);
-            shard.lock.lock();
-            try {
-                n += shard.objects.size();
-                shard.objects.clear();
-                // pending puts stay, so their PUT_END can be answered FENCED; their space is void
-            } finally {
-                shard.lock.unlock();
-            }
-        }
+        long n = index.objectCount();
+        // pending puts stay, so their PUT_END can be answered FENCED; their space is void
+        index.forEachShard(shard -> shard.objects.clear());
         for (Segment seg : segments.values()) {
             seg.allocator.reset();
         }
@@ -606,38 +588,25 @@ public final class MasterService {
         evictionLock.lock();
         try {
             evictionAttempts.incrementAndGet();
-            int min = Integer.MAX_VALUE;
-            int max = Integer.MIN_VALUE;
-            for (int s = 0; s < ObjectIndex.SHARDS; s++) {
-                ObjectIndex.Shard shard = index.shard(s);
-                shard.lock.lock();
-                try {
-                    for (ObjectIndex.ObjectEntry o : shard.objects.values()) {
-                        min = Math.min(min, o.lastAccess);
-                        max = Math.max(max, o.lastAccess);
-                    }
-                } finally {
-                    shard.lock.unlock();
+            int[] range = {Integer.MAX_VALUE, Integer.MIN_VALUE};
+            index.forEachShard(shard -> {
+                for (ObjectIndex.ObjectEntry o : shard.objects.values()) {
+                    range[0] = Math.min(range[0], o.lastAccess);
+                    range[1] = Math.max(range[1], o.lastAccess);
                 }
-            }
-            if (min > max) {
+            });
+            int min = range[0];
+            if (min > range[1]) {
                 return 0;
             }
-            long span = (long) max - min + 1;
+            long span = (long) range[1] - min + 1;
             long[] bytes = new long[EVICTION_BUCKETS];
-            for (int s = 0; s < ObjectIndex.SHARDS; s++) {
-                ObjectIndex.Shard shard = index.shard(s);
-                shard.lock.lock();
-                try {
-                    for (Map.Entry<Key, ObjectIndex.ObjectEntry> e : shard.objects.entrySet()) {
-                        ObjectIndex.ObjectEntry o = e.getValue();
-                        int b = bucket(o.lastAccess, min, span);
-                        bytes[b] += regionLength(e.getKey(), o.valueLength) * o.segments.length;
-                    }
-                } finally {
-                    shard.lock.unlock();
+            index.forEachShard(shard -> {
+                for (Map.Entry<Key, ObjectIndex.ObjectEntry> e : shard.objects.entrySet()) {
+                    ObjectIndex.ObjectEntry o = e.getValue();
+                    bytes[bucket(o.lastAccess, min, span)] += regionLength(e.getKey(), o.valueLength) * o.segments.length;
                 }
-            }
+            });
             int cutoff = 0;
             long acc = 0;
             while (cutoff < EVICTION_BUCKETS - 1 && acc + bytes[cutoff] < targetBytes) {
@@ -645,29 +614,26 @@ public final class MasterService {
                 cutoff++;
             }
             // evict buckets below the cutoff entirely, and the cutoff bucket until the target is met
-            long freed = 0;
-            long keys = 0;
+            long[] freedAndKeys = {0, 0};
+            int cut = cutoff;
             FreeBatch frees = new FreeBatch();
-            for (int s = 0; s < ObjectIndex.SHARDS && freed < targetBytes; s++) {
-                ObjectIndex.Shard shard = index.shard(s);
-                shard.lock.lock();
-                try {
-                    Iterator<Map.Entry<Key, ObjectIndex.ObjectEntry>> it = shard.objects.entrySet().iterator();
-                    while (it.hasNext()) {
-                        Map.Entry<Key, ObjectIndex.ObjectEntry> e = it.next();
-                        ObjectIndex.ObjectEntry o = e.getValue();
-                        int b = bucket(o.lastAccess, min, span);
-                        if (b < cutoff || (b == cutoff && freed < targetBytes)) {
-                            it.remove();
-                            freed += collect(e.getKey(), o, frees);
-                            keys++;
-                        }
-                    }
-                } finally {
-                    shard.lock.unlock();
+            index.forEachShard(shard -> {
+                if (freedAndKeys[0] >= targetBytes) {
+                    return;
                 }
-            }
+                shard.objects.entrySet().removeIf(e -> {
+                    int b = bucket(e.getValue().lastAccess, min, span);
+                    if (b > cut || (b == cut && freedAndKeys[0] >= targetBytes)) {
+                        return false;
+                    }
+                    freedAndKeys[0] += collect(e.getKey(), e.getValue(), frees);
+                    freedAndKeys[1]++;
+                    return true;
+                });
+            });
             frees.apply(segments, nodes);
+            long freed = freedAndKeys[0];
+            long keys = freedAndKeys[1];
             if (keys > 0) {
                 evictionSuccesses.incrementAndGet();
                 evictedKeys.addAndGet(keys);
@@ -815,33 +781,23 @@ public final class MasterService {
     /** Removes a segment and every replica on it; objects left with no replica are gone. Holds the write lock. */
     private void dropSegmentLocked(Segment seg, String why) {
         segments.remove(seg.id);
-        long lost = 0;
-        for (int s = 0; s < ObjectIndex.SHARDS; s++) {
-            ObjectIndex.Shard shard = index.shard(s);
-            shard.lock.lock();
-            try {
-                Iterator<ObjectIndex.ObjectEntry> it = shard.objects.values().iterator();
-                while (it.hasNext()) {
-                    ObjectIndex.ObjectEntry o = it.next();
-                    int idx = indexOf(o.segments, seg.id);
-                    if (idx < 0) {
-                        continue;
-                    }
-                    if (o.segments.length == 1) {
-                        it.remove();
-                        lost++;
-                    } else {
-                        o.segments = removeAt(o.segments, idx);
-                        o.offsets = removeAt(o.offsets, idx);
-                    }
-                }
-            } finally {
-                shard.lock.unlock();
+        long[] lost = {0};
+        index.forEachShard(shard -> shard.objects.values().removeIf(o -> {
+            int idx = indexOf(o.segments, seg.id);
+            if (idx < 0) {
+                return false;
             }
-        }
+            if (o.segments.length == 1) {
+                lost[0]++;
+                return true;
+            }
+            o.segments = removeAt(o.segments, idx);
+            o.offsets = removeAt(o.offsets, idx);
+            return false;
+        }));
         nodes.forget(seg);
         droppedSegments.incrementAndGet();
-        log.warn("{} dropped ({}): {} objects lost with it", seg, why, lost);
+        log.warn("{} dropped ({}): {} objects lost with it", seg, why, lost[0]);
     }
 
     // ================================================================== timers
@@ -873,25 +829,15 @@ public final class MasterService {
         }
         epochLock.readLock().lock();
         try {
-            for (int s = 0; s < ObjectIndex.SHARDS; s++) {
-                ObjectIndex.Shard shard = index.shard(s);
-                shard.lock.lock();
-                try {
-                    Iterator<Map.Entry<Key, ObjectIndex.PendingPut>> it = shard.pending.entrySet().iterator();
-                    while (it.hasNext()) {
-                        Map.Entry<Key, ObjectIndex.PendingPut> e = it.next();
-                        ObjectIndex.PendingPut p = e.getValue();
-                        if (p.deadlineMillis < now) {
-                            it.remove();
-                            freeRegions(p.segments, p.offsets, regionLength(e.getKey(), p.valueLength), p.epoch,
-                                    p.generation, true);
-                            expiredPuts.incrementAndGet();
-                        }
-                    }
-                } finally {
-                    shard.lock.unlock();
+            index.forEachShard(shard -> shard.pending.entrySet().removeIf(e -> {
+                ObjectIndex.PendingPut p = e.getValue();
+                if (p.deadlineMillis >= now) {
+                    return false;
                 }
-            }
+                freeRegions(p.segments, p.offsets, regionLength(e.getKey(), p.valueLength), p.epoch, p.generation, true);
+                expiredPuts.incrementAndGet();
+                return true;
+            }));
             long cap = capacity();
             long used = allocated();
             if (cap > 0 && used >= config.highWatermark() * cap) {

@@ -72,34 +72,28 @@ final class ObjectIndex {
         return shards[key.hashCode() & (SHARDS - 1)];
     }
 
-    Shard shard(int i) {
-        return shards[i];
+    /** Runs {@code body} on every shard in turn, each under its own lock. */
+    void forEachShard(java.util.function.Consumer<Shard> body) {
+        for (Shard s : shards) {
+            s.lock.lock();
+            try {
+                body.accept(s);
+            } finally {
+                s.lock.unlock();
+            }
+        }
     }
 
     /** Complete objects, summed over shards (each read under its lock). */
     long objectCount() {
-        long n = 0;
-        for (Shard s : shards) {
-            s.lock.lock();
-            try {
-                n += s.objects.size();
-            } finally {
-                s.lock.unlock();
-            }
-        }
-        return n;
+        long[] n = {0};
+        forEachShard(s -> n[0] += s.objects.size());
+        return n[0];
     }
 
     long pendingCount() {
-        long n = 0;
-        for (Shard s : shards) {
-            s.lock.lock();
-            try {
-                n += s.pending.size();
-            } finally {
-                s.lock.unlock();
-            }
-        }
-        return n;
+        long[] n = {0};
+        forEachShard(s -> n[0] += s.pending.size());
+        return n[0];
     }
 }
