@@ -646,7 +646,7 @@ public final class KvPoolClient implements AutoCloseable {
         List<PoolStats.SegmentStats> segs = new ArrayList<>(s.segments().size());
         for (MasterMessages.SegmentInfo i : s.segments()) {
             segs.add(new PoolStats.SegmentStats(i.id(), i.name(), i.host(), i.port(), i.capacity(), i.used(), i.objects(),
-                    i.state() == MasterMessages.SegmentInfo.STATE_ACTIVE, i.heartbeatAgeMillis()));
+                    i.state() == MasterMessages.SegmentInfo.STATE_ACTIVE, i.heartbeatAgeMillis(), i.shmPath()));
         }
         directory.replace(segs);
         return new PoolStats(s.epoch(), s.keys(), s.pendingPuts(), s.allocatedBytes(), s.capacityBytes(),

@@ -21,8 +21,9 @@ public record PoolStats(long epoch, long keys, long pendingPuts, long allocatedB
      *
      * @param active             false while the node is still listing its objects after (re)joining
      * @param heartbeatAgeMillis time since the node's last heartbeat
+     * @param shmPath            the shared-memory file backing the segment on the node's machine, or ""
      */
     public record SegmentStats(int id, String name, String host, int port, long capacityBytes, long usedBytes,
-                               long objects, boolean active, long heartbeatAgeMillis) {
+                               long objects, boolean active, long heartbeatAgeMillis, String shmPath) {
     }
 }

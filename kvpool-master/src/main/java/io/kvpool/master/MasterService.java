@@ -681,7 +681,7 @@ public final class MasterService {
             keep = r.epoch() == epoch;
             newEpoch = epoch;
             seg = new Segment(nextSegmentId.getAndIncrement(), r.name(), address, r.capacity(), r.nodeIncarnation(),
-                    clock.millis());
+                    r.shmPath(), clock.millis());
             segments.put(seg.id, seg);
         } finally {
             epochLock.writeLock().unlock();
@@ -892,7 +892,8 @@ public final class MasterService {
         for (Segment s : sorted) {
             out.add(new SegmentInfo(s.id, s.name, s.address.host(), s.address.port(), s.allocator.capacity(),
                     s.allocator.used(), s.allocator.allocations(),
-                    s.active ? SegmentInfo.STATE_ACTIVE : SegmentInfo.STATE_JOINING, now - s.lastHeartbeatMillis));
+                    s.active ? SegmentInfo.STATE_ACTIVE : SegmentInfo.STATE_JOINING, now - s.lastHeartbeatMillis,
+                    s.shmPath));
         }
         return out;
     }

@@ -13,13 +13,16 @@ final class Segment {
     final String name;
     final HostPort address;
     final long nodeIncarnation;
+    /** The node's shared-memory file, or empty (see {@link io.kvpool.protocol.msg.MasterMessages.RegisterNode}). */
+    final String shmPath;
     final RangeAllocator allocator;
     /** False while the node is still listing its objects: no new puts are placed here until then. */
     volatile boolean active;
     volatile long lastHeartbeatMillis;
 
-    Segment(int id, String name, HostPort address, long capacity, long nodeIncarnation, long nowMillis) {
+    Segment(int id, String name, HostPort address, long capacity, long nodeIncarnation, String shmPath, long nowMillis) {
         this.id = id;
+        this.shmPath = shmPath;
         this.name = name;
         this.address = address;
         this.nodeIncarnation = nodeIncarnation;

@@ -53,7 +53,7 @@ class MasterServiceTest {
     /** Registers a segment with no inventory and activates it; returns its id. */
     private int join(MasterService s, String name, long capacity) {
         long inc = ++incarnations;
-        RegisterReply r = s.registerNode(new RegisterNode(name, "10.0.0." + inc, 50052, capacity, s.epoch(), inc, 0));
+        RegisterReply r = s.registerNode(new RegisterNode(name, "10.0.0." + inc, 50052, capacity, s.epoch(), inc, 0, ""));
         s.inventory(new Inventory(r.segmentId(), inc, true, List.of()));
         joined.add(new int[]{r.segmentId(), (int) inc});
         return r.segmentId();
@@ -362,7 +362,7 @@ class MasterServiceTest {
     void restartedMasterRebuildsFromInventories() {
         MasterService fresh = service(MasterConfig.defaults());
         long epoch = 7;
-        RegisterReply a = fresh.registerNode(new RegisterNode("a:1", "10.0.0.1", 1, 1 << 20, epoch, 11, 3));
+        RegisterReply a = fresh.registerNode(new RegisterNode("a:1", "10.0.0.1", 1, 1 << 20, epoch, 11, 3, ""));
         assertThat(a.keepInventory()).isTrue();
         assertThat(a.epoch()).as("a fresh master adopts the epoch nodes report").isEqualTo(epoch);
         assertThat(fresh.putStart(new PutStart(false, 1, "", List.of(new PutStartItem(k("new"), VALUE))))
@@ -373,7 +373,7 @@ class MasterServiceTest {
                 new InventoryItem(2 * REGION, 502, epoch - 1, k("key-03"), VALUE))));
         assertThat(codes).containsExactly(ResultCode.OK, ResultCode.OK, ResultCode.ALREADY_EXISTS);
         // a second node holding a replica of key-01 (same generation) and an older copy of key-02
-        RegisterReply b = fresh.registerNode(new RegisterNode("b:1", "10.0.0.2", 1, 1 << 20, epoch, 12, 2));
+        RegisterReply b = fresh.registerNode(new RegisterNode("b:1", "10.0.0.2", 1, 1 << 20, epoch, 12, 2, ""));
         assertThat(fresh.inventory(new Inventory(b.segmentId(), 12, true, List.of(
                 new InventoryItem(0, 500, epoch, k("key-01"), VALUE),
                 new InventoryItem(REGION, 480, epoch, k("key-02"), VALUE)))))
@@ -387,7 +387,7 @@ class MasterServiceTest {
         assertThat(p.replicas().getFirst().offset()).isGreaterThanOrEqualTo(2 * REGION);
         assertThat(p.generation()).isGreaterThan(501);
         // a node that missed a reset (older epoch) must drop its objects
-        RegisterReply c = fresh.registerNode(new RegisterNode("c:1", "10.0.0.3", 1, 1 << 20, epoch - 2, 13, 5));
+        RegisterReply c = fresh.registerNode(new RegisterNode("c:1", "10.0.0.3", 1, 1 << 20, epoch - 2, 13, 5, ""));
         assertThat(c.keepInventory()).isFalse();
         assertThat(c.epoch()).isEqualTo(epoch);
     }
@@ -395,9 +395,9 @@ class MasterServiceTest {
     @Test
     void rebuildKeepsTheNewestVersionOfAKey() {
         MasterService fresh = service(MasterConfig.defaults());
-        RegisterReply a = fresh.registerNode(new RegisterNode("a:1", "10.0.0.1", 1, 1 << 20, 0, 11, 1));
+        RegisterReply a = fresh.registerNode(new RegisterNode("a:1", "10.0.0.1", 1, 1 << 20, 0, 11, 1, ""));
         fresh.inventory(new Inventory(a.segmentId(), 11, true, List.of(new InventoryItem(0, 600, 0, k("key-04"), VALUE))));
-        RegisterReply b = fresh.registerNode(new RegisterNode("b:1", "10.0.0.2", 1, 1 << 20, 0, 12, 1));
+        RegisterReply b = fresh.registerNode(new RegisterNode("b:1", "10.0.0.2", 1, 1 << 20, 0, 12, 1, ""));
         // an upsert wrote generation 700 on b; the free of 600 on a never arrived before the restart
         assertThat(fresh.inventory(new Inventory(b.segmentId(), 12, true,
                 List.of(new InventoryItem(0, 700, 0, k("key-04"), VALUE))))).containsExactly(ResultCode.OK);
@@ -410,10 +410,10 @@ class MasterServiceTest {
     @Test
     void nodeReportingNewerEpochVoidsWhatWasRebuilt() {
         MasterService fresh = service(MasterConfig.defaults());
-        RegisterReply a = fresh.registerNode(new RegisterNode("a:1", "10.0.0.1", 1, 1 << 20, 3, 11, 1));
+        RegisterReply a = fresh.registerNode(new RegisterNode("a:1", "10.0.0.1", 1, 1 << 20, 3, 11, 1, ""));
         fresh.inventory(new Inventory(a.segmentId(), 11, true, List.of(new InventoryItem(0, 500, 3, k("key-01"), VALUE))));
         assertThat(fresh.keyCount()).isEqualTo(1);
-        RegisterReply b = fresh.registerNode(new RegisterNode("b:1", "10.0.0.2", 1, 1 << 20, 4, 12, 0));
+        RegisterReply b = fresh.registerNode(new RegisterNode("b:1", "10.0.0.2", 1, 1 << 20, 4, 12, 0, ""));
         assertThat(b.epoch()).isEqualTo(4);
         assertThat(fresh.keyCount()).as("objects from epoch 3 are stale once a node saw epoch 4").isZero();
         assertThat(fresh.allocated()).isZero();
@@ -423,7 +423,7 @@ class MasterServiceTest {
     void reRegistrationReplacesTheOldSegment() {
         int a = join(svc, "a:1", 1 << 20);
         assertThat(put(svc, "key-01")).isEqualTo(ResultCode.OK);
-        RegisterReply again = svc.registerNode(new RegisterNode("a:1", "10.0.0.1", 1, 1 << 20, svc.epoch(), 99, 0));
+        RegisterReply again = svc.registerNode(new RegisterNode("a:1", "10.0.0.1", 1, 1 << 20, svc.epoch(), 99, 0, ""));
         assertThat(again.segmentId()).isNotEqualTo(a);
         assertThat(exists(svc, "key-01")).as("objects come back only through the inventory").isFalse();
         assertThat(svc.segmentInfos()).hasSize(1);

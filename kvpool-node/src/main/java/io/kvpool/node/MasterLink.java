@@ -167,7 +167,7 @@ final class MasterLink implements AutoCloseable {
         List<RegionLedger.Region> regions = ledger.completeRegions();
         BodyWriter w = new BodyWriter();
         new RegisterNode(node.name(), node.advertiseHost(), node.port(), node.capacity(), ledger.epoch(), incarnation,
-                regions.size()).write(w);
+                regions.size(), node.shmPath()).write(w);
         RegisterReply reply = RegisterReply.read(conn.call(Opcode.REGISTER_NODE, w, rpcTimeout()).body());
         // becomes our segment id only once the whole inventory is in; a failure midway registers afresh
         int id = reply.segmentId();

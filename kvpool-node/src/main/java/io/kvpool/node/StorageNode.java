@@ -91,6 +91,11 @@ public final class StorageNode implements AutoCloseable {
         return server.port();
     }
 
+    /** The shared-memory file backing the segment, or "" when it is anonymous memory. */
+    public String shmPath() {
+        return memory.file() == null ? "" : memory.file().toAbsolutePath().toString();
+    }
+
     public long capacity() {
         return segment.byteSize();
     }

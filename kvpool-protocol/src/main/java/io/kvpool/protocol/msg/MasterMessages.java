@@ -327,20 +327,26 @@ public final class MasterMessages {
 
     // ------------------------------------------------------------------ CLUSTER_STATS
 
-    /** One segment as the master sees it. */
+    /**
+     * One segment as the master sees it.
+     *
+     * @param shmPath the shared-memory file backing the segment on its node's machine, or empty: a
+     *                client on that machine maps it to read and write without TCP
+     */
     public record SegmentInfo(int id, String name, String host, int port, long capacity, long used, long objects,
-                              int state, long heartbeatAgeMillis) {
+                              int state, long heartbeatAgeMillis, String shmPath) {
         public static final int STATE_JOINING = 0;
         public static final int STATE_ACTIVE = 1;
 
         void write(BodyWriter w) {
             w.i32(id).string(name).string(host).i32(port).i64(capacity).i64(used).i64(objects).u8(state)
-                    .i64(heartbeatAgeMillis);
+                    .i64(heartbeatAgeMillis).string(shmPath);
         }
 
         static SegmentInfo read(BodyReader r) {
             return new SegmentInfo(r.i32("segment id"), r.string("segment name"), r.string("host"), r.i32("port"),
-                    r.i64("capacity"), r.i64("used"), r.i64("objects"), r.u8("state"), r.i64("heartbeat age"));
+                    r.i64("capacity"), r.i64("used"), r.i64("objects"), r.u8("state"), r.i64("heartbeat age"),
+                    r.string("shm path"));
         }
     }
 
@@ -381,16 +387,18 @@ public final class MasterMessages {
      * @param nodeIncarnation random per node process, so the master tells a restart from a reconnect
      * @param epoch           the newest cluster epoch this node has seen
      * @param inventoryCount  how many objects the node will list in NODE_INVENTORY frames
+     * @param shmPath         the shared-memory file backing the segment, or empty for anonymous memory
      */
     public record RegisterNode(String name, String host, int port, long capacity, long epoch, long nodeIncarnation,
-                               long inventoryCount) {
+                               long inventoryCount, String shmPath) {
         public void write(BodyWriter w) {
-            w.string(name).string(host).i32(port).i64(capacity).i64(epoch).i64(nodeIncarnation).i64(inventoryCount);
+            w.string(name).string(host).i32(port).i64(capacity).i64(epoch).i64(nodeIncarnation).i64(inventoryCount)
+                    .string(shmPath);
         }
 
         public static RegisterNode read(BodyReader r) {
             return new RegisterNode(r.string("segment name"), r.string("host"), r.i32("port"), r.length("capacity"),
-                    r.i64("epoch"), r.i64("node incarnation"), r.length("inventory count"));
+                    r.i64("epoch"), r.i64("node incarnation"), r.length("inventory count"), r.string("shm path"));
         }
     }
 

@@ -262,23 +262,23 @@ class MessageRoundTripTest {
     void clusterStats() {
         roundTrip(new ClusterStats(1, 2, 3, 4, 5, 6, 7, List.of()), ClusterStats::write, ClusterStats::read);
         List<SegmentInfo> segs = List.of(
-                new SegmentInfo(0, "seg-a", "10.0.0.1", 50052, 1L << 34, 1L << 20, 17, SegmentInfo.STATE_ACTIVE, 250),
-                new SegmentInfo(1, "", "", 0, 0, 0, 0, SegmentInfo.STATE_JOINING, 0),
+                new SegmentInfo(0, "seg-a", "10.0.0.1", 50052, 1L << 34, 1L << 20, 17, SegmentInfo.STATE_ACTIVE, 250, "/dev/shm/kvpool-a.seg"),
+                new SegmentInfo(1, "", "", 0, 0, 0, 0, SegmentInfo.STATE_JOINING, 0, ""),
                 new SegmentInfo(Integer.MAX_VALUE, "\u00e9\u20ac", "::1", 65535, Long.MAX_VALUE, -1, Long.MIN_VALUE,
-                        255, Long.MAX_VALUE));
+                        255, Long.MAX_VALUE, "/dev/shm/\u00e9"));
         roundTrip(new ClusterStats(rnd.nextLong(), 9, 100, 2, 1L << 30, 1L << 40, 12, segs), ClusterStats::write,
                 ClusterStats::read);
     }
 
     @Test
     void registerNodeAndReply() {
-        roundTrip(new RegisterNode("seg-1", "10.0.0.2", 50052, 8L << 30, 3, rnd.nextLong(), 1000),
+        roundTrip(new RegisterNode("seg-1", "10.0.0.2", 50052, 8L << 30, 3, rnd.nextLong(), 1000, "/dev/shm/x.seg"),
                 RegisterNode::write, RegisterNode::read);
-        roundTrip(new RegisterNode("", "h", 0, 0, 0, 0, 0), RegisterNode::write, RegisterNode::read);
+        roundTrip(new RegisterNode("", "h", 0, 0, 0, 0, 0, ""), RegisterNode::write, RegisterNode::read);
         roundTrip(new RegisterReply(5, 6, true), RegisterReply::write, RegisterReply::read);
         roundTrip(new RegisterReply(-1, 0, false), RegisterReply::write, RegisterReply::read);
         BodyWriter w = new BodyWriter();
-        new RegisterNode("s", "h", 1, -1, 0, 0, 0).write(w);
+        new RegisterNode("s", "h", 1, -1, 0, 0, 0, "").write(w);
         assertThatThrownBy(() -> RegisterNode.read(new BodyReader(w.buffer())))
                 .isInstanceOf(MalformedFrameException.class).hasMessageContaining("capacity");
     }
