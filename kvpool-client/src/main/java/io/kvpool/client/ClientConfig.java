@@ -21,10 +21,12 @@ import java.time.Duration;
  * @param maxConnections     connections kept per peer (master or node); bounds concurrency per peer
  * @param pingInterval       keep-alive period, so the master counts this client as active
  * @param limits             frame size limits (large batches are split to fit)
+ * @param sharedMemory       move bytes to and from nodes on this host through their shared-memory
+ *                           segment instead of TCP, where it can be mapped
  */
 public record ClientConfig(HostPort master, String preferredSegment, boolean autoDetectLocal, int replicas,
                            Duration connectTimeout, Duration requestTimeout, int maxConnections,
-                           Duration pingInterval, Limits limits) {
+                           Duration pingInterval, Limits limits, boolean sharedMemory) {
 
     /** Environment variable naming the preferred segment, set by launchers for node-local placement. */
     public static final String PREFERRED_SEGMENT_ENV = "KVPOOL_PREFERRED_SEGMENT";
@@ -59,41 +61,47 @@ public record ClientConfig(HostPort master, String preferredSegment, boolean aut
 
     public static ClientConfig forMaster(HostPort master) {
         return new ClientConfig(master, null, true, 0, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT,
-                DEFAULT_MAX_CONNECTIONS, DEFAULT_PING_INTERVAL, Limits.DEFAULT);
+                DEFAULT_MAX_CONNECTIONS, DEFAULT_PING_INTERVAL, Limits.DEFAULT, true);
     }
 
     public ClientConfig withPreferredSegment(String segment) {
         return new ClientConfig(master, segment, autoDetectLocal, replicas, connectTimeout, requestTimeout,
-                maxConnections, pingInterval, limits);
+                maxConnections, pingInterval, limits, sharedMemory);
     }
 
     public ClientConfig withAutoDetectLocal(boolean on) {
         return new ClientConfig(master, preferredSegment, on, replicas, connectTimeout, requestTimeout, maxConnections,
-                pingInterval, limits);
+                pingInterval, limits, sharedMemory);
     }
 
     public ClientConfig withReplicas(int n) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, n, connectTimeout, requestTimeout,
-                maxConnections, pingInterval, limits);
+                maxConnections, pingInterval, limits, sharedMemory);
     }
 
     public ClientConfig withRequestTimeout(Duration d) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, d, maxConnections,
-                pingInterval, limits);
+                pingInterval, limits, sharedMemory);
     }
 
     public ClientConfig withConnectTimeout(Duration d) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, d, requestTimeout, maxConnections,
-                pingInterval, limits);
+                pingInterval, limits, sharedMemory);
     }
 
     public ClientConfig withMaxConnections(int n) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, requestTimeout, n,
-                pingInterval, limits);
+                pingInterval, limits, sharedMemory);
+    }
+
+    /** Turns the same-machine shared-memory path on or off (on by default; off forces TCP everywhere). */
+    public ClientConfig withSharedMemory(boolean on) {
+        return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, requestTimeout,
+                maxConnections, pingInterval, limits, on);
     }
 
     public ClientConfig withLimits(Limits l) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, requestTimeout,
-                maxConnections, pingInterval, l);
+                maxConnections, pingInterval, l, sharedMemory);
     }
 }

@@ -81,6 +81,7 @@ public final class KvPoolClient implements AutoCloseable {
     private final ConnectionPool master;
     private final Map<HostPort, ConnectionPool> nodes = new ConcurrentHashMap<>();
     private final SegmentDirectory directory = new SegmentDirectory();
+    private final SharedSegments shared;
     private final ExecutorService workers = Executors.newVirtualThreadPerTaskExecutor();
     private final String envPreferred;
     private final String localHost;
@@ -95,6 +96,7 @@ public final class KvPoolClient implements AutoCloseable {
         String env = System.getenv(ClientConfig.PREFERRED_SEGMENT_ENV);
         this.envPreferred = env == null || env.isBlank() ? null : env.trim();
         this.localHost = LocalHost.defaultAdvertiseAddress();
+        this.shared = new SharedSegments(config.sharedMemory());
         this.master = new ConnectionPool(config.master(), config.maxConnections(), config.connectTimeout(),
                 config.limits(), this::hello);
         this.pinger = Thread.ofVirtual().name("kvpool-client-ping").unstarted(this::pingLoop);
@@ -309,6 +311,11 @@ public final class KvPoolClient implements AutoCloseable {
         if (seg == null) {
             return codes;
         }
+        MemorySegment shm = shared.mapping(seg);
+        if (shm != null) {
+            writeShared(seg, shm, slots, k, values, from, crcs, epoch, codes);
+            return codes;
+        }
         ConnectionPool pool = nodePool(seg.address());
         int start = 0;
         while (start < slots.size()) {
@@ -342,6 +349,66 @@ public final class KvPoolClient implements AutoCloseable {
             start = end;
         }
         return codes;
+    }
+
+    /**
+     * The same-machine write: the node admits the writes (NODE_SHM_WRITE_BEGIN), this thread copies
+     * the values into the mapped segment, and NODE_SHM_WRITE_END makes them readable. See
+     * {@link SharedSegments}.
+     */
+    private void writeShared(SegmentDirectory.Entry seg, MemorySegment shm, List<WriteSlot> slots, byte[][] k,
+                             List<MemorySegment> values, int from, int[] crcs, long epoch, ResultCode[] codes) {
+        ConnectionPool pool = nodePool(seg.address());
+        int start = 0;
+        while (start < slots.size()) {
+            int end = frameEnd(slots, start, slot -> values.get(from + slot.item).byteSize());
+            List<NodeMessages.WriteItem> items = new ArrayList<>(end - start);
+            for (int s = start; s < end; s++) {
+                WriteSlot slot = slots.get(s);
+                items.add(new NodeMessages.WriteItem(slot.offset, slot.generation, k[from + slot.item],
+                        values.get(from + slot.item).byteSize(), crcs[slot.item]));
+            }
+            FrameConnection c = null;
+            try {
+                c = pool.borrow(config.requestTimeout());
+                BodyWriter w = new BodyWriter(16 + items.size() * 64);
+                new NodeMessages.Write(epoch, items).write(w);
+                List<ResultCode> begun = MasterMessages.Codes.read(
+                        c.call(Opcode.NODE_SHM_WRITE_BEGIN, w, config.requestTimeout()).body()).codes();
+                List<NodeMessages.ShmWriteEndItem> ends = new ArrayList<>(items.size());
+                List<Integer> endSlots = new ArrayList<>(items.size());
+                for (int s = start; s < end; s++) {
+                    ResultCode b = begun.get(s - start);
+                    if (b != ResultCode.OK) {
+                        codes[s] = b;
+                        continue;
+                    }
+                    WriteSlot slot = slots.get(s);
+                    MemorySegment v = values.get(from + slot.item);
+                    long at = slot.offset + ObjectLayout.valueOffset(k[from + slot.item].length);
+                    MemorySegment.copy(v, 0, shm, at, v.byteSize());
+                    ends.add(new NodeMessages.ShmWriteEndItem(slot.offset, slot.generation, true));
+                    endSlots.add(s);
+                }
+                if (!ends.isEmpty()) {
+                    BodyWriter ew = new BodyWriter(16 + ends.size() * 17);
+                    new NodeMessages.ShmWriteEnd(ends).write(ew);
+                    List<ResultCode> done = MasterMessages.Codes.read(
+                            c.call(Opcode.NODE_SHM_WRITE_END, ew, config.requestTimeout()).body()).codes();
+                    for (int e = 0; e < endSlots.size(); e++) {
+                        codes[endSlots.get(e)] = done.get(e);
+                    }
+                }
+            } catch (IOException | RemoteException e) {
+                // begun writes of a connection that fails are dropped by the node when it closes
+                log.debug("same-machine write to {} failed: {}", seg.name(), e.getMessage());
+            } finally {
+                if (c != null) {
+                    pool.release(c);
+                }
+            }
+            start = end;
+        }
     }
 
     // ================================================================== get
@@ -462,6 +529,22 @@ public final class KvPoolClient implements AutoCloseable {
         SegmentDirectory.Entry seg = resolve(segId);
         if (seg == null) {
             return;
+        }
+        MemorySegment shm = shared.mapping(seg);
+        if (shm != null) {
+            // same machine: copy straight from the node's memory; what changed under the copy goes over TCP
+            List<ReadSlot> rest = new ArrayList<>();
+            for (ReadSlot slot : slots) {
+                if (SharedSegments.read(shm, slot.offset, slot.generation, slot.length, dsts[slot.item])) {
+                    lengths[slot.item] = slot.length;
+                } else {
+                    rest.add(slot);
+                }
+            }
+            if (rest.isEmpty()) {
+                return;
+            }
+            slots = rest;
         }
         ConnectionPool pool = nodePool(seg.address());
         int start = 0;
@@ -649,6 +732,7 @@ public final class KvPoolClient implements AutoCloseable {
                     i.state() == MasterMessages.SegmentInfo.STATE_ACTIVE, i.heartbeatAgeMillis(), i.shmPath()));
         }
         directory.replace(segs);
+        shared.retain(directory.ids());
         return new PoolStats(s.epoch(), s.keys(), s.pendingPuts(), s.allocatedBytes(), s.capacityBytes(),
                 s.activeClients(), List.copyOf(segs));
     }

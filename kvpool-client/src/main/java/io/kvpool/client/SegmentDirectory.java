@@ -16,7 +16,8 @@ import java.util.concurrent.ConcurrentHashMap;
  */
 final class SegmentDirectory {
 
-    record Entry(int id, String name, HostPort address, boolean local, boolean active, long freeBytes) {
+    record Entry(int id, String name, HostPort address, boolean local, boolean active, long capacity, long freeBytes,
+                 String shmPath) {
     }
 
     private final Set<String> localAddresses = LocalHost.addresses();
@@ -35,10 +36,15 @@ final class SegmentDirectory {
         Map<Integer, Entry> m = new ConcurrentHashMap<>();
         for (PoolStats.SegmentStats s : segments) {
             m.put(s.id(), new Entry(s.id(), s.name(), new HostPort(s.host(), s.port()),
-                    LocalHost.isLocal(s.host(), localAddresses), s.active(), s.capacityBytes() - s.usedBytes()));
+                    LocalHost.isLocal(s.host(), localAddresses), s.active(), s.capacityBytes(),
+                    s.capacityBytes() - s.usedBytes(), s.shmPath()));
         }
         byId = m;
         refreshedAtNanos = System.nanoTime();
+    }
+
+    java.util.Set<Integer> ids() {
+        return byId.keySet();
     }
 
     void clear() {

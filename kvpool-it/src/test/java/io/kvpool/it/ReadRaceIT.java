@@ -3,7 +3,8 @@ package io.kvpool.it;
 import io.kvpool.client.KvPoolClient;
 import io.kvpool.client.PutStatus;
 import io.kvpool.config.Size;
-import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
 
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
@@ -29,8 +30,10 @@ class ReadRaceIT {
     private static final int READERS = 3;
     private static final int PUTS_PER_WRITER = 400;
 
-    @Test
-    void readersNeverSeeForeignOrPartialBytes() throws Exception {
+    /** Both data paths: TCP, where the node pins what it streams, and shared memory, where it does not. */
+    @ParameterizedTest(name = "shared memory: {0}")
+    @ValueSource(booleans = {false, true})
+    void readersNeverSeeForeignOrPartialBytes(boolean sharedMemory) throws Exception {
         long seed = Long.getLong("kvpool.seed", System.nanoTime());
         try (InProcessCluster cluster = new InProcessCluster(2, Size.ofMiB(12))) {
             AtomicReferenceArray<String> recent = new AtomicReferenceArray<>(48);
@@ -47,7 +50,7 @@ class ReadRaceIT {
                 int id = w;
                 threads.add(Thread.ofPlatform().start(() -> {
                     SplittableRandom rnd = new SplittableRandom(seed + id);
-                    try (KvPoolClient c = cluster.client()) {
+                    try (KvPoolClient c = cluster.client(cfg -> cfg.withSharedMemory(sharedMemory))) {
                         for (int i = 0; i < PUTS_PER_WRITER; i++) {
                             String key = "race/w" + id + "/" + i;
                             maxVersion.put(key, 1);
@@ -66,7 +69,7 @@ class ReadRaceIT {
             // removes and replaces recent objects while they are being read
             threads.add(Thread.ofPlatform().start(() -> {
                 SplittableRandom rnd = new SplittableRandom(seed + 100);
-                try (KvPoolClient c = cluster.client()) {
+                try (KvPoolClient c = cluster.client(cfg -> cfg.withSharedMemory(sharedMemory))) {
                     while (writersLeft.get() > 0) {
                         String key = recent.get(rnd.nextInt(recent.length()));
                         if (key == null) {
@@ -89,7 +92,7 @@ class ReadRaceIT {
                 int id = r;
                 threads.add(Thread.ofPlatform().start(() -> {
                     SplittableRandom rnd = new SplittableRandom(seed + 200 + id);
-                    try (KvPoolClient c = cluster.client(); Arena arena = Arena.ofConfined()) {
+                    try (KvPoolClient c = cluster.client(cfg -> cfg.withSharedMemory(sharedMemory)); Arena arena = Arena.ofConfined()) {
                         List<MemorySegment> buffers = new ArrayList<>();
                         for (int i = 0; i < 4; i++) {
                             buffers.add(arena.allocate(1 << 20));

@@ -4,6 +4,8 @@ import io.kvpool.client.KvPoolClient;
 import io.kvpool.client.PutStatus;
 import io.kvpool.config.Size;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
 
 import java.lang.foreign.MemorySegment;
 import java.util.ArrayList;
@@ -125,8 +127,9 @@ class ReferenceModelIT {
         }
     }
 
-    @Test
-    void concurrentOperationsWithEvictionKeepTheirGuarantees() throws Exception {
+    @ParameterizedTest(name = "shared memory: {0}")
+    @ValueSource(booleans = {false, true})
+    void concurrentOperationsWithEvictionKeepTheirGuarantees(boolean sharedMemory) throws Exception {
         long seed = seed();
         int threads = 4;
         AtomicLong clock = new AtomicLong();
@@ -145,7 +148,7 @@ class ReferenceModelIT {
                     // own keys: the version this thread last stored and the stamp when that store completed
                     Map<String, int[]> own = new HashMap<>();
                     Map<String, Long> storedAt = new HashMap<>();
-                    try (KvPoolClient c = cluster.client()) {
+                    try (KvPoolClient c = cluster.client(cfg -> cfg.withSharedMemory(sharedMemory))) {
                         for (int op = 0; op < 1200 && errors.isEmpty(); op++) {
                             String ctx = "seed=" + seed + " thread=" + id + " op=" + op;
                             int choice = rnd.nextInt(100);

@@ -27,6 +27,8 @@ import java.nio.ByteBuffer;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicLong;
 
 /**
@@ -56,6 +58,8 @@ public final class StorageNode implements AutoCloseable {
     private final AtomicLong bytesWritten = new AtomicLong();
     private final AtomicLong bytesRead = new AtomicLong();
     private final AtomicLong refusedWrites = new AtomicLong();
+    /** Same-machine writes begun and not yet ended, by connection (peer address) and generation. */
+    private final Map<String, Map<Long, RegionLedger.Region>> shmWrites = new ConcurrentHashMap<>();
     private volatile boolean closed;
 
     public StorageNode(NodeConfig config) throws IOException {
@@ -138,9 +142,104 @@ public final class StorageNode implements AutoCloseable {
                 case NODE_READ -> read(req);
                 case NODE_FREE -> free(req);
                 case NODE_RESET -> reset(req);
+                case NODE_SHM_WRITE_BEGIN -> shmWriteBegin(req);
+                case NODE_SHM_WRITE_END -> shmWriteEnd(req);
                 default -> throw new MalformedFrameException(FrameStatus.UNKNOWN_OPCODE, req.requestId(),
                         req.opcode().metricName + " is not served by nodes");
             }
+        }
+
+        @Override
+        public void connectionClosed(String peer) {
+            // a same-machine writer that went away leaves its begun writes: they never become readable
+            Map<Long, RegionLedger.Region> open = shmWrites.remove(peer);
+            if (open != null) {
+                for (RegionLedger.Region r : open.values()) {
+                    ledger.endWrite(r, false);
+                }
+            }
+        }
+    }
+
+    /**
+     * NODE_SHM_WRITE_BEGIN: admits writes exactly as NODE_WRITE does (waiting for readers of the space,
+     * fencing old epochs) and stamps their headers, but the client then copies the values into the
+     * shared segment itself. The regions stay "being written" until NODE_SHM_WRITE_END from the same
+     * connection, or until that connection closes (then they are dropped).
+     */
+    private void shmWriteBegin(Request req) throws IOException {
+        if (memory.file() == null) {
+            throw new BadRequestException("segment " + name + " is not in shared memory; use node_write");
+        }
+        BodyReader body = req.body();
+        NodeMessages.Write w = NodeMessages.Write.read(body);
+        body.end("node_shm_write_begin");
+        for (NodeMessages.WriteItem it : w.items()) {
+            checkRegion(it.offset(), ObjectLayout.regionLength(it.key().length, it.valueLength()), it.generation());
+        }
+        Map<Long, RegionLedger.Region> open = shmWrites.computeIfAbsent(req.peer(), p -> new ConcurrentHashMap<>());
+        List<ResultCode> codes = new ArrayList<>(w.items().size());
+        long waitDeadline = System.nanoTime() + config.regionWait().toNanos();
+        for (NodeMessages.WriteItem it : w.items()) {
+            RegionLedger.WriteAdmission adm = admit(it, w.epoch(), waitDeadline);
+            if (adm.region() == null) {
+                refusedWrites.incrementAndGet();
+                codes.add(adm.refusal());
+                continue;
+            }
+            ObjectLayout.writeHeader(segment, it.offset(), ObjectLayout.STATE_WRITING, it.key(), it.valueLength(),
+                    it.generation(), w.epoch(), it.valueCrc());
+            RegionLedger.Region previous = open.put(it.generation(), adm.region());
+            if (previous != null) {
+                ledger.endWrite(previous, false);
+            }
+            codes.add(ResultCode.OK);
+        }
+        BodyWriter out = new BodyWriter(8 + codes.size());
+        new Codes(codes).write(out);
+        req.reply(out);
+    }
+
+    /** NODE_SHM_WRITE_END: completes (or abandons) writes this connection began. */
+    private void shmWriteEnd(Request req) throws IOException {
+        BodyReader body = req.body();
+        NodeMessages.ShmWriteEnd end = NodeMessages.ShmWriteEnd.read(body);
+        body.end("node_shm_write_end");
+        Map<Long, RegionLedger.Region> open = shmWrites.getOrDefault(req.peer(), Map.of());
+        List<ResultCode> codes = new ArrayList<>(end.items().size());
+        for (NodeMessages.ShmWriteEndItem it : end.items()) {
+            RegionLedger.Region r = open.get(it.generation());
+            if (r == null || r.offset != it.offset()) {
+                codes.add(ResultCode.NOT_FOUND);
+                continue;
+            }
+            open.remove(it.generation());
+            boolean ok = it.copied();
+            if (ok && config.verifyWrites()) {
+                int crc = segment.get(java.lang.foreign.ValueLayout.JAVA_INT_UNALIGNED.withOrder(java.nio.ByteOrder.LITTLE_ENDIAN),
+                        r.offset + ObjectLayout.VALUE_CRC_OFFSET);
+                ok = ObjectLayout.valueCrc(segment.asSlice(r.valueOffset(), r.valueLength)) == crc;
+            }
+            if (ledger.endWrite(r, ok)) {
+                bytesWritten.addAndGet(r.valueLength);
+                codes.add(ResultCode.OK);
+            } else {
+                codes.add(ledger.epoch() > r.epoch ? ResultCode.FENCED : ResultCode.FAILED);
+            }
+        }
+        BodyWriter out = new BodyWriter(8 + codes.size());
+        new Codes(codes).write(out);
+        req.reply(out);
+    }
+
+    private RegionLedger.WriteAdmission admit(NodeMessages.WriteItem it, long epoch, long waitDeadline) throws IOException {
+        try {
+            return ledger.beginWrite(it.offset(), ObjectLayout.regionLength(it.key().length, it.valueLength()),
+                    it.generation(), epoch, it.key(), it.valueLength(),
+                    Duration.ofNanos(Math.max(0, waitDeadline - System.nanoTime())));
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new IOException("interrupted while waiting for region " + it.offset() + " of segment " + name);
         }
     }
 
@@ -167,15 +266,7 @@ public final class StorageNode implements AutoCloseable {
     }
 
     private ResultCode writeOne(Request req, long epoch, NodeMessages.WriteItem it, long waitDeadline) throws IOException {
-        long regionLength = ObjectLayout.regionLength(it.key().length, it.valueLength());
-        RegionLedger.WriteAdmission adm;
-        try {
-            adm = ledger.beginWrite(it.offset(), regionLength, it.generation(), epoch, it.key(), it.valueLength(),
-                    Duration.ofNanos(Math.max(0, waitDeadline - System.nanoTime())));
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-            throw new IOException("interrupted while waiting for region " + it.offset() + " of segment " + name);
-        }
+        RegionLedger.WriteAdmission adm = admit(it, epoch, waitDeadline);
         if (adm.region() == null) {
             refusedWrites.incrementAndGet();
             req.skipPayload(it.valueLength());

@@ -143,6 +143,18 @@ public final class ObjectLayout {
         return seg.get(LONG, base + GENERATION_OFFSET);
     }
 
+    public static boolean hasMagic(MemorySegment seg, long base) {
+        return seg.get(INT, base + MAGIC_OFFSET) == MAGIC;
+    }
+
+    public static int keyLength(MemorySegment seg, long base) {
+        return seg.get(SHORT, base + KEY_LENGTH_OFFSET) & 0xFFFF;
+    }
+
+    public static long valueLength(MemorySegment seg, long base) {
+        return seg.get(LONG, base + VALUE_LENGTH_OFFSET);
+    }
+
     private static int headerCrc(MemorySegment seg, long base, int keyLength) {
         CRC32C crc = new CRC32C();
         crc.update(seg.asSlice(base + MAGIC_OFFSET, 4).asByteBuffer());

@@ -46,7 +46,10 @@ public enum Opcode {
     NODE_READ(0x81, "node_read"),
     // ---- node: control (from the master) ----
     NODE_FREE(0x82, "node_free"),
-    NODE_RESET(0x83, "node_reset");
+    NODE_RESET(0x83, "node_reset"),
+    // ---- node: same-machine writes (the client copies the bytes into the shared segment itself) ----
+    NODE_SHM_WRITE_BEGIN(0x84, "node_shm_write_begin"),
+    NODE_SHM_WRITE_END(0x85, "node_shm_write_end");
 
     private static final Opcode[] BY_CODE = new Opcode[256];
 

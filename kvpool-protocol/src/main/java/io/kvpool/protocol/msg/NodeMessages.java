@@ -77,6 +77,32 @@ public final class NodeMessages {
         }
     }
 
+    /** One item of NODE_SHM_WRITE_END: whether the client copied the value of this write in full. */
+    public record ShmWriteEndItem(long offset, long generation, boolean copied) {
+    }
+
+    /**
+     * NODE_SHM_WRITE_END: finishes writes begun with NODE_SHM_WRITE_BEGIN (whose body is a {@link Write}
+     * without payload). Reply: {@link MasterMessages.Codes}.
+     */
+    public record ShmWriteEnd(List<ShmWriteEndItem> items) {
+        public void write(BodyWriter w) {
+            w.i32(items.size());
+            for (ShmWriteEndItem it : items) {
+                w.i64(it.offset).i64(it.generation).bool(it.copied);
+            }
+        }
+
+        public static ShmWriteEnd read(BodyReader r) {
+            int n = r.count("item count", 17);
+            List<ShmWriteEndItem> items = new ArrayList<>(n);
+            for (int i = 0; i < n; i++) {
+                items.add(new ShmWriteEndItem(r.length("offset"), r.i64("generation"), r.bool("copied")));
+            }
+            return new ShmWriteEnd(items);
+        }
+    }
+
     /** One region in a NODE_FREE. */
     public record FreeItem(long offset, long generation) {
     }

@@ -1,0 +1,131 @@
+package io.kvpool.client;
+
+import io.kvpool.protocol.ObjectLayout;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.io.IOException;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.invoke.VarHandle;
+import java.nio.channels.FileChannel;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.StandardOpenOption;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+
+/**
+ * The same-machine fast path: segments of nodes on this host, mapped into this process from the
+ * node's shared-memory file, so object bytes move with a memory copy instead of through TCP.
+ *
+ * <h2>Reads without the node</h2>
+ * A shared-memory read takes no pin on the node, so the node may reuse the space while the copy
+ * runs. The node, before it lets any write into a region it reuses, marks the old object's header
+ * dead (under its ledger lock, before the writer may touch a byte). So a reader checks the header
+ * (magic, state complete, the generation it was told, the length) before copying, copies, then
+ * checks state and generation again after an acquire fence. If the second check fails the copy may
+ * be torn: it is discarded and the object is read over TCP instead (where the node pins it), which
+ * yields it or a miss. A read therefore never returns another object's bytes or a partial object.
+ *
+ * <h2>Writes</h2>
+ * The node still admits every write (NODE_SHM_WRITE_BEGIN: it waits for readers of the space, fences
+ * old epochs and stamps the header); the client copies the value into the mapped region, then
+ * NODE_SHM_WRITE_END makes it readable. Two small round trips instead of streaming the value.
+ *
+ * <h2>Falling back</h2>
+ * A segment is mapped only if its node is on this host, advertises a shared-memory file, and the
+ * file can be opened read-write with the segment's size. Otherwise (another host, no permission,
+ * anonymous memory) that segment uses TCP, and the log says so once. Mappings live in automatic
+ * arenas: they are unmapped when the segment leaves the table and nothing uses them any more.
+ */
+final class SharedSegments {
+
+    private static final Logger log = LoggerFactory.getLogger(SharedSegments.class);
+
+    private final boolean enabled;
+    private final Map<Integer, MemorySegment> mapped = new ConcurrentHashMap<>();
+    private final Set<Integer> unmappable = ConcurrentHashMap.newKeySet();
+
+    SharedSegments(boolean enabled) {
+        this.enabled = enabled;
+    }
+
+    /** The mapped segment for this directory entry, or null when it must be reached over TCP. */
+    MemorySegment mapping(SegmentDirectory.Entry e) {
+        if (!enabled || e == null || !e.local() || e.shmPath().isEmpty() || unmappable.contains(e.id())) {
+            return null;
+        }
+        MemorySegment m = mapped.get(e.id());
+        if (m != null) {
+            return m;
+        }
+        synchronized (this) {
+            m = mapped.get(e.id());
+            if (m == null) {
+                m = map(e);
+                if (m == null) {
+                    unmappable.add(e.id());
+                } else {
+                    mapped.put(e.id(), m);
+                }
+            }
+        }
+        return m;
+    }
+
+    private static MemorySegment map(SegmentDirectory.Entry e) {
+        Path file = Path.of(e.shmPath());
+        try {
+            if (!Files.isRegularFile(file)) {
+                log.info("segment {}: shared-memory file {} is not visible here; using TCP", e.name(), file);
+                return null;
+            }
+            long size = Files.size(file);
+            if (size < e.capacity()) {
+                log.info("segment {}: {} has {} bytes, the segment {}; using TCP", e.name(), file, size, e.capacity());
+                return null;
+            }
+            try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ, StandardOpenOption.WRITE)) {
+                MemorySegment m = ch.map(FileChannel.MapMode.READ_WRITE, 0, e.capacity(), Arena.ofAuto());
+                log.info("segment {}: same-machine path through {}", e.name(), file);
+                return m;
+            }
+        } catch (IOException | RuntimeException ex) {
+            log.info("segment {}: cannot map {} ({}); using TCP", e.name(), file, ex.toString());
+            return null;
+        }
+    }
+
+    /** Forgets mappings of segments no longer in the table (their nodes left or re-registered). */
+    void retain(Set<Integer> liveIds) {
+        mapped.keySet().retainAll(liveIds);
+        unmappable.retainAll(liveIds);
+    }
+
+    /**
+     * Copies the object (offset, generation, length) from a mapped segment into {@code dst}. Returns
+     * false if the object is not there or changed during the copy; {@code dst} then holds garbage.
+     */
+    static boolean read(MemorySegment seg, long offset, long generation, long length, MemorySegment dst) {
+        if (offset < 0 || offset + ObjectLayout.KEY_OFFSET > seg.byteSize()
+                || !ObjectLayout.hasMagic(seg, offset) || !current(seg, offset, generation)
+                || ObjectLayout.valueLength(seg, offset) != length) {
+            return false;
+        }
+        long valueAt = offset + ObjectLayout.valueOffset(ObjectLayout.keyLength(seg, offset));
+        if (valueAt + length > seg.byteSize()) {
+            return false;
+        }
+        VarHandle.acquireFence();
+        MemorySegment.copy(seg, valueAt, dst, 0, length);
+        VarHandle.acquireFence();
+        return current(seg, offset, generation);
+    }
+
+    private static boolean current(MemorySegment seg, long offset, long generation) {
+        return ObjectLayout.state(seg, offset) == ObjectLayout.STATE_COMPLETE
+                && ObjectLayout.generation(seg, offset) == generation;
+    }
+}
