@@ -27,10 +27,15 @@ final class NodeOptions {
     @Option(names = "--verify-writes", description = "Check each written value against its CRC32C before accepting it.")
     boolean verifyWrites;
 
+    @Option(names = "--no-prefault", negatable = false,
+            description = "Do not commit the shared-memory segment's pages at start (faster start; the first write"
+                    + " to each page pays a page fault instead).")
+    boolean noPrefault;
+
     NodeConfig toConfig(HostPort master, String listenHost, int port, String advertiseHost) {
         NodeConfig d = NodeConfig.defaults(master, segmentSize);
         Path shm = "none".equalsIgnoreCase(shmDir) ? null : Path.of(shmDir);
         return new NodeConfig(master, listenHost, port, advertiseHost, segmentSize, shm, heartbeatInterval,
-                d.regionWait(), d.frameTimeout(), verifyWrites, d.limits());
+                d.regionWait(), d.frameTimeout(), verifyWrites, d.limits(), !noPrefault);
     }
 }

@@ -22,10 +22,12 @@ import java.time.Duration;
  * @param frameTimeout      how long a frame may take to arrive once it began
  * @param verifyWrites      recompute each written value's CRC32C and refuse mismatches
  * @param limits            frame size limits
+ * @param prefault          commit every page of a shared-memory segment at start (before registering),
+ *                          so no write pays for first-touch page faults
  */
 public record NodeConfig(HostPort master, String listenHost, int port, String advertiseHost, Size segmentSize,
                          Path shmDir, Duration heartbeatInterval, Duration regionWait, Duration frameTimeout,
-                         boolean verifyWrites, Limits limits) {
+                         boolean verifyWrites, Limits limits, boolean prefault) {
 
     /** Default port a node listens on. */
     public static final int DEFAULT_PORT = 50052;
@@ -58,41 +60,46 @@ public record NodeConfig(HostPort master, String listenHost, int port, String ad
     /** A config with every default, for the given master and segment size. */
     public static NodeConfig defaults(HostPort master, Size segmentSize) {
         return new NodeConfig(master, "0.0.0.0", DEFAULT_PORT, null, segmentSize, DEFAULT_SHM_DIR,
-                DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_REGION_WAIT, DEFAULT_FRAME_TIMEOUT, false, Limits.DEFAULT);
+                DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_REGION_WAIT, DEFAULT_FRAME_TIMEOUT, false, Limits.DEFAULT, true);
     }
 
     public NodeConfig withPort(int p) {
         return new NodeConfig(master, listenHost, p, advertiseHost, segmentSize, shmDir, heartbeatInterval, regionWait,
-                frameTimeout, verifyWrites, limits);
+                frameTimeout, verifyWrites, limits, prefault);
     }
 
     public NodeConfig withListen(String host, int p) {
         return new NodeConfig(master, host, p, advertiseHost, segmentSize, shmDir, heartbeatInterval, regionWait,
-                frameTimeout, verifyWrites, limits);
+                frameTimeout, verifyWrites, limits, prefault);
     }
 
     public NodeConfig withAdvertiseHost(String host) {
         return new NodeConfig(master, listenHost, port, host, segmentSize, shmDir, heartbeatInterval, regionWait,
-                frameTimeout, verifyWrites, limits);
+                frameTimeout, verifyWrites, limits, prefault);
     }
 
     public NodeConfig withHeartbeatInterval(Duration d) {
         return new NodeConfig(master, listenHost, port, advertiseHost, segmentSize, shmDir, d, regionWait,
-                frameTimeout, verifyWrites, limits);
+                frameTimeout, verifyWrites, limits, prefault);
     }
 
     public NodeConfig withShmDir(Path dir) {
         return new NodeConfig(master, listenHost, port, advertiseHost, segmentSize, dir, heartbeatInterval, regionWait,
-                frameTimeout, verifyWrites, limits);
+                frameTimeout, verifyWrites, limits, prefault);
     }
 
     public NodeConfig withRegionWait(Duration d) {
         return new NodeConfig(master, listenHost, port, advertiseHost, segmentSize, shmDir, heartbeatInterval, d,
-                frameTimeout, verifyWrites, limits);
+                frameTimeout, verifyWrites, limits, prefault);
+    }
+
+    public NodeConfig withPrefault(boolean v) {
+        return new NodeConfig(master, listenHost, port, advertiseHost, segmentSize, shmDir, heartbeatInterval,
+                regionWait, frameTimeout, verifyWrites, limits, v);
     }
 
     public NodeConfig withVerifyWrites(boolean v) {
         return new NodeConfig(master, listenHost, port, advertiseHost, segmentSize, shmDir, heartbeatInterval,
-                regionWait, frameTimeout, v, limits);
+                regionWait, frameTimeout, v, limits, prefault);
     }
 }

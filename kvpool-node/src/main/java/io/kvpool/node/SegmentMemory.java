@@ -42,7 +42,7 @@ final class SegmentMemory implements AutoCloseable {
      * @param shmDir directory for a shared-memory backing file, or null for anonymous memory
      * @param name   used in the file name, e.g. the segment name
      */
-    static SegmentMemory allocate(long size, Path shmDir, String name) {
+    static SegmentMemory allocate(long size, Path shmDir, String name, boolean prefault) {
         if (size <= 0) {
             throw new IllegalArgumentException("segment size must be positive, got " + size);
         }
@@ -58,7 +58,16 @@ final class SegmentMemory implements AutoCloseable {
                         // sparse: tmpfs commits pages as they are first written
                         ch.write(java.nio.ByteBuffer.wrap(new byte[1]), size - 1);
                         MemorySegment seg = ch.map(FileChannel.MapMode.READ_WRITE, 0, size, arena);
-                        log.info("segment {}: {} mapped from {}", name, Size.human(size), file);
+                        if (prefault) {
+                            // nothing is stored yet, so writing zeros is safe; it allocates every page now
+                            long t0 = System.nanoTime();
+                            seg.fill((byte) 0);
+                            log.info("segment {}: {} mapped from {}, pages committed in {} ms", name, Size.human(size),
+                                    file, (System.nanoTime() - t0) / 1_000_000);
+                        } else {
+                            log.info("segment {}: {} mapped from {} (pages committed on first use)", name,
+                                    Size.human(size), file);
+                        }
                         return new SegmentMemory(arena, seg, file);
                     } catch (IOException | RuntimeException e) {
                         arena.close();

@@ -71,7 +71,7 @@ public final class StorageNode implements AutoCloseable {
                 config.frameTimeout(), Opcode::isNodeOp, new Handler());
         try {
             this.name = new HostPort(advertiseHost, server.port()).toString();
-            this.memory = SegmentMemory.allocate(config.segmentSize().bytes(), config.shmDir(), name);
+            this.memory = SegmentMemory.allocate(config.segmentSize().bytes(), config.shmDir(), name, config.prefault());
         } catch (RuntimeException e) {
             server.close();
             throw e;

@@ -1,0 +1,128 @@
+package io.kvpool.bench;
+
+import io.kvpool.client.ClientConfig;
+import io.kvpool.client.KvPoolClient;
+import io.kvpool.client.PutStatus;
+
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.SplittableRandom;
+
+/**
+ * kvpool as a {@link StoreTarget}: one {@link KvPoolClient} per benchmark client, values in native
+ * memory (what an engine's KV blocks are), puts of fresh keys and {@code getInto} reads, over TCP
+ * or over the same-machine shared-memory path.
+ */
+final class KvpoolTarget implements StoreTarget {
+
+    /** Keys each client stores for its get phase: small enough to stay resident, big enough not to be one hot key. */
+    private static final long WORKING_SET_BYTES_PER_CLIENT = 128L << 20;
+
+    private final String masterAddress;
+    private final boolean sharedMemory;
+    private int run;
+
+    KvpoolTarget(String masterAddress, boolean sharedMemory) {
+        this.masterAddress = masterAddress;
+        this.sharedMemory = sharedMemory;
+    }
+
+    @Override
+    public String name() {
+        return sharedMemory ? "kvpool-shm" : "kvpool-tcp";
+    }
+
+    private KvPoolClient connect() {
+        return KvPoolClient.connect(ClientConfig.forMaster(masterAddress).withSharedMemory(sharedMemory));
+    }
+
+    private static MemorySegment value(Arena arena, int size, long seed) {
+        MemorySegment v = arena.allocate(size, 64);
+        SplittableRandom rnd = new SplittableRandom(seed);
+        for (long i = 0; i + 8 <= size; i += 8) {
+            v.set(java.lang.foreign.ValueLayout.JAVA_LONG_UNALIGNED, i, rnd.nextLong());
+        }
+        return v;
+    }
+
+    @Override
+    public Measurement put(int valueSize, int clients, Duration warmup, Duration duration) throws Exception {
+        int r = ++run;
+        return Load.run(clients, warmup, duration, id -> new Load.Client() {
+            final KvPoolClient c = connect();
+            final Arena arena = Arena.ofShared();
+            final MemorySegment v = value(arena, valueSize, id);
+
+            @Override
+            public Load.Op op() {
+                return i -> {
+                    String key = name() + "/put/" + r + "/" + valueSize + "/" + id + "/" + i;
+                    PutStatus st = c.put(key, v);
+                    if (st != PutStatus.OK) {
+                        throw new IllegalStateException("put of " + key + " returned " + st);
+                    }
+                    return valueSize;
+                };
+            }
+
+            @Override
+            public void close() {
+                c.close();
+                arena.close();
+            }
+        });
+    }
+
+    @Override
+    public Measurement get(int valueSize, int clients, Duration warmup, Duration duration) throws Exception {
+        int r = ++run;
+        int keysPerClient = (int) Math.max(4, Math.min(256, WORKING_SET_BYTES_PER_CLIENT / valueSize));
+        return Load.run(clients, warmup, duration, id -> new Load.Client() {
+            final KvPoolClient c = connect();
+            final Arena arena = Arena.ofShared();
+            final MemorySegment dst = arena.allocate(valueSize, 64);
+            final List<String> keys = new ArrayList<>();
+            final SplittableRandom rnd = new SplittableRandom(id * 31L + r);
+
+            {
+                MemorySegment v = value(arena, valueSize, id);
+                for (int k = 0; k < keysPerClient; k++) {
+                    String key = name() + "/get/" + r + "/" + valueSize + "/" + id + "/" + k;
+                    PutStatus st = c.put(key, v);
+                    if (st != PutStatus.OK) {
+                        throw new IllegalStateException("storing the working set: " + key + " returned " + st);
+                    }
+                    keys.add(key);
+                }
+            }
+
+            @Override
+            public Load.Op op() {
+                return i -> {
+                    String key = keys.get(rnd.nextInt(keys.size()));
+                    long n = c.getInto(key, dst);
+                    if (n != valueSize) {
+                        throw new IllegalStateException("get of " + key + " returned " + n + " bytes, expected " + valueSize);
+                    }
+                    return n;
+                };
+            }
+
+            @Override
+            public void close() {
+                c.close();
+                arena.close();
+            }
+        });
+    }
+
+    @Override
+    public void clear() {
+        try (KvPoolClient c = connect()) {
+            c.removeAll(true);
+        }
+    }
+}

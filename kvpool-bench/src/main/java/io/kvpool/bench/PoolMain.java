@@ -1,0 +1,53 @@
+package io.kvpool.bench;
+
+import io.kvpool.config.HostPort;
+import io.kvpool.config.Size;
+import io.kvpool.master.MasterConfig;
+import io.kvpool.master.MasterServer;
+import io.kvpool.node.NodeConfig;
+import io.kvpool.node.StorageNode;
+
+import java.time.Duration;
+import java.util.concurrent.CountDownLatch;
+
+/**
+ * The pool under test, in its own JVM: a master, and a node unless the segment size is 0 (then a
+ * master alone, for the metadata benchmark). Prints {@code ready MASTER_PORT HTTP_PORT PID} once
+ * serving, and runs until killed. Started by {@link PoolProcess}.
+ *
+ * <pre>
+ *   java -cp ... io.kvpool.bench.PoolMain SEGMENT_SIZE
+ * </pre>
+ */
+public final class PoolMain {
+
+    private PoolMain() {
+    }
+
+    public static void main(String[] args) throws Exception {
+        System.setProperty("org.slf4j.simpleLogger.defaultLogLevel", "warn");
+        long segment = Size.parse(args[0]).bytes();
+        MasterConfig mc = MasterConfig.defaults().withListen("127.0.0.1", 0, 0).withSummaryInterval(Duration.ZERO)
+                .withMaxValueSize(Size.ofMiB(64));
+        MasterServer master = new MasterServer(mc);
+        StorageNode node = null;
+        if (segment > 0) {
+            node = new StorageNode(NodeConfig.defaults(new HostPort("127.0.0.1", master.port()), Size.ofBytes(segment))
+                    .withListen("127.0.0.1", 0));
+            if (!node.awaitRegistered(Duration.ofSeconds(30))) {
+                throw new IllegalStateException("the node did not register");
+            }
+        }
+        System.out.println("ready " + master.port() + " " + master.httpPort() + " " + ProcessHandle.current().pid());
+        System.out.flush();
+        StorageNode n = node;
+        CountDownLatch never = new CountDownLatch(1);
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+            if (n != null) {
+                n.close();
+            }
+            master.close();
+        }));
+        never.await();
+    }
+}
