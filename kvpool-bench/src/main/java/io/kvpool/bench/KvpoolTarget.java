@@ -119,6 +119,59 @@ final class KvpoolTarget implements StoreTarget {
         });
     }
 
+    /**
+     * Gets of {@code batch} values per call ({@code getIntoBatch}), as an engine loads the cached
+     * blocks of one prompt: one master round trip per batch instead of per block.
+     */
+    Measurement getBatched(int valueSize, int batch, int clients, Duration warmup, Duration duration) throws Exception {
+        int r = ++run;
+        int keysPerClient = (int) Math.max(batch, Math.min(256, WORKING_SET_BYTES_PER_CLIENT / valueSize));
+        return Load.run(clients, warmup, duration, id -> new Load.Client() {
+            final KvPoolClient c = connect();
+            final Arena arena = Arena.ofShared();
+            final List<MemorySegment> dsts = new ArrayList<>();
+            final List<String> keys = new ArrayList<>();
+            final SplittableRandom rnd = new SplittableRandom(id * 37L + r);
+
+            {
+                MemorySegment v = value(arena, valueSize, id);
+                for (int k = 0; k < keysPerClient; k++) {
+                    String key = name() + "/getb/" + r + "/" + valueSize + "/" + id + "/" + k;
+                    PutStatus st = c.put(key, v);
+                    if (st != PutStatus.OK) {
+                        throw new IllegalStateException("storing the working set: " + key + " returned " + st);
+                    }
+                    keys.add(key);
+                }
+                for (int b = 0; b < batch; b++) {
+                    dsts.add(arena.allocate(valueSize, 64));
+                }
+            }
+
+            @Override
+            public Load.Op op() {
+                return i -> {
+                    int start = rnd.nextInt(keys.size() - batch + 1);
+                    long[] got = c.getIntoBatch(keys.subList(start, start + batch), dsts);
+                    long n = 0;
+                    for (long g : got) {
+                        if (g != valueSize) {
+                            throw new IllegalStateException("a batched get returned " + g + " bytes, expected " + valueSize);
+                        }
+                        n += g;
+                    }
+                    return n;
+                };
+            }
+
+            @Override
+            public void close() {
+                c.close();
+                arena.close();
+            }
+        });
+    }
+
     @Override
     public void clear() {
         try (KvPoolClient c = connect()) {

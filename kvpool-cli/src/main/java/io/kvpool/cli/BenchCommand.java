@@ -1,19 +1,39 @@
 package io.kvpool.cli;
 
-import picocli.CommandLine;
+import io.kvpool.bench.Bench;
 import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
 
-/** {@code kvpool bench}: measurements (not tests); each section is a subcommand. */
+import java.nio.file.Path;
+import java.util.LinkedHashSet;
+import java.util.List;
+import java.util.Set;
+import java.util.concurrent.Callable;
+
+/** {@code kvpool bench}: measurements against this machine's ceilings and Redis (not tests). */
 @Command(name = "bench", mixinStandardHelpOptions = true,
-        description = "Measure kvpool on this machine.",
-        subcommands = {BenchResetCommand.class})
-final class BenchCommand implements Runnable {
+        description = {"Measure kvpool against raw memory copy, raw loopback TCP and Redis 7, all in one run.",
+                "Sections: store (put/get GB/s and latency), lookup (batchExists/prefixMatch of 1024 keys),",
+                "metadata (10M objects in one master), reset (removeAll of 1M objects).",
+                "Redis is installed from Debian's packages and started on loopback by scripts/redis.sh."})
+final class BenchCommand implements Callable<Integer> {
 
-    @CommandLine.Spec
-    CommandLine.Model.CommandSpec spec;
+    @Option(names = "--quick", description = "A short run (about a minute): 1 MiB values, 1 and 2 clients,"
+            + " 1M objects for metadata.")
+    boolean quick;
+
+    @Option(names = "--only", split = ",", paramLabel = "SECTION",
+            description = "Run only these sections (store, lookup, metadata, reset); default: all.")
+    List<String> only;
+
+    @Option(names = "--out", paramLabel = "DIR",
+            description = "Where to write results.json, results.csv and the charts (default: ${DEFAULT-VALUE}).")
+    Path out = Path.of("bench-results");
 
     @Override
-    public void run() {
-        throw new CommandLine.ParameterException(spec.commandLine(), "name a benchmark, e.g. 'kvpool bench reset'");
+    public Integer call() throws Exception {
+        Set<String> sections = only == null || only.isEmpty() ? Bench.Options.ALL : new LinkedHashSet<>(only);
+        Bench.run(new Bench.Options(quick, sections, out, System.out));
+        return 0;
     }
 }

@@ -1,0 +1,399 @@
+package io.kvpool.bench;
+
+import io.kvpool.bench.baseline.MemcpyTarget;
+import io.kvpool.bench.baseline.RawTcpTarget;
+import io.kvpool.bench.baseline.RedisLookup;
+import io.kvpool.bench.baseline.RedisServer;
+import io.kvpool.bench.baseline.RedisTarget;
+import io.kvpool.client.ClientConfig;
+import io.kvpool.client.KvPoolClient;
+import io.kvpool.client.PutStatus;
+import io.kvpool.config.Size;
+import me.tongfei.progressbar.ProgressBar;
+import me.tongfei.progressbar.ProgressBarBuilder;
+import me.tongfei.progressbar.ProgressBarStyle;
+
+import java.io.PrintStream;
+import java.lang.foreign.MemorySegment;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.time.LocalDateTime;
+import java.time.format.DateTimeFormatter;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Locale;
+import java.util.Set;
+import java.util.function.Supplier;
+
+/**
+ * {@code kvpool bench}: kvpool measured against this machine's ceilings and Redis, every figure
+ * next to its baseline from the same run.
+ *
+ * <ul>
+ *   <li><b>store</b>: put and get throughput and latency for 64 KiB, 1 MiB and 4 MiB values with 1,
+ *       2 and 8 clients: kvpool over TCP and over the same-machine path, Redis 7 through Jedis, raw
+ *       loopback TCP between two JVMs, raw memory copy.</li>
+ *   <li><b>lookup</b>: batchExists and prefixMatch over 1024 keys (a 16K-token prompt at 16 tokens a
+ *       block) against Redis pipelined EXISTS of the same keys.</li>
+ *   <li><b>metadata</b>: one master holding 10 million objects: heap per object, batched put and
+ *       existence-check rates.</li>
+ *   <li><b>reset</b>: removeAll(force) of 1 million objects.</li>
+ * </ul>
+ * The pool under test, Redis and the raw TCP server each run in their own process.
+ */
+public final class Bench {
+
+    /** What to run and where to write it. */
+    public record Options(boolean quick, Set<String> sections, Path outDir, PrintStream out) {
+        public static final Set<String> ALL = Set.of("store", "lookup", "metadata", "reset");
+
+        public Options {
+            for (String s : sections) {
+                if (!ALL.contains(s)) {
+                    throw new IllegalArgumentException("unknown bench section '" + s + "'; sections are " + ALL);
+                }
+            }
+        }
+    }
+
+    private final Options o;
+    private final Results results = new Results();
+    private ProgressBar bar;
+
+    private Bench(Options o) {
+        this.o = o;
+    }
+
+    /** Runs the benchmark and returns the directory holding results.json, results.csv and the charts. */
+    public static Path run(Options options) throws Exception {
+        return new Bench(options).runAll();
+    }
+
+    private List<Integer> clientCounts() {
+        return o.quick ? List.of(1, 2) : List.of(1, 2, 8);
+    }
+
+    private List<Integer> sizes() {
+        return o.quick ? List.of(1 << 20) : List.of(64 << 10, 1 << 20, 4 << 20);
+    }
+
+    private Duration warmup() {
+        return Duration.ofMillis(o.quick ? 300 : 500);
+    }
+
+    private Duration duration() {
+        return Duration.ofMillis(o.quick ? 700 : 1500);
+    }
+
+    private long metadataObjects() {
+        return o.quick ? 1_000_000 : 10_000_000;
+    }
+
+    private long resetObjects() {
+        return o.quick ? 200_000 : 1_000_000;
+    }
+
+    private Path runAll() throws Exception {
+        Path dir = o.outDir.resolve(LocalDateTime.now().format(DateTimeFormatter.ofPattern("yyyyMMdd-HHmmss")));
+        Files.createDirectories(dir);
+        results.environment.put("mode", o.quick ? "quick" : "full");
+        results.environment.put("java", Runtime.version().toString());
+        results.environment.put("cpus", Runtime.getRuntime().availableProcessors());
+        results.environment.put("os", System.getProperty("os.name") + " " + System.getProperty("os.version"));
+        int targets = 5;
+        long steps = 0;
+        if (o.sections.contains("store")) {
+            steps += (long) sizes().size() * clientCounts().size() * targets * 2 + 2L * clientCounts().size();
+        }
+        if (o.sections.contains("lookup")) {
+            steps += 3;
+        }
+        if (o.sections.contains("metadata")) {
+            steps += 4;
+        }
+        if (o.sections.contains("reset")) {
+            steps += 2;
+        }
+        try (ProgressBar pb = new ProgressBarBuilder().setTaskName("bench").setInitialMax(steps)
+                .setStyle(ProgressBarStyle.ASCII).setUpdateIntervalMillis(500).continuousUpdate().build()) {
+            bar = pb;
+            if (o.sections.contains("store") || o.sections.contains("lookup")) {
+                try (PoolProcess pool = PoolProcess.start("6GiB", "1g"); RedisServer redis = RedisServer.start()) {
+                    results.environment.put("redis", redis.version());
+                    if (o.sections.contains("store")) {
+                        store(pool, redis);
+                    }
+                    if (o.sections.contains("lookup")) {
+                        lookup(pool, redis);
+                    }
+                }
+            }
+            if (o.sections.contains("metadata")) {
+                metadata();
+            }
+            if (o.sections.contains("reset")) {
+                reset();
+            }
+        }
+        evaluate();
+        results.print(o.out);
+        results.writeJson(dir.resolve("results.json"));
+        results.writeCsv(dir.resolve("results.csv"));
+        for (String op : List.of("get", "put")) {
+            for (int size : sizes()) {
+                results.chart(dir, op, size);
+            }
+        }
+        o.out.println();
+        o.out.println("results: " + dir.resolve("results.json") + ", " + dir.resolve("results.csv") + ", charts in " + dir);
+        return dir;
+    }
+
+    private void step(String what) {
+        bar.setExtraMessage(" " + what);
+        bar.step();
+    }
+
+    // ------------------------------------------------------------------ store
+
+    private void store(PoolProcess pool, RedisServer redis) throws Exception {
+        List<Supplier<StoreTarget>> targets = List.of(
+                () -> new KvpoolTarget(pool.masterAddress(), false),
+                () -> new KvpoolTarget(pool.masterAddress(), true),
+                () -> new RedisTarget(redis),
+                () -> {
+                    try {
+                        return RawTcpTarget.start();
+                    } catch (Exception e) {
+                        throw new IllegalStateException("cannot start the raw TCP baseline: " + e.getMessage(), e);
+                    }
+                },
+                MemcpyTarget::new);
+        // engines load a prompt's cached blocks together: batched gets, one master round trip per batch
+        for (boolean shm : new boolean[]{false, true}) {
+            KvpoolTarget t = new KvpoolTarget(pool.masterAddress(), shm);
+            for (int clients : clientCounts()) {
+                bar.setExtraMessage(" " + t.name() + " get x" + GET_BATCH + " x" + clients);
+                Measurement m = t.getBatched(1 << 20, GET_BATCH, clients, warmup(), duration());
+                results.add(Results.Row.of("store", t.name(), "get x" + GET_BATCH, 1 << 20, clients, m,
+                        "getIntoBatch of " + GET_BATCH + " values a call; latency is per call"));
+                t.clear();
+                bar.step();
+            }
+        }
+        for (Supplier<StoreTarget> make : targets) {
+            try (StoreTarget t = make.get()) {
+                for (int size : sizes()) {
+                    for (int clients : clientCounts()) {
+                        for (String op : List.of("put", "get")) {
+                            bar.setExtraMessage(" " + t.name() + " " + op + " " + Size.ofBytes(size) + " x" + clients);
+                            Measurement m = op.equals("put") ? t.put(size, clients, warmup(), duration())
+                                    : t.get(size, clients, warmup(), duration());
+                            results.add(Results.Row.of("store", t.name(), op, size, clients, m, null));
+                            t.clear();
+                            bar.step();
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /** Values per batched get: the cached blocks of a prompt loaded together. */
+    static final int GET_BATCH = 16;
+
+    // ------------------------------------------------------------------ lookup
+
+    private static final int LOOKUP_KEYS = 1024;
+
+    private void lookup(PoolProcess pool, RedisServer redis) throws Exception {
+        List<String> keys = new ArrayList<>(LOOKUP_KEYS);
+        for (int i = 0; i < LOOKUP_KEYS; i++) {
+            keys.add(new String(MetadataBench.key(i), StandardCharsets.US_ASCII));
+        }
+        try (KvPoolClient c = KvPoolClient.connect(ClientConfig.forMaster(pool.masterAddress()))) {
+            c.removeAll(true);
+            List<MemorySegment> values = new ArrayList<>();
+            for (int i = 0; i < LOOKUP_KEYS; i++) {
+                values.add(MemorySegment.ofArray(new byte[64]));
+            }
+            for (PutStatus st : c.putBatch(keys, values)) {
+                if (st != PutStatus.OK) {
+                    throw new IllegalStateException("storing lookup keys: " + st);
+                }
+            }
+        }
+        Measurement exists = Load.run(1, warmup(), duration().multipliedBy(2), id -> new Load.Client() {
+            final KvPoolClient c = KvPoolClient.connect(pool.masterAddress());
+
+            @Override
+            public Load.Op op() {
+                return i -> {
+                    for (boolean p : c.batchExists(keys)) {
+                        if (!p) {
+                            throw new IllegalStateException("a stored key was reported missing");
+                        }
+                    }
+                    return 0;
+                };
+            }
+
+            @Override
+            public void close() {
+                c.close();
+            }
+        });
+        results.add(lookupRow("kvpool", "batchExists", exists));
+        step("lookup batchExists");
+        Measurement prefix = Load.run(1, warmup(), duration().multipliedBy(2), id -> new Load.Client() {
+            final KvPoolClient c = KvPoolClient.connect(pool.masterAddress());
+
+            @Override
+            public Load.Op op() {
+                return i -> {
+                    if (c.prefixMatch(keys) != LOOKUP_KEYS) {
+                        throw new IllegalStateException("prefixMatch did not match every stored key");
+                    }
+                    return 0;
+                };
+            }
+
+            @Override
+            public void close() {
+                c.close();
+            }
+        });
+        results.add(lookupRow("kvpool", "prefixMatch", prefix));
+        step("lookup prefixMatch");
+        RedisLookup rl = new RedisLookup(redis);
+        rl.store(keys);
+        Measurement redisExists = rl.pipelinedExists(keys, (int) Math.max(200, exists.ops()), warmup());
+        results.add(lookupRow("redis", "pipelined EXISTS", redisExists));
+        step("lookup redis");
+    }
+
+    private static Results.Row lookupRow(String target, String op, Measurement m) {
+        return new Results.Row("lookup", target, op, 0, 1, Double.NaN, m.opsPerSecond() * LOOKUP_KEYS,
+                m.percentileMicros(0.50), m.percentileMicros(0.99), LOOKUP_KEYS + " keys a call; ops/s = keys/s");
+    }
+
+    // ------------------------------------------------------------------ metadata
+
+    private void metadata() throws Exception {
+        long n = metadataObjects();
+        try (PoolProcess master = PoolProcess.start("0", o.quick ? "2g" : "6g");
+             MetadataBench mb = new MetadataBench(master, n)) {
+            long before = mb.heapAfterGc();
+            step("metadata: baseline heap");
+            bar.setExtraMessage(" metadata: storing " + n + " objects");
+            long nanos = mb.fill(0, n, 2, done -> { });
+            double putRate = n * 1e9 / nanos;
+            results.add(new Results.Row("metadata", "kvpool", "batched put", 0, 2, Double.NaN, putRate, Double.NaN,
+                    Double.NaN, n + " objects, batches of " + MetadataBench.PUT_BATCH + " (start+end)"));
+            step("metadata: filled");
+            long after = mb.heapAfterGc();
+            double perObject = (after - before) / (double) n;
+            results.add(new Results.Row("metadata", "kvpool", "heap per object", 0, 0, Double.NaN, Double.NaN,
+                    Double.NaN, Double.NaN, String.format(Locale.ROOT, "%.1f bytes at %d objects (81-byte keys)",
+                    perObject, n)));
+            results.environment.put("metadata_heap_bytes_per_object", perObject);
+            results.environment.put("metadata_objects", n);
+            step("metadata: heap");
+            for (int clients : List.of(1, 2)) {
+                Measurement m = mb.exists(n, clients, warmup(), duration().multipliedBy(2));
+                results.add(new Results.Row("metadata", "kvpool", "batchExists", 0, clients, Double.NaN,
+                        m.opsPerSecond() * MetadataBench.EXISTS_BATCH, m.percentileMicros(0.5), m.percentileMicros(0.99),
+                        MetadataBench.EXISTS_BATCH + " random stored keys a call; ops/s = keys/s"));
+            }
+            step("metadata: exists");
+            try (KvPoolClient c = KvPoolClient.connect(master.masterAddress())) {
+                long t0 = System.nanoTime();
+                long removed = c.removeAll(true);
+                double ms = (System.nanoTime() - t0) / 1e6;
+                results.add(new Results.Row("metadata", "kvpool", "removeAll(force)", 0, 1, Double.NaN, Double.NaN,
+                        ms * 1000, Double.NaN, String.format(Locale.ROOT, "%.0f ms for %d objects", ms, removed)));
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------ reset
+
+    private void reset() throws Exception {
+        long n = resetObjects();
+        try (PoolProcess pool = PoolProcess.start("1GiB", "2g");
+             KvPoolClient c = KvPoolClient.connect(pool.masterAddress())) {
+            bar.setExtraMessage(" reset: storing " + n + " objects");
+            MemorySegment v = MemorySegment.ofArray(new byte[64]);
+            int batch = 8192;
+            for (long from = 0; from < n; from += batch) {
+                int k = (int) Math.min(batch, n - from);
+                List<String> keys = new ArrayList<>(k);
+                List<MemorySegment> values = new ArrayList<>(k);
+                for (long i = from; i < from + k; i++) {
+                    keys.add(new String(MetadataBench.key(i), StandardCharsets.US_ASCII));
+                    values.add(v);
+                }
+                for (PutStatus st : c.putBatch(keys, values)) {
+                    if (st != PutStatus.OK) {
+                        throw new IllegalStateException("storing objects for the reset: " + st);
+                    }
+                }
+            }
+            step("reset: filled");
+            long t0 = System.nanoTime();
+            long removed = c.removeAll(true);
+            double ms = (System.nanoTime() - t0) / 1e6;
+            if (removed != n || c.stats().keys() != 0) {
+                throw new IllegalStateException("removeAll removed " + removed + " of " + n);
+            }
+            results.add(new Results.Row("reset", "kvpool", "removeAll(force)", 64, 1, Double.NaN, Double.NaN, ms * 1000,
+                    Double.NaN, String.format(Locale.ROOT, "%.0f ms for %d objects (node reset included)", ms, n)));
+            step("reset: done");
+        }
+    }
+
+    // ------------------------------------------------------------------ targets
+
+    private void evaluate() {
+        long mib = 1 << 20;
+        for (String op : List.of("get", "put")) {
+            results.ratio("1 MiB " + op + " over TCP, 2 clients, vs Redis",
+                    results.find("store", "kvpool-tcp", op, mib, 2), results.find("store", "redis", op, mib, 2), 1.5);
+            results.ratio("1 MiB " + op + " over TCP, 2 clients, vs raw loopback TCP",
+                    results.find("store", "kvpool-tcp", op, mib, 2), results.find("store", "raw-tcp", op, mib, 2), 0.8);
+        }
+        for (int clients : clientCounts()) {
+            results.ratio("1 MiB get x" + GET_BATCH + ", same machine, " + clients + " client(s), vs memory copy",
+                    results.find("store", "kvpool-shm", "get x" + GET_BATCH, mib, clients),
+                    results.find("store", "memcpy", "get", mib, clients), 0.7);
+            results.ratio("1 MiB single get, same machine, " + clients + " client(s), vs memory copy",
+                    results.find("store", "kvpool-shm", "get", mib, clients),
+                    results.find("store", "memcpy", "get", mib, clients), 0.7);
+        }
+        var prefix = results.rows.stream().filter(r -> r.section().equals("lookup") && r.op().equals("prefixMatch")).findFirst();
+        var redis = results.rows.stream().filter(r -> r.section().equals("lookup") && r.target().equals("redis")).findFirst();
+        prefix.ifPresent(p -> results.checks.add(new Results.Check("prefixMatch over 1024 keys: p99 latency",
+                p.p99Micros() / 1000, "ms", "<= 1 ms", p.p99Micros() <= 1000, "p50 " + fmt(p.p50Micros()) + " us")));
+        if (prefix.isPresent() && redis.isPresent()) {
+            double r = redis.get().p50Micros() / prefix.get().p50Micros();
+            results.checks.add(new Results.Check("prefixMatch over 1024 keys vs Redis pipelined EXISTS (p50)", r, "x",
+                    ">= 5x", r >= 5, "redis p50 " + fmt(redis.get().p50Micros()) + " us, kvpool p50 "
+                    + fmt(prefix.get().p50Micros()) + " us"));
+        }
+        Object perObject = results.environment.get("metadata_heap_bytes_per_object");
+        if (perObject instanceof Double d) {
+            results.checks.add(new Results.Check("master heap per object", d, "B", "<= 200 B at 10M", d <= 200,
+                    results.environment.get("metadata_objects") + " objects"));
+        }
+        results.rows.stream().filter(r -> r.section().equals("metadata") && r.op().equals("batchExists"))
+                .max((a, b) -> Double.compare(a.opsPerSec(), b.opsPerSec()))
+                .ifPresent(r -> results.checks.add(new Results.Check("batched existence checks", r.opsPerSec() / 1e6,
+                        "M keys/s", ">= 1 M keys/s", r.opsPerSec() >= 1e6, r.clients() + " client(s), 1024 keys a call")));
+    }
+
+    private static String fmt(double v) {
+        return String.format(Locale.ROOT, "%.1f", v);
+    }
+}
