@@ -38,8 +38,13 @@ final class PoolProcess implements AutoCloseable {
     static PoolProcess start(String segmentSize, String maxHeap) throws Exception {
         List<String> cmd = new ArrayList<>();
         cmd.add(Path.of(System.getProperty("java.home"), "bin", "java").toString());
-        cmd.addAll(List.of("-Xmx" + maxHeap, "-XX:+UseParallelGC", "--enable-native-access=ALL-UNNAMED",
-                "-cp", System.getProperty("java.class.path"), PoolMain.class.getName(), segmentSize));
+        cmd.addAll(List.of("-Xmx" + maxHeap, "-XX:+UseParallelGC", "--enable-native-access=ALL-UNNAMED"));
+        // e.g. KVPOOL_BENCH_POOL_JAVA_OPTS="-XX:StartFlightRecording=filename=pool.jfr" to profile the pool
+        String extra = System.getenv("KVPOOL_BENCH_POOL_JAVA_OPTS");
+        if (extra != null && !extra.isBlank()) {
+            cmd.addAll(List.of(extra.trim().split("\\s+")));
+        }
+        cmd.addAll(List.of("-cp", System.getProperty("java.class.path"), PoolMain.class.getName(), segmentSize));
         Process p = new ProcessBuilder(cmd).redirectErrorStream(true).start();
         CompletableFuture<String> ready = new CompletableFuture<>();
         StringBuilder out = new StringBuilder();

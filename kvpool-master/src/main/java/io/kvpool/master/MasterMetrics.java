@@ -7,6 +7,8 @@ import io.prometheus.metrics.core.metrics.CounterWithCallback;
 import io.prometheus.metrics.core.metrics.GaugeWithCallback;
 import io.prometheus.metrics.model.registry.PrometheusRegistry;
 
+import java.lang.management.ManagementFactory;
+import java.lang.management.MemoryMXBean;
 import java.util.Locale;
 import java.util.concurrent.atomic.LongAdder;
 
@@ -49,6 +51,12 @@ public final class MasterMetrics {
         gauge("master_active_clients", "Clients seen within the client TTL", service::activeClients);
         gauge("master_cluster_epoch", "Current cluster epoch (moves on every removeAll(force))", service::epoch);
         gauge("master_segments", "Registered segments, joining ones included", () -> service.segmentInfos().size());
+        // the index lives on the heap (about 140 bytes per object): watch it against -Xmx
+        MemoryMXBean memory = ManagementFactory.getMemoryMXBean();
+        gauge("master_heap_used_bytes", "Java heap in use by the master process (index included)",
+                () -> memory.getHeapMemoryUsage().getUsed());
+        gauge("master_heap_committed_bytes", "Java heap committed by the JVM for the master process",
+                () -> memory.getHeapMemoryUsage().getCommitted());
         GaugeWithCallback.builder().name("segment_allocated_bytes").help("Bytes reserved in a segment")
                 .labelNames("segment").callback(cb -> {
                     for (SegmentInfo s : service.segmentInfos()) {

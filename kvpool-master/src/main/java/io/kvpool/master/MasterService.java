@@ -2,7 +2,6 @@ package io.kvpool.master;
 
 import io.kvpool.config.HostPort;
 import io.kvpool.protocol.BadRequestException;
-import io.kvpool.protocol.Keys;
 import io.kvpool.protocol.ObjectLayout;
 import io.kvpool.protocol.ResultCode;
 import io.kvpool.protocol.msg.MasterMessages.ClusterStats;
@@ -50,6 +49,13 @@ import java.util.random.RandomGenerator;
  * visible only after all its bytes are written. PUT_REVOKE, or the put timeout for a writer that
  * died, frees the reservation.
  *
+ * <h2>Batches</h2>
+ * Batch operations hash each key once and work shard by shard, taking each shard's lock once per
+ * batch ({@link ObjectIndex#forEachKey}, {@link ObjectIndex#lookupEach}); results come back in batch
+ * order, and a key repeated in a batch is handled in batch order. PUT_START is the exception: it
+ * takes items one at a time, in order, because placing an item may start an eviction round (which
+ * takes every shard's lock in turn) and must see the items placed before it.
+ *
  * <h2>Epoch fencing (removeAll for RL weight updates)</h2>
  * {@code removeAll(force=true)} takes the epoch write lock, moves to epoch e+1, drops every object
  * and resets every allocator, then tells every node to refuse writes older than e+1 before it
@@ -63,8 +69,9 @@ import java.util.random.RandomGenerator;
  * existence probes (exists, prefixMatch, size) do not, so they never keep an object alive. A round
  * started by the high watermark brings usage down to (watermark - ratio) of capacity; one started
  * because a put cannot be placed frees {@code evictionRatio} of capacity. A round histograms complete
- * objects by access tick, finds the tick below which enough bytes lie, and removes those objects. Reads in flight are protected where
- * the bytes are: a node does not let a new write into a region while a read of it is streaming.
+ * objects by access tick, finds the tick below which enough bytes lie, and removes those objects.
+ * Reads in flight are protected where the bytes are: a node does not let a new write into a region
+ * while a read of it is streaming.
  *
  * <h2>Membership and rebuild</h2>
  * A node registers, lists its objects (each verified from its self-describing header) and then takes
@@ -94,7 +101,7 @@ public final class MasterService {
     /** False until the first node registers after a (re)start: then we adopt the epoch nodes report. */
     private boolean epochKnown;
 
-    private final ObjectIndex index = new ObjectIndex();
+    private final ObjectIndex index;
     private final Map<Integer, Segment> segments = new ConcurrentHashMap<>();
     private final AtomicInteger nextSegmentId = new AtomicInteger(1);
     private final AtomicLong generations;
@@ -109,6 +116,12 @@ public final class MasterService {
     final AtomicLong droppedSegments = new AtomicLong();
 
     public MasterService(MasterConfig config, InstantSource clock, RandomGenerator random, NodeNotifier nodes) {
+        this(config, clock, random, nodes, new ObjectIndex());
+    }
+
+    /** With a given index: tests pass one whose hashes collide on purpose ({@link ObjectIndex#ObjectIndex(int)}). */
+    MasterService(MasterConfig config, InstantSource clock, RandomGenerator random, NodeNotifier nodes, ObjectIndex index) {
+        this.index = index;
         this.config = config;
         this.clock = clock;
         this.random = random;
@@ -157,6 +170,9 @@ public final class MasterService {
     /** PUT_START: reserve space for each item (or report ALREADY_EXISTS / POOL_FULL / TOO_LARGE as values). */
     public PutStartReply putStart(PutStart req) {
         int replicas = req.replicas() == 0 ? config.defaultReplicas() : Math.min(req.replicas(), MasterConfig.MAX_REPLICAS);
+        for (PutStartItem item : req.items()) {
+            checkKeyLength(item.key());
+        }
         List<PutStartResult> results = new ArrayList<>(req.items().size());
         epochLock.readLock().lock();
         try {
@@ -170,13 +186,25 @@ public final class MasterService {
         }
     }
 
+    /**
+     * Refuses a key the index cannot hold before anything is reserved. The wire already limits keys to
+     * {@value io.kvpool.protocol.Keys#MAX_KEY_BYTES} bytes; this guards direct callers.
+     */
+    private static void checkKeyLength(byte[] key) {
+        if (key.length > ObjectTable.MAX_KEY) {
+            throw new BadRequestException("key of " + key.length + " bytes; the index holds keys of at most "
+                    + ObjectTable.MAX_KEY);
+        }
+    }
+
     private PutStartResult putStartOne(PutStartItem item, boolean upsert, int replicas, String preferred, long ep) {
         if (item.valueLength() > config.maxValueSize().bytes()) {
             return PutStartResult.of(ResultCode.TOO_LARGE);
         }
-        Key key = new Key(item.key());
-        ObjectIndex.Shard shard = index.shard(key);
-        if (!upsert && present(shard, key)) {
+        byte[] key = item.key();
+        int hash = index.hash(key);
+        ObjectIndex.Shard shard = index.shard(hash);
+        if (!upsert && present(shard, key, hash)) {
             return PutStartResult.of(ResultCode.ALREADY_EXISTS);
         }
         long regionLength = ObjectLayout.regionLength(item.key().length, item.valueLength());
@@ -193,15 +221,16 @@ public final class MasterService {
         long generation = generations.incrementAndGet();
         shard.lock.lock();
         try {
-            if (!upsert && presentLocked(shard, key)) {
+            if (!upsert && presentLocked(shard, key, hash)) {
                 freeRegions(segIds, offsets, regionLength, ep, generation, false);
                 return PutStartResult.of(ResultCode.ALREADY_EXISTS);
             }
-            ObjectIndex.PendingPut superseded = shard.pending.put(key, new ObjectIndex.PendingPut(item.valueLength(),
-                    generation, ep, segIds, offsets, clock.millis() + config.putTimeout().toMillis()));
+            ObjectIndex.PendingPut superseded = shard.pending.put(new Key(key, hash), new ObjectIndex.PendingPut(
+                    item.valueLength(), generation, ep, segIds, offsets, clock.millis() + config.putTimeout().toMillis()));
             if (superseded != null) {
                 // an upsert wins over an earlier put of the same key still in flight; that one will find EXPIRED
-                freeRegions(superseded.segments, superseded.offsets, regionLength(key, superseded.valueLength),
+                freeRegions(superseded.segments, superseded.offsets,
+                        ObjectLayout.regionLength(key.length, superseded.valueLength),
                         superseded.epoch, superseded.generation, true);
             }
         } finally {
@@ -214,10 +243,10 @@ public final class MasterService {
         return new PutStartResult(ResultCode.OK, generation, reps);
     }
 
-    private boolean present(ObjectIndex.Shard shard, Key key) {
+    private boolean present(ObjectIndex.Shard shard, byte[] key, int hash) {
         shard.lock.lock();
         try {
-            return presentLocked(shard, key);
+            return presentLocked(shard, key, hash);
         } finally {
             shard.lock.unlock();
         }
@@ -227,98 +256,89 @@ public final class MasterService {
      * A complete object, or a put in flight in the current epoch (one from before a reset no longer
      * holds its key). Caller holds the shard lock.
      */
-    private boolean presentLocked(ObjectIndex.Shard shard, Key key) {
-        if (shard.objects.containsKey(key)) {
+    private boolean presentLocked(ObjectIndex.Shard shard, byte[] key, int hash) {
+        if (shard.objects.find(key, hash) >= 0) {
             return true;
         }
-        ObjectIndex.PendingPut p = shard.pending.get(key);
+        ObjectIndex.PendingPut p = shard.pending(key, hash);
         return p != null && p.epoch == epoch;
     }
 
     /** PUT_END: make each put visible, keeping the replicas whose writes succeeded. */
     public List<ResultCode> putEnd(List<PutEndItem> items) {
-        List<ResultCode> out = new ArrayList<>(items.size());
+        ResultCode[] out = new ResultCode[items.size()];
         epochLock.readLock().lock();
         try {
-            for (PutEndItem it : items) {
-                out.add(putEndOne(it));
-            }
-            return out;
+            int tick = accessTick();
+            index.forEachKey(items, PutEndItem::key,
+                    (shard, i, key, hash) -> out[i] = putEndOne(shard, items.get(i), key, hash, tick));
+            return new ArrayList<>(Arrays.asList(out));
         } finally {
             epochLock.readLock().unlock();
         }
     }
 
-    private ResultCode putEndOne(PutEndItem it) {
-        Key key = new Key(it.key());
-        ObjectIndex.Shard shard = index.shard(key);
-        shard.lock.lock();
-        try {
-            ObjectIndex.PendingPut p = shard.pending.get(key);
-            if (p == null || p.generation != it.generation()) {
-                ObjectIndex.ObjectEntry o = shard.objects.get(key);
-                return o != null && o.generation == it.generation() ? ResultCode.OK : ResultCode.EXPIRED;
-            }
-            shard.pending.remove(key);
-            long regionLength = regionLength(key, p.valueLength);
-            if (p.epoch != epoch) {
-                return ResultCode.FENCED;
-            }
-            int kept = 0;
-            int[] segs = new int[p.segments.length];
-            long[] offs = new long[p.segments.length];
-            for (int i = 0; i < p.segments.length; i++) {
-                boolean failed = i < 64 && (it.failedReplicas() & (1L << i)) != 0;
-                Segment s = segments.get(p.segments[i]);
-                if (failed || s == null) {
-                    if (s != null) {
-                        s.allocator.free(p.offsets[i], regionLength);
-                        nodes.free(s, p.offsets[i], p.generation);
-                    }
-                    continue;
-                }
-                segs[kept] = p.segments[i];
-                offs[kept] = p.offsets[i];
-                kept++;
-            }
-            if (kept == 0) {
-                return ResultCode.FAILED;
-            }
-            ObjectIndex.ObjectEntry entry = new ObjectIndex.ObjectEntry(p.valueLength, p.generation,
-                    Arrays.copyOf(segs, kept), Arrays.copyOf(offs, kept), accessTick());
-            ObjectIndex.ObjectEntry replaced = shard.objects.put(key, entry);
-            if (replaced != null) {
-                release(key, replaced);
-            }
-            return ResultCode.OK;
-        } finally {
-            shard.lock.unlock();
+    /** One item of PUT_END. Caller holds the epoch read lock and the shard lock. */
+    private ResultCode putEndOne(ObjectIndex.Shard shard, PutEndItem it, byte[] key, int hash, int tick) {
+        ObjectTable objects = shard.objects;
+        ObjectIndex.PendingPut p = shard.pending(key, hash);
+        if (p == null || p.generation != it.generation()) {
+            int slot = objects.find(key, hash);
+            return slot >= 0 && objects.generation(slot) == it.generation() ? ResultCode.OK : ResultCode.EXPIRED;
         }
+        shard.pending.remove(new Key(key, hash));
+        long regionLength = ObjectLayout.regionLength(key.length, p.valueLength);
+        if (p.epoch != epoch) {
+            return ResultCode.FENCED;
+        }
+        int kept = 0;
+        int[] segs = new int[p.segments.length];
+        long[] offs = new long[p.segments.length];
+        for (int i = 0; i < p.segments.length; i++) {
+            boolean failed = i < 64 && (it.failedReplicas() & (1L << i)) != 0;
+            Segment s = segments.get(p.segments[i]);
+            if (failed || s == null) {
+                if (s != null) {
+                    s.allocator.free(p.offsets[i], regionLength);
+                    nodes.free(s, p.offsets[i], p.generation);
+                }
+                continue;
+            }
+            segs[kept] = p.segments[i];
+            offs[kept] = p.offsets[i];
+            kept++;
+        }
+        if (kept == 0) {
+            return ResultCode.FAILED;
+        }
+        int slot = objects.find(key, hash);
+        if (slot >= 0) {
+            // an upsert completes: the old version's regions are freed as the new one takes its place
+            release(objects, slot);
+            objects.replace(slot, p.valueLength, p.generation, tick, segs, offs, kept);
+        } else {
+            objects.insert(key, hash, p.valueLength, p.generation, tick, segs, offs, kept);
+        }
+        return ResultCode.OK;
     }
 
     /** PUT_REVOKE: give back a reservation whose bytes could not be written. */
     public List<ResultCode> putRevoke(List<PutEndItem> items) {
-        List<ResultCode> out = new ArrayList<>(items.size());
+        ResultCode[] out = new ResultCode[items.size()];
         epochLock.readLock().lock();
         try {
-            for (PutEndItem it : items) {
-                Key key = new Key(it.key());
-                ObjectIndex.Shard shard = index.shard(key);
-                shard.lock.lock();
-                try {
-                    ObjectIndex.PendingPut p = shard.pending.get(key);
-                    if (p == null || p.generation != it.generation()) {
-                        out.add(ResultCode.EXPIRED);
-                        continue;
-                    }
-                    shard.pending.remove(key);
-                    freeRegions(p.segments, p.offsets, regionLength(key, p.valueLength), p.epoch, p.generation, true);
-                    out.add(ResultCode.OK);
-                } finally {
-                    shard.lock.unlock();
+            index.forEachKey(items, PutEndItem::key, (shard, i, key, hash) -> {
+                ObjectIndex.PendingPut p = shard.pending(key, hash);
+                if (p == null || p.generation != items.get(i).generation()) {
+                    out[i] = ResultCode.EXPIRED;
+                    return;
                 }
-            }
-            return out;
+                shard.pending.remove(new Key(key, hash));
+                freeRegions(p.segments, p.offsets, ObjectLayout.regionLength(key.length, p.valueLength), p.epoch,
+                        p.generation, true);
+                out[i] = ResultCode.OK;
+            });
+            return new ArrayList<>(Arrays.asList(out));
         } finally {
             epochLock.readLock().unlock();
         }
@@ -328,48 +348,46 @@ public final class MasterService {
 
     /** GET_REPLICA_LIST: where to read each object. Counts as a read for LRU. */
     public List<ReplicaList> getReplicaList(List<byte[]> keys) {
-        List<ReplicaList> out = new ArrayList<>(keys.size());
+        ReplicaList[] out = new ReplicaList[keys.size()];
         int tick = accessTick();
-        for (byte[] k : keys) {
-            Key key = new Key(k);
-            ObjectIndex.Shard shard = index.shard(key);
-            shard.lock.lock();
-            try {
-                ObjectIndex.ObjectEntry o = shard.objects.get(key);
-                if (o == null) {
-                    out.add(ReplicaList.NOT_FOUND);
-                    continue;
-                }
-                o.lastAccess = tick;
-                List<Replica> reps = new ArrayList<>(o.segments.length);
-                for (int i = 0; i < o.segments.length; i++) {
-                    reps.add(new Replica(o.segments[i], o.offsets[i]));
-                }
-                out.add(new ReplicaList(ResultCode.OK, o.valueLength, o.generation, reps));
-            } finally {
-                shard.lock.unlock();
+        index.lookupEach(keys, (shard, i, slot) -> {
+            if (slot < 0) {
+                out[i] = ReplicaList.NOT_FOUND;
+                return;
             }
-        }
-        return out;
+            ObjectTable objects = shard.objects;
+            objects.touch(slot, tick);
+            int n = objects.replicas(slot);
+            List<Replica> reps = new ArrayList<>(n);
+            for (int r = 0; r < n; r++) {
+                reps.add(new Replica(objects.segment(slot, r), objects.offset(slot, r)));
+            }
+            out[i] = new ReplicaList(ResultCode.OK, objects.valueLength(slot), objects.generation(slot), reps);
+        });
+        return new ArrayList<>(Arrays.asList(out));
     }
 
     /** EXIST_KEY: presence of complete objects. A probe: does not count as a read. */
     public boolean[] exists(List<byte[]> keys) {
         boolean[] out = new boolean[keys.size()];
-        for (int i = 0; i < out.length; i++) {
-            out[i] = objectSize(keys.get(i)) >= 0;
-        }
+        index.lookupEach(keys, (shard, i, slot) -> out[i] = slot >= 0);
         return out;
     }
 
-    /** PREFIX_MATCH: how many leading keys are present. A probe: does not count as a read. */
+    /**
+     * PREFIX_MATCH: how many leading keys are present. A probe: does not count as a read. Looks keys
+     * up in chunks that double in size (16, 32, 64 ...), each chunk shard by shard, and stops after
+     * the chunk with the first miss: a cold chain costs a few lookups, a long warm one few lock rounds.
+     */
     public int prefixMatch(List<byte[]> keys) {
-        int n = 0;
-        for (byte[] k : keys) {
-            if (objectSize(k) < 0) {
-                break;
+        int n = keys.size();
+        for (int from = 0, chunk = 16; from < n; from += chunk, chunk = Math.min(chunk * 2, 4096)) {
+            boolean[] present = exists(keys.subList(from, Math.min(n, from + chunk)));
+            for (int j = 0; j < present.length; j++) {
+                if (!present[j]) {
+                    return from + j;
+                }
             }
-            n++;
         }
         return n;
     }
@@ -377,52 +395,33 @@ public final class MasterService {
     /** OBJECT_SIZE: value length per key, or -1. A probe: does not count as a read. */
     public long[] sizes(List<byte[]> keys) {
         long[] out = new long[keys.size()];
-        for (int i = 0; i < out.length; i++) {
-            out[i] = objectSize(keys.get(i));
-        }
+        index.lookupEach(keys, (shard, i, slot) -> out[i] = slot < 0 ? -1 : shard.objects.valueLength(slot));
         return out;
-    }
-
-    private long objectSize(byte[] k) {
-        Key key = new Key(k);
-        ObjectIndex.Shard shard = index.shard(key);
-        shard.lock.lock();
-        try {
-            ObjectIndex.ObjectEntry o = shard.objects.get(key);
-            return o == null ? -1 : o.valueLength;
-        } finally {
-            shard.lock.unlock();
-        }
     }
 
     // ================================================================== removal
 
     /** REMOVE: drop complete objects. NOT_FOUND for keys that were not there. */
     public List<ResultCode> remove(List<byte[]> keys) {
-        List<ResultCode> out = new ArrayList<>(keys.size());
+        ResultCode[] out = new ResultCode[keys.size()];
         epochLock.readLock().lock();
         try {
-            for (byte[] k : keys) {
-                Key key = new Key(k);
-                ObjectIndex.Shard shard = index.shard(key);
-                shard.lock.lock();
-                try {
-                    ObjectIndex.ObjectEntry o = shard.objects.remove(key);
-                    if (o == null) {
-                        out.add(ResultCode.NOT_FOUND);
-                    } else {
-                        release(key, o);
-                        out.add(ResultCode.OK);
-                    }
-                } finally {
-                    shard.lock.unlock();
+            index.forEachKey(keys, (shard, i, key, hash) -> {
+                ObjectTable objects = shard.objects;
+                int slot = objects.find(key, hash);
+                if (slot < 0) {
+                    out[i] = ResultCode.NOT_FOUND;
+                    return;
                 }
-            }
+                release(objects, slot);
+                objects.remove(slot);
+                out[i] = ResultCode.OK;
+            });
         } finally {
             epochLock.readLock().unlock();
         }
         nodes.flush();
-        return out;
+        return new ArrayList<>(Arrays.asList(out));
     }
 
     /** REMOVE_BY_PREFIX: drop every complete object whose key starts with {@code prefix}. */
@@ -431,14 +430,25 @@ public final class MasterService {
         FreeBatch frees = new FreeBatch();
         epochLock.readLock().lock();
         try {
-            index.forEachShard(shard -> shard.objects.entrySet().removeIf(e -> {
-                if (!Keys.hasPrefix(e.getKey().bytes, prefix)) {
-                    return false;
+            index.forEachShard(shard -> {
+                ObjectTable objects = shard.objects;
+                if (prefix.length == 0) {
+                    // everything goes: collect, then drop the shard's storage at once
+                    for (int slot = 0; slot < objects.size(); slot++) {
+                        collect(objects, slot, frees);
+                    }
+                    n[0] += objects.size();
+                    objects.clear();
+                    return;
                 }
-                collect(e.getKey(), e.getValue(), frees);
-                n[0]++;
-                return true;
-            }));
+                n[0] += objects.removeIf(slot -> {
+                    if (!objects.keyStartsWith(slot, prefix)) {
+                        return false;
+                    }
+                    collect(objects, slot, frees);
+                    return true;
+                });
+            });
             // still under the epoch lock: a reset cannot slip in and free these regions first
             frees.apply(segments, nodes);
         } finally {
@@ -590,9 +600,11 @@ public final class MasterService {
             evictionAttempts.incrementAndGet();
             int[] range = {Integer.MAX_VALUE, Integer.MIN_VALUE};
             index.forEachShard(shard -> {
-                for (ObjectIndex.ObjectEntry o : shard.objects.values()) {
-                    range[0] = Math.min(range[0], o.lastAccess);
-                    range[1] = Math.max(range[1], o.lastAccess);
+                ObjectTable objects = shard.objects;
+                for (int slot = 0, n = objects.size(); slot < n; slot++) {
+                    int t = objects.lastAccess(slot);
+                    range[0] = Math.min(range[0], t);
+                    range[1] = Math.max(range[1], t);
                 }
             });
             int min = range[0];
@@ -602,9 +614,10 @@ public final class MasterService {
             long span = (long) range[1] - min + 1;
             long[] bytes = new long[EVICTION_BUCKETS];
             index.forEachShard(shard -> {
-                for (Map.Entry<Key, ObjectIndex.ObjectEntry> e : shard.objects.entrySet()) {
-                    ObjectIndex.ObjectEntry o = e.getValue();
-                    bytes[bucket(o.lastAccess, min, span)] += regionLength(e.getKey(), o.valueLength) * o.segments.length;
+                ObjectTable objects = shard.objects;
+                for (int slot = 0, n = objects.size(); slot < n; slot++) {
+                    bytes[bucket(objects.lastAccess(slot), min, span)] += regionLength(objects, slot)
+                            * objects.replicas(slot);
                 }
             });
             int cutoff = 0;
@@ -621,12 +634,13 @@ public final class MasterService {
                 if (freedAndKeys[0] >= targetBytes) {
                     return;
                 }
-                shard.objects.entrySet().removeIf(e -> {
-                    int b = bucket(e.getValue().lastAccess, min, span);
+                ObjectTable objects = shard.objects;
+                objects.removeIf(slot -> {
+                    int b = bucket(objects.lastAccess(slot), min, span);
                     if (b > cut || (b == cut && freedAndKeys[0] >= targetBytes)) {
                         return false;
                     }
-                    freedAndKeys[0] += collect(e.getKey(), e.getValue(), frees);
+                    freedAndKeys[0] += collect(objects, slot, frees);
                     freedAndKeys[1]++;
                     return true;
                 });
@@ -696,6 +710,9 @@ public final class MasterService {
 
     /** NODE_INVENTORY: take over objects a node already holds. ALREADY_EXISTS tells the node to drop one. */
     public List<ResultCode> inventory(Inventory inv) {
+        for (InventoryItem it : inv.items()) {
+            checkKeyLength(it.key());
+        }
         List<ResultCode> out = new ArrayList<>(inv.items().size());
         epochLock.writeLock().lock();
         try {
@@ -722,45 +739,41 @@ public final class MasterService {
         if (it.epoch() != epoch) {
             return ResultCode.ALREADY_EXISTS;
         }
-        Key key = new Key(it.key());
-        long regionLength = ObjectLayout.regionLength(it.key().length, it.valueLength());
-        ObjectIndex.Shard shard = index.shard(key);
+        byte[] key = it.key();
+        int hash = index.hash(key);
+        long regionLength = ObjectLayout.regionLength(key.length, it.valueLength());
+        ObjectIndex.Shard shard = index.shard(hash);
         shard.lock.lock();
         try {
-            if (shard.pending.containsKey(key)) {
+            if (shard.pending(key, hash) != null) {
                 return ResultCode.ALREADY_EXISTS;
             }
-            ObjectIndex.ObjectEntry o = shard.objects.get(key);
-            if (o != null && o.generation == it.generation() && o.valueLength == it.valueLength()) {
+            ObjectTable objects = shard.objects;
+            int slot = objects.find(key, hash);
+            if (slot >= 0 && objects.generation(slot) == it.generation() && objects.valueLength(slot) == it.valueLength()) {
                 // another replica of the same object version: keep it as one more replica
-                if (contains(o.segments, seg.id) || !seg.allocator.reserve(it.offset(), regionLength)) {
+                if (replicaIndex(objects, slot, seg.id) >= 0 || !seg.allocator.reserve(it.offset(), regionLength)) {
                     return ResultCode.ALREADY_EXISTS;
                 }
-                o.segments = append(o.segments, seg.id);
-                o.offsets = append(o.offsets, it.offset());
+                objects.addReplica(slot, seg.id, it.offset());
                 return ResultCode.OK;
             }
-            if (o != null && o.generation >= it.generation()) {
+            if (slot >= 0 && objects.generation(slot) >= it.generation()) {
                 // an older version (an upsert replaced it), or a copy that disagrees with the one held
                 return ResultCode.ALREADY_EXISTS;
-            }
-            if (o != null) {
-                // this copy is newer than the one listed first: it wins, the older one is freed
-                if (!seg.allocator.reserve(it.offset(), regionLength)) {
-                    return ResultCode.ALREADY_EXISTS;
-                }
-                shard.objects.remove(key);
-                release(key, o);
-                shard.objects.put(key, new ObjectIndex.ObjectEntry(it.valueLength(), it.generation(),
-                        new int[]{seg.id}, new long[]{it.offset()}, tick));
-                generations.accumulateAndGet(it.generation() + 1, Math::max);
-                return ResultCode.OK;
             }
             if (!seg.allocator.reserve(it.offset(), regionLength)) {
                 return ResultCode.ALREADY_EXISTS;
             }
-            shard.objects.put(key, new ObjectIndex.ObjectEntry(it.valueLength(), it.generation(), new int[]{seg.id},
-                    new long[]{it.offset()}, tick));
+            int[] segs = {seg.id};
+            long[] offs = {it.offset()};
+            if (slot >= 0) {
+                // this copy is newer than the one listed first: it wins, the older one is freed
+                release(objects, slot);
+                objects.replace(slot, it.valueLength(), it.generation(), tick, segs, offs, 1);
+            } else {
+                objects.insert(key, hash, it.valueLength(), it.generation(), tick, segs, offs, 1);
+            }
             generations.accumulateAndGet(it.generation() + 1, Math::max);
             return ResultCode.OK;
         } finally {
@@ -782,19 +795,21 @@ public final class MasterService {
     private void dropSegmentLocked(Segment seg, String why) {
         segments.remove(seg.id);
         long[] lost = {0};
-        index.forEachShard(shard -> shard.objects.values().removeIf(o -> {
-            int idx = indexOf(o.segments, seg.id);
-            if (idx < 0) {
+        index.forEachShard(shard -> {
+            ObjectTable objects = shard.objects;
+            objects.removeIf(slot -> {
+                int idx = replicaIndex(objects, slot, seg.id);
+                if (idx < 0) {
+                    return false;
+                }
+                if (objects.replicas(slot) == 1) {
+                    lost[0]++;
+                    return true;
+                }
+                objects.removeReplica(slot, idx);
                 return false;
-            }
-            if (o.segments.length == 1) {
-                lost[0]++;
-                return true;
-            }
-            o.segments = removeAt(o.segments, idx);
-            o.offsets = removeAt(o.offsets, idx);
-            return false;
-        }));
+            });
+        });
         nodes.forget(seg);
         droppedSegments.incrementAndGet();
         log.warn("{} dropped ({}): {} objects lost with it", seg, why, lost[0]);
@@ -834,7 +849,8 @@ public final class MasterService {
                 if (p.deadlineMillis >= now) {
                     return false;
                 }
-                freeRegions(p.segments, p.offsets, regionLength(e.getKey(), p.valueLength), p.epoch, p.generation, true);
+                freeRegions(p.segments, p.offsets, ObjectLayout.regionLength(e.getKey().bytes.length, p.valueLength), p.epoch,
+                        p.generation, true);
                 expiredPuts.incrementAndGet();
                 return true;
             }));
@@ -905,19 +921,22 @@ public final class MasterService {
 
     // ================================================================== helpers
 
-    private static long regionLength(Key key, long valueLength) {
-        return ObjectLayout.regionLength(key.bytes.length, valueLength);
+    /** The region an object takes on each of its replicas (header, key and value). */
+    private static long regionLength(ObjectTable objects, int slot) {
+        return ObjectLayout.regionLength(objects.keyLength(slot), objects.valueLength(slot));
     }
 
     /** Frees a complete object's regions and tells their nodes. Returns bytes freed. Caller holds the shard lock. */
-    private long release(Key key, ObjectIndex.ObjectEntry o) {
-        long len = regionLength(key, o.valueLength);
+    private long release(ObjectTable objects, int slot) {
+        long len = regionLength(objects, slot);
+        long generation = objects.generation(slot);
         long freed = 0;
-        for (int i = 0; i < o.segments.length; i++) {
-            Segment s = segments.get(o.segments[i]);
+        for (int i = 0, n = objects.replicas(slot); i < n; i++) {
+            Segment s = segments.get(objects.segment(slot, i));
             if (s != null) {
-                s.allocator.free(o.offsets[i], len);
-                nodes.free(s, o.offsets[i], o.generation);
+                long offset = objects.offset(slot, i);
+                s.allocator.free(offset, len);
+                nodes.free(s, offset, generation);
                 freed += len;
             }
         }
@@ -925,12 +944,14 @@ public final class MasterService {
     }
 
     /** Queues a complete object's regions on a batch instead of freeing them now. Returns their bytes. */
-    private long collect(Key key, ObjectIndex.ObjectEntry o, FreeBatch batch) {
-        long len = regionLength(key, o.valueLength);
-        for (int i = 0; i < o.segments.length; i++) {
-            batch.add(o.segments[i], o.offsets[i], len, o.generation);
+    private static long collect(ObjectTable objects, int slot, FreeBatch batch) {
+        long len = regionLength(objects, slot);
+        long generation = objects.generation(slot);
+        int n = objects.replicas(slot);
+        for (int i = 0; i < n; i++) {
+            batch.add(objects.segment(slot, i), objects.offset(slot, i), len, generation);
         }
-        return len * o.segments.length;
+        return len * n;
     }
 
     /**
@@ -952,42 +973,13 @@ public final class MasterService {
         }
     }
 
-    private static boolean contains(int[] a, int v) {
-        return indexOf(a, v) >= 0;
-    }
-
-    private static int indexOf(int[] a, int v) {
-        for (int i = 0; i < a.length; i++) {
-            if (a[i] == v) {
+    /** Which replica of the object in {@code slot} is on segment {@code segmentId}, or -1. */
+    private static int replicaIndex(ObjectTable objects, int slot, int segmentId) {
+        for (int i = 0, n = objects.replicas(slot); i < n; i++) {
+            if (objects.segment(slot, i) == segmentId) {
                 return i;
             }
         }
         return -1;
-    }
-
-    private static int[] append(int[] a, int v) {
-        int[] b = Arrays.copyOf(a, a.length + 1);
-        b[a.length] = v;
-        return b;
-    }
-
-    private static long[] append(long[] a, long v) {
-        long[] b = Arrays.copyOf(a, a.length + 1);
-        b[a.length] = v;
-        return b;
-    }
-
-    private static int[] removeAt(int[] a, int idx) {
-        int[] b = new int[a.length - 1];
-        System.arraycopy(a, 0, b, 0, idx);
-        System.arraycopy(a, idx + 1, b, idx, a.length - idx - 1);
-        return b;
-    }
-
-    private static long[] removeAt(long[] a, int idx) {
-        long[] b = new long[a.length - 1];
-        System.arraycopy(a, 0, b, 0, idx);
-        System.arraycopy(a, idx + 1, b, idx, a.length - idx - 1);
-        return b;
     }
 }

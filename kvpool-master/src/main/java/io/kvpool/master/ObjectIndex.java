@@ -1,39 +1,34 @@
 package io.kvpool.master;
 
 import java.util.HashMap;
+import java.util.List;
 import java.util.concurrent.locks.ReentrantLock;
+import java.util.function.Function;
 
 /**
  * The master's object metadata: complete objects and reserved (pending) puts, by key, in
  * {@link #SHARDS} independently locked shards. Pending puts live apart from complete objects, so a
  * lookup can never see an object whose bytes are not all written.
  *
- * <p>Locking: a shard's lock guards both of its maps and every mutable field of the entries in them.
- * It is held for map operations and allocator calls only, never for I/O, and never together with
- * another shard's lock.
+ * <p>Complete objects are held compactly by an {@link ObjectTable} per shard (no object per entry,
+ * keys in byte slabs; see there for the layout). Pending puts, of which there are few at any time
+ * (one per put in flight), stay in a {@code HashMap}.
+ *
+ * <p>A key's shard is the top {@value #SHARD_BITS} bits of its {@link Key#hash}; the table inside the
+ * shard uses the low bits. Batch operations hash every key once and visit the keys shard by shard,
+ * taking each shard's lock once per batch instead of once per key: {@link #forEachKey} for those that
+ * change the index, {@link #lookupEach} for reads and probes, which looks up all of a shard's keys
+ * together ({@link ObjectTable#findAll}) so that their cache misses overlap.
+ *
+ * <p>Locking: a shard's lock guards both of its maps and every field of the entries in them. It is
+ * held for map operations and allocator calls only, never for I/O, and never together with another
+ * shard's lock.
  */
 final class ObjectIndex {
 
     /** Number of shards; a power of two. Enough that two cores never queue on one lock for long. */
     static final int SHARDS = 64;
-
-    /** A complete, readable object. */
-    static final class ObjectEntry {
-        final long valueLength;
-        final long generation;
-        int[] segments;
-        long[] offsets;
-        /** Coarse time of the last read (see {@link MasterService#accessTick}); probes never touch it. */
-        int lastAccess;
-
-        ObjectEntry(long valueLength, long generation, int[] segments, long[] offsets, int lastAccess) {
-            this.valueLength = valueLength;
-            this.generation = generation;
-            this.segments = segments;
-            this.offsets = offsets;
-            this.lastAccess = lastAccess;
-        }
-    }
+    static final int SHARD_BITS = 6;
 
     /** A put between PUT_START and PUT_END: its space is reserved but nothing is visible. */
     static final class PendingPut {
@@ -56,20 +51,177 @@ final class ObjectIndex {
 
     static final class Shard {
         final ReentrantLock lock = new ReentrantLock();
-        final HashMap<Key, ObjectEntry> objects = new HashMap<>();
+        final ObjectTable objects = new ObjectTable();
         final HashMap<Key, PendingPut> pending = new HashMap<>();
+
+        /** The pending put of {@code key}, if any. Allocates only when some put is pending in this shard. */
+        PendingPut pending(byte[] key, int hash) {
+            return pending.isEmpty() ? null : pending.get(new Key(key, hash));
+        }
+    }
+
+    /** What a batch operation does with one key, under its shard's lock. */
+    @FunctionalInterface
+    interface KeyVisitor {
+        /** {@code index} is the key's position in the batch. */
+        void visit(Shard shard, int index, byte[] key, int hash);
+    }
+
+    /** What a read-only batch operation does with one key's lookup, under its shard's lock. */
+    @FunctionalInterface
+    interface SlotVisitor {
+        /**
+         * {@code slot} is where {@code shard.objects} holds the key at batch position {@code index},
+         * or -1. The visitor may read the object and {@link ObjectTable#touch} it, nothing else: the
+         * other slots of the batch were looked up before it ran.
+         */
+        void visit(Shard shard, int index, int slot);
     }
 
     private final Shard[] shards = new Shard[SHARDS];
+    /** All ones, except in tests that force keys into few shards and few hash values. */
+    private final int hashMask;
 
     ObjectIndex() {
+        this(-1);
+    }
+
+    /**
+     * Test hook: every key hash is ANDed with {@code hashMask}, so for example {@code 0} puts every key
+     * in shard 0 with the same hash, and {@code 0xF} in shard 0 with 16 distinct hashes.
+     */
+    ObjectIndex(int hashMask) {
+        this.hashMask = hashMask;
         for (int i = 0; i < SHARDS; i++) {
             shards[i] = new Shard();
         }
     }
 
-    Shard shard(Key key) {
-        return shards[key.hashCode() & (SHARDS - 1)];
+    int hash(byte[] key) {
+        return Key.hash(key) & hashMask;
+    }
+
+    static int shardOf(int hash) {
+        return hash >>> (32 - SHARD_BITS);
+    }
+
+    Shard shard(int hash) {
+        return shards[shardOf(hash)];
+    }
+
+    /** A batch's keys, their hashes, and their positions ordered by shard (a stable counting sort). */
+    private final class Batch {
+        final byte[][] keys;
+        final int[] hashes;
+        /** Batch positions, shard by shard; shard g's are {@code order[start[g] .. start[g+1])}. */
+        final int[] order;
+        final int[] start = new int[SHARDS + 1];
+
+        <T> Batch(List<T> items, Function<? super T, byte[]> keyOf) {
+            int n = items.size();
+            keys = new byte[n][];
+            hashes = new int[n];
+            for (int i = 0; i < n; i++) {
+                byte[] key = keyOf.apply(items.get(i));
+                int h = hash(key);
+                keys[i] = key;
+                hashes[i] = h;
+                start[shardOf(h) + 1]++;
+            }
+            for (int g = 0; g < SHARDS; g++) {
+                start[g + 1] += start[g];
+            }
+            order = new int[n];
+            int[] fill = start.clone();
+            for (int i = 0; i < n; i++) {
+                order[fill[shardOf(hashes[i])]++] = i;
+            }
+        }
+    }
+
+    /**
+     * Visits every key of a batch once, grouped by shard (each shard's lock taken once), in batch
+     * order within a shard, so repeated keys are seen in the order the batch gives them. For
+     * operations that change the index.
+     */
+    <T> void forEachKey(List<T> items, Function<? super T, byte[]> keyOf, KeyVisitor v) {
+        int n = items.size();
+        if (n == 1) {
+            byte[] key = keyOf.apply(items.getFirst());
+            int h = hash(key);
+            Shard s = shard(h);
+            s.lock.lock();
+            try {
+                v.visit(s, 0, key, h);
+            } finally {
+                s.lock.unlock();
+            }
+            return;
+        }
+        Batch b = new Batch(items, keyOf);
+        int[] scratch = new int[n];
+        for (int g = 0; g < SHARDS; g++) {
+            if (b.start[g] == b.start[g + 1]) {
+                continue;
+            }
+            Shard s = shards[g];
+            s.lock.lock();
+            try {
+                if (b.start[g + 1] - b.start[g] > 1) {
+                    // the answers are stale after the first change, but the cache is warm for the lookups to come
+                    s.objects.findAll(b.keys, b.hashes, b.order, b.start[g], b.start[g + 1], scratch);
+                }
+                for (int j = b.start[g]; j < b.start[g + 1]; j++) {
+                    int i = b.order[j];
+                    v.visit(s, i, b.keys[i], b.hashes[i]);
+                }
+            } finally {
+                s.lock.unlock();
+            }
+        }
+    }
+
+    /** {@link #forEachKey(List, Function, KeyVisitor)} for a plain list of keys. */
+    void forEachKey(List<byte[]> keys, KeyVisitor v) {
+        forEachKey(keys, Function.identity(), v);
+    }
+
+    /**
+     * Looks every key of a batch up, shard by shard (each shard's lock taken once, all of its keys
+     * looked up together by {@link ObjectTable#findAll}), and hands each answer to {@code v} under
+     * that lock. For operations that only read (and touch) objects.
+     */
+    void lookupEach(List<byte[]> keys, SlotVisitor v) {
+        int n = keys.size();
+        if (n == 1) {
+            byte[] key = keys.getFirst();
+            int h = hash(key);
+            Shard s = shard(h);
+            s.lock.lock();
+            try {
+                v.visit(s, 0, s.objects.find(key, h));
+            } finally {
+                s.lock.unlock();
+            }
+            return;
+        }
+        Batch b = new Batch(keys, Function.identity());
+        int[] slots = new int[n];
+        for (int g = 0; g < SHARDS; g++) {
+            if (b.start[g] == b.start[g + 1]) {
+                continue;
+            }
+            Shard s = shards[g];
+            s.lock.lock();
+            try {
+                s.objects.findAll(b.keys, b.hashes, b.order, b.start[g], b.start[g + 1], slots);
+                for (int j = b.start[g]; j < b.start[g + 1]; j++) {
+                    v.visit(s, b.order[j], slots[j]);
+                }
+            } finally {
+                s.lock.unlock();
+            }
+        }
     }
 
     /** Runs {@code body} on every shard in turn, each under its own lock. */

@@ -13,8 +13,10 @@ import java.nio.channels.SocketChannel;
 
 /**
  * The server half of the raw loopback TCP baseline: the least work a request/response data path
- * between two JVMs can do. It stores nothing; a put's bytes are read into a direct buffer and
- * acknowledged with one byte, a get is answered with {@code length} bytes from a direct buffer.
+ * between two JVMs can do while still behaving like a store. A put's bytes are read into a 1 GiB
+ * region of committed off-heap memory, each request at the next offset (so, as in a real store,
+ * they land in memory that is not in the cache), and acknowledged with one byte; a get is answered
+ * with {@code length} bytes from the next offset of the same region. Nothing is indexed or kept.
  *
  * <p>Protocol (big-endian): a 16-byte request header {@code int op, int reserved (0), long length},
  * with {@code op} {@value #OP_PUT} = put (the client then sends {@code length} bytes; the server
@@ -36,13 +38,17 @@ public final class RawTcpServer {
     /** Largest value one request may carry. */
     static final long MAX_LENGTH = 1L << 30;
 
-    private static final long MIN_BUFFER = 1L << 20;
+    /** Where values land and come from: big enough that consecutive requests do not hit the cache. */
+    private static final long REGION_BYTES = 1L << 30;
+    private static java.lang.foreign.MemorySegment region;
 
     private RawTcpServer() {
     }
 
     public static void main(String[] args) throws IOException {
         int port = args.length > 0 ? Integer.parseInt(args[0]) : 0;
+        region = Arena.global().allocate(REGION_BYTES, 4096);
+        region.fill((byte) 1); // commit every page now, not during the measurement
         ServerSocketChannel server = ServerSocketChannel.open();
         server.bind(new InetSocketAddress(InetAddress.getLoopbackAddress(), port), 64);
         PrintStream out = System.out;
@@ -68,12 +74,11 @@ public final class RawTcpServer {
     }
 
     private static void serve(SocketChannel ch) {
-        Arena dataArena = null;
         try (ch; Arena conn = Arena.ofConfined()) {
             ch.setOption(StandardSocketOptions.TCP_NODELAY, true);
             ByteBuffer header = conn.allocate(HEADER_BYTES, 64).asByteBuffer();
             ByteBuffer reply = conn.allocate(1, 64).asByteBuffer();
-            ByteBuffer data = null;
+            long next = 0;
             while (true) {
                 header.clear();
                 if (!readFully(ch, header, true)) {
@@ -83,21 +88,16 @@ public final class RawTcpServer {
                 int op = header.getInt();
                 header.getInt();
                 long length = header.getLong();
-                if ((op != OP_PUT && op != OP_GET) || length < 0 || length > MAX_LENGTH) {
+                if ((op != OP_PUT && op != OP_GET) || length < 0 || length > MAX_LENGTH || length > REGION_BYTES) {
                     reply.clear().put(NACK).flip();
                     writeFully(ch, reply);
                     return;
                 }
-                int len = (int) length;
-                if (data == null || data.capacity() < len) {
-                    // a bigger buffer in a new arena; the old one is freed now, not by the GC
-                    if (dataArena != null) {
-                        dataArena.close();
-                    }
-                    dataArena = Arena.ofConfined();
-                    data = dataArena.allocate(Math.max(MIN_BUFFER, len), 4096).asByteBuffer();
+                if (next + length > REGION_BYTES) {
+                    next = 0;
                 }
-                data.clear().limit(len);
+                ByteBuffer data = region.asSlice(next, length).asByteBuffer();
+                next = (next + length + 4095) & -4096L;
                 if (op == OP_PUT) {
                     readFully(ch, data, false);
                     reply.clear().put(ACK).flip();
@@ -108,10 +108,6 @@ public final class RawTcpServer {
             }
         } catch (IOException e) {
             // a client that goes away mid-request (e.g. a killed benchmark) just ends its connection
-        } finally {
-            if (dataArena != null) {
-                dataArena.close();
-            }
         }
     }
 
