@@ -45,7 +45,8 @@ final class MetadataBench implements AutoCloseable {
         try (FrameConnection c = connect()) {
             BodyWriter w = new BodyWriter();
             // nothing listens at this node address: frees and resets sent to it fail fast, which is fine
-            new MasterMessages.RegisterNode("bench-metadata:1", "127.0.0.1", 1, (long) (objects * region * 1.1) + (1 << 20),
+            // twice what the objects need, so usage stays far below the eviction watermark
+            new MasterMessages.RegisterNode("bench-metadata:1", "127.0.0.1", 1, objects * region * 2 + (1 << 20),
                     0, incarnation, 0, "").write(w);
             segmentId = MasterMessages.RegisterReply.read(c.call(Opcode.REGISTER_NODE, w, T).body()).segmentId();
             BodyWriter inv = new BodyWriter();

@@ -29,7 +29,8 @@ public final class FrameConnection implements Closeable {
     private final HostPort peer;
     private final Limits limits;
     private final ByteBuffer header = FrameHeader.allocate();
-    private ByteBuffer body = ByteBuffer.allocateDirect(64 << 10).order(ByteOrder.LITTLE_ENDIAN);
+    /** Reply bodies are parsed field by field: a heap buffer makes the many small copies cheap. */
+    private ByteBuffer body = ByteBuffer.allocate(64 << 10).order(ByteOrder.LITTLE_ENDIAN);
     private long nextRequestId = 1;
     private boolean broken;
     private Opcode inFlight;
@@ -146,7 +147,7 @@ public final class FrameConnection implements Closeable {
                     "peer " + peer + " answered request " + h.requestId() + " but " + expectedId + " was outstanding");
         }
         if (body.capacity() < h.bodyLength()) {
-            body = ByteBuffer.allocateDirect(h.bodyLength()).order(ByteOrder.LITTLE_ENDIAN);
+            body = ByteBuffer.allocate(h.bodyLength()).order(ByteOrder.LITTLE_ENDIAN);
         }
         body.clear().limit(h.bodyLength());
         Channels.readFully(channel, body);
@@ -210,7 +211,7 @@ public final class FrameConnection implements Closeable {
     /** Shrinks the body buffer after an unusually large reply, so idle pooled connections stay small. */
     public void trim() {
         if (body.capacity() > (1 << 20)) {
-            body = ByteBuffer.allocateDirect(64 << 10).order(ByteOrder.LITTLE_ENDIAN);
+            body = ByteBuffer.allocate(64 << 10).order(ByteOrder.LITTLE_ENDIAN);
         }
     }
 

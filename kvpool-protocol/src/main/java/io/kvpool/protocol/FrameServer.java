@@ -117,7 +117,9 @@ public final class FrameServer implements Closeable {
         ByteBuffer header = FrameHeader.allocate();
         ByteBuffer replyHeader = FrameHeader.allocate();
         ByteBuffer scratch = ByteBuffer.allocateDirect(64 << 10);
-        ByteBuffer body = ByteBuffer.allocateDirect(64 << 10).order(ByteOrder.LITTLE_ENDIAN);
+        // bodies live on the heap: parsing copies many small fields (keys) out of them, which is far
+        // cheaper from a heap buffer than from a direct one; payloads never come through here
+        ByteBuffer body = ByteBuffer.allocate(64 << 10).order(ByteOrder.LITTLE_ENDIAN);
         try {
             while (!closed) {
                 header.clear();
@@ -151,7 +153,7 @@ public final class FrameServer implements Closeable {
                         return;
                     }
                     if (body.capacity() < h.bodyLength()) {
-                        body = ByteBuffer.allocateDirect(h.bodyLength()).order(ByteOrder.LITTLE_ENDIAN);
+                        body = ByteBuffer.allocate(h.bodyLength()).order(ByteOrder.LITTLE_ENDIAN);
                     }
                     body.clear().limit(h.bodyLength());
                     Channels.readFully(ch, body);
@@ -166,7 +168,7 @@ public final class FrameServer implements Closeable {
                     }
                 }
                 if (body.capacity() > (1 << 20)) {
-                    body = ByteBuffer.allocateDirect(64 << 10).order(ByteOrder.LITTLE_ENDIAN);
+                    body = ByteBuffer.allocate(64 << 10).order(ByteOrder.LITTLE_ENDIAN);
                 }
             }
         } catch (IOException e) {

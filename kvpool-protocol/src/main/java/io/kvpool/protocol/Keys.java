@@ -24,8 +24,11 @@ public final class Keys {
         if (key == null || key.isEmpty()) {
             throw new IllegalArgumentException("key is empty: keys must have 1 to " + MAX_KEY_BYTES + " UTF-8 bytes");
         }
-        checkWellFormed(key);
         byte[] b = key.getBytes(StandardCharsets.UTF_8);
+        if (b.length != key.length()) {
+            // not plain ASCII: the only case where an unpaired surrogate can hide
+            checkWellFormed(key);
+        }
         validate(b, key);
         return b;
     }

@@ -41,6 +41,8 @@ public final class RawTcpServer {
     /** Where values land and come from: big enough that consecutive requests do not hit the cache. */
     private static final long REGION_BYTES = 1L << 30;
     private static java.lang.foreign.MemorySegment region;
+    /** Next offset, shared by all connections, so concurrent clients never read or write the same (cached) bytes. */
+    private static final java.util.concurrent.atomic.AtomicLong NEXT = new java.util.concurrent.atomic.AtomicLong();
 
     private RawTcpServer() {
     }
@@ -78,7 +80,6 @@ public final class RawTcpServer {
             ch.setOption(StandardSocketOptions.TCP_NODELAY, true);
             ByteBuffer header = conn.allocate(HEADER_BYTES, 64).asByteBuffer();
             ByteBuffer reply = conn.allocate(1, 64).asByteBuffer();
-            long next = 0;
             while (true) {
                 header.clear();
                 if (!readFully(ch, header, true)) {
@@ -93,11 +94,9 @@ public final class RawTcpServer {
                     writeFully(ch, reply);
                     return;
                 }
-                if (next + length > REGION_BYTES) {
-                    next = 0;
-                }
-                ByteBuffer data = region.asSlice(next, length).asByteBuffer();
-                next = (next + length + 4095) & -4096L;
+                long span = (length + 4095) & -4096L;
+                long at = Math.floorMod(NEXT.getAndAdd(span), REGION_BYTES - span + 1) & -4096L;
+                ByteBuffer data = region.asSlice(at, length).asByteBuffer();
                 if (op == OP_PUT) {
                     readFully(ch, data, false);
                     reply.clear().put(ACK).flip();
