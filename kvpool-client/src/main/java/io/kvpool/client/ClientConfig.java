@@ -23,10 +23,12 @@ import java.time.Duration;
  * @param limits             frame size limits (large batches are split to fit)
  * @param sharedMemory       move bytes to and from nodes on this host through their shared-memory
  *                           segment instead of TCP, where it can be mapped
+ * @param locationCache      how many objects' locations to remember, so repeated reads skip the master
+ *                           round trip (see {@code LocationCache}); 0 asks the master on every read
  */
 public record ClientConfig(HostPort master, String preferredSegment, boolean autoDetectLocal, int replicas,
                            Duration connectTimeout, Duration requestTimeout, int maxConnections,
-                           Duration pingInterval, Limits limits, boolean sharedMemory) {
+                           Duration pingInterval, Limits limits, boolean sharedMemory, int locationCache) {
 
     /** Environment variable naming the preferred segment, set by launchers for node-local placement. */
     public static final String PREFERRED_SEGMENT_ENV = "KVPOOL_PREFERRED_SEGMENT";
@@ -35,6 +37,8 @@ public record ClientConfig(HostPort master, String preferredSegment, boolean aut
     /** Connections per peer: enough for an engine's loader and saver threads to proceed in parallel. */
     public static final int DEFAULT_MAX_CONNECTIONS = 16;
     public static final Duration DEFAULT_PING_INTERVAL = Duration.ofSeconds(2);
+    /** Locations remembered by default: a few MiB of heap, enough for the hot blocks of many prompts. */
+    public static final int DEFAULT_LOCATION_CACHE = 65_536;
 
     public ClientConfig {
         if (master == null) {
@@ -52,6 +56,9 @@ public record ClientConfig(HostPort master, String preferredSegment, boolean aut
         if (preferredSegment != null && !preferredSegment.isEmpty()) {
             HostPort.parse(preferredSegment); // names the segment in the error if malformed
         }
+        if (locationCache < 0) {
+            throw new IllegalArgumentException("client: locationCache must be 0 (off) or more, got " + locationCache);
+        }
     }
 
     /** A config with defaults for the master at {@code host:port}. */
@@ -61,47 +68,53 @@ public record ClientConfig(HostPort master, String preferredSegment, boolean aut
 
     public static ClientConfig forMaster(HostPort master) {
         return new ClientConfig(master, null, true, 0, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT,
-                DEFAULT_MAX_CONNECTIONS, DEFAULT_PING_INTERVAL, Limits.DEFAULT, true);
+                DEFAULT_MAX_CONNECTIONS, DEFAULT_PING_INTERVAL, Limits.DEFAULT, true, DEFAULT_LOCATION_CACHE);
     }
 
     public ClientConfig withPreferredSegment(String segment) {
         return new ClientConfig(master, segment, autoDetectLocal, replicas, connectTimeout, requestTimeout,
-                maxConnections, pingInterval, limits, sharedMemory);
+                maxConnections, pingInterval, limits, sharedMemory, locationCache);
     }
 
     public ClientConfig withAutoDetectLocal(boolean on) {
         return new ClientConfig(master, preferredSegment, on, replicas, connectTimeout, requestTimeout, maxConnections,
-                pingInterval, limits, sharedMemory);
+                pingInterval, limits, sharedMemory, locationCache);
     }
 
     public ClientConfig withReplicas(int n) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, n, connectTimeout, requestTimeout,
-                maxConnections, pingInterval, limits, sharedMemory);
+                maxConnections, pingInterval, limits, sharedMemory, locationCache);
     }
 
     public ClientConfig withRequestTimeout(Duration d) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, d, maxConnections,
-                pingInterval, limits, sharedMemory);
+                pingInterval, limits, sharedMemory, locationCache);
     }
 
     public ClientConfig withConnectTimeout(Duration d) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, d, requestTimeout, maxConnections,
-                pingInterval, limits, sharedMemory);
+                pingInterval, limits, sharedMemory, locationCache);
     }
 
     public ClientConfig withMaxConnections(int n) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, requestTimeout, n,
-                pingInterval, limits, sharedMemory);
+                pingInterval, limits, sharedMemory, locationCache);
     }
 
     /** Turns the same-machine shared-memory path on or off (on by default; off forces TCP everywhere). */
     public ClientConfig withSharedMemory(boolean on) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, requestTimeout,
-                maxConnections, pingInterval, limits, on);
+                maxConnections, pingInterval, limits, on, locationCache);
+    }
+
+    /** Locations to remember for repeated reads; 0 asks the master on every read. */
+    public ClientConfig withLocationCache(int entries) {
+        return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, requestTimeout,
+                maxConnections, pingInterval, limits, sharedMemory, entries);
     }
 
     public ClientConfig withLimits(Limits l) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, requestTimeout,
-                maxConnections, pingInterval, l, sharedMemory);
+                maxConnections, pingInterval, l, sharedMemory, locationCache);
     }
 }

@@ -82,6 +82,7 @@ public final class KvPoolClient implements AutoCloseable {
     private final Map<HostPort, ConnectionPool> nodes = new ConcurrentHashMap<>();
     private final SegmentDirectory directory = new SegmentDirectory();
     private final SharedSegments shared;
+    private final LocationCache locations;
     private final ExecutorService workers = Executors.newVirtualThreadPerTaskExecutor();
     private final String envPreferred;
     private final String localHost;
@@ -97,6 +98,7 @@ public final class KvPoolClient implements AutoCloseable {
         this.envPreferred = env == null || env.isBlank() ? null : env.trim();
         this.localHost = LocalHost.defaultAdvertiseAddress();
         this.shared = new SharedSegments(config.sharedMemory());
+        this.locations = new LocationCache(config.locationCache());
         this.master = new ConnectionPool(config.master(), config.maxConnections(), config.connectTimeout(),
                 config.limits(), this::hello);
         this.pinger = Thread.ofVirtual().name("kvpool-client-ping").unstarted(this::pingLoop);
@@ -198,6 +200,9 @@ public final class KvPoolClient implements AutoCloseable {
         }
         String preferred = preferredSegment(options);
         int replicas = options.replicas() > 0 ? options.replicas() : config.replicas();
+        for (String key : keys) {
+            locations.invalidate(key);
+        }
         PutStatus[] status = new PutStatus[n];
         for (int from = 0; from < n; from += MAX_KEYS_PER_FRAME) {
             int to = Math.min(n, from + MAX_KEYS_PER_FRAME);
@@ -485,32 +490,94 @@ public final class KvPoolClient implements AutoCloseable {
         }
         List<byte[]> k = encodeAll(keys);
         MasterMessages.ReplicaList[] where = new MasterMessages.ReplicaList[n];
-        for (int from = 0; from < n; from += MAX_KEYS_PER_FRAME) {
-            int to = Math.min(n, from + MAX_KEYS_PER_FRAME);
-            BodyWriter w = new BodyWriter(16 + (to - from) * 64);
-            new KeyList(k.subList(from, to)).write(w);
-            MasterMessages.ReplicaListReply r = masterCall(batch ? Opcode.BATCH_GET_REPLICA_LIST : Opcode.GET_REPLICA_LIST,
-                    w, MasterMessages.ReplicaListReply::read);
-            for (int j = 0; j < r.items().size(); j++) {
-                where[from + j] = r.items().get(j);
-            }
-        }
-        // destinations are fixed before any byte moves, so a too-small one fails before I/O
         MemorySegment[] dsts = new MemorySegment[n];
-        List<List<Replica>> order = new ArrayList<>(n);
+        // locations remembered from earlier reads skip the master; the rest are asked for in one batch
+        boolean[] cached = new boolean[n];
+        List<Integer> ask = new ArrayList<>();
         for (int i = 0; i < n; i++) {
-            MasterMessages.ReplicaList rl = where[i];
-            if (rl.code() == ResultCode.OK && !rl.replicas().isEmpty()) {
-                dsts[i] = dest.of(i, rl.valueLength());
-                order.add(localFirst(rl.replicas()));
+            where[i] = locations.get(keys.get(i));
+            if (where[i] != null) {
+                cached[i] = true;
             } else {
-                order.add(List.of());
+                ask.add(i);
             }
         }
-        // try replicas in order; items whose read failed move on to their next replica
+        lookup(keys, k, ask, batch, where);
+        for (int i = 0; i < n; i++) {
+            // destinations are fixed before any byte moves, so a too-small one fails before I/O
+            if (where[i].code() == ResultCode.OK && !where[i].replicas().isEmpty()) {
+                dsts[i] = dest.of(i, where[i].valueLength());
+            }
+        }
+        readRound(where, dsts, lengths, all(n));
+        // a remembered location that missed: the object moved or went; ask the master once more
+        List<Integer> retry = new ArrayList<>();
+        for (int i = 0; i < n; i++) {
+            if (cached[i]) {
+                if (lengths[i] == MISS) {
+                    locations.invalidate(keys.get(i));
+                    retry.add(i);
+                } else {
+                    locations.touched(keys.get(i));
+                }
+            }
+        }
+        if (!retry.isEmpty()) {
+            lookup(keys, k, retry, true, where);
+            List<Integer> again = new ArrayList<>();
+            for (int i : retry) {
+                if (where[i].code() == ResultCode.OK && !where[i].replicas().isEmpty()) {
+                    if (dsts[i] == null || dsts[i].byteSize() != where[i].valueLength()) {
+                        dsts[i] = dest.of(i, where[i].valueLength());
+                    }
+                    again.add(i);
+                }
+            }
+            readRound(where, dsts, lengths, again);
+        }
+        return lengths;
+    }
+
+    private static List<Integer> all(int n) {
+        List<Integer> out = new ArrayList<>(n);
+        for (int i = 0; i < n; i++) {
+            out.add(i);
+        }
+        return out;
+    }
+
+    /** Asks the master where the given items are (one round trip per frame's worth of keys) and remembers it. */
+    private void lookup(List<String> keys, List<byte[]> k, List<Integer> items, boolean batch,
+                        MasterMessages.ReplicaList[] where) {
+        for (int from = 0; from < items.size(); from += MAX_KEYS_PER_FRAME) {
+            int to = Math.min(items.size(), from + MAX_KEYS_PER_FRAME);
+            List<byte[]> part = new ArrayList<>(to - from);
+            for (int j = from; j < to; j++) {
+                part.add(k.get(items.get(j)));
+            }
+            BodyWriter w = new BodyWriter(16 + part.size() * 64);
+            new KeyList(part).write(w);
+            MasterMessages.ReplicaListReply r = masterCall(batch || part.size() > 1 ? Opcode.BATCH_GET_REPLICA_LIST
+                    : Opcode.GET_REPLICA_LIST, w, MasterMessages.ReplicaListReply::read);
+            for (int j = 0; j < r.items().size(); j++) {
+                int i = items.get(from + j);
+                where[i] = r.items().get(j);
+                if (where[i].code() == ResultCode.OK) {
+                    locations.put(keys.get(i), where[i]);
+                }
+            }
+        }
+    }
+
+    /** Reads the given items, trying their replicas in order (local first); sets lengths[item] for each hit. */
+    private void readRound(MasterMessages.ReplicaList[] where, MemorySegment[] dsts, long[] lengths, List<Integer> items) {
+        List<List<Replica>> order = new ArrayList<>(where.length);
+        for (int i = 0; i < where.length; i++) {
+            order.add(where[i].code() == ResultCode.OK ? localFirst(where[i].replicas()) : List.of());
+        }
         for (int attempt = 0; ; attempt++) {
             Map<Integer, List<ReadSlot>> bySegment = new LinkedHashMap<>();
-            for (int i = 0; i < n; i++) {
+            for (int i : items) {
                 if (lengths[i] == MISS && attempt < order.get(i).size()) {
                     Replica rep = order.get(i).get(attempt);
                     bySegment.computeIfAbsent(rep.segmentId(), x -> new ArrayList<>())
@@ -518,9 +585,10 @@ public final class KvPoolClient implements AutoCloseable {
                 }
             }
             if (bySegment.isEmpty()) {
-                return lengths;
+                return;
             }
-            runPerSegment(bySegment, shareable(Arrays.asList(dsts)), (segId, slots) -> readFromSegment(segId, slots, dsts, lengths));
+            runPerSegment(bySegment, shareable(Arrays.asList(dsts)),
+                    (segId, slots) -> readFromSegment(segId, slots, dsts, lengths));
         }
     }
 
@@ -672,6 +740,7 @@ public final class KvPoolClient implements AutoCloseable {
 
     /** Removes {@code key}; false if it was not there. */
     public boolean remove(String key) {
+        locations.invalidate(key);
         BodyWriter w = new BodyWriter();
         new KeyList(List.of(Keys.encode(key))).write(w);
         return masterCall(Opcode.REMOVE, w, MasterMessages.Codes::read).codes().getFirst() == ResultCode.OK;
@@ -680,6 +749,9 @@ public final class KvPoolClient implements AutoCloseable {
     /** Removes many keys in one round trip; returns how many were there. */
     public int removeBatch(List<String> keys) {
         List<byte[]> k = encodeAll(keys);
+        for (String key : keys) {
+            locations.invalidate(key);
+        }
         int removed = 0;
         for (int from = 0; from < k.size(); from += MAX_KEYS_PER_FRAME) {
             int to = Math.min(k.size(), from + MAX_KEYS_PER_FRAME);
@@ -702,6 +774,7 @@ public final class KvPoolClient implements AutoCloseable {
             throw new IllegalArgumentException("prefix '" + Keys.abbreviate(prefix) + "' is longer than any key ("
                     + p.length + " > " + Keys.MAX_KEY_BYTES + " bytes)");
         }
+        locations.invalidatePrefix(prefix);
         BodyWriter w = new BodyWriter();
         new MasterMessages.Prefix(p).write(w);
         return masterCall(Opcode.REMOVE_BY_PREFIX, w, MasterMessages.Removed::read).count();
@@ -712,6 +785,7 @@ public final class KvPoolClient implements AutoCloseable {
      * visible afterwards (use this on an RL weight update). Returns how many objects were removed.
      */
     public long removeAll(boolean force) {
+        locations.clear();
         BodyWriter w = new BodyWriter();
         new MasterMessages.RemoveAll(force).write(w);
         return masterCall(Opcode.REMOVE_ALL, w, MasterMessages.Removed::read).count();
@@ -887,6 +961,28 @@ public final class KvPoolClient implements AutoCloseable {
         return k;
     }
 
+    /**
+     * Tells the master about reads served from the location cache (a batched GET_REPLICA_LIST: the
+     * master stamps them as read for its LRU) and refreshes or drops their entries with the answer.
+     */
+    private void reportCachedReads() {
+        List<String> keys = locations.drainTouched(MAX_KEYS_PER_FRAME);
+        if (keys.isEmpty()) {
+            return;
+        }
+        BodyWriter w = new BodyWriter(16 + keys.size() * 64);
+        new KeyList(encodeAll(keys)).write(w);
+        MasterMessages.ReplicaListReply r = masterCall(Opcode.BATCH_GET_REPLICA_LIST, w, MasterMessages.ReplicaListReply::read);
+        for (int i = 0; i < keys.size(); i++) {
+            MasterMessages.ReplicaList rl = r.items().get(i);
+            if (rl.code() == ResultCode.OK) {
+                locations.put(keys.get(i), rl);
+            } else {
+                locations.invalidate(keys.get(i));
+            }
+        }
+    }
+
     private void pingLoop() {
         int pings = 0;
         while (!closed) {
@@ -899,6 +995,7 @@ public final class KvPoolClient implements AutoCloseable {
                 return;
             }
             try {
+                reportCachedReads();
                 BodyWriter w = new BodyWriter(16);
                 new MasterMessages.Ping(clientId).write(w);
                 masterCall(Opcode.PING, w, r -> r.i64("epoch"));

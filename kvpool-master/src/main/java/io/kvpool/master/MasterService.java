@@ -267,19 +267,26 @@ public final class MasterService {
     /** PUT_END: make each put visible, keeping the replicas whose writes succeeded. */
     public List<ResultCode> putEnd(List<PutEndItem> items) {
         ResultCode[] out = new ResultCode[items.size()];
+        boolean[] replaced = {false};
         epochLock.readLock().lock();
         try {
             int tick = accessTick();
             index.forEachKey(items, PutEndItem::key,
-                    (shard, i, key, hash) -> out[i] = putEndOne(shard, items.get(i), key, hash, tick));
-            return new ArrayList<>(Arrays.asList(out));
+                    (shard, i, key, hash) -> out[i] = putEndOne(shard, items.get(i), key, hash, tick, replaced));
         } finally {
             epochLock.readLock().unlock();
         }
+        if (replaced[0]) {
+            // an upsert replaced an object: its old regions are dead on the nodes before we answer, so
+            // no reader (a client reading through a remembered location included) gets the old version
+            nodes.flush();
+        }
+        return new ArrayList<>(Arrays.asList(out));
     }
 
     /** One item of PUT_END. Caller holds the epoch read lock and the shard lock. */
-    private ResultCode putEndOne(ObjectIndex.Shard shard, PutEndItem it, byte[] key, int hash, int tick) {
+    private ResultCode putEndOne(ObjectIndex.Shard shard, PutEndItem it, byte[] key, int hash, int tick,
+                                 boolean[] replaced) {
         ObjectTable objects = shard.objects;
         ObjectIndex.PendingPut p = shard.pending(key, hash);
         if (p == null || p.generation != it.generation()) {
@@ -315,6 +322,7 @@ public final class MasterService {
         if (slot >= 0) {
             // an upsert completes: the old version's regions are freed as the new one takes its place
             release(objects, slot);
+            replaced[0] = true;
             objects.replace(slot, p.valueLength, p.generation, tick, segs, offs, kept);
         } else {
             objects.insert(key, hash, p.valueLength, p.generation, tick, segs, offs, kept);

@@ -25,12 +25,21 @@ public final class Keys {
             throw new IllegalArgumentException("key is empty: keys must have 1 to " + MAX_KEY_BYTES + " UTF-8 bytes");
         }
         byte[] b = key.getBytes(StandardCharsets.UTF_8);
-        if (b.length != key.length()) {
-            // not plain ASCII: the only case where an unpaired surrogate can hide
+        if (b.length != key.length() || hasQuestionMark(b)) {
+            // not plain ASCII, or a '?' that may stand for an unpaired surrogate the encoder replaced
             checkWellFormed(key);
         }
         validate(b, key);
         return b;
+    }
+
+    private static boolean hasQuestionMark(byte[] b) {
+        for (byte x : b) {
+            if (x == '?') {
+                return true;
+            }
+        }
+        return false;
     }
 
     /**
