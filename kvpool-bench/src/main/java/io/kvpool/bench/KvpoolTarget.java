@@ -172,6 +172,39 @@ final class KvpoolTarget implements StoreTarget {
         });
     }
 
+    /** Puts of {@code batch} fresh values per call ({@code putBatch}): one reserve and one complete per batch. */
+    Measurement putBatched(int valueSize, int batch, int clients, Duration warmup, Duration duration) throws Exception {
+        int r = ++run;
+        return Load.run(clients, warmup, duration, id -> new Load.Client() {
+            final KvPoolClient c = connect();
+            final Arena arena = Arena.ofShared();
+            final MemorySegment v = value(arena, valueSize, id);
+            final List<MemorySegment> values = java.util.Collections.nCopies(batch, v);
+
+            @Override
+            public Load.Op op() {
+                return i -> {
+                    List<String> keys = new ArrayList<>(batch);
+                    for (int b = 0; b < batch; b++) {
+                        keys.add(name() + "/putb/" + r + "/" + id + "/" + i + "/" + b);
+                    }
+                    for (PutStatus st : c.putBatch(keys, values)) {
+                        if (st != PutStatus.OK) {
+                            throw new IllegalStateException("a batched put returned " + st);
+                        }
+                    }
+                    return (long) valueSize * batch;
+                };
+            }
+
+            @Override
+            public void close() {
+                c.close();
+                arena.close();
+            }
+        });
+    }
+
     @Override
     public void clear() {
         try (KvPoolClient c = connect()) {

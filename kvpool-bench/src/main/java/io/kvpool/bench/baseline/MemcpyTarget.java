@@ -84,6 +84,43 @@ public final class MemcpyTarget implements StoreTarget {
         });
     }
 
+    /**
+     * Copies of {@code batch} values per operation into {@code batch} distinct destinations: the
+     * ceiling for a batched same-machine get, whose destinations (an engine's KV blocks) are not all
+     * in the cache either.
+     */
+    public Measurement getBatched(int valueSize, int batch, int clients, Duration warmup, Duration duration)
+            throws Exception {
+        int r = ++run;
+        long slots = (region.byteSize() - valueSize) / ALIGN + 1;
+        return Load.run(clients, warmup, duration, id -> new Load.Client() {
+            final Arena own = Arena.ofShared();
+            final MemorySegment[] dsts = new MemorySegment[batch];
+            final SplittableRandom rnd = new SplittableRandom(1_000_033L * r + id);
+
+            {
+                for (int b = 0; b < batch; b++) {
+                    dsts[b] = own.allocate(valueSize, 64).fill((byte) id);
+                }
+            }
+
+            @Override
+            public Load.Op op() {
+                return i -> {
+                    for (MemorySegment d : dsts) {
+                        MemorySegment.copy(region, rnd.nextLong(slots) * ALIGN, d, 0, valueSize);
+                    }
+                    return (long) valueSize * batch;
+                };
+            }
+
+            @Override
+            public void close() {
+                own.close();
+            }
+        });
+    }
+
     /** Frees the shared region. */
     @Override
     public void close() {
