@@ -48,6 +48,20 @@ final class KvpoolTarget implements StoreTarget {
         return v;
     }
 
+    /** Stores {@code count} copies of {@code v} under fresh keys for a get phase; returns the keys. */
+    private static List<String> storeWorkingSet(KvPoolClient c, MemorySegment v, String prefix, int count) {
+        List<String> keys = new ArrayList<>(count);
+        for (int k = 0; k < count; k++) {
+            String key = prefix + "/" + k;
+            PutStatus st = c.put(key, v);
+            if (st != PutStatus.OK) {
+                throw new IllegalStateException("storing the working set: " + key + " returned " + st);
+            }
+            keys.add(key);
+        }
+        return keys;
+    }
+
     @Override
     public Measurement put(int valueSize, int clients, Duration warmup, Duration duration) throws Exception {
         int r = ++run;
@@ -88,15 +102,7 @@ final class KvpoolTarget implements StoreTarget {
             final SplittableRandom rnd = new SplittableRandom(id * 31L + r);
 
             {
-                MemorySegment v = value(arena, valueSize, id);
-                for (int k = 0; k < keysPerClient; k++) {
-                    String key = name() + "/get/" + r + "/" + valueSize + "/" + id + "/" + k;
-                    PutStatus st = c.put(key, v);
-                    if (st != PutStatus.OK) {
-                        throw new IllegalStateException("storing the working set: " + key + " returned " + st);
-                    }
-                    keys.add(key);
-                }
+                keys.addAll(storeWorkingSet(c, value(arena, valueSize, id), name() + "/get/" + r + "/" + id, keysPerClient));
             }
 
             @Override
@@ -134,15 +140,7 @@ final class KvpoolTarget implements StoreTarget {
             final SplittableRandom rnd = new SplittableRandom(id * 37L + r);
 
             {
-                MemorySegment v = value(arena, valueSize, id);
-                for (int k = 0; k < keysPerClient; k++) {
-                    String key = name() + "/getb/" + r + "/" + valueSize + "/" + id + "/" + k;
-                    PutStatus st = c.put(key, v);
-                    if (st != PutStatus.OK) {
-                        throw new IllegalStateException("storing the working set: " + key + " returned " + st);
-                    }
-                    keys.add(key);
-                }
+                keys.addAll(storeWorkingSet(c, value(arena, valueSize, id), name() + "/getb/" + r + "/" + id, keysPerClient));
                 for (int b = 0; b < batch; b++) {
                     dsts.add(arena.allocate(valueSize, 64));
                 }
