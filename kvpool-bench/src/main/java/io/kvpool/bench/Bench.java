@@ -46,8 +46,8 @@ import java.util.function.Supplier;
 public final class Bench {
 
     /** What to run and where to write it. */
-    public record Options(boolean quick, Set<String> sections, Path outDir, PrintStream out) {
-        public static final Set<String> ALL = Set.of("store", "lookup", "metadata", "reset");
+    public record Options(boolean quick, Set<String> sections, Path outDir, PrintStream out, Path diskDir) {
+        public static final Set<String> ALL = Set.of("store", "lookup", "metadata", "reset", "disk");
 
         public Options {
             for (String s : sections) {
@@ -125,6 +125,9 @@ public final class Bench {
         if (o.sections.contains("reset")) {
             steps += 2;
         }
+        if (o.sections.contains("disk")) {
+            steps += 1;
+        }
         try (ProgressBar pb = new ProgressBarBuilder().setTaskName("bench").setInitialMax(steps)
                 .setStyle(ProgressBarStyle.ASCII).setUpdateIntervalMillis(500).continuousUpdate().build()) {
             bar = pb;
@@ -144,6 +147,9 @@ public final class Bench {
             }
             if (o.sections.contains("reset")) {
                 reset();
+            }
+            if (o.sections.contains("disk")) {
+                disk();
             }
         }
         evaluate();
@@ -392,6 +398,24 @@ public final class Bench {
         }
     }
 
+    // ------------------------------------------------------------------ disk
+
+    private void disk() throws Exception {
+        bar.setExtraMessage(" disk: fio, spill, read-back");
+        long bytes = o.quick ? 512L << 20 : 2L << 30;
+        DiskBench.Result r = DiskBench.run(o.diskDir, bytes);
+        String note = DiskBench.describe(r) + "; in " + o.diskDir;
+        results.add(new Results.Row("disk", "fio", "sequential write", 1 << 20, 16, r.fioWrite() / 1e9, Double.NaN,
+                Double.NaN, Double.NaN, "O_DIRECT, libaio, queue depth 16"));
+        results.add(new Results.Row("disk", "fio", "sequential read", 1 << 20, 16, r.fioRead() / 1e9, Double.NaN,
+                Double.NaN, Double.NaN, "O_DIRECT, libaio, queue depth 16"));
+        results.add(new Results.Row("disk", "kvpool", "spill write", 1 << 20, 1, r.spill() / 1e9, Double.NaN,
+                Double.NaN, Double.NaN, note));
+        results.add(new Results.Row("disk", "kvpool", "read-back", 1 << 20, 1, r.readBack() / 1e9, Double.NaN,
+                Double.NaN, Double.NaN, note + "; every checksum verified"));
+        bar.step();
+    }
+
     // ------------------------------------------------------------------ targets
 
     private void evaluate() {
@@ -413,6 +437,10 @@ public final class Bench {
                     results.find("store", "kvpool-shm", "get", mib, clients),
                     results.find("store", "memcpy", "get", mib, clients), 0.7);
         }
+        results.ratio("SSD spill write vs fio sequential write", results.find("disk", "kvpool", "spill write", mib, 1),
+                results.find("disk", "fio", "sequential write", mib, 16), 0.7);
+        results.ratio("SSD read-back vs fio sequential read", results.find("disk", "kvpool", "read-back", mib, 1),
+                results.find("disk", "fio", "sequential read", mib, 16), 0.7);
         var prefix = results.rows.stream().filter(r -> r.section().equals("lookup") && r.op().equals("prefixMatch")).findFirst();
         var redis = results.rows.stream().filter(r -> r.section().equals("lookup") && r.target().equals("redis")).findFirst();
         prefix.ifPresent(p -> results.checks.add(new Results.Check("prefixMatch over 1024 keys: p99 latency",

@@ -14,7 +14,8 @@ import java.util.concurrent.Callable;
 @Command(name = "bench", mixinStandardHelpOptions = true,
         description = {"Measure kvpool against raw memory copy, raw loopback TCP and Redis 7, all in one run.",
                 "Sections: store (put/get GB/s and latency), lookup (batchExists/prefixMatch of 1024 keys),",
-                "metadata (10M objects in one master), reset (removeAll of 1M objects).",
+                "metadata (10M objects in one master), reset (removeAll of 1M objects),",
+                "disk (SSD tier spill and read-back vs fio on the same directory).",
                 "Redis is installed from Debian's packages and started on loopback by scripts/redis.sh."})
 final class BenchCommand implements Callable<Integer> {
 
@@ -23,17 +24,21 @@ final class BenchCommand implements Callable<Integer> {
     boolean quick;
 
     @Option(names = "--only", split = ",", paramLabel = "SECTION",
-            description = "Run only these sections (store, lookup, metadata, reset); default: all.")
+            description = "Run only these sections (store, lookup, metadata, reset, disk); default: all.")
     List<String> only;
 
     @Option(names = "--out", paramLabel = "DIR",
             description = "Where to write results.json, results.csv and the charts (default: ${DEFAULT-VALUE}).")
     Path out = Path.of("bench-results");
 
+    @Option(names = "--disk-dir", paramLabel = "DIR",
+            description = "Directory for the disk section (the SSD tier and fio write there; default: ${DEFAULT-VALUE}).")
+    Path diskDir = Path.of("bench-results", "disk");
+
     @Override
     public Integer call() throws Exception {
         Set<String> sections = only == null || only.isEmpty() ? Bench.Options.ALL : new LinkedHashSet<>(only);
-        Bench.run(new Bench.Options(quick, sections, out, System.out));
+        Bench.run(new Bench.Options(quick, sections, out, System.out, diskDir));
         return 0;
     }
 }

@@ -32,10 +32,22 @@ final class NodeOptions {
                     + " to each page pays a page fault instead).")
     boolean noPrefault;
 
+    @Option(names = "--disk-dir", paramLabel = "DIR",
+            description = "Directory of an SSD tier: memory evictions spill there and are read back (default: none, no"
+                    + " disk tier).")
+    Path diskDir;
+
+    @Option(names = "--disk-size", paramLabel = "SIZE", description = "Capacity of the SSD tier, e.g. 200GiB.")
+    Size diskSize;
+
+    @Option(names = "--promote-after", paramLabel = "N",
+            description = "Disk hits after which an object moves back to memory; 0 never (default: ${DEFAULT-VALUE}).")
+    int promoteAfter = NodeConfig.DEFAULT_PROMOTE_AFTER;
+
     NodeConfig toConfig(HostPort master, String listenHost, int port, String advertiseHost) {
         NodeConfig d = NodeConfig.defaults(master, segmentSize);
         Path shm = "none".equalsIgnoreCase(shmDir) ? null : Path.of(shmDir);
         return new NodeConfig(master, listenHost, port, advertiseHost, segmentSize, shm, heartbeatInterval,
-                d.regionWait(), d.frameTimeout(), verifyWrites, d.limits(), !noPrefault);
+                d.regionWait(), d.frameTimeout(), verifyWrites, d.limits(), !noPrefault, diskDir, diskSize, promoteAfter);
     }
 }

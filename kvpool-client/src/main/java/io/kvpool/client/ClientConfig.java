@@ -25,10 +25,16 @@ import java.time.Duration;
  *                           segment instead of TCP, where it can be mapped
  * @param locationCache      how many objects' locations to remember, so repeated reads skip the master
  *                           round trip (see {@code LocationCache}); 0 asks the master on every read
+ * @param diskLoadBudget     most bytes of disk-tier objects this client has in flight at once, over all
+ *                           threads and nodes: a batch over it is split into pieces, and a piece waits
+ *                           for room (back-pressure); a single larger object takes the whole budget
+ * @param tierLog            log one line per batch load: keys and bytes by tier, misses, failures
+ *                           (also turned on by the environment variable {@value #TIER_LOG_ENV}=1)
  */
 public record ClientConfig(HostPort master, String preferredSegment, boolean autoDetectLocal, int replicas,
                            Duration connectTimeout, Duration requestTimeout, int maxConnections,
-                           Duration pingInterval, Limits limits, boolean sharedMemory, int locationCache) {
+                           Duration pingInterval, Limits limits, boolean sharedMemory, int locationCache,
+                           long diskLoadBudget, boolean tierLog) {
 
     /** Environment variable naming the preferred segment, set by launchers for node-local placement. */
     public static final String PREFERRED_SEGMENT_ENV = "KVPOOL_PREFERRED_SEGMENT";
@@ -37,6 +43,11 @@ public record ClientConfig(HostPort master, String preferredSegment, boolean aut
     /** Connections per peer: enough for an engine's loader and saver threads to proceed in parallel. */
     public static final int DEFAULT_MAX_CONNECTIONS = 16;
     public static final Duration DEFAULT_PING_INTERVAL = Duration.ofSeconds(2);
+    /** Environment variable that turns the per-batch tier log on. */
+    public static final String TIER_LOG_ENV = "KVPOOL_TIER_LOG";
+    /** Default bound on disk-tier bytes requested from one node at once. */
+    public static final long DEFAULT_DISK_LOAD_BUDGET = 256L << 20;
+    public static final long MIN_DISK_LOAD_BUDGET = 64L << 10;
     /** Locations remembered by default: a few MiB of heap, enough for the hot blocks of many prompts. */
     public static final int DEFAULT_LOCATION_CACHE = 65_536;
 
@@ -56,6 +67,10 @@ public record ClientConfig(HostPort master, String preferredSegment, boolean aut
         if (preferredSegment != null && !preferredSegment.isEmpty()) {
             HostPort.parse(preferredSegment); // names the segment in the error if malformed
         }
+        if (diskLoadBudget < MIN_DISK_LOAD_BUDGET) {
+            throw new IllegalArgumentException("client: diskLoadBudget must be at least " + MIN_DISK_LOAD_BUDGET
+                    + " bytes, got " + diskLoadBudget);
+        }
         if (locationCache < 0) {
             throw new IllegalArgumentException("client: locationCache must be 0 (off) or more, got " + locationCache);
         }
@@ -68,53 +83,64 @@ public record ClientConfig(HostPort master, String preferredSegment, boolean aut
 
     public static ClientConfig forMaster(HostPort master) {
         return new ClientConfig(master, null, true, 0, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT,
-                DEFAULT_MAX_CONNECTIONS, DEFAULT_PING_INTERVAL, Limits.DEFAULT, true, DEFAULT_LOCATION_CACHE);
+                DEFAULT_MAX_CONNECTIONS, DEFAULT_PING_INTERVAL, Limits.DEFAULT, true, DEFAULT_LOCATION_CACHE,
+                DEFAULT_DISK_LOAD_BUDGET, "1".equals(System.getenv(TIER_LOG_ENV)));
     }
 
     public ClientConfig withPreferredSegment(String segment) {
         return new ClientConfig(master, segment, autoDetectLocal, replicas, connectTimeout, requestTimeout,
-                maxConnections, pingInterval, limits, sharedMemory, locationCache);
+                maxConnections, pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog);
     }
 
     public ClientConfig withAutoDetectLocal(boolean on) {
         return new ClientConfig(master, preferredSegment, on, replicas, connectTimeout, requestTimeout, maxConnections,
-                pingInterval, limits, sharedMemory, locationCache);
+                pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog);
     }
 
     public ClientConfig withReplicas(int n) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, n, connectTimeout, requestTimeout,
-                maxConnections, pingInterval, limits, sharedMemory, locationCache);
+                maxConnections, pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog);
     }
 
     public ClientConfig withRequestTimeout(Duration d) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, d, maxConnections,
-                pingInterval, limits, sharedMemory, locationCache);
+                pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog);
     }
 
     public ClientConfig withConnectTimeout(Duration d) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, d, requestTimeout, maxConnections,
-                pingInterval, limits, sharedMemory, locationCache);
+                pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog);
     }
 
     public ClientConfig withMaxConnections(int n) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, requestTimeout, n,
-                pingInterval, limits, sharedMemory, locationCache);
+                pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog);
     }
 
     /** Turns the same-machine shared-memory path on or off (on by default; off forces TCP everywhere). */
     public ClientConfig withSharedMemory(boolean on) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, requestTimeout,
-                maxConnections, pingInterval, limits, on, locationCache);
+                maxConnections, pingInterval, limits, on, locationCache, diskLoadBudget, tierLog);
     }
 
     /** Locations to remember for repeated reads; 0 asks the master on every read. */
     public ClientConfig withLocationCache(int entries) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, requestTimeout,
-                maxConnections, pingInterval, limits, sharedMemory, entries);
+                maxConnections, pingInterval, limits, sharedMemory, entries, diskLoadBudget, tierLog);
+    }
+
+    public ClientConfig withDiskLoadBudget(long bytes) {
+        return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, requestTimeout,
+                maxConnections, pingInterval, limits, sharedMemory, locationCache, bytes, tierLog);
+    }
+
+    public ClientConfig withTierLog(boolean on) {
+        return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, requestTimeout,
+                maxConnections, pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, on);
     }
 
     public ClientConfig withLimits(Limits l) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, requestTimeout,
-                maxConnections, pingInterval, l, sharedMemory, locationCache);
+                maxConnections, pingInterval, l, sharedMemory, locationCache, diskLoadBudget, tierLog);
     }
 }

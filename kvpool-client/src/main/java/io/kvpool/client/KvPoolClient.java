@@ -12,6 +12,7 @@ import io.kvpool.protocol.ObjectLayout;
 import io.kvpool.protocol.Opcode;
 import io.kvpool.protocol.RemoteException;
 import io.kvpool.protocol.ResultCode;
+import io.kvpool.protocol.Tier;
 import io.kvpool.protocol.msg.KeyList;
 import io.kvpool.protocol.msg.MasterMessages;
 import io.kvpool.protocol.msg.NodeMessages;
@@ -38,6 +39,8 @@ import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
+import java.util.concurrent.Semaphore;
+import java.util.concurrent.TimeUnit;
 import java.util.function.Function;
 
 /**
@@ -84,6 +87,8 @@ public final class KvPoolClient implements AutoCloseable {
     private final SharedSegments shared;
     private final LocationCache locations;
     private final ExecutorService workers = Executors.newVirtualThreadPerTaskExecutor();
+    /** The disk load budget in KiB permits, fair so that a large piece is not starved by small ones. */
+    private final Semaphore diskLoads;
     private final String envPreferred;
     private final String localHost;
     private final Thread pinger;
@@ -99,6 +104,7 @@ public final class KvPoolClient implements AutoCloseable {
         this.localHost = LocalHost.defaultAdvertiseAddress();
         this.shared = new SharedSegments(config.sharedMemory());
         this.locations = new LocationCache(config.locationCache());
+        this.diskLoads = new Semaphore(budgetPermits(config.diskLoadBudget()), true);
         this.master = new ConnectionPool(config.master(), config.maxConnections(), config.connectTimeout(),
                 config.limits(), this::hello);
         this.pinger = Thread.ofVirtual().name("kvpool-client-ping").unstarted(this::pingLoop);
@@ -478,7 +484,7 @@ public final class KvPoolClient implements AutoCloseable {
     }
 
     /** One object read: which item, from which replica, how long. */
-    private record ReadSlot(int item, long offset, long generation, long length) {
+    private record ReadSlot(int item, long offset, long generation, long length, int tier) {
     }
 
     private long[] readInternal(List<String> keys, boolean batch, Destination dest) {
@@ -535,7 +541,56 @@ public final class KvPoolClient implements AutoCloseable {
             }
             readRound(where, dsts, lengths, again);
         }
+        if (config.tierLog()) {
+            logTiers(where, lengths);
+        }
         return lengths;
+    }
+
+    private static final Logger tierLog = LoggerFactory.getLogger("io.kvpool.client.tiers");
+
+    /**
+     * The tier log: one line per batch load, with how many keys came from memory and from disk, were
+     * missing (not in the pool), succeeded, or failed (listed but not readable), and bytes per tier.
+     */
+    private static void logTiers(MasterMessages.ReplicaList[] where, long[] lengths) {
+        tierLog.info(tierLine(where, lengths));
+    }
+
+    /** The tier log line for a batch: where[i] is what the master listed for item i, lengths[i] what was read. */
+    static String tierLine(MasterMessages.ReplicaList[] where, long[] lengths) {
+        int memoryKeys = 0;
+        int diskKeys = 0;
+        int missing = 0;
+        int success = 0;
+        int failed = 0;
+        long memoryBytes = 0;
+        long diskBytes = 0;
+        for (int i = 0; i < where.length; i++) {
+            if (where[i].code() != ResultCode.OK || where[i].replicas().isEmpty()) {
+                missing++;
+                continue;
+            }
+            boolean disk = where[i].replicas().getFirst().onDisk();
+            if (disk) {
+                diskKeys++;
+            } else {
+                memoryKeys++;
+            }
+            if (lengths[i] == MISS) {
+                failed++;
+            } else {
+                success++;
+                if (disk) {
+                    diskBytes += lengths[i];
+                } else {
+                    memoryBytes += lengths[i];
+                }
+            }
+        }
+        return "load batch: keys=" + where.length + " memory_keys=" + memoryKeys + " disk_keys=" + diskKeys
+                + " missing_keys=" + missing + " success_keys=" + success + " failed_keys=" + failed
+                + " bytes_memory=" + memoryBytes + " bytes_disk=" + diskBytes;
     }
 
     private static List<Integer> all(int n) {
@@ -581,7 +636,7 @@ public final class KvPoolClient implements AutoCloseable {
                 if (lengths[i] == MISS && attempt < order.get(i).size()) {
                     Replica rep = order.get(i).get(attempt);
                     bySegment.computeIfAbsent(rep.segmentId(), x -> new ArrayList<>())
-                            .add(new ReadSlot(i, rep.offset(), where[i].generation(), where[i].valueLength()));
+                            .add(new ReadSlot(i, rep.offset(), where[i].generation(), where[i].valueLength(), rep.tier()));
                 }
             }
             if (bySegment.isEmpty()) {
@@ -599,34 +654,66 @@ public final class KvPoolClient implements AutoCloseable {
             return;
         }
         MemorySegment shm = shared.mapping(seg);
-        if (shm != null) {
-            // same machine: copy straight from the node's memory; what changed under the copy goes over TCP
-            List<ReadSlot> rest = new ArrayList<>();
-            for (ReadSlot slot : slots) {
-                if (SharedSegments.read(shm, slot.offset, slot.generation, slot.length, dsts[slot.item])) {
-                    lengths[slot.item] = slot.length;
-                } else {
-                    rest.add(slot);
-                }
+        List<ReadSlot> memory = new ArrayList<>(slots.size());
+        List<ReadSlot> disk = new ArrayList<>();
+        for (ReadSlot slot : slots) {
+            if (slot.tier == Tier.DISK) {
+                disk.add(slot);
+            } else if (shm == null
+                    || !SharedSegments.read(shm, slot.offset, slot.generation, slot.length, dsts[slot.item])) {
+                // same machine: copied straight from the node's memory above; what changed under the copy goes over TCP
+                memory.add(slot);
+            } else {
+                lengths[slot.item] = slot.length;
             }
-            if (rest.isEmpty()) {
-                return;
-            }
-            slots = rest;
         }
         ConnectionPool pool = nodePool(seg.address());
+        readOverTcp(seg, pool, memory, config.limits().maxPayloadBytes(), dsts, lengths);
+        // disk-tier objects go in pieces of at most the disk load budget, each holding its bytes of the
+        // client-wide budget until received: the node stages each piece in memory, so a burst of disk
+        // loads from all this client's threads cannot take more than the budget at once
+        readOverTcp(seg, pool, disk, config.diskLoadBudget(), dsts, lengths);
+    }
+
+    /** Permits (KiB) of the disk load budget a piece takes: its bytes, at most the whole budget. */
+    private int diskPermits(List<ReadSlot> slots, int start, int end) {
+        long bytes = 0;
+        for (int s = start; s < end; s++) {
+            bytes += slots.get(s).length;
+        }
+        return (int) Math.max(1, Math.min(budgetPermits(config.diskLoadBudget()), (bytes + 1023) >> 10));
+    }
+
+    private static int budgetPermits(long budgetBytes) {
+        return (int) Math.min(Integer.MAX_VALUE, budgetBytes >> 10);
+    }
+
+    private void readOverTcp(SegmentDirectory.Entry seg, ConnectionPool pool, List<ReadSlot> slots, long maxBytes,
+                             MemorySegment[] dsts, long[] lengths) {
+        boolean disk = !slots.isEmpty() && slots.getFirst().tier == Tier.DISK;
         int start = 0;
         while (start < slots.size()) {
-            int end = frameEnd(slots, start, slot -> slot.length);
+            int end = frameEnd(slots, start, slot -> slot.length, maxBytes);
             List<NodeMessages.ReadItem> items = new ArrayList<>(end - start);
             for (int s = start; s < end; s++) {
                 ReadSlot slot = slots.get(s);
-                items.add(new NodeMessages.ReadItem(slot.offset, slot.generation, slot.length));
+                items.add(new NodeMessages.ReadItem(slot.offset, slot.generation, slot.length, slot.tier));
             }
             BodyWriter w = new BodyWriter(16 + items.size() * 24);
             new NodeMessages.Read(items).write(w);
             FrameConnection c = null;
+            int permits = 0;
             try {
+                if (disk) {
+                    permits = diskPermits(slots, start, end);
+                    if (!diskLoads.tryAcquire(permits, config.requestTimeout().toNanos(), TimeUnit.NANOSECONDS)) {
+                        log.debug("disk load of {} items from {} timed out waiting for the disk load budget",
+                                end - start, seg.name());
+                        permits = 0;
+                        start = end;
+                        continue; // misses: the caller recomputes
+                    }
+                }
                 c = pool.borrow(config.requestTimeout());
                 MasterMessages.Codes codes = MasterMessages.Codes.read(
                         c.call(Opcode.NODE_READ, w, config.requestTimeout()).body());
@@ -639,10 +726,14 @@ public final class KvPoolClient implements AutoCloseable {
                 }
             } catch (IOException | RemoteException e) {
                 log.debug("read from {} failed: {}", seg.name(), e.getMessage());
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                return;
             } finally {
                 if (c != null) {
                     pool.release(c);
                 }
+                diskLoads.release(permits);
             }
             start = end;
         }
@@ -653,11 +744,15 @@ public final class KvPoolClient implements AutoCloseable {
      * items and the payload limit (a single value over the limit still goes, alone).
      */
     private <T> int frameEnd(List<T> slots, int start, java.util.function.ToLongFunction<T> length) {
+        return frameEnd(slots, start, length, config.limits().maxPayloadBytes());
+    }
+
+    private <T> int frameEnd(List<T> slots, int start, java.util.function.ToLongFunction<T> length, long maxBytes) {
         int end = start;
         long payload = 0;
         while (end < slots.size() && end - start < MAX_ITEMS_PER_NODE_FRAME) {
             long len = length.applyAsLong(slots.get(end));
-            if (end > start && payload + len > config.limits().maxPayloadBytes()) {
+            if (end > start && payload + len > maxBytes) {
                 break;
             }
             payload += len;
@@ -803,7 +898,8 @@ public final class KvPoolClient implements AutoCloseable {
         List<PoolStats.SegmentStats> segs = new ArrayList<>(s.segments().size());
         for (MasterMessages.SegmentInfo i : s.segments()) {
             segs.add(new PoolStats.SegmentStats(i.id(), i.name(), i.host(), i.port(), i.capacity(), i.used(), i.objects(),
-                    i.state() == MasterMessages.SegmentInfo.STATE_ACTIVE, i.heartbeatAgeMillis(), i.shmPath()));
+                    i.state() == MasterMessages.SegmentInfo.STATE_ACTIVE, i.heartbeatAgeMillis(), i.shmPath(),
+                    i.tiers().diskCapacity(), i.tiers().diskUsed(), i.tiers().diskObjects()));
         }
         directory.replace(segs);
         shared.retain(directory.ids());

@@ -22,8 +22,12 @@ public record PoolStats(long epoch, long keys, long pendingPuts, long allocatedB
      * @param active             false while the node is still listing its objects after (re)joining
      * @param heartbeatAgeMillis time since the node's last heartbeat
      * @param shmPath            the shared-memory file backing the segment on the node's machine, or ""
+     * @param diskCapacityBytes  the node's SSD tier, or 0 without one
+     * @param diskUsedBytes      bytes in the SSD tier's files
+     * @param diskObjects        objects in the SSD tier
      */
     public record SegmentStats(int id, String name, String host, int port, long capacityBytes, long usedBytes,
-                               long objects, boolean active, long heartbeatAgeMillis, String shmPath) {
+                               long objects, boolean active, long heartbeatAgeMillis, String shmPath,
+                               long diskCapacityBytes, long diskUsedBytes, long diskObjects) {
     }
 }

@@ -18,6 +18,7 @@ class ClientConfigTest {
         assertThat(c.autoDetectLocal()).isTrue();
         assertThat(c.preferredSegment()).isNull();
         assertThat(c.requestTimeout()).isEqualTo(ClientConfig.DEFAULT_REQUEST_TIMEOUT);
+        assertThat(c.diskLoadBudget()).isEqualTo(ClientConfig.DEFAULT_DISK_LOAD_BUDGET);
     }
 
     @Test
@@ -29,5 +30,6 @@ class ClientConfigTest {
         assertThatThrownBy(() -> c.withRequestTimeout(Duration.ZERO)).hasMessageContaining("request timeout");
         assertThatThrownBy(() -> c.withPreferredSegment("not-a-segment")).hasMessageContaining("not-a-segment");
         assertThatThrownBy(() -> new PutOptions(null, -1)).hasMessageContaining("replicas");
+        assertThatThrownBy(() -> c.withDiskLoadBudget(1000)).hasMessageContaining("diskLoadBudget");
     }
 }

@@ -13,20 +13,24 @@ final class FreeBatch {
     private long[] offsets = new long[1024];
     private long[] lengths = new long[1024];
     private long[] generations = new long[1024];
+    /** Bit 0: the copy is on disk (no allocator space); bit 1: spill a memory copy to the node's SSD tier. */
+    private byte[] flags = new byte[1024];
     private int size;
 
-    void add(int segment, long offset, long length, long generation) {
+    void add(int segment, long offset, long length, long generation, int tier, boolean spill) {
         if (size == segments.length) {
             int cap = size * 2;
             segments = java.util.Arrays.copyOf(segments, cap);
             offsets = java.util.Arrays.copyOf(offsets, cap);
             lengths = java.util.Arrays.copyOf(lengths, cap);
             generations = java.util.Arrays.copyOf(generations, cap);
+            flags = java.util.Arrays.copyOf(flags, cap);
         }
         segments[size] = segment;
         offsets[size] = offset;
         lengths[size] = length;
         generations[size] = generation;
+        flags[size] = (byte) ((tier == io.kvpool.protocol.Tier.DISK ? 1 : 0) | (spill ? 2 : 0));
         size++;
     }
 
@@ -36,16 +40,33 @@ final class FreeBatch {
 
     /**
      * Frees every collected region on its segment (skipping segments that are gone) and tells the
-     * nodes. Returns the bytes freed.
+     * nodes. Returns the memory bytes freed.
      */
     long apply(java.util.Map<Integer, Segment> live, NodeNotifier nodes) {
+        notifyNodes(live, nodes);
+        return freeAllocators(live);
+    }
+
+    /** Queues the frees (and spills) for the nodes, in (segment, offset) order. */
+    void notifyNodes(java.util.Map<Integer, Segment> live, NodeNotifier nodes) {
+        sort(0, size - 1);
+        for (int i = 0; i < size; i++) {
+            Segment s = live.get(segments[i]);
+            if (s != null) {
+                int tier = (flags[i] & 1) != 0 ? io.kvpool.protocol.Tier.DISK : io.kvpool.protocol.Tier.MEMORY;
+                nodes.free(s, offsets[i], generations[i], tier, (flags[i] & 2) != 0);
+            }
+        }
+    }
+
+    /** Returns the memory regions to their allocators (after the nodes were told); empties the batch. */
+    long freeAllocators(java.util.Map<Integer, Segment> live) {
         sort(0, size - 1);
         long freed = 0;
         for (int i = 0; i < size; i++) {
             Segment s = live.get(segments[i]);
-            if (s != null) {
+            if (s != null && (flags[i] & 1) == 0) {
                 s.allocator.free(offsets[i], lengths[i]);
-                nodes.free(s, offsets[i], generations[i]);
                 freed += lengths[i];
             }
         }
@@ -98,5 +119,8 @@ final class FreeBatch {
         long g = generations[i];
         generations[i] = generations[j];
         generations[j] = g;
+        byte f = flags[i];
+        flags[i] = flags[j];
+        flags[j] = f;
     }
 }

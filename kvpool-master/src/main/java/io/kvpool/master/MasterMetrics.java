@@ -75,6 +75,26 @@ public final class MasterMetrics {
                         cb.call(s.objects(), s.name());
                     }
                 }).register(registry);
+        // per node and tier, from the nodes' heartbeats
+        tierGauge("node_tier_capacity_bytes", "Capacity of a node's tier (memory: its segment; disk: its SSD tier)",
+                (s, t) -> t == 0 ? s.capacity() : s.tiers().diskCapacity());
+        tierGauge("node_tier_used_bytes", "Bytes in use in a node's tier", (s, t) -> t == 0 ? s.used() : s.tiers().diskUsed());
+        tierGauge("node_tier_objects", "Objects in a node's tier", (s, t) -> t == 0 ? s.objects() : s.tiers().diskObjects());
+        tierCounter("node_tier_read_bytes_total", "Value bytes a node served from a tier over TCP (same-machine reads of"
+                + " memory bypass the node and are not counted)", (s, t) -> t == 0 ? s.tiers().memoryReadBytes()
+                : s.tiers().diskReadBytes());
+        tierCounter("node_tier_written_bytes_total", "Value bytes a node wrote into a tier",
+                (s, t) -> t == 0 ? s.tiers().memoryWrittenBytes() : s.tiers().diskWrittenBytes());
+        tierCounter("node_tier_hits_total", "Objects a node served from a tier",
+                (s, t) -> t == 0 ? s.tiers().memoryReads() : s.tiers().diskHits());
+        diskGauge("node_disk_queue_bytes", "Bytes waiting in a node's spill queue", m -> m.diskQueueBytes());
+        diskCounter("node_disk_drops_total", "Spills dropped because the queue was full or the object did not fit",
+                m -> m.diskDrops());
+        diskCounter("node_disk_evictions_total", "Objects the SSD tier let go at its watermark", m -> m.diskEvictions());
+        diskCounter("node_disk_promotions_total", "Objects moved back to memory after repeated disk hits",
+                m -> m.diskPromotions());
+        diskCounter("node_disk_checksum_failures_total", "Disk reads whose checksum did not match (served as misses)",
+                m -> m.diskChecksumFailures());
         perOp("master_requests_total", "Requests received, by operation", requests, false);
         perOp("master_request_failures_total",
                 "Requests that failed: an error reply, or a single-item write whose item was not stored", failures, false);
@@ -93,6 +113,52 @@ public final class MasterMetrics {
 
     public PrometheusRegistry registry() {
         return registry;
+    }
+
+    private interface TierValue {
+        double of(SegmentInfo segment, int tier);
+    }
+
+    private void tierGauge(String name, String help, TierValue value) {
+        GaugeWithCallback.builder().name(name).help(help).labelNames("segment", "tier").callback(cb -> {
+            for (SegmentInfo s : service.segmentInfos()) {
+                cb.call(value.of(s, 0), s.name(), "memory");
+                if (s.tiers().hasDisk()) {
+                    cb.call(value.of(s, 1), s.name(), "disk");
+                }
+            }
+        }).register(registry);
+    }
+
+    private void tierCounter(String name, String help, TierValue value) {
+        CounterWithCallback.builder().name(name).help(help).labelNames("segment", "tier").callback(cb -> {
+            for (SegmentInfo s : service.segmentInfos()) {
+                cb.call(value.of(s, 0), s.name(), "memory");
+                if (s.tiers().hasDisk()) {
+                    cb.call(value.of(s, 1), s.name(), "disk");
+                }
+            }
+        }).register(registry);
+    }
+
+    private void diskGauge(String name, String help, java.util.function.ToDoubleFunction<io.kvpool.protocol.msg.MasterMessages.TierStats> value) {
+        GaugeWithCallback.builder().name(name).help(help).labelNames("segment").callback(cb -> {
+            for (SegmentInfo s : service.segmentInfos()) {
+                if (s.tiers().hasDisk()) {
+                    cb.call(value.applyAsDouble(s.tiers()), s.name());
+                }
+            }
+        }).register(registry);
+    }
+
+    private void diskCounter(String name, String help, java.util.function.ToDoubleFunction<io.kvpool.protocol.msg.MasterMessages.TierStats> value) {
+        CounterWithCallback.builder().name(name).help(help).labelNames("segment").callback(cb -> {
+            for (SegmentInfo s : service.segmentInfos()) {
+                if (s.tiers().hasDisk()) {
+                    cb.call(value.applyAsDouble(s.tiers()), s.name());
+                }
+            }
+        }).register(registry);
     }
 
     private void gauge(String name, String help, java.util.function.DoubleSupplier value) {

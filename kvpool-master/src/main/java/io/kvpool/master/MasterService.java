@@ -3,7 +3,9 @@ package io.kvpool.master;
 import io.kvpool.config.HostPort;
 import io.kvpool.protocol.BadRequestException;
 import io.kvpool.protocol.ObjectLayout;
+import io.kvpool.protocol.Keys;
 import io.kvpool.protocol.ResultCode;
+import io.kvpool.protocol.Tier;
 import io.kvpool.protocol.msg.MasterMessages.ClusterStats;
 import io.kvpool.protocol.msg.MasterMessages.HeartbeatReply;
 import io.kvpool.protocol.msg.MasterMessages.Inventory;
@@ -17,6 +19,7 @@ import io.kvpool.protocol.msg.MasterMessages.RegisterNode;
 import io.kvpool.protocol.msg.MasterMessages.RegisterReply;
 import io.kvpool.protocol.msg.MasterMessages.ReplicaList;
 import io.kvpool.protocol.msg.MasterMessages.SegmentInfo;
+import io.kvpool.protocol.msg.MasterMessages.TierStats;
 import io.kvpool.protocol.msg.Replica;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -86,8 +89,12 @@ public final class MasterService {
     private static final int TICK_MILLIS = 16;
     /** Buckets in the eviction histogram. */
     private static final int EVICTION_BUCKETS = 4096;
-    /** Eviction rounds a single put may trigger before reporting POOL_FULL. */
-    private static final int MAX_EVICTION_ROUNDS_PER_PUT = 3;
+    /**
+     * Eviction rounds a single put may trigger before reporting POOL_FULL. LRU victims are rarely
+     * neighbours, so an object a little larger than the ones evicted may need several rounds before
+     * freed ranges merge into one that fits.
+     */
+    private static final int MAX_EVICTION_ROUNDS_PER_PUT = 16;
 
     private final MasterConfig config;
     private final InstantSource clock;
@@ -107,6 +114,19 @@ public final class MasterService {
     private final AtomicLong generations;
     private final ReentrantLock evictionLock = new ReentrantLock();
     private final Map<UUID, Long> clients = new ConcurrentHashMap<>();
+
+    /** An object evicted to a node's SSD tier, not yet reported back by the node (NODE_DISK_ADD). */
+    private record Spill(long generation, int segmentId, long deadlineMillis) {
+    }
+
+    /**
+     * Spills in flight, by key. A node's report is accepted only for a spill still here: a remove of
+     * the key in between takes it out (and tells the node), so a removed object cannot come back from
+     * disk. Entries whose report never comes (the node's queue was full) expire.
+     */
+    private final Map<Key, Spill> spilling = new ConcurrentHashMap<>();
+    /** How long a spill may take to be reported before it is forgotten. */
+    private static final long SPILL_TIMEOUT_MILLIS = 60_000;
 
     final AtomicLong evictionAttempts = new AtomicLong();
     final AtomicLong evictionSuccesses = new AtomicLong();
@@ -207,6 +227,9 @@ public final class MasterService {
         if (!upsert && present(shard, key, hash)) {
             return PutStartResult.of(ResultCode.ALREADY_EXISTS);
         }
+        if (upsert && item.ifGeneration() != 0 && !holds(shard, key, hash, item.ifGeneration())) {
+            return PutStartResult.of(ResultCode.ALREADY_EXISTS);
+        }
         long regionLength = ObjectLayout.regionLength(item.key().length, item.valueLength());
         List<Placement> placed = place(regionLength, replicas, preferred);
         if (placed.isEmpty()) {
@@ -221,7 +244,8 @@ public final class MasterService {
         long generation = generations.incrementAndGet();
         shard.lock.lock();
         try {
-            if (!upsert && presentLocked(shard, key, hash)) {
+            if ((!upsert && presentLocked(shard, key, hash))
+                    || (upsert && item.ifGeneration() != 0 && !holdsLocked(shard, key, hash, item.ifGeneration()))) {
                 freeRegions(segIds, offsets, regionLength, ep, generation, false);
                 return PutStartResult.of(ResultCode.ALREADY_EXISTS);
             }
@@ -241,6 +265,21 @@ public final class MasterService {
             reps.add(new Replica(segIds[i], offsets[i]));
         }
         return new PutStartResult(ResultCode.OK, generation, reps);
+    }
+
+    /** True if the key's complete object has this generation (a conditional upsert's precondition). */
+    private static boolean holds(ObjectIndex.Shard shard, byte[] key, int hash, long generation) {
+        shard.lock.lock();
+        try {
+            return holdsLocked(shard, key, hash, generation);
+        } finally {
+            shard.lock.unlock();
+        }
+    }
+
+    private static boolean holdsLocked(ObjectIndex.Shard shard, byte[] key, int hash, long generation) {
+        int slot = shard.objects.find(key, hash);
+        return slot >= 0 && shard.objects.generation(slot) == generation;
     }
 
     private boolean present(ObjectIndex.Shard shard, byte[] key, int hash) {
@@ -307,7 +346,7 @@ public final class MasterService {
             if (failed || s == null) {
                 if (s != null) {
                     s.allocator.free(p.offsets[i], regionLength);
-                    nodes.free(s, p.offsets[i], p.generation);
+                    nodes.free(s, p.offsets[i], p.generation, Tier.MEMORY, false);
                 }
                 continue;
             }
@@ -368,7 +407,7 @@ public final class MasterService {
             int n = objects.replicas(slot);
             List<Replica> reps = new ArrayList<>(n);
             for (int r = 0; r < n; r++) {
-                reps.add(new Replica(objects.segment(slot, r), objects.offset(slot, r)));
+                reps.add(replica(objects.segment(slot, r), objects.offset(slot, r)));
             }
             out[i] = new ReplicaList(ResultCode.OK, objects.valueLength(slot), objects.generation(slot), reps);
         });
@@ -418,7 +457,7 @@ public final class MasterService {
                 ObjectTable objects = shard.objects;
                 int slot = objects.find(key, hash);
                 if (slot < 0) {
-                    out[i] = ResultCode.NOT_FOUND;
+                    out[i] = cancelSpill(new Key(key, hash)) ? ResultCode.OK : ResultCode.NOT_FOUND;
                     return;
                 }
                 release(objects, slot);
@@ -443,7 +482,7 @@ public final class MasterService {
                 if (prefix.length == 0) {
                     // everything goes: collect, then drop the shard's storage at once
                     for (int slot = 0; slot < objects.size(); slot++) {
-                        collect(objects, slot, frees);
+                        collect(objects, slot, frees, false);
                     }
                     n[0] += objects.size();
                     objects.clear();
@@ -453,10 +492,15 @@ public final class MasterService {
                     if (!objects.keyStartsWith(slot, prefix)) {
                         return false;
                     }
-                    collect(objects, slot, frees);
+                    collect(objects, slot, frees, false);
                     return true;
                 });
             });
+            for (Key k : new ArrayList<>(spilling.keySet())) {
+                if (Keys.hasPrefix(k.bytes, prefix) && cancelSpill(k)) {
+                    n[0]++;
+                }
+            }
             // still under the epoch lock: a reset cannot slip in and free these regions first
             frees.apply(segments, nodes);
         } finally {
@@ -495,6 +539,7 @@ public final class MasterService {
 
     /** Drops every object and reservation, resets every allocator, moves to {@code newEpoch}. Holds the write lock. */
     private long resetLocked(long newEpoch) {
+        spilling.clear();
         long n = index.objectCount();
         // pending puts stay, so their PUT_END can be answered FENCED; their space is void
         index.forEachShard(shard -> shard.objects.clear());
@@ -610,6 +655,9 @@ public final class MasterService {
             index.forEachShard(shard -> {
                 ObjectTable objects = shard.objects;
                 for (int slot = 0, n = objects.size(); slot < n; slot++) {
+                    if (diskOnly(objects, slot)) {
+                        continue; // takes no memory
+                    }
                     int t = objects.lastAccess(slot);
                     range[0] = Math.min(range[0], t);
                     range[1] = Math.max(range[1], t);
@@ -624,8 +672,10 @@ public final class MasterService {
             index.forEachShard(shard -> {
                 ObjectTable objects = shard.objects;
                 for (int slot = 0, n = objects.size(); slot < n; slot++) {
-                    bytes[bucket(objects.lastAccess(slot), min, span)] += regionLength(objects, slot)
-                            * objects.replicas(slot);
+                    if (!diskOnly(objects, slot)) {
+                        bytes[bucket(objects.lastAccess(slot), min, span)] += regionLength(objects, slot)
+                                * objects.replicas(slot);
+                    }
                 }
             });
             int cutoff = 0;
@@ -644,16 +694,23 @@ public final class MasterService {
                 }
                 ObjectTable objects = shard.objects;
                 objects.removeIf(slot -> {
+                    if (diskOnly(objects, slot)) {
+                        return false;
+                    }
                     int b = bucket(objects.lastAccess(slot), min, span);
                     if (b > cut || (b == cut && freedAndKeys[0] >= targetBytes)) {
                         return false;
                     }
-                    freedAndKeys[0] += collect(objects, slot, frees);
+                    // nodes with an SSD tier keep the object there; it comes back as a disk replica (NODE_DISK_ADD)
+                    freedAndKeys[0] += collect(objects, slot, frees, true);
                     freedAndKeys[1]++;
                     return true;
                 });
             });
-            frees.apply(segments, nodes);
+            // nodes copy what they spill before the space can be handed to anyone else: tell them, wait, then free
+            frees.notifyNodes(segments, nodes);
+            nodes.flush();
+            frees.freeAllocators(segments);
             long freed = freedAndKeys[0];
             long keys = freedAndKeys[1];
             if (keys > 0) {
@@ -747,6 +804,9 @@ public final class MasterService {
         if (it.epoch() != epoch) {
             return ResultCode.ALREADY_EXISTS;
         }
+        if (it.tier() == Tier.DISK) {
+            return adoptDisk(seg, it, tick);
+        }
         byte[] key = it.key();
         int hash = index.hash(key);
         long regionLength = ObjectLayout.regionLength(key.length, it.valueLength());
@@ -789,11 +849,115 @@ public final class MasterService {
         }
     }
 
+    /**
+     * An object in a node's SSD tier (from its inventory, or just spilled there): listed as a disk
+     * replica unless the key is held by something else (a newer version, a put in flight).
+     * Caller holds the epoch lock (either mode).
+     */
+    private ResultCode adoptDisk(Segment seg, InventoryItem it, int tick) {
+        byte[] key = it.key();
+        int hash = index.hash(key);
+        ObjectIndex.Shard shard = index.shard(hash);
+        shard.lock.lock();
+        try {
+            if (presentLocked(shard, key, hash)) {
+                ObjectTable objects = shard.objects;
+                int slot = objects.find(key, hash);
+                if (slot >= 0 && objects.generation(slot) == it.generation() && replicaIndex(objects, slot, seg.id) < 0) {
+                    objects.addReplica(slot, seg.id | DISK_BIT, 0);
+                    return ResultCode.OK;
+                }
+                return ResultCode.ALREADY_EXISTS;
+            }
+            shard.objects.insert(key, hash, it.valueLength(), it.generation(), tick, new int[]{seg.id | DISK_BIT},
+                    new long[]{0}, 1);
+            generations.accumulateAndGet(it.generation() + 1, Math::max);
+            return ResultCode.OK;
+        } finally {
+            shard.lock.unlock();
+        }
+    }
+
+    /** NODE_DISK_ADD: objects a node just spilled to its SSD tier become visible again, as disk replicas. */
+    public List<ResultCode> diskAdd(Inventory inv) {
+        List<ResultCode> out = new ArrayList<>(inv.items().size());
+        epochLock.readLock().lock();
+        try {
+            Segment seg = registered(inv.segmentId(), inv.nodeIncarnation(), "node_disk_add");
+            int tick = accessTick();
+            for (InventoryItem it : inv.items()) {
+                Spill s = spilling.get(new Key(it.key(), index.hash(it.key())));
+                if (it.epoch() != epoch) {
+                    out.add(ResultCode.FENCED);
+                } else if (s == null || s.generation != it.generation() || s.segmentId != seg.id) {
+                    out.add(ResultCode.EXPIRED); // removed (or replaced) while on its way to disk
+                } else {
+                    spilling.remove(new Key(it.key(), index.hash(it.key())), s);
+                    out.add(adoptDisk(seg, it, tick));
+                }
+            }
+            return out;
+        } finally {
+            epochLock.readLock().unlock();
+        }
+    }
+
+    /** NODE_DISK_DROP: a node's SSD tier let objects go; their disk replicas (that generation only) leave the index. */
+    public List<ResultCode> diskDrop(Inventory inv) {
+        List<ResultCode> out = new ArrayList<>(inv.items().size());
+        epochLock.readLock().lock();
+        try {
+            Segment seg = registered(inv.segmentId(), inv.nodeIncarnation(), "node_disk_drop");
+            for (InventoryItem it : inv.items()) {
+                byte[] key = it.key();
+                int hash = index.hash(key);
+                ObjectIndex.Shard shard = index.shard(hash);
+                shard.lock.lock();
+                try {
+                    ObjectTable objects = shard.objects;
+                    int slot = objects.find(key, hash);
+                    int r = slot < 0 || objects.generation(slot) != it.generation() ? -1
+                            : replicaIndex(objects, slot, seg.id);
+                    if (r < 0 || !onDisk(objects.segment(slot, r))) {
+                        out.add(ResultCode.NOT_FOUND);
+                    } else if (objects.replicas(slot) == 1) {
+                        objects.remove(slot);
+                        out.add(ResultCode.OK);
+                    } else {
+                        objects.removeReplica(slot, r);
+                        out.add(ResultCode.OK);
+                    }
+                } finally {
+                    shard.lock.unlock();
+                }
+            }
+            return out;
+        } finally {
+            epochLock.readLock().unlock();
+        }
+    }
+
+    private Segment registered(int segmentId, long nodeIncarnation, String op) {
+        Segment seg = segments.get(segmentId);
+        if (seg == null || seg.nodeIncarnation != nodeIncarnation) {
+            throw new BadRequestException(op + " for segment id " + segmentId + ", which is not registered (register again)");
+        }
+        return seg;
+    }
+
     /** NODE_HEARTBEAT: NOT_FOUND tells the node to register again. */
     public HeartbeatReply heartbeat(int segmentId, long nodeIncarnation) {
+        return heartbeat(segmentId, nodeIncarnation, null);
+    }
+
+    /** NODE_HEARTBEAT with the node's per-tier counters (kept for metrics and status). */
+    public HeartbeatReply heartbeat(int segmentId, long nodeIncarnation, TierStats tiers) {
         Segment seg = segments.get(segmentId);
         if (seg == null || seg.nodeIncarnation != nodeIncarnation) {
             return new HeartbeatReply(ResultCode.NOT_FOUND, epoch);
+        }
+        if (tiers != null) {
+            seg.tiers = tiers;
         }
         seg.lastHeartbeatMillis = clock.millis();
         return new HeartbeatReply(ResultCode.OK, epoch);
@@ -872,6 +1036,7 @@ public final class MasterService {
         } finally {
             epochLock.readLock().unlock();
         }
+        spilling.values().removeIf(s -> s.deadlineMillis < now);
         long forget = now - 10 * config.clientTtl().toMillis();
         clients.values().removeIf(seen -> seen < forget);
     }
@@ -917,7 +1082,7 @@ public final class MasterService {
             out.add(new SegmentInfo(s.id, s.name, s.address.host(), s.address.port(), s.allocator.capacity(),
                     s.allocator.used(), s.allocator.allocations(),
                     s.active ? SegmentInfo.STATE_ACTIVE : SegmentInfo.STATE_JOINING, now - s.lastHeartbeatMillis,
-                    s.shmPath));
+                    s.shmPath, s.tiers));
         }
         return out;
     }
@@ -928,6 +1093,24 @@ public final class MasterService {
     }
 
     // ================================================================== helpers
+
+    /**
+     * A replica's segment id as the index stores it: the segment id, with {@link #DISK_BIT} set for a
+     * copy in that node's SSD tier (found there by generation; its offset is 0).
+     */
+    static final int DISK_BIT = 1 << 30;
+
+    static boolean onDisk(int storedSegment) {
+        return (storedSegment & DISK_BIT) != 0;
+    }
+
+    static int segmentId(int storedSegment) {
+        return storedSegment & ~DISK_BIT;
+    }
+
+    private static Replica replica(int storedSegment, long offset) {
+        return new Replica(segmentId(storedSegment), onDisk(storedSegment) ? Tier.DISK : Tier.MEMORY, offset);
+    }
 
     /** The region an object takes on each of its replicas (header, key and value). */
     private static long regionLength(ObjectTable objects, int slot) {
@@ -940,26 +1123,71 @@ public final class MasterService {
         long generation = objects.generation(slot);
         long freed = 0;
         for (int i = 0, n = objects.replicas(slot); i < n; i++) {
-            Segment s = segments.get(objects.segment(slot, i));
-            if (s != null) {
-                long offset = objects.offset(slot, i);
+            int stored = objects.segment(slot, i);
+            Segment s = segments.get(segmentId(stored));
+            if (s == null) {
+                continue;
+            }
+            long offset = objects.offset(slot, i);
+            if (onDisk(stored)) {
+                nodes.free(s, offset, generation, Tier.DISK, false);
+            } else {
                 s.allocator.free(offset, len);
-                nodes.free(s, offset, generation);
+                nodes.free(s, offset, generation, Tier.MEMORY, false);
                 freed += len;
             }
         }
         return freed;
     }
 
-    /** Queues a complete object's regions on a batch instead of freeing them now. Returns their bytes. */
-    private static long collect(ObjectTable objects, int slot, FreeBatch batch) {
+    /**
+     * Queues a complete object's copies on a batch instead of freeing them now. With {@code spill},
+     * memory copies on nodes that have an SSD tier are moved there rather than dropped. Returns the
+     * memory bytes the batch will free.
+     */
+    private long collect(ObjectTable objects, int slot, FreeBatch batch, boolean spill) {
         long len = regionLength(objects, slot);
         long generation = objects.generation(slot);
-        int n = objects.replicas(slot);
-        for (int i = 0; i < n; i++) {
-            batch.add(objects.segment(slot, i), objects.offset(slot, i), len, generation);
+        long memory = 0;
+        for (int i = 0, n = objects.replicas(slot); i < n; i++) {
+            int stored = objects.segment(slot, i);
+            if (onDisk(stored)) {
+                batch.add(segmentId(stored), objects.offset(slot, i), 0, generation, Tier.DISK, false);
+            } else {
+                Segment s = segments.get(stored);
+                boolean toDisk = spill && s != null && s.tiers.hasDisk();
+                batch.add(stored, objects.offset(slot, i), len, generation, Tier.MEMORY, toDisk);
+                if (toDisk) {
+                    spilling.put(new Key(objects.key(slot), objects.hash(slot)),
+                            new Spill(generation, stored, clock.millis() + SPILL_TIMEOUT_MILLIS));
+                }
+                memory += len;
+            }
         }
-        return len * n;
+        return memory;
+    }
+
+    /** Forgets a spill in flight and tells its node to drop the disk copy if it made it there. */
+    private boolean cancelSpill(Key key) {
+        Spill s = spilling.remove(key);
+        if (s == null) {
+            return false;
+        }
+        Segment seg = segments.get(s.segmentId);
+        if (seg != null) {
+            nodes.free(seg, 0, s.generation, Tier.DISK, false);
+        }
+        return true;
+    }
+
+    /** True when every copy of the object is in an SSD tier: it takes no memory and memory eviction skips it. */
+    private static boolean diskOnly(ObjectTable objects, int slot) {
+        for (int i = 0, n = objects.replicas(slot); i < n; i++) {
+            if (!onDisk(objects.segment(slot, i))) {
+                return false;
+            }
+        }
+        return true;
     }
 
     /**
@@ -975,16 +1203,16 @@ public final class MasterService {
             if (s != null) {
                 s.allocator.free(offsets[i], regionLength);
                 if (notify) {
-                    nodes.free(s, offsets[i], generation);
+                    nodes.free(s, offsets[i], generation, Tier.MEMORY, false);
                 }
             }
         }
     }
 
-    /** Which replica of the object in {@code slot} is on segment {@code segmentId}, or -1. */
+    /** Which replica of the object in {@code slot} is on segment {@code segmentId} (either tier), or -1. */
     private static int replicaIndex(ObjectTable objects, int slot, int segmentId) {
         for (int i = 0, n = objects.replicas(slot); i < n; i++) {
-            if (objects.segment(slot, i) == segmentId) {
+            if (segmentId(objects.segment(slot, i)) == segmentId) {
                 return i;
             }
         }

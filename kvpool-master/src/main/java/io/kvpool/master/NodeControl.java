@@ -64,8 +64,8 @@ final class NodeControl implements NodeNotifier {
     }
 
     @Override
-    public void free(Segment segment, long offset, long generation) {
-        channel(segment).queue.add(new NodeMessages.FreeItem(offset, generation));
+    public void free(Segment segment, long offset, long generation, int tier, boolean spill) {
+        channel(segment).queue.add(new NodeMessages.FreeItem(offset, generation, tier, spill));
     }
 
     @Override

@@ -9,8 +9,12 @@ import java.util.Collection;
  */
 interface NodeNotifier extends AutoCloseable {
 
-    /** A region on {@code segment} was freed. May be delivered later, in a batch. */
-    void free(Segment segment, long offset, long generation);
+    /**
+     * A copy on {@code segment} was freed: a memory region (offset, generation) or a disk-tier copy
+     * (generation). With {@code spill} the node moves a memory object to its SSD tier instead of
+     * dropping it. May be delivered later, in a batch.
+     */
+    void free(Segment segment, long offset, long generation, int tier, boolean spill);
 
     /**
      * Delivers every free queued so far and returns once nodes acknowledged them (or timed out). Called
@@ -34,7 +38,7 @@ interface NodeNotifier extends AutoCloseable {
     /** For tests of the master alone: delivers nothing. */
     NodeNotifier NONE = new NodeNotifier() {
         @Override
-        public void free(Segment segment, long offset, long generation) {
+        public void free(Segment segment, long offset, long generation, int tier, boolean spill) {
         }
 
         @Override

@@ -19,6 +19,8 @@ final class Segment {
     /** False while the node is still listing its objects: no new puts are placed here until then. */
     volatile boolean active;
     volatile long lastHeartbeatMillis;
+    /** The node's per-tier counters from its last heartbeat; {@code hasDisk()} tells whether it has an SSD tier. */
+    volatile io.kvpool.protocol.msg.MasterMessages.TierStats tiers = io.kvpool.protocol.msg.MasterMessages.TierStats.NONE;
 
     Segment(int id, String name, HostPort address, long capacity, long nodeIncarnation, String shmPath, long nowMillis) {
         this.id = id;

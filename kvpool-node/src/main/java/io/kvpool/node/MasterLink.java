@@ -69,6 +69,20 @@ final class MasterLink implements AutoCloseable {
         return registered;
     }
 
+    int segmentId() {
+        return registered ? segmentId : -1;
+    }
+
+    /** Something to report (disk additions or drops): run the loop now instead of at the next heartbeat. */
+    void wake() {
+        lock.lock();
+        try {
+            state.signalAll();
+        } finally {
+            lock.unlock();
+        }
+    }
+
     boolean awaitRegistered(Duration timeout) throws InterruptedException {
         long deadline = System.nanoTime() + timeout.toNanos();
         lock.lock();
@@ -128,6 +142,7 @@ final class MasterLink implements AutoCloseable {
                     log.info("node {}: master {} reachable again", node.name(), config.master());
                     outageLogged = false;
                 }
+                reportDisk();
                 sleep(config.heartbeatInterval());
             } catch (IOException | RemoteException e) {
                 if (!running) {
@@ -184,6 +199,31 @@ final class MasterLink implements AutoCloseable {
         long kept = 0;
         long dropped = 0;
         long corrupt = 0;
+        DiskTier disk = node.disk();
+        if (disk != null && reply.keepInventory()) {
+            List<io.kvpool.node.disk.DiskStore.Entry> onDisk = disk.entries();
+            for (int from = 0; from < onDisk.size(); from += INVENTORY_CHUNK) {
+                List<io.kvpool.node.disk.DiskStore.Entry> chunk = onDisk.subList(from, Math.min(onDisk.size(), from + INVENTORY_CHUNK));
+                List<InventoryItem> items = new ArrayList<>(chunk.size());
+                for (io.kvpool.node.disk.DiskStore.Entry e : chunk) {
+                    items.add(new InventoryItem(0, e.generation(), e.epoch(), e.key(), e.valueLength(),
+                            io.kvpool.protocol.Tier.DISK));
+                }
+                BodyWriter dw = new BodyWriter(64 + items.size() * 128);
+                new Inventory(id, incarnation, false, items).write(dw);
+                List<ResultCode> codes = MasterMessages.Codes.read(conn.call(Opcode.NODE_INVENTORY, dw, rpcTimeout()).body()).codes();
+                for (int j = 0; j < chunk.size(); j++) {
+                    if (codes.get(j) == ResultCode.OK) {
+                        kept++;
+                    } else {
+                        dropped++;
+                        disk.rejected(chunk.get(j));
+                    }
+                }
+            }
+        } else if (disk != null) {
+            disk.reset(reply.epoch());
+        }
         int i = 0;
         do {
             List<RegionLedger.Region> chunk = regions.subList(i, Math.min(regions.size(), i + INVENTORY_CHUNK));
@@ -249,8 +289,40 @@ final class MasterLink implements AutoCloseable {
 
     private HeartbeatReply heartbeat() throws IOException {
         BodyWriter w = new BodyWriter(40);
-        new Heartbeat(segmentId, incarnation, node.ledger().epoch(), node.ledger().objectCount()).write(w);
+        new Heartbeat(segmentId, incarnation, node.ledger().epoch(), node.ledger().objectCount(), node.tierStats()).write(w);
         return HeartbeatReply.read(conn.call(Opcode.NODE_HEARTBEAT, w, rpcTimeout()).body());
+    }
+
+    /**
+     * Reports what the SSD tier stored (NODE_DISK_ADD: the master lists those objects again, as disk
+     * copies) and let go (NODE_DISK_DROP). Objects the master refuses to list are removed from disk.
+     */
+    private void reportDisk() throws IOException {
+        DiskTier disk = node.disk();
+        if (disk == null) {
+            return;
+        }
+        for (List<io.kvpool.node.disk.DiskStore.Entry> batch = disk.takeAdded(); !batch.isEmpty(); batch = disk.takeAdded()) {
+            List<ResultCode> codes = sendDisk(Opcode.NODE_DISK_ADD, batch);
+            for (int i = 0; i < batch.size(); i++) {
+                if (codes.get(i) != ResultCode.OK) {
+                    disk.rejected(batch.get(i));
+                }
+            }
+        }
+        for (List<io.kvpool.node.disk.DiskStore.Entry> batch = disk.takeDropped(); !batch.isEmpty(); batch = disk.takeDropped()) {
+            sendDisk(Opcode.NODE_DISK_DROP, batch);
+        }
+    }
+
+    private List<ResultCode> sendDisk(Opcode op, List<io.kvpool.node.disk.DiskStore.Entry> batch) throws IOException {
+        List<InventoryItem> items = new ArrayList<>(batch.size());
+        for (io.kvpool.node.disk.DiskStore.Entry e : batch) {
+            items.add(new InventoryItem(0, e.generation(), e.epoch(), e.key(), e.valueLength(), io.kvpool.protocol.Tier.DISK));
+        }
+        BodyWriter w = new BodyWriter(64 + items.size() * 128);
+        new Inventory(segmentId, incarnation, false, items).write(w);
+        return MasterMessages.Codes.read(conn.call(op, w, rpcTimeout()).body()).codes();
     }
 
     private void sleep(Duration d) {

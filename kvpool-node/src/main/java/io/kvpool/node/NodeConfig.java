@@ -24,10 +24,14 @@ import java.time.Duration;
  * @param limits            frame size limits
  * @param prefault          commit every page of a shared-memory segment at start (before registering),
  *                          so no write pays for first-touch page faults
+ * @param diskDir           directory of the SSD tier; null turns the tier off (no disk thread, file or buffer)
+ * @param diskSize          capacity of the SSD tier (required with a directory)
+ * @param promoteAfter      disk hits after which an object moves back to memory; 0 never promotes
  */
 public record NodeConfig(HostPort master, String listenHost, int port, String advertiseHost, Size segmentSize,
                          Path shmDir, Duration heartbeatInterval, Duration regionWait, Duration frameTimeout,
-                         boolean verifyWrites, Limits limits, boolean prefault) {
+                         boolean verifyWrites, Limits limits, boolean prefault, Path diskDir, Size diskSize,
+                         int promoteAfter) {
 
     /** Default port a node listens on. */
     public static final int DEFAULT_PORT = 50052;
@@ -39,6 +43,8 @@ public record NodeConfig(HostPort master, String listenHost, int port, String ad
     public static final Duration DEFAULT_REGION_WAIT = Duration.ofSeconds(5);
     /** Default bound on one frame's transfer once it started. */
     public static final Duration DEFAULT_FRAME_TIMEOUT = Duration.ofSeconds(30);
+    /** Default number of disk hits after which an object moves back to memory. */
+    public static final int DEFAULT_PROMOTE_AFTER = 2;
     /** Default shared-memory directory. */
     public static final Path DEFAULT_SHM_DIR = Path.of("/dev/shm");
 
@@ -53,6 +59,16 @@ public record NodeConfig(HostPort master, String listenHost, int port, String ad
             throw new IllegalArgumentException("node: port (--port) " + port + " is out of range 0..65535");
         }
         Durations.requirePositive("node: heartbeat interval (--heartbeat-interval)", heartbeatInterval);
+        if (diskDir != null && (diskSize == null || diskSize.bytes() < (4 << 20))) {
+            throw new IllegalArgumentException("node: a disk tier (--disk-dir " + diskDir + ") needs --disk-size of at"
+                    + " least 4MiB, got " + (diskSize == null ? "none" : diskSize));
+        }
+        if (diskDir == null && diskSize != null) {
+            throw new IllegalArgumentException("node: --disk-size " + diskSize + " given without --disk-dir");
+        }
+        if (promoteAfter < 0) {
+            throw new IllegalArgumentException("node: --promote-after must be 0 (never) or more, got " + promoteAfter);
+        }
         Durations.requirePositive("node: region wait", regionWait);
         Durations.requirePositive("node: frame timeout", frameTimeout);
     }
@@ -60,46 +76,58 @@ public record NodeConfig(HostPort master, String listenHost, int port, String ad
     /** A config with every default, for the given master and segment size. */
     public static NodeConfig defaults(HostPort master, Size segmentSize) {
         return new NodeConfig(master, "0.0.0.0", DEFAULT_PORT, null, segmentSize, DEFAULT_SHM_DIR,
-                DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_REGION_WAIT, DEFAULT_FRAME_TIMEOUT, false, Limits.DEFAULT, true);
+                DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_REGION_WAIT, DEFAULT_FRAME_TIMEOUT, false, Limits.DEFAULT, true, null, null,
+                DEFAULT_PROMOTE_AFTER);
     }
 
     public NodeConfig withPort(int p) {
         return new NodeConfig(master, listenHost, p, advertiseHost, segmentSize, shmDir, heartbeatInterval, regionWait,
-                frameTimeout, verifyWrites, limits, prefault);
+                frameTimeout, verifyWrites, limits, prefault, diskDir, diskSize, promoteAfter);
     }
 
     public NodeConfig withListen(String host, int p) {
         return new NodeConfig(master, host, p, advertiseHost, segmentSize, shmDir, heartbeatInterval, regionWait,
-                frameTimeout, verifyWrites, limits, prefault);
+                frameTimeout, verifyWrites, limits, prefault, diskDir, diskSize, promoteAfter);
     }
 
     public NodeConfig withAdvertiseHost(String host) {
         return new NodeConfig(master, listenHost, port, host, segmentSize, shmDir, heartbeatInterval, regionWait,
-                frameTimeout, verifyWrites, limits, prefault);
+                frameTimeout, verifyWrites, limits, prefault, diskDir, diskSize, promoteAfter);
     }
 
     public NodeConfig withHeartbeatInterval(Duration d) {
         return new NodeConfig(master, listenHost, port, advertiseHost, segmentSize, shmDir, d, regionWait,
-                frameTimeout, verifyWrites, limits, prefault);
+                frameTimeout, verifyWrites, limits, prefault, diskDir, diskSize, promoteAfter);
     }
 
     public NodeConfig withShmDir(Path dir) {
         return new NodeConfig(master, listenHost, port, advertiseHost, segmentSize, dir, heartbeatInterval, regionWait,
-                frameTimeout, verifyWrites, limits, prefault);
+                frameTimeout, verifyWrites, limits, prefault, diskDir, diskSize, promoteAfter);
     }
 
     public NodeConfig withRegionWait(Duration d) {
         return new NodeConfig(master, listenHost, port, advertiseHost, segmentSize, shmDir, heartbeatInterval, d,
-                frameTimeout, verifyWrites, limits, prefault);
+                frameTimeout, verifyWrites, limits, prefault, diskDir, diskSize, promoteAfter);
+    }
+
+    /** An SSD tier in {@code dir} of {@code size}, or none when {@code dir} is null. */
+    public NodeConfig withDisk(Path dir, Size size) {
+        return new NodeConfig(master, listenHost, port, advertiseHost, segmentSize, shmDir, heartbeatInterval,
+                regionWait, frameTimeout, verifyWrites, limits, prefault, dir, size, promoteAfter);
+    }
+
+    public NodeConfig withPromoteAfter(int hits) {
+        return new NodeConfig(master, listenHost, port, advertiseHost, segmentSize, shmDir, heartbeatInterval,
+                regionWait, frameTimeout, verifyWrites, limits, prefault, diskDir, diskSize, hits);
     }
 
     public NodeConfig withPrefault(boolean v) {
         return new NodeConfig(master, listenHost, port, advertiseHost, segmentSize, shmDir, heartbeatInterval,
-                regionWait, frameTimeout, verifyWrites, limits, v);
+                regionWait, frameTimeout, verifyWrites, limits, v, diskDir, diskSize, promoteAfter);
     }
 
     public NodeConfig withVerifyWrites(boolean v) {
         return new NodeConfig(master, listenHost, port, advertiseHost, segmentSize, shmDir, heartbeatInterval,
-                regionWait, frameTimeout, v, limits, prefault);
+                regionWait, frameTimeout, v, limits, prefault, diskDir, diskSize, promoteAfter);
     }
 }

@@ -58,6 +58,9 @@ public final class StorageNode implements AutoCloseable {
     private final AtomicLong bytesWritten = new AtomicLong();
     private final AtomicLong bytesRead = new AtomicLong();
     private final AtomicLong refusedWrites = new AtomicLong();
+    private final AtomicLong memoryReads = new AtomicLong();
+    /** The SSD tier, or null when none is configured (then no disk thread, file or buffer exists). */
+    private final DiskTier disk;
     /** Same-machine writes begun and not yet ended, by connection (peer address) and generation. */
     private final Map<String, Map<Long, RegionLedger.Region>> shmWrites = new ConcurrentHashMap<>();
     private volatile boolean closed;
@@ -78,7 +81,23 @@ public final class StorageNode implements AutoCloseable {
         }
         this.segment = memory.segment();
         this.ledger = new RegionLedger(segment);
+        DiskTier d = null;
+        try {
+            d = config.diskDir() == null ? null : new DiskTier(this, config);
+        } catch (IOException e) {
+            memory.close();
+            server.close();
+            throw new IOException("disk tier at " + config.diskDir() + ": " + e.getMessage(), e);
+        } catch (RuntimeException e) {
+            memory.close();
+            server.close();
+            throw e;
+        }
+        this.disk = d;
         this.link = new MasterLink(this, config);
+        if (disk != null) {
+            disk.onChange(link::wake);
+        }
         log.info("node {} serving a {} segment, master {}", name, Size.human(segment.byteSize()), config.master());
     }
 
@@ -124,6 +143,62 @@ public final class StorageNode implements AutoCloseable {
 
     RegionLedger ledger() {
         return ledger;
+    }
+
+    /** The SSD tier, or null. */
+    DiskTier disk() {
+        return disk;
+    }
+
+    /** Whether this node runs an SSD tier (its store, writer thread and staging memory exist only then). */
+    public boolean hasDiskTier() {
+        return disk != null;
+    }
+
+    /** The segment id the master gave this node, or -1 while not registered. */
+    int segmentId() {
+        return link.segmentId();
+    }
+
+    /** Per-tier counters for the heartbeat. */
+    io.kvpool.protocol.msg.MasterMessages.TierStats tierStats() {
+        return disk == null
+                ? new io.kvpool.protocol.msg.MasterMessages.TierStats(bytesRead.get(), bytesWritten.get(), memoryReads.get(),
+                0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+                : disk.stats(bytesRead.get(), bytesWritten.get(), memoryReads.get());
+    }
+
+    /**
+     * Writes an object into this node's own segment (a promotion from the disk tier), with the same
+     * admission as a client's write. Returns true once it is readable.
+     */
+    boolean writeLocal(long offset, long generation, long epoch, byte[] key, MemorySegment value, int crc) {
+        long regionLength = ObjectLayout.regionLength(key.length, value.byteSize());
+        if (offset < 0 || offset % ObjectLayout.ALIGNMENT != 0 || offset + regionLength > segment.byteSize()) {
+            return false;
+        }
+        RegionLedger.WriteAdmission adm;
+        try {
+            adm = ledger.beginWrite(offset, regionLength, generation, epoch, key, value.byteSize(), config.regionWait());
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            return false;
+        }
+        if (adm.region() == null) {
+            return false;
+        }
+        boolean ok = false;
+        try {
+            ObjectLayout.writeHeader(segment, offset, ObjectLayout.STATE_WRITING, key, value.byteSize(), generation, epoch, crc);
+            MemorySegment.copy(value, 0, segment, adm.region().valueOffset(), value.byteSize());
+            ok = true;
+        } finally {
+            ok = ledger.endWrite(adm.region(), ok);
+        }
+        if (ok) {
+            bytesWritten.addAndGet(value.byteSize());
+        }
+        return ok;
     }
 
     MemorySegment segment() {
@@ -299,11 +374,31 @@ public final class StorageNode implements AutoCloseable {
         NodeMessages.Read rd = NodeMessages.Read.read(body);
         body.end("node_read");
         List<RegionLedger.Region> pinned = new ArrayList<>(rd.items().size());
+        List<DiskTier.Staged> staged = new ArrayList<>();
         try {
             List<ResultCode> codes = new ArrayList<>(rd.items().size());
             List<ByteBuffer> views = new ArrayList<>(rd.items().size());
             long total = 0;
+            long fromDisk = 0;
             for (NodeMessages.ReadItem it : rd.items()) {
+                if (it.tier() == io.kvpool.protocol.Tier.DISK) {
+                    DiskTier.Staged st = disk == null ? null : disk.read(it.generation(), it.valueLength());
+                    if (st == null) {
+                        codes.add(ResultCode.NOT_FOUND);
+                        continue;
+                    }
+                    staged.add(st);
+                    if (total + it.valueLength() > config.limits().maxPayloadBytes()) {
+                        throw new BadRequestException("node_read of " + rd.items().size() + " items exceeds the "
+                                + config.limits().maxPayloadBytes() + "-byte payload limit of segment " + name
+                                + "; split the batch");
+                    }
+                    total += it.valueLength();
+                    fromDisk += it.valueLength();
+                    codes.add(ResultCode.OK);
+                    Channels.addViews(views, st.value);
+                    continue;
+                }
                 RegionLedger.Region r = ledger.beginRead(it.offset(), it.generation());
                 if (r == null) {
                     codes.add(ResultCode.NOT_FOUND);
@@ -328,10 +423,14 @@ public final class StorageNode implements AutoCloseable {
             BodyWriter out = new BodyWriter(8 + codes.size());
             new Codes(codes).write(out);
             req.reply(out, views.toArray(ByteBuffer[]::new));
-            bytesRead.addAndGet(total);
+            bytesRead.addAndGet(total - fromDisk);
+            memoryReads.addAndGet(pinned.size());
         } finally {
             for (RegionLedger.Region r : pinned) {
                 ledger.endRead(r);
+            }
+            for (DiskTier.Staged st : staged) {
+                st.close();
             }
         }
     }
@@ -342,6 +441,13 @@ public final class StorageNode implements AutoCloseable {
         body.end("node_free");
         long n = 0;
         for (NodeMessages.FreeItem it : f.items()) {
+            if (it.tier() == io.kvpool.protocol.Tier.DISK) {
+                n += disk != null && disk.remove(it.generation()) ? 1 : 0;
+                continue;
+            }
+            if (it.spill() && disk != null) {
+                spill(it.offset(), it.generation());
+            }
             if (ledger.free(it.offset(), it.generation())) {
                 n++;
             }
@@ -349,11 +455,28 @@ public final class StorageNode implements AutoCloseable {
         req.reply(new BodyWriter(8).i64(n));
     }
 
+    /** Copies an evicted object into the SSD tier's staging queue while its region is pinned. */
+    private void spill(long offset, long generation) {
+        RegionLedger.Region r = ledger.beginRead(offset, generation);
+        if (r == null) {
+            return; // already overwritten or freed: nothing to keep
+        }
+        try {
+            disk.spill(r.key, r.generation, r.epoch, segment.asSlice(r.valueOffset(), r.valueLength),
+                    DiskTier.headerCrc(segment, r.offset));
+        } finally {
+            ledger.endRead(r);
+        }
+    }
+
     private void reset(Request req) throws IOException {
         BodyReader body = req.body();
         NodeMessages.Reset r = NodeMessages.Reset.read(body);
         body.end("node_reset");
         long n = ledger.reset(r.epoch());
+        if (disk != null) {
+            n += disk.reset(r.epoch());
+        }
         log.info("segment {}: reset to epoch {}, dropped {} objects", name, r.epoch(), n);
         req.reply(new BodyWriter(8).i64(n));
     }
@@ -384,6 +507,9 @@ public final class StorageNode implements AutoCloseable {
         }
         closed = true;
         link.close();
+        if (disk != null) {
+            disk.close();
+        }
         try {
             server.close();
             ledger.awaitIdle(Duration.ofSeconds(2));

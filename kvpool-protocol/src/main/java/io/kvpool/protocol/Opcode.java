@@ -40,6 +40,10 @@ public enum Opcode {
     REGISTER_NODE(0x50, "register_node"),
     NODE_HEARTBEAT(0x51, "node_heartbeat"),
     NODE_INVENTORY(0x52, "node_inventory"),
+    /** A node spilled objects to its SSD tier: the master lists them again, as disk replicas. Body: Inventory. */
+    NODE_DISK_ADD(0x53, "node_disk_add"),
+    /** A node's SSD tier let objects go (its watermark, a checksum failure). Body: Inventory. */
+    NODE_DISK_DROP(0x54, "node_disk_drop"),
 
     // ---- node: object bytes ----
     NODE_WRITE(0x80, "node_write"),

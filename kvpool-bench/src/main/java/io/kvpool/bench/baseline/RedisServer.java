@@ -130,10 +130,16 @@ public final class RedisServer implements AutoCloseable {
      * the working directory or any of its parents (so it works from the root or from a module).
      */
     public static Path locateScript() throws IOException {
+        return locateScript(Paths.get(SCRIPT).getFileName().toString());
+    }
+
+    /** Finds {@code scripts/<name>} the same way as {@link #locateScript()}. */
+    public static Path locateScript(String name) throws IOException {
+        String script = "scripts/" + name;
         List<Path> tried = new ArrayList<>();
         for (String home : new String[] {System.getProperty(HOME_PROPERTY), System.getenv("KVPOOL_HOME")}) {
             if (home != null && !home.isBlank()) {
-                Path p = Paths.get(home).resolve(SCRIPT).toAbsolutePath().normalize();
+                Path p = Paths.get(home).resolve(script).toAbsolutePath().normalize();
                 if (Files.isRegularFile(p)) {
                     return p;
                 }
@@ -141,13 +147,13 @@ public final class RedisServer implements AutoCloseable {
             }
         }
         for (Path d = Paths.get("").toAbsolutePath(); d != null; d = d.getParent()) {
-            Path p = d.resolve(SCRIPT);
+            Path p = d.resolve(script);
             if (Files.isRegularFile(p)) {
                 return p;
             }
             tried.add(p);
         }
-        throw new IOException("cannot find " + SCRIPT + " (set -D" + HOME_PROPERTY
+        throw new IOException("cannot find " + script + " (set -D" + HOME_PROPERTY
                 + "=<kvpool directory>); looked at " + tried);
     }
 

@@ -82,7 +82,16 @@ public final class MasterMessages {
 
     // ------------------------------------------------------------------ PUT_START
 
-    public record PutStartItem(byte[] key, long valueLength) {
+    /**
+     * One object of a PUT_START.
+     *
+     * @param ifGeneration for an upsert: replace only the object of this generation (and do nothing,
+     *                     answering ALREADY_EXISTS, if the key now holds another); 0 replaces whatever is there
+     */
+    public record PutStartItem(byte[] key, long valueLength, long ifGeneration) {
+        public PutStartItem(byte[] key, long valueLength) {
+            this(key, valueLength, 0);
+        }
     }
 
     /**
@@ -96,7 +105,7 @@ public final class MasterMessages {
         public void write(BodyWriter w) {
             w.bool(upsert).u8(replicas).string(preferredSegment).i32(items.size());
             for (PutStartItem it : items) {
-                w.bytes(it.key).i64(it.valueLength);
+                w.bytes(it.key).i64(it.valueLength).i64(it.ifGeneration);
             }
         }
 
@@ -104,10 +113,10 @@ public final class MasterMessages {
             boolean upsert = r.bool("upsert");
             int replicas = r.u8("replicas");
             String pref = r.string("preferred segment");
-            int n = r.count("item count", 11);
+            int n = r.count("item count", 19);
             List<PutStartItem> items = new ArrayList<>(n);
             for (int i = 0; i < n; i++) {
-                items.add(new PutStartItem(KeyList.readKey(r), r.length("value length")));
+                items.add(new PutStartItem(KeyList.readKey(r), r.length("value length"), r.i64("if generation")));
             }
             return new PutStart(upsert, replicas, pref, items);
         }
@@ -334,19 +343,20 @@ public final class MasterMessages {
      *                client on that machine maps it to read and write without TCP
      */
     public record SegmentInfo(int id, String name, String host, int port, long capacity, long used, long objects,
-                              int state, long heartbeatAgeMillis, String shmPath) {
+                              int state, long heartbeatAgeMillis, String shmPath, TierStats tiers) {
         public static final int STATE_JOINING = 0;
         public static final int STATE_ACTIVE = 1;
 
         void write(BodyWriter w) {
             w.i32(id).string(name).string(host).i32(port).i64(capacity).i64(used).i64(objects).u8(state)
                     .i64(heartbeatAgeMillis).string(shmPath);
+            tiers.write(w);
         }
 
         static SegmentInfo read(BodyReader r) {
             return new SegmentInfo(r.i32("segment id"), r.string("segment name"), r.string("host"), r.i32("port"),
                     r.i64("capacity"), r.i64("used"), r.i64("objects"), r.u8("state"), r.i64("heartbeat age"),
-                    r.string("shm path"));
+                    r.string("shm path"), TierStats.read(r));
         }
     }
 
@@ -417,14 +427,49 @@ public final class MasterMessages {
         }
     }
 
+    /**
+     * A node's counters per tier, sent with every heartbeat and shown by the master's metrics and
+     * status. Counters only grow; the disk fields are zero on a node without an SSD tier.
+     */
+    public record TierStats(long memoryReadBytes, long memoryWrittenBytes, long memoryReads, long diskCapacity,
+                            long diskUsed, long diskObjects, long diskHits, long diskReadBytes, long diskWrittenBytes,
+                            long diskQueueBytes, long diskDrops, long diskEvictions, long diskPromotions,
+                            long diskChecksumFailures) {
+        public static final TierStats NONE = new TierStats(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+
+        public void write(BodyWriter w) {
+            w.i64(memoryReadBytes).i64(memoryWrittenBytes).i64(memoryReads).i64(diskCapacity).i64(diskUsed)
+                    .i64(diskObjects).i64(diskHits).i64(diskReadBytes).i64(diskWrittenBytes).i64(diskQueueBytes)
+                    .i64(diskDrops).i64(diskEvictions).i64(diskPromotions).i64(diskChecksumFailures);
+        }
+
+        public static TierStats read(BodyReader r) {
+            return new TierStats(r.i64("memory read bytes"), r.i64("memory written bytes"), r.i64("memory reads"),
+                    r.i64("disk capacity"), r.i64("disk used"), r.i64("disk objects"), r.i64("disk hits"),
+                    r.i64("disk read bytes"), r.i64("disk written bytes"), r.i64("disk queue bytes"),
+                    r.i64("disk drops"), r.i64("disk evictions"), r.i64("disk promotions"),
+                    r.i64("disk checksum failures"));
+        }
+
+        public boolean hasDisk() {
+            return diskCapacity > 0;
+        }
+    }
+
     /** NODE_HEARTBEAT. */
-    public record Heartbeat(int segmentId, long nodeIncarnation, long epoch, long objects) {
+    public record Heartbeat(int segmentId, long nodeIncarnation, long epoch, long objects, TierStats tiers) {
+        public Heartbeat(int segmentId, long nodeIncarnation, long epoch, long objects) {
+            this(segmentId, nodeIncarnation, epoch, objects, TierStats.NONE);
+        }
+
         public void write(BodyWriter w) {
             w.i32(segmentId).i64(nodeIncarnation).i64(epoch).i64(objects);
+            tiers.write(w);
         }
 
         public static Heartbeat read(BodyReader r) {
-            return new Heartbeat(r.i32("segment id"), r.i64("node incarnation"), r.i64("epoch"), r.i64("objects"));
+            return new Heartbeat(r.i32("segment id"), r.i64("node incarnation"), r.i64("epoch"), r.i64("objects"),
+                    TierStats.read(r));
         }
     }
 
@@ -439,8 +484,14 @@ public final class MasterMessages {
         }
     }
 
-    /** One object a node holds, as listed to the master at registration. */
-    public record InventoryItem(long offset, long generation, long epoch, byte[] key, long valueLength) {
+    /**
+     * One object a node holds, as listed to the master at registration, in NODE_DISK_ADD (an object
+     * the node just spilled to its SSD tier) and NODE_DISK_DROP (one its SSD tier let go of).
+     */
+    public record InventoryItem(long offset, long generation, long epoch, byte[] key, long valueLength, int tier) {
+        public InventoryItem(long offset, long generation, long epoch, byte[] key, long valueLength) {
+            this(offset, generation, epoch, key, valueLength, io.kvpool.protocol.Tier.MEMORY);
+        }
     }
 
     /** NODE_INVENTORY: a chunk of a node's object list. Reply: {@link Codes}, ALREADY_EXISTS for objects to drop. */
@@ -448,7 +499,7 @@ public final class MasterMessages {
         public void write(BodyWriter w) {
             w.i32(segmentId).i64(nodeIncarnation).bool(last).i32(items.size());
             for (InventoryItem it : items) {
-                w.i64(it.offset).i64(it.generation).i64(it.epoch).bytes(it.key).i64(it.valueLength);
+                w.i64(it.offset).i64(it.generation).i64(it.epoch).bytes(it.key).i64(it.valueLength).u8(it.tier);
             }
         }
 
@@ -456,11 +507,11 @@ public final class MasterMessages {
             int seg = r.i32("segment id");
             long inc = r.i64("node incarnation");
             boolean last = r.bool("last");
-            int n = r.count("item count", 35);
+            int n = r.count("item count", 36);
             List<InventoryItem> items = new ArrayList<>(n);
             for (int i = 0; i < n; i++) {
                 items.add(new InventoryItem(r.length("offset"), r.i64("generation"), r.i64("epoch"), KeyList.readKey(r),
-                        r.length("value length")));
+                        r.length("value length"), io.kvpool.protocol.Tier.check(r.u8("tier"))));
             }
             return new Inventory(seg, inc, last, items);
         }

@@ -51,8 +51,11 @@ public final class NodeMessages {
         }
     }
 
-    /** One object in a NODE_READ. */
-    public record ReadItem(long offset, long generation, long valueLength) {
+    /** One object in a NODE_READ: a memory region at {@code offset}, or a disk-tier copy found by generation. */
+    public record ReadItem(long offset, long generation, long valueLength, int tier) {
+        public ReadItem(long offset, long generation, long valueLength) {
+            this(offset, generation, valueLength, io.kvpool.protocol.Tier.MEMORY);
+        }
     }
 
     /**
@@ -63,15 +66,16 @@ public final class NodeMessages {
         public void write(BodyWriter w) {
             w.i32(items.size());
             for (ReadItem it : items) {
-                w.i64(it.offset).i64(it.generation).i64(it.valueLength);
+                w.i64(it.offset).i64(it.generation).i64(it.valueLength).u8(it.tier);
             }
         }
 
         public static Read read(BodyReader r) {
-            int n = r.count("item count", 24);
+            int n = r.count("item count", 25);
             List<ReadItem> items = new ArrayList<>(n);
             for (int i = 0; i < n; i++) {
-                items.add(new ReadItem(r.length("offset"), r.i64("generation"), r.length("value length")));
+                items.add(new ReadItem(r.length("offset"), r.i64("generation"), r.length("value length"),
+                        io.kvpool.protocol.Tier.check(r.u8("tier"))));
             }
             return new Read(items);
         }
@@ -103,8 +107,15 @@ public final class NodeMessages {
         }
     }
 
-    /** One region in a NODE_FREE. */
-    public record FreeItem(long offset, long generation) {
+    /**
+     * One object in a NODE_FREE: a memory region (by offset and generation) or a disk-tier copy (by
+     * generation). {@code spill}: the master evicted a memory object and wants it moved to this
+     * node's SSD tier (if it has one) rather than dropped.
+     */
+    public record FreeItem(long offset, long generation, int tier, boolean spill) {
+        public FreeItem(long offset, long generation) {
+            this(offset, generation, io.kvpool.protocol.Tier.MEMORY, false);
+        }
     }
 
     /** NODE_FREE (master to node): regions the master freed. Reply: i64 count of regions dropped. */
@@ -112,15 +123,16 @@ public final class NodeMessages {
         public void write(BodyWriter w) {
             w.i32(items.size());
             for (FreeItem it : items) {
-                w.i64(it.offset).i64(it.generation);
+                w.i64(it.offset).i64(it.generation).u8(it.tier).bool(it.spill);
             }
         }
 
         public static Free read(BodyReader r) {
-            int n = r.count("item count", 16);
+            int n = r.count("item count", 18);
             List<FreeItem> items = new ArrayList<>(n);
             for (int i = 0; i < n; i++) {
-                items.add(new FreeItem(r.length("offset"), r.i64("generation")));
+                items.add(new FreeItem(r.length("offset"), r.i64("generation"),
+                        io.kvpool.protocol.Tier.check(r.u8("tier")), r.bool("spill")));
             }
             return new Free(items);
         }

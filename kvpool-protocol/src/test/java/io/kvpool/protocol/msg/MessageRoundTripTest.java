@@ -32,6 +32,7 @@ import io.kvpool.protocol.msg.MasterMessages.ReplicaList;
 import io.kvpool.protocol.msg.MasterMessages.ReplicaListReply;
 import io.kvpool.protocol.msg.MasterMessages.Role;
 import io.kvpool.protocol.msg.MasterMessages.SegmentInfo;
+import io.kvpool.protocol.msg.MasterMessages.TierStats;
 import io.kvpool.protocol.msg.MasterMessages.Sizes;
 import org.junit.jupiter.api.Test;
 
@@ -140,9 +141,12 @@ class MessageRoundTripTest {
         roundTrip(new Replica(0, 0), Replica::write, Replica::read);
         roundTrip(new Replica(Integer.MAX_VALUE, Long.MAX_VALUE & -64), Replica::write, Replica::read);
         roundTrip(new Replica(-1, 64), Replica::write, Replica::read);
-        assertThat(new BodyWriter().i32(1).i64(2).length()).isEqualTo(Replica.WIRE_BYTES);
-        assertThatThrownBy(() -> Replica.read(new BodyReader(new BodyWriter().i32(1).i64(-64).buffer())))
+        roundTrip(new Replica(7, io.kvpool.protocol.Tier.DISK, 0), Replica::write, Replica::read);
+        assertThat(new BodyWriter().i32(1).u8(0).i64(2).length()).isEqualTo(Replica.WIRE_BYTES);
+        assertThatThrownBy(() -> Replica.read(new BodyReader(new BodyWriter().i32(1).u8(0).i64(-64).buffer())))
                 .isInstanceOf(MalformedFrameException.class).hasMessageContaining("offset");
+        assertThatThrownBy(() -> Replica.read(new BodyReader(new BodyWriter().i32(1).u8(9).i64(64).buffer())))
+                .isInstanceOf(MalformedFrameException.class).hasMessageContaining("tier");
     }
 
     // ------------------------------------------------------------------ master messages
@@ -173,6 +177,7 @@ class MessageRoundTripTest {
             items.add(new PutStartItem(randomKey(), rnd.nextLong() & Long.MAX_VALUE));
         }
         items.add(new PutStartItem(key("x"), 0));
+        items.add(new PutStartItem(key("y"), 10, rnd.nextLong()));
         roundTrip(new PutStart(true, 255, "seg-\u00e9", items), PutStart::write, PutStart::read);
         roundTrip(new PutStart(false, 0, "node-1", List.of(new PutStartItem(key("k"), 1))), PutStart::write,
                 PutStart::read);
@@ -262,10 +267,11 @@ class MessageRoundTripTest {
     void clusterStats() {
         roundTrip(new ClusterStats(1, 2, 3, 4, 5, 6, 7, List.of()), ClusterStats::write, ClusterStats::read);
         List<SegmentInfo> segs = List.of(
-                new SegmentInfo(0, "seg-a", "10.0.0.1", 50052, 1L << 34, 1L << 20, 17, SegmentInfo.STATE_ACTIVE, 250, "/dev/shm/kvpool-a.seg"),
-                new SegmentInfo(1, "", "", 0, 0, 0, 0, SegmentInfo.STATE_JOINING, 0, ""),
+                new SegmentInfo(0, "seg-a", "10.0.0.1", 50052, 1L << 34, 1L << 20, 17, SegmentInfo.STATE_ACTIVE, 250, "/dev/shm/kvpool-a.seg",
+                        new TierStats(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14)),
+                new SegmentInfo(1, "", "", 0, 0, 0, 0, SegmentInfo.STATE_JOINING, 0, "", TierStats.NONE),
                 new SegmentInfo(Integer.MAX_VALUE, "\u00e9\u20ac", "::1", 65535, Long.MAX_VALUE, -1, Long.MIN_VALUE,
-                        255, Long.MAX_VALUE, "/dev/shm/\u00e9"));
+                        255, Long.MAX_VALUE, "/dev/shm/\u00e9", TierStats.NONE));
         roundTrip(new ClusterStats(rnd.nextLong(), 9, 100, 2, 1L << 30, 1L << 40, 12, segs), ClusterStats::write,
                 ClusterStats::read);
     }
@@ -286,6 +292,8 @@ class MessageRoundTripTest {
     @Test
     void heartbeatAndReply() {
         roundTrip(new Heartbeat(3, rnd.nextLong(), 4, 5000), Heartbeat::write, Heartbeat::read);
+        roundTrip(new Heartbeat(3, rnd.nextLong(), 4, 5000, new TierStats(rnd.nextLong(), 2, 3, 1L << 40, 5, 6, 7, 8,
+                9, 10, 11, 12, 13, Long.MAX_VALUE)), Heartbeat::write, Heartbeat::read);
         for (ResultCode c : ResultCode.values()) {
             roundTrip(new HeartbeatReply(c, 42), HeartbeatReply::write, HeartbeatReply::read);
         }
@@ -323,10 +331,13 @@ class MessageRoundTripTest {
     void nodeReadFreeReset() {
         roundTrip(new NodeMessages.Read(List.of()), NodeMessages.Read::write, NodeMessages.Read::read);
         roundTrip(new NodeMessages.Read(List.of(new NodeMessages.ReadItem(0, 1, 2),
-                        new NodeMessages.ReadItem(Long.MAX_VALUE, Long.MIN_VALUE, Long.MAX_VALUE))),
+                        new NodeMessages.ReadItem(Long.MAX_VALUE, Long.MIN_VALUE, Long.MAX_VALUE),
+                        new NodeMessages.ReadItem(0, 7, 9, io.kvpool.protocol.Tier.DISK))),
                 NodeMessages.Read::write, NodeMessages.Read::read);
         roundTrip(new NodeMessages.Free(List.of()), NodeMessages.Free::write, NodeMessages.Free::read);
-        roundTrip(new NodeMessages.Free(List.of(new NodeMessages.FreeItem(64, 9), new NodeMessages.FreeItem(0, -9))),
+        roundTrip(new NodeMessages.Free(List.of(new NodeMessages.FreeItem(64, 9), new NodeMessages.FreeItem(0, -9),
+                new NodeMessages.FreeItem(0, 5, io.kvpool.protocol.Tier.DISK, false),
+                new NodeMessages.FreeItem(128, 6, io.kvpool.protocol.Tier.MEMORY, true))),
                 NodeMessages.Free::write, NodeMessages.Free::read);
         roundTrip(new NodeMessages.Reset(0), NodeMessages.Reset::write, NodeMessages.Reset::read);
         roundTrip(new NodeMessages.Reset(Long.MAX_VALUE), NodeMessages.Reset::write, NodeMessages.Reset::read);
