@@ -403,7 +403,7 @@ public final class Bench {
     private void disk() throws Exception {
         bar.setExtraMessage(" disk: fio, spill, read-back");
         long bytes = o.quick ? 512L << 20 : 2L << 30;
-        DiskBench.Result r = DiskBench.run(o.diskDir, bytes);
+        DiskBench.Result r = DiskBench.run(o.diskDir, bytes, o.quick ? 1 : 3);
         String note = DiskBench.describe(r) + "; in " + o.diskDir;
         results.add(new Results.Row("disk", "fio", "sequential write", 1 << 20, 16, r.fioWrite() / 1e9, Double.NaN,
                 Double.NaN, Double.NaN, "O_DIRECT, libaio, queue depth 16"));

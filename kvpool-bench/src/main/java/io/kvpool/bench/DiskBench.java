@@ -22,18 +22,41 @@ import java.util.stream.Stream;
  * (the node's {@link DiskStore}: staged, appended to its log files, forced) and reading them back
  * (checksum verified), against fio's sequential write and read with O_DIRECT at queue depth 16.
  * The page cache is dropped before the read-back when this process may (as root), so reads come
- * from the device, as fio's do; the row says when it could not.
+ * from the device, as fio's do; the row says when it could not. fio and kvpool alternate over a few
+ * rounds and each side's median is reported (see {@link #run}).
  */
 final class DiskBench {
 
-    record Result(double fioWrite, double fioRead, double spill, double readBack, boolean cacheDropped, long bytes) {
+    /** One round: fio, then kvpool, back to back. */
+    record Round(double fioWrite, double fioRead, double spill, double readBack, boolean cacheDropped) {
     }
 
-    private DiskBench() {
+    /** The medians over the rounds of each figure, and the rounds themselves. */
+    record Result(double fioWrite, double fioRead, double spill, double readBack, boolean cacheDropped, long bytes,
+                  List<Round> rounds) {
     }
 
-    static Result run(Path dir, long totalBytes) throws Exception {
+    /**
+     * Runs {@code rounds} rounds of fio then kvpool. The device's speed moves a lot from one run to the
+     * next on a shared VM (fio's own write figure spread from 1.7 to 3.3 GB/s within minutes here), so
+     * the two sides alternate and each figure is the median of its rounds.
+     */
+    static Result run(Path dir, long totalBytes, int rounds) throws Exception {
         Files.createDirectories(dir);
+        List<Round> all = new ArrayList<>();
+        for (int i = 0; i < rounds; i++) {
+            all.add(round(dir, totalBytes));
+        }
+        return new Result(median(all, Round::fioWrite), median(all, Round::fioRead), median(all, Round::spill),
+                median(all, Round::readBack), all.stream().allMatch(Round::cacheDropped), totalBytes, all);
+    }
+
+    private static double median(List<Round> rounds, java.util.function.ToDoubleFunction<Round> f) {
+        double[] v = rounds.stream().mapToDouble(f).sorted().toArray();
+        return v.length % 2 == 1 ? v[v.length / 2] : (v[v.length / 2 - 1] + v[v.length / 2]) / 2;
+    }
+
+    private static Round round(Path dir, long totalBytes) throws Exception {
         long[] fio = fio(dir, totalBytes);
         Path store = dir.resolve("kvpool-bench-disk");
         deleteTree(store);
@@ -92,7 +115,7 @@ final class DiskBench {
         } finally {
             deleteTree(store);
         }
-        return new Result(fio[0], fio[1], spill, readBack, dropped, totalBytes);
+        return new Round(fio[0], fio[1], spill, readBack, dropped);
     }
 
     /** fio's sequential write and read, bytes per second, via scripts/fio.sh (which installs fio if needed). */
@@ -143,7 +166,14 @@ final class DiskBench {
     }
 
     static String describe(Result r) {
-        return String.format(Locale.ROOT, "%d MiB; page cache %s before read-back", r.bytes() >> 20,
-                r.cacheDropped() ? "dropped" : "NOT dropped (not root)");
+        StringBuilder b = new StringBuilder(String.format(Locale.ROOT,
+                "%d MiB; median of %d rounds (fio write/read, spill/read-back GB/s:", r.bytes() >> 20, r.rounds().size()));
+        for (Round x : r.rounds()) {
+            b.append(String.format(Locale.ROOT, " %.2f/%.2f %.2f/%.2f;", x.fioWrite() / 1e9, x.fioRead() / 1e9,
+                    x.spill() / 1e9, x.readBack() / 1e9));
+        }
+        b.setLength(b.length() - 1);
+        return b.append(String.format(Locale.ROOT, "); page cache %s before read-back",
+                r.cacheDropped() ? "dropped" : "NOT dropped (not root)")).toString();
     }
 }

@@ -259,6 +259,8 @@ class DiskTierIT {
              KvPoolClient c = cluster.client()) {
             fill(c, "nodisk/", 40);
             assertThat(cluster.nodes.getFirst().hasDiskTier()).isFalse();
+            assertThat(Thread.getAllStackTraces().keySet()).as("disk threads")
+                    .noneMatch(t -> t.getName().startsWith("kvpool-disk"));
             assertThat(diskObjects(c)).isZero();
             assertThat(c.stats().segments().getFirst().diskCapacityBytes()).isZero();
             String seg = cluster.nodes.getFirst().name();

@@ -890,7 +890,10 @@ public final class MasterService {
                 if (it.epoch() != epoch) {
                     out.add(ResultCode.FENCED);
                 } else if (s == null || s.generation != it.generation() || s.segmentId != seg.id) {
-                    out.add(ResultCode.EXPIRED); // removed (or replaced) while on its way to disk
+                    // already listed (a report repeated after a lost reply, or the node's inventory
+                    // listed it after a re-registration): nothing to do; else removed or replaced
+                    // while on its way to disk
+                    out.add(listedOnDisk(seg, it) ? ResultCode.OK : ResultCode.EXPIRED);
                 } else {
                     spilling.remove(new Key(it.key(), index.hash(it.key())), s);
                     out.add(adoptDisk(seg, it, tick));
@@ -902,6 +905,34 @@ public final class MasterService {
         }
     }
 
+    /** What to do, under its shard's lock, with an object's disk replica on a segment. */
+    private interface DiskReplicaAction {
+        /** {@code replica} is the replica's index, or -1 if the object has no disk replica there at that generation. */
+        ResultCode apply(ObjectTable objects, int slot, int replica);
+    }
+
+    /** Finds the disk replica of {@code it}'s key and generation on {@code seg} and applies {@code action}. */
+    private ResultCode withDiskReplica(Segment seg, InventoryItem it, DiskReplicaAction action) {
+        byte[] key = it.key();
+        int hash = index.hash(key);
+        ObjectIndex.Shard shard = index.shard(hash);
+        shard.lock.lock();
+        try {
+            ObjectTable objects = shard.objects;
+            int slot = objects.find(key, hash);
+            int r = slot < 0 || objects.generation(slot) != it.generation() ? -1 : replicaIndex(objects, slot, seg.id);
+            return action.apply(objects, slot, r >= 0 && onDisk(objects.segment(slot, r)) ? r : -1);
+        } finally {
+            shard.lock.unlock();
+        }
+    }
+
+    /** Whether the key is listed at this generation with a disk replica on {@code seg}. */
+    private boolean listedOnDisk(Segment seg, InventoryItem it) {
+        return withDiskReplica(seg, it, (objects, slot, r) -> r >= 0 ? ResultCode.OK : ResultCode.NOT_FOUND)
+                == ResultCode.OK;
+    }
+
     /** NODE_DISK_DROP: a node's SSD tier let objects go; their disk replicas (that generation only) leave the index. */
     public List<ResultCode> diskDrop(Inventory inv) {
         List<ResultCode> out = new ArrayList<>(inv.items().size());
@@ -909,27 +940,17 @@ public final class MasterService {
         try {
             Segment seg = registered(inv.segmentId(), inv.nodeIncarnation(), "node_disk_drop");
             for (InventoryItem it : inv.items()) {
-                byte[] key = it.key();
-                int hash = index.hash(key);
-                ObjectIndex.Shard shard = index.shard(hash);
-                shard.lock.lock();
-                try {
-                    ObjectTable objects = shard.objects;
-                    int slot = objects.find(key, hash);
-                    int r = slot < 0 || objects.generation(slot) != it.generation() ? -1
-                            : replicaIndex(objects, slot, seg.id);
-                    if (r < 0 || !onDisk(objects.segment(slot, r))) {
-                        out.add(ResultCode.NOT_FOUND);
-                    } else if (objects.replicas(slot) == 1) {
+                out.add(withDiskReplica(seg, it, (objects, slot, r) -> {
+                    if (r < 0) {
+                        return ResultCode.NOT_FOUND;
+                    }
+                    if (objects.replicas(slot) == 1) {
                         objects.remove(slot);
-                        out.add(ResultCode.OK);
                     } else {
                         objects.removeReplica(slot, r);
-                        out.add(ResultCode.OK);
                     }
-                } finally {
-                    shard.lock.unlock();
-                }
+                    return ResultCode.OK;
+                }));
             }
             return out;
         } finally {

@@ -135,7 +135,10 @@ final class NodeControl implements NodeNotifier {
 
     /** Sends the channel's queued frees; {@code wait} waits for a flush already in progress instead of skipping. */
     private void flush(Channel c, boolean wait) {
-        if (c.queue.isEmpty()) {
+        // with wait, take the lock even if the queue looks empty: the flusher may have taken the
+        // items and still be sending them, and the caller's contract is that they were delivered
+        // (an eviction frees the regions right after, and a spill must copy its value out first)
+        if (!wait && c.queue.isEmpty()) {
             return;
         }
         if (wait) {

@@ -3,6 +3,8 @@ package io.kvpool.master;
 import io.kvpool.config.Size;
 import io.kvpool.protocol.ObjectLayout;
 import io.kvpool.protocol.ResultCode;
+import io.kvpool.protocol.Tier;
+import io.kvpool.protocol.msg.MasterMessages;
 import io.kvpool.protocol.msg.MasterMessages.Inventory;
 import io.kvpool.protocol.msg.MasterMessages.InventoryItem;
 import io.kvpool.protocol.msg.MasterMessages.PutEndItem;
@@ -436,5 +438,110 @@ class MasterServiceTest {
         PutStartReply r = s.putStart(new PutStart(false, 1, "", List.of(new PutStartItem(k("big"), 2048))));
         assertThat(r.results().getFirst().code()).isEqualTo(ResultCode.TOO_LARGE);
         assertThat(s.allocated()).isZero();
+    }
+
+    /** A free as a recording notifier saw it. */
+    private record Freed(int segment, long generation, int tier, boolean spill) {
+    }
+
+    /** Records frees; delivers nothing. */
+    private static final class RecordingNotifier implements NodeNotifier {
+        final List<Freed> freed = new ArrayList<>();
+
+        @Override
+        public void free(Segment segment, long offset, long generation, int tier, boolean spill) {
+            freed.add(new Freed(segment.id, generation, tier, spill));
+        }
+
+        @Override
+        public void flush() {
+        }
+
+        @Override
+        public void reset(java.util.Collection<Segment> segments, long epoch) {
+        }
+
+        @Override
+        public void forget(Segment segment) {
+        }
+
+        @Override
+        public void close() {
+        }
+    }
+
+    /**
+     * The spill protocol: an eviction from a node with a disk tier frees with the spill flag and the
+     * object is a miss until the node reports it durable (NODE_DISK_ADD), then a disk replica; a
+     * remove while the spill is on its way cancels it (the node is told to drop the disk copy) and the
+     * late report is refused; a report of a generation never spilled is refused; NODE_DISK_DROP takes
+     * a disk replica out.
+     */
+    @Test
+    void spillsBecomeDiskReplicasOnlyWhenReportedAndNotAfterARemoval() {
+        RecordingNotifier recording = new RecordingNotifier();
+        List<Freed> freed = recording.freed;
+        MasterService s = new MasterService(MasterConfig.defaults(), clock, new SplittableRandom(7), recording);
+        long inc = ++incarnations;
+        int seg = s.registerNode(new RegisterNode("a:1", "10.0.0.1", 50052, 16 * REGION, 0, inc, 0, "")).segmentId();
+        s.inventory(new Inventory(seg, inc, true, List.of()));
+        MasterMessages.TierStats disk = new MasterMessages.TierStats(0, 0, 0, 1L << 30, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+        assertThat(s.heartbeat(seg, inc, disk).code()).isEqualTo(ResultCode.OK);
+
+        java.util.Map<String, Long> generations = new java.util.HashMap<>();
+        for (int i = 0; i < 24; i++) {
+            String key = "key-%02d".formatted(i);
+            PutStartResult r = start(s, key, false, "", 1);
+            assertThat(r.code()).as(key).isEqualTo(ResultCode.OK);
+            assertThat(end(s, key, r.generation())).isEqualTo(ResultCode.OK);
+            generations.put(key, r.generation());
+        }
+        List<Freed> spills = freed.stream().filter(Freed::spill).toList();
+        assertThat(spills).hasSizeGreaterThanOrEqualTo(8).allMatch(f -> f.segment() == seg && f.tier() == Tier.MEMORY);
+        assertThat(freed).allMatch(Freed::spill); // nothing else was freed
+
+        List<String> evicted = generations.keySet().stream().filter(k -> !exists(s, k)).sorted().toList();
+        assertThat(evicted).hasSameSizeAs(spills); // a miss until the node reports it on disk
+        String a = evicted.get(0);
+        String b = evicted.get(1);
+        java.util.function.Function<String, Inventory> report = key -> new Inventory(seg, inc, true,
+                List.of(new InventoryItem(0, generations.get(key), s.epoch(), k(key), VALUE, Tier.DISK)));
+
+        assertThat(s.diskAdd(report.apply(a))).containsExactly(ResultCode.OK);
+        ReplicaList rl = s.getReplicaList(List.of(k(a))).getFirst();
+        assertThat(rl.code()).isEqualTo(ResultCode.OK);
+        assertThat(rl.generation()).isEqualTo(generations.get(a));
+        assertThat(rl.replicas()).singleElement().matches(r -> r.onDisk() && r.segmentId() == seg);
+        assertThat(s.diskAdd(report.apply(a))).as("a repeated report (its reply was lost): a no-op")
+                .containsExactly(ResultCode.OK);
+        assertThat(s.getReplicaList(List.of(k(a))).getFirst().replicas()).hasSize(1);
+
+        freed.clear();
+        assertThat(s.remove(List.of(k(b)))).containsExactly(ResultCode.OK); // removed while on its way to disk
+        assertThat(freed).containsExactly(new Freed(seg, generations.get(b), Tier.DISK, false));
+        assertThat(s.diskAdd(report.apply(b))).containsExactly(ResultCode.EXPIRED);
+        assertThat(exists(s, b)).isFalse();
+
+        String live = generations.keySet().stream().filter(k -> exists(s, k) && !k.equals(a)).findFirst().orElseThrow();
+        assertThat(s.diskAdd(report.apply(live))).as("never spilled").containsExactly(ResultCode.EXPIRED);
+        assertThat(s.getReplicaList(List.of(k(live))).getFirst().replicas()).noneMatch(r -> r.onDisk());
+
+        assertThat(s.diskDrop(report.apply(a))).containsExactly(ResultCode.OK);
+        assertThat(exists(s, a)).isFalse();
+        assertThat(s.diskDrop(report.apply(a))).containsExactly(ResultCode.NOT_FOUND);
+    }
+
+    /** Without a disk tier, eviction frees without the spill flag and keeps nothing for later. */
+    @Test
+    void withoutADiskTierEvictionDoesNotSpill() {
+        RecordingNotifier recording = new RecordingNotifier();
+        MasterService s = new MasterService(MasterConfig.defaults(), clock, new SplittableRandom(7), recording);
+        long inc = ++incarnations;
+        int seg = s.registerNode(new RegisterNode("a:1", "10.0.0.1", 50052, 16 * REGION, 0, inc, 0, "")).segmentId();
+        s.inventory(new Inventory(seg, inc, true, List.of()));
+        for (int i = 0; i < 24; i++) {
+            assertThat(put(s, "key-%02d".formatted(i))).isEqualTo(ResultCode.OK);
+        }
+        assertThat(recording.freed).isNotEmpty().noneMatch(Freed::spill);
     }
 }

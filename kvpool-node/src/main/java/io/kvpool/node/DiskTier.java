@@ -184,6 +184,16 @@ final class DiskTier implements AutoCloseable {
         return drain(dropped);
     }
 
+    /** Puts back a batch of {@link #takeAdded} whose report failed (the master was unreachable). */
+    void requeueAdded(List<DiskStore.Entry> batch) {
+        added.addAll(batch);
+    }
+
+    /** Puts back a batch of {@link #takeDropped} whose report failed. */
+    void requeueDropped(List<DiskStore.Entry> batch) {
+        dropped.addAll(batch);
+    }
+
     private static List<DiskStore.Entry> drain(ConcurrentLinkedQueue<DiskStore.Entry> q) {
         List<DiskStore.Entry> out = new ArrayList<>();
         DiskStore.Entry e;

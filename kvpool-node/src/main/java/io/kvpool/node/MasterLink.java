@@ -303,7 +303,13 @@ final class MasterLink implements AutoCloseable {
             return;
         }
         for (List<io.kvpool.node.disk.DiskStore.Entry> batch = disk.takeAdded(); !batch.isEmpty(); batch = disk.takeAdded()) {
-            List<ResultCode> codes = sendDisk(Opcode.NODE_DISK_ADD, batch);
+            List<ResultCode> codes;
+            try {
+                codes = sendDisk(Opcode.NODE_DISK_ADD, batch);
+            } catch (IOException | RuntimeException e) {
+                disk.requeueAdded(batch); // reported again once the master is reachable
+                throw e;
+            }
             for (int i = 0; i < batch.size(); i++) {
                 if (codes.get(i) != ResultCode.OK) {
                     disk.rejected(batch.get(i));
@@ -311,7 +317,12 @@ final class MasterLink implements AutoCloseable {
             }
         }
         for (List<io.kvpool.node.disk.DiskStore.Entry> batch = disk.takeDropped(); !batch.isEmpty(); batch = disk.takeDropped()) {
-            sendDisk(Opcode.NODE_DISK_DROP, batch);
+            try {
+                sendDisk(Opcode.NODE_DISK_DROP, batch);
+            } catch (IOException | RuntimeException e) {
+                disk.requeueDropped(batch);
+                throw e;
+            }
         }
     }
 

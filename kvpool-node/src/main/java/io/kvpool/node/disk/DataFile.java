@@ -3,7 +3,10 @@ package io.kvpool.node.disk;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
+import com.sun.nio.file.ExtendedOpenOption;
+
 import java.io.IOException;
+import java.lang.foreign.MemorySegment;
 import java.nio.ByteBuffer;
 import java.nio.channels.ClosedByInterruptException;
 import java.nio.channels.ClosedChannelException;
@@ -24,7 +27,15 @@ import java.util.regex.Pattern;
  * closed by someone else (and rethrow only to the interrupted thread itself). A channel this class
  * closed on purpose ({@link #closeAndDelete}, {@link #close}) is never reopened.
  *
- * <p>Fields other than the final ones and the channel are guarded by the store's lock.
+ * <p>Appends go through {@link #writeAligned}: whole blocks at block-aligned positions, with
+ * {@code O_DIRECT} when the store found the file system supports it (the page cache is bypassed, so
+ * spilling does not fill the machine's memory with dirty pages and is not throttled by their
+ * write-back). Large reads can go through {@link #readDirect} (whole blocks covering the record);
+ * small reads, tombstones and compaction copies use the ordinary channel. Direct writes only ever go
+ * to fresh blocks past the end of everything written before, so no block is written both ways; the
+ * kernel writes back dirty cached pages of a range before a direct read of it.
+ *
+ * <p>Fields other than the final ones and the channels are guarded by the store's lock.
  */
 final class DataFile {
 
@@ -39,6 +50,8 @@ final class DataFile {
     final int id;
     final Path path;
     private volatile FileChannel channel;
+    /** The O_DIRECT channel for appends and large reads, opened on first use. */
+    private volatile FileChannel directChannel;
     private boolean closedOnPurpose; // guarded by this
 
     /** Bytes appended so far (positions handed out, whether or not their write finished). */
@@ -149,6 +162,106 @@ final class DataFile {
         }
     }
 
+    /**
+     * Appends whole blocks: {@code src} (address and length multiples of the I/O block) at {@code pos}
+     * (a multiple too), through O_DIRECT with {@code direct}, else through the ordinary channel. Writer
+     * thread only.
+     */
+    void writeAligned(MemorySegment src, long pos, boolean direct) throws IOException {
+        if (!direct) {
+            writeFully(src.asByteBuffer(), pos);
+            return;
+        }
+        ByteBuffer b = src.asByteBuffer();
+        long p = pos;
+        int retries = 0;
+        while (b.hasRemaining()) {
+            FileChannel ch = direct();
+            try {
+                p += ch.write(b, p);
+            } catch (ClosedByInterruptException e) {
+                throw e;
+            } catch (ClosedChannelException e) {
+                if (++retries > 3 || !reopenDirect(ch)) {
+                    throw e;
+                }
+            }
+        }
+    }
+
+    /**
+     * Reads through O_DIRECT into {@code dst} (address and length multiples of the I/O block) from
+     * {@code pos} (a multiple too) until {@code dst} is full or the file ends; returns the bytes read.
+     */
+    long readDirect(MemorySegment dst, long pos) throws IOException {
+        ByteBuffer b = dst.asByteBuffer();
+        long p = pos;
+        int retries = 0;
+        while (b.hasRemaining()) {
+            FileChannel ch = direct();
+            int n;
+            try {
+                n = ch.read(b, p);
+            } catch (ClosedByInterruptException e) {
+                throw e;
+            } catch (ClosedChannelException e) {
+                if (++retries > 3 || !reopenDirect(ch)) {
+                    throw e;
+                }
+                continue;
+            }
+            if (n <= 0) {
+                break; // the end of the file (direct reads stop there, possibly mid-block)
+            }
+            p += n;
+        }
+        return p - pos;
+    }
+
+    /** The O_DIRECT channel, opened on first use. */
+    private FileChannel direct() throws IOException {
+        FileChannel ch = directChannel;
+        if (ch != null) {
+            return ch;
+        }
+        synchronized (this) {
+            if (closedOnPurpose) {
+                throw new ClosedChannelException();
+            }
+            if (directChannel == null) {
+                directChannel = openDirect(path);
+            }
+            return directChannel;
+        }
+    }
+
+    /** {@link #reopen} for the O_DIRECT channel. */
+    private boolean reopenDirect(FileChannel broken) {
+        synchronized (this) {
+            if (closedOnPurpose) {
+                return false;
+            }
+            if (directChannel == broken) {
+                try {
+                    directChannel = openDirect(path);
+                } catch (IOException e) {
+                    log.warn("cannot reopen {} for direct I/O: {}", path, e.toString());
+                    return false;
+                }
+            }
+            return true;
+        }
+    }
+
+    /** Opens {@code file} for O_DIRECT reads and writes; fails on file systems without it (some overlays). */
+    static FileChannel openDirect(Path file) throws IOException {
+        try {
+            return FileChannel.open(file, StandardOpenOption.READ, StandardOpenOption.WRITE, ExtendedOpenOption.DIRECT);
+        } catch (UnsupportedOperationException e) {
+            throw new IOException("O_DIRECT is not supported for " + file, e);
+        }
+    }
+
     /** {@code force(false)}: the data and the metadata needed to read it back (size) are durable. */
     void force() throws IOException {
         for (int retries = 0; ; retries++) {
@@ -178,10 +291,15 @@ final class DataFile {
 
     /** Closes the channel for good. */
     void close() {
+        FileChannel d;
         synchronized (this) {
             closedOnPurpose = true;
+            d = directChannel;
         }
         try {
+            if (d != null) {
+                d.close();
+            }
             channel.close();
         } catch (IOException e) {
             log.warn("closing {}: {}", path, e.toString());

@@ -19,13 +19,15 @@ import java.util.zip.CRC32C;
  *       {@linkplain Visitor#live live}, others are skipped and counted.</li>
  *   <li>A valid header with state DEAD is a tombstone: reported {@linkplain Visitor#dead dead}, its
  *       value is not read.</li>
+ *   <li>Zeros from a record's end to the next {@value DiskStore#MIN_IO_BLOCK}-byte boundary are
+ *       padding (appends are written in whole blocks): skipped, not counted.</li>
  *   <li>Anything else (garbage, a header whose checksum fails, a record running past the end of the
  *       file) starts a run of garbage, counted once: the scan resynchronises on the next 64-byte
  *       aligned offset that holds the magic and checks a header there. Records are 64-byte aligned,
  *       so nothing else can be a record start.</li>
  * </ul>
- * The result's {@code validEnd} is the end of the last valid record: anything after it is a torn tail
- * (the store truncates it).
+ * The result's {@code validEnd} is the end of the last valid record or of the padding after it:
+ * anything after it is a torn tail (the store truncates it).
  *
  * <p>Memory: one caller-provided buffer of at least 1 MiB; nothing is allocated per record besides
  * the header object.
@@ -62,6 +64,14 @@ final class LogScanner {
         boolean inGarbage = false;
         while (pos < size) {
             ObjectLayout.Header h = header(f, pos, size);
+            if (h == null && !inGarbage) {
+                long padEnd = padding(f, pos, size);
+                if (padEnd > pos) {
+                    pos = padEnd;
+                    validEnd = padEnd;
+                    continue;
+                }
+            }
             if (h == null) {
                 if (!inGarbage) {
                     skipped++;
@@ -101,6 +111,24 @@ final class LogScanner {
         // readHeader touches no byte past 48 + key length before checking the record fits in limit,
         // and a record that fits has its key within the n bytes just read
         return ObjectLayout.readHeader(buf, 0, limit);
+    }
+
+    /**
+     * If the bytes from {@code pos} to the next block boundary (or the end of the file) are all zero,
+     * that boundary (or the end); else {@code pos}.
+     */
+    private long padding(DataFile f, long pos, long size) throws IOException {
+        long end = Math.min(size, (pos / DiskStore.MIN_IO_BLOCK + 1) * DiskStore.MIN_IO_BLOCK);
+        int n = (int) (end - pos);
+        if (!f.readFully(buf.asSlice(0, n).asByteBuffer(), pos)) {
+            return pos;
+        }
+        for (int off = 0; off + 8 <= n; off += 8) {
+            if (buf.get(ValueLayout.JAVA_LONG_UNALIGNED, off) != 0) {
+                return pos;
+            }
+        }
+        return end;
     }
 
     /** The first 64-aligned offset at or after {@code from} holding the magic, or {@code size}. */
