@@ -14,7 +14,8 @@ import java.time.Duration;
 @Command(name = "kvpool", mixinStandardHelpOptions = true, versionProvider = Main.Version.class,
         description = "A distributed, tiered KV-cache pool for LLM inference and RL rollouts.",
         subcommands = {ServeCommand.class, MasterCommand.class, NodeCommand.class, StatusCommand.class,
-                PutCommand.class, GetCommand.class, RmCommand.class, DemoCommand.class, BenchCommand.class,
+                PutCommand.class, GetCommand.class, RmCommand.class, DemoCommand.class, PoolDemoCommand.class, EngineCommand.class,
+                BenchCommand.class,
                 CommandLine.HelpCommand.class})
 public final class Main implements Runnable {
 

@@ -12,7 +12,7 @@ import java.util.Set;
  * order) that has any of its tokens; every child saves every block; a reset resets all and succeeds
  * only if all did. Typical use: a fast local cache first, then the pool.
  */
-public final class MultiConnector implements KvConnector {
+public final class MultiConnector implements KvConnector, VersionedKeys {
 
     private final List<KvConnector> children;
     /** The child a request loads from, when one had tokens for it. Scheduler thread. */
@@ -159,6 +159,18 @@ public final class MultiConnector implements KvConnector {
             s = s.plus(c.stats());
         }
         return s;
+    }
+
+    /** Switches every child that has versioned keys; the future sums their reclaims. */
+    @Override
+    public java.util.concurrent.CompletableFuture<Long> switchWeights(String weightsVersion, boolean reclaim) {
+        java.util.concurrent.CompletableFuture<Long> all = java.util.concurrent.CompletableFuture.completedFuture(0L);
+        for (KvConnector c : children) {
+            if (c instanceof VersionedKeys v) {
+                all = all.thenCombine(v.switchWeights(weightsVersion, reclaim), Long::sum);
+            }
+        }
+        return all;
     }
 
     @Override

@@ -61,7 +61,7 @@ import java.util.concurrent.locks.ReentrantReadWriteLock;
  * Saves read the engine's blocks after the step: the engine keeps a finished request's blocks while
  * {@link #requestFinished} says saves are pending, until {@link #getFinished} reports it.
  */
-public final class PoolConnector implements KvConnector {
+public final class PoolConnector implements KvConnector, VersionedKeys {
 
     private static final Logger log = LoggerFactory.getLogger(PoolConnector.class);
 
@@ -286,6 +286,7 @@ public final class PoolConnector implements KvConnector {
      * dropped. With {@code reclaim}, the old version's objects are removed in the background; the
      * returned future gives how many.
      */
+    @Override
     public CompletableFuture<Long> switchWeights(String weights, boolean reclaim) {
         String oldPrefix;
         fence.writeLock().lock();

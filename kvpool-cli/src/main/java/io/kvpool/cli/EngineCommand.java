@@ -1,0 +1,74 @@
+package io.kvpool.cli;
+
+import io.kvpool.client.ClientConfig;
+import io.kvpool.client.KvPoolClient;
+import io.kvpool.connector.KvConnector;
+import io.kvpool.connector.PoolConnector;
+import io.kvpool.connector.hash.BlockHasher;
+import io.kvpool.connector.hash.KeyFormat;
+import io.kvpool.engine.Engine;
+import io.kvpool.engine.EngineConfig;
+import io.kvpool.engine.EngineServer;
+import io.kvpool.engine.llama.ModelConfig;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Mixin;
+import picocli.CommandLine.Option;
+
+import java.util.concurrent.Callable;
+import java.util.concurrent.CountDownLatch;
+
+/** {@code kvpool engine}: the reference engine over HTTP, with or without a pool behind it. */
+@Command(name = "engine", mixinStandardHelpOptions = true,
+        description = "Run the reference engine (OpenAI-style /v1/completions, control endpoints, /metrics).")
+final class EngineCommand implements Callable<Integer> {
+
+    @Option(names = "--host", paramLabel = "ADDRESS", description = "Address to listen on (default: ${DEFAULT-VALUE}).")
+    String host = "127.0.0.1";
+
+    @Option(names = "--port", paramLabel = "PORT", description = "HTTP port (default: ${DEFAULT-VALUE}).")
+    int port = 8000;
+
+    @Option(names = "--master", paramLabel = "HOST:PORT",
+            description = "The kvpool master to use as external KV cache; none: the engine's own prefix cache only.")
+    String master;
+
+    @Option(names = "--reset-scope", paramLabel = "SCOPE",
+            description = "all (removeAll with fencing: the RL default) or model (this model's keys only) (default: ${DEFAULT-VALUE}).")
+    String resetScope = "all";
+
+    @Mixin
+    EngineOptions engine;
+
+    @Override
+    public Integer call() throws Exception {
+        ModelConfig mc = engine.modelConfig();
+        EngineConfig ec = engine.engineConfig(EngineConfig.DEFAULT_BLOCKS);
+        PoolConnector.ResetScope scope = switch (resetScope) {
+            case "all" -> PoolConnector.ResetScope.ALL_FENCED;
+            case "model" -> PoolConnector.ResetScope.MODEL;
+            default -> throw new IllegalArgumentException("--reset-scope must be all or model, got " + resetScope);
+        };
+        KvPoolClient client = master == null ? null : KvPoolClient.connect(ClientConfig.forMaster(master));
+        KvConnector connector = client == null ? null : new PoolConnector(client,
+                new BlockHasher(ec.blockSize(), ec.hashSeed()), KeyFormat.of(ec.modelName(), engine.weightsVersion, "f32"),
+                scope);
+        Engine e = new Engine(ec, mc, engine.weights(mc), engine.weightsVersion, connector);
+        EngineServer server = new EngineServer(e, host, port);
+        CountDownLatch stop = new CountDownLatch(1);
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+            server.close();
+            e.close();
+            if (client != null) {
+                client.close();
+            }
+            stop.countDown();
+        }, "kvpool-engine-shutdown"));
+        System.out.printf("kvpool engine: %s (%d layers, dim %d, %d KV bytes/token), %d KV blocks of %d tokens,"
+                        + " external cache %s; http://%s:%d/v1/completions%n", ec.modelName(), mc.nLayers(), mc.dim(),
+                e.kvBytesPerToken(), ec.numBlocks(), ec.blockSize(), master == null ? "none" : "kvpool at " + master,
+                host, server.port());
+        System.out.flush();
+        stop.await();
+        return 0;
+    }
+}

@@ -1,0 +1,320 @@
+package io.kvpool.engine;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import com.sun.net.httpserver.HttpExchange;
+import com.sun.net.httpserver.HttpServer;
+import io.kvpool.connector.ResetResult;
+import io.kvpool.engine.llama.ByteTokenizer;
+import io.kvpool.engine.llama.Weights;
+import io.prometheus.metrics.exporter.httpserver.MetricsHandler;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.io.IOException;
+import java.io.OutputStream;
+import java.net.InetSocketAddress;
+import java.net.URI;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Path;
+import java.util.HashMap;
+import java.util.Map;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.Executors;
+import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.TimeUnit;
+
+/**
+ * The engine over HTTP: an OpenAI-style {@code POST /v1/completions} (optionally streamed as
+ * server-sent events), the control endpoints an RL trainer drives, {@code /health} and
+ * {@code /metrics}.
+ *
+ * <pre>
+ *   POST /v1/completions        {"prompt": "text" | [token ids], "max_tokens": 16, "temperature": 0,
+ *                                "top_p": 1, "seed": 0, "stream": false}
+ *   POST /pause_generation      ?clear_cache=true|false  &amp;mode=abort|wait    (default: false, abort)
+ *   POST /resume
+ *   POST /abort_all_requests
+ *   POST /reset_prefix_cache    ?reset_connector=true|false                  (default: true)
+ *   POST /update_weights        {"seed": 7} or {"path": "/models/dir"}, "version": "step-12"
+ *                               (the engine must be paused)
+ *   GET  /health, GET /metrics
+ * </pre>
+ * Errors answer 400 (bad request: the message names the field), 409 (wrong state, e.g. update
+ * without pause) or 500, with {@code {"error": {"message": ...}}}.
+ */
+public final class EngineServer implements AutoCloseable {
+
+    private static final Logger log = LoggerFactory.getLogger(EngineServer.class);
+    private static final ObjectMapper JSON = new ObjectMapper();
+
+    private final Engine engine;
+    private final HttpServer http;
+    private final ByteTokenizer tokenizer = new ByteTokenizer();
+
+    public EngineServer(Engine engine, String host, int port) throws IOException {
+        this.engine = engine;
+        this.http = HttpServer.create(new InetSocketAddress(host, port), 128);
+        http.setExecutor(Executors.newVirtualThreadPerTaskExecutor());
+        http.createContext("/v1/completions", ex -> handle(ex, "POST", this::completions));
+        http.createContext("/pause_generation", ex -> handle(ex, "POST", this::pause));
+        http.createContext("/resume", ex -> handle(ex, "POST", e -> {
+            engine.resume();
+            json(e, 200, JSON.createObjectNode().put("status", "resumed"));
+        }));
+        http.createContext("/abort_all_requests", ex -> handle(ex, "POST", e ->
+                json(e, 200, JSON.createObjectNode().put("aborted", engine.abortAllRequests()))));
+        http.createContext("/reset_prefix_cache", ex -> handle(ex, "POST", e -> {
+            boolean connector = !"false".equals(query(e).get("reset_connector"));
+            json(e, 200, reset(engine.resetPrefixCache(connector)));
+        }));
+        http.createContext("/update_weights", ex -> handle(ex, "POST", this::updateWeights));
+        http.createContext("/health", ex -> handle(ex, "GET", e -> json(e, 200, JSON.createObjectNode()
+                .put("status", "ok").put("paused", engine.isPaused()).put("weights_version", engine.weightsVersion())
+                .put("in_flight", engine.inFlight()))));
+        http.createContext("/metrics", new MetricsHandler(engine.metrics().registry(engine::connectorStats,
+                engine::prefixCacheStats)));
+        http.start();
+    }
+
+    public int port() {
+        return http.getAddress().getPort();
+    }
+
+    private interface Handler {
+        void handle(HttpExchange e) throws Exception;
+    }
+
+    private static final class HttpError extends RuntimeException {
+        final int status;
+
+        HttpError(int status, String message) {
+            super(message);
+            this.status = status;
+        }
+    }
+
+    private void handle(HttpExchange e, String method, Handler h) throws IOException {
+        try (e) {
+            if (!method.equals(e.getRequestMethod())) {
+                throw new HttpError(405, e.getRequestURI().getPath() + " takes " + method);
+            }
+            h.handle(e);
+        } catch (HttpError err) {
+            error(e, err.status, err.getMessage());
+        } catch (IllegalArgumentException err) {
+            error(e, 400, err.getMessage());
+        } catch (IllegalStateException err) {
+            error(e, 409, err.getMessage());
+        } catch (ExecutionException | java.util.concurrent.CompletionException err) {
+            Throwable c = err.getCause();
+            error(e, c instanceof IllegalStateException ? 409 : c instanceof IllegalArgumentException ? 400 : 500,
+                    String.valueOf(c.getMessage()));
+        } catch (Exception err) {
+            log.warn("{} {} failed", e.getRequestMethod(), e.getRequestURI(), err);
+            error(e, 500, err.toString());
+        }
+    }
+
+    private static void error(HttpExchange e, int status, String message) {
+        try {
+            ObjectNode n = JSON.createObjectNode();
+            n.putObject("error").put("message", message);
+            json(e, status, n);
+        } catch (IOException ignored) {
+            // the client went away
+        }
+    }
+
+    private static void json(HttpExchange e, int status, JsonNode body) throws IOException {
+        byte[] b = JSON.writeValueAsBytes(body);
+        e.getResponseHeaders().set("Content-Type", "application/json");
+        e.sendResponseHeaders(status, b.length);
+        try (OutputStream o = e.getResponseBody()) {
+            o.write(b);
+        }
+    }
+
+    private static JsonNode body(HttpExchange e) throws IOException {
+        byte[] b = e.getRequestBody().readAllBytes();
+        if (b.length == 0) {
+            return JSON.createObjectNode();
+        }
+        try {
+            JsonNode n = JSON.readTree(b);
+            if (!n.isObject()) {
+                throw new IllegalArgumentException("the request body must be a JSON object");
+            }
+            return n;
+        } catch (com.fasterxml.jackson.core.JsonProcessingException err) {
+            throw new IllegalArgumentException("the request body is not valid JSON: " + err.getOriginalMessage());
+        }
+    }
+
+    private static Map<String, String> query(HttpExchange e) {
+        Map<String, String> q = new HashMap<>();
+        URI u = e.getRequestURI();
+        if (u.getRawQuery() != null) {
+            for (String kv : u.getRawQuery().split("&")) {
+                int i = kv.indexOf('=');
+                q.put(i < 0 ? kv : kv.substring(0, i), i < 0 ? "" : java.net.URLDecoder.decode(kv.substring(i + 1),
+                        StandardCharsets.UTF_8));
+            }
+        }
+        return q;
+    }
+
+    private static int intField(JsonNode b, String name, int dflt) {
+        JsonNode n = b.get(name);
+        if (n == null || n.isNull()) {
+            return dflt;
+        }
+        if (!n.canConvertToInt()) {
+            throw new IllegalArgumentException(name + " must be an integer, got " + n);
+        }
+        return n.intValue();
+    }
+
+    private static double doubleField(JsonNode b, String name, double dflt) {
+        JsonNode n = b.get(name);
+        if (n == null || n.isNull()) {
+            return dflt;
+        }
+        if (!n.isNumber()) {
+            throw new IllegalArgumentException(name + " must be a number, got " + n);
+        }
+        return n.doubleValue();
+    }
+
+    private int[] prompt(JsonNode b) {
+        JsonNode p = b.get("prompt");
+        if (p == null || p.isNull()) {
+            throw new IllegalArgumentException("prompt is required (a string or an array of token ids)");
+        }
+        if (p.isTextual()) {
+            return tokenizer.encode(p.textValue(), true);
+        }
+        if (p.isArray()) {
+            int[] t = new int[p.size()];
+            for (int i = 0; i < t.length; i++) {
+                if (!p.get(i).canConvertToInt()) {
+                    throw new IllegalArgumentException("prompt[" + i + "] is not a token id: " + p.get(i));
+                }
+                t[i] = p.get(i).intValue();
+            }
+            return t;
+        }
+        throw new IllegalArgumentException("prompt must be a string or an array of token ids");
+    }
+
+    private void completions(HttpExchange e) throws Exception {
+        JsonNode b = body(e);
+        int[] prompt = prompt(b);
+        SamplingParams params = new SamplingParams(intField(b, "max_tokens", 16), doubleField(b, "temperature", 0),
+                doubleField(b, "top_p", 1), intField(b, "seed", 0), true);
+        boolean stream = b.path("stream").asBoolean(false);
+        String model = engine.config().modelName();
+        if (!stream) {
+            Completion c = engine.generate(prompt, params, null).get();
+            json(e, c.error() != null ? 500 : 200, completionJson(c, model));
+            return;
+        }
+        LinkedBlockingQueue<Integer> tokens = new LinkedBlockingQueue<>();
+        var future = engine.generate(prompt, params, (id, t) -> tokens.add(t));
+        e.getResponseHeaders().set("Content-Type", "text/event-stream");
+        e.getResponseHeaders().set("Cache-Control", "no-cache");
+        e.sendResponseHeaders(200, 0);
+        try (OutputStream o = e.getResponseBody()) {
+            while (!future.isDone() || !tokens.isEmpty()) {
+                Integer t = tokens.poll(50, TimeUnit.MILLISECONDS);
+                if (t != null) {
+                    ObjectNode chunk = JSON.createObjectNode().put("object", "text_completion").put("model", model);
+                    ObjectNode choice = chunk.putArray("choices").addObject();
+                    choice.put("index", 0).put("text", tokenizer.decode(new int[]{t})).putNull("finish_reason");
+                    choice.putArray("token_ids").add(t);
+                    o.write(("data: " + JSON.writeValueAsString(chunk) + "\n\n").getBytes(StandardCharsets.UTF_8));
+                    o.flush();
+                }
+            }
+            Completion c = future.get();
+            ObjectNode last = completionJson(c, model);
+            ((ObjectNode) last.get("choices").get(0)).put("text", "");
+            o.write(("data: " + JSON.writeValueAsString(last) + "\n\ndata: [DONE]\n\n").getBytes(StandardCharsets.UTF_8));
+        }
+    }
+
+    private ObjectNode completionJson(Completion c, String model) {
+        ObjectNode n = JSON.createObjectNode();
+        n.put("id", "cmpl-" + c.requestId()).put("object", "text_completion")
+                .put("created", System.currentTimeMillis() / 1000).put("model", model);
+        ObjectNode choice = n.putArray("choices").addObject();
+        choice.put("index", 0).put("text", tokenizer.decode(c.outputTokens())).put("finish_reason", c.finishReason());
+        ArrayNode ids = choice.putArray("token_ids");
+        for (int t : c.outputTokens()) {
+            ids.add(t);
+        }
+        n.putObject("usage").put("prompt_tokens", c.promptTokens().length)
+                .put("completion_tokens", c.outputTokens().length)
+                .put("total_tokens", c.promptTokens().length + c.outputTokens().length);
+        ObjectNode k = n.putObject("kvpool");
+        k.put("prefix_cache_hit_tokens", c.localHitTokens()).put("external_hit_tokens", c.externalHitTokens())
+                .put("recomputed_tokens", c.recomputedTokens()).put("weights_version", c.weightsVersion())
+                .put("ttft_ms", c.ttftNanos() < 0 ? -1 : c.ttftNanos() / 1e6);
+        if (c.error() != null) {
+            n.putObject("error").put("message", c.error());
+        }
+        return n;
+    }
+
+    private void pause(HttpExchange e) throws Exception {
+        Map<String, String> q = query(e);
+        boolean clear = "true".equals(q.get("clear_cache"));
+        String mode = q.getOrDefault("mode", "abort");
+        if (!mode.equals("abort") && !mode.equals("wait")) {
+            throw new IllegalArgumentException("mode must be abort or wait, got " + mode);
+        }
+        ResetResult r = engine.pauseGeneration(clear, mode.equals("abort")).get();
+        ObjectNode n = reset(r);
+        n.put("status", "paused");
+        json(e, r.success() ? 200 : 500, n);
+    }
+
+    private static ObjectNode reset(ResetResult r) {
+        ObjectNode n = JSON.createObjectNode().put("success", r.success()).put("removed", r.removed());
+        if (!r.success()) {
+            n.put("message", r.message());
+        }
+        return n;
+    }
+
+    private void updateWeights(HttpExchange e) throws Exception {
+        JsonNode b = body(e);
+        String version = b.path("version").asText(null);
+        if (version == null || version.isEmpty()) {
+            throw new IllegalArgumentException("version is required (names the new weights in keys and outputs)");
+        }
+        if (b.hasNonNull("path")) {
+            Path dir = Path.of(b.get("path").asText());
+            engine.updateWeights(() -> {
+                try {
+                    return Weights.load(dir);
+                } catch (IOException err) {
+                    throw new IllegalArgumentException("cannot load weights from " + dir + ": " + err.getMessage(), err);
+                }
+            }, version);
+        } else if (b.hasNonNull("seed")) {
+            long seed = b.get("seed").asLong();
+            engine.updateWeights(() -> Weights.random(engine.modelConfig(), seed), version);
+        } else {
+            throw new IllegalArgumentException("update_weights needs \"seed\" or \"path\"");
+        }
+        json(e, 200, JSON.createObjectNode().put("status", "updated").put("weights_version", version));
+    }
+
+    @Override
+    public void close() {
+        http.stop(0);
+    }
+}

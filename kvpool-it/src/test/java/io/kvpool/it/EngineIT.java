@@ -1,0 +1,239 @@
+package io.kvpool.it;
+
+import io.kvpool.client.KvPoolClient;
+import io.kvpool.config.Size;
+import io.kvpool.connector.LoadFailurePolicy;
+import io.kvpool.connector.PoolConnector;
+import io.kvpool.connector.hash.BlockHasher;
+import io.kvpool.connector.hash.KeyFormat;
+import io.kvpool.engine.Completion;
+import io.kvpool.engine.Engine;
+import io.kvpool.engine.EngineConfig;
+import io.kvpool.engine.SamplingParams;
+import io.kvpool.engine.llama.ModelConfig;
+import io.kvpool.engine.llama.Weights;
+import io.kvpool.node.StorageNode;
+import org.junit.jupiter.api.Test;
+
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.SplittableRandom;
+import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.atomic.AtomicBoolean;
+
+import static org.assertj.core.api.Assertions.assertThat;
+
+/**
+ * The reference engine with the pool: outputs with KV loaded from the pool are bit-identical to a
+ * full recompute; weight updates never let a request use KV from other weights (both remedies);
+ * failed loads are recomputed or fail the request cleanly.
+ */
+class EngineIT {
+
+    private static final ModelConfig MODEL = ModelConfig.tiny();
+    private static final int BS = 4;
+
+    private static EngineConfig engineConfig(int blocks) {
+        return EngineConfig.defaults().withNumBlocks(blocks).withMaxStepTokens(64).withMaxRunning(4)
+                .withModelName("tiny");
+    }
+
+    private static EngineConfig withBlockSize(EngineConfig c) {
+        return new EngineConfig(BS, c.numBlocks(), c.maxRunning(), c.maxStepTokens(), c.loadFailure(), c.hashSeed(),
+                c.modelName(), c.versionedKeys());
+    }
+
+    private static PoolConnector connector(KvPoolClient c, String weights, PoolConnector.ResetScope scope) {
+        return new PoolConnector(c, new BlockHasher(BS, "0"), KeyFormat.of("tiny", weights, "f32"), scope);
+    }
+
+    /** A fresh engine with no external cache and a cache too small to keep anything between requests. */
+    private static Engine reference(long seed) {
+        return new Engine(withBlockSize(engineConfig(64)), MODEL, Weights.random(MODEL, seed), "w" + seed, null);
+    }
+
+    private static int[] prompt(int length, int family) {
+        SplittableRandom r = new SplittableRandom(family);
+        int[] t = new int[length];
+        for (int i = 0; i < length; i++) {
+            t[i] = r.nextInt(256);
+        }
+        return t;
+    }
+
+    private static void assertSameOutput(Completion got, Completion want, String what) {
+        assertThat(got.error()).as(what).isNull();
+        assertThat(got.outputTokens()).as(what + ": tokens").isEqualTo(want.outputTokens());
+        assertThat(got.logitsDigest()).as(what + ": every logit, bit for bit").isEqualTo(want.logitsDigest());
+        int[] a = new int[got.firstLogits().length];
+        int[] b = new int[want.firstLogits().length];
+        for (int i = 0; i < a.length; i++) {
+            a[i] = Float.floatToRawIntBits(got.firstLogits()[i]);
+            b[i] = Float.floatToRawIntBits(want.firstLogits()[i]);
+        }
+        assertThat(a).as(what + ": first logits").isEqualTo(b);
+    }
+
+    @Test
+    void kvLoadedFromThePoolGivesBitIdenticalOutputs() throws Exception {
+        try (InProcessCluster cluster = new InProcessCluster(1, Size.ofMiB(64)); KvPoolClient c = cluster.client();
+             Engine ref = reference(1)) {
+            // the family's longest prompt, saved by a first engine
+            int[] longest = prompt(70, 5);
+            try (Engine writer = new Engine(withBlockSize(engineConfig(64)), MODEL, Weights.random(MODEL, 1), "w1",
+                    connector(c, "w1", PoolConnector.ResetScope.ALL_FENCED))) {
+                assertThat(writer.generate(longest, SamplingParams.greedy(6), null).get().ok()).isTrue();
+                writer.connector().waitForSave();
+            }
+            // prefixes of many lengths (partial last blocks, exact blocks, the whole saved prompt) on a
+            // second engine whose own cache is empty
+            int[] lengths = {1, 3, 4, 5, 8, 15, 16, 17, 31, 32, 33, 48, 63, 64, 68, 69, 70};
+            for (int len : lengths) {
+                try (Engine reader = new Engine(withBlockSize(engineConfig(64)), MODEL, Weights.random(MODEL, 1), "w1",
+                        connector(c, "w1", PoolConnector.ResetScope.ALL_FENCED))) {
+                    int[] p = Arrays.copyOf(longest, len);
+                    Completion got = reader.generate(p, SamplingParams.greedy(5), null).get();
+                    Completion want = ref.generate(p, SamplingParams.greedy(5), null).get();
+                    assertThat(want.externalHitTokens()).isZero();
+                    int expectHit = Math.min((len - 1) / BS, 70 / BS) * BS;
+                    assertThat(got.externalHitTokens()).as("loaded tokens of a %d-token prompt", len).isEqualTo(expectHit);
+                    assertSameOutput(got, want, len + " tokens");
+                }
+            }
+        }
+    }
+
+    private void weightUpdatesNeverServeStaleKv(boolean versioned) throws Exception {
+        try (InProcessCluster cluster = new InProcessCluster(1, Size.ofMiB(64)); KvPoolClient c = cluster.client()) {
+            PoolConnector pc = connector(c, "v0", PoolConnector.ResetScope.ALL_FENCED);
+            EngineConfig cfg = withBlockSize(engineConfig(48)).withVersionedKeys(versioned);
+            try (Engine e = new Engine(cfg, MODEL, Weights.random(MODEL, 100), "v0", pc)) {
+                ConcurrentLinkedQueue<Completion> done = new ConcurrentLinkedQueue<>();
+                AtomicBoolean stop = new AtomicBoolean();
+                List<CompletableFuture<Void>> clients = new ArrayList<>();
+                for (int k = 0; k < 3; k++) {
+                    int client = k;
+                    clients.add(CompletableFuture.runAsync(() -> {
+                        SplittableRandom r = new SplittableRandom(client);
+                        while (!stop.get()) {
+                            int[] p = prompt(8 + r.nextInt(40), r.nextInt(3)); // shared prefixes: many hits
+                            try {
+                                done.add(e.generate(p, SamplingParams.greedy(3), null).get());
+                            } catch (Exception ex) {
+                                throw new IllegalStateException(ex);
+                            }
+                        }
+                    }));
+                }
+                for (int v = 1; v <= 8; v++) {
+                    Thread.sleep(150);
+                    e.pauseGeneration(false, true).get();
+                    long seed = 100 + v;
+                    e.updateWeights(() -> Weights.random(MODEL, seed), "v" + v);
+                    if (!versioned) {
+                        assertThat(e.resetPrefixCache(true).success()).isTrue();
+                    }
+                    e.resume();
+                }
+                Thread.sleep(300);
+                stop.set(true);
+                CompletableFuture.allOf(clients.toArray(CompletableFuture[]::new)).get();
+
+                Map<String, Engine> refs = new HashMap<>();
+                int checked = 0;
+                long hits = 0;
+                try {
+                    for (Completion got : done) {
+                        if (!got.ok()) {
+                            continue; // aborted by an update
+                        }
+                        long seed = 100 + Long.parseLong(got.weightsVersion().substring(1));
+                        Engine ref = refs.computeIfAbsent(got.weightsVersion(), x -> reference(seed));
+                        Completion want = ref.generate(got.promptTokens(), SamplingParams.greedy(3), null).get();
+                        assertSameOutput(got, want, got.requestId() + " under " + got.weightsVersion());
+                        checked++;
+                        hits += got.externalHitTokens() + got.localHitTokens();
+                    }
+                } finally {
+                    refs.values().forEach(Engine::close);
+                }
+                assertThat(checked).as("requests checked").isGreaterThan(30);
+                assertThat(hits).as("cache hits happened, so the check means something").isPositive();
+                assertThat(e.metrics().weightUpdates()).isGreaterThanOrEqualTo(8);
+            }
+        }
+    }
+
+    @Test
+    void weightUpdatesWithHardResetNeverServeStaleKv() throws Exception {
+        weightUpdatesNeverServeStaleKv(false);
+    }
+
+    @Test
+    void weightUpdatesWithVersionedKeysNeverServeStaleKv() throws Exception {
+        weightUpdatesNeverServeStaleKv(true);
+    }
+
+    private void loadFailure(LoadFailurePolicy policy) throws Exception {
+        try (InProcessCluster cluster = new InProcessCluster(2, Size.ofMiB(32)); KvPoolClient c = cluster.client();
+             Engine ref = reference(3)) {
+            List<int[]> prompts = new ArrayList<>();
+            for (int i = 0; i < 8; i++) {
+                prompts.add(prompt(40, 50 + i));
+            }
+            // half the prompts stored on each node (the client prefers the node named), so that killing
+            // one node fails some requests' loads and not others'
+            for (int half = 0; half < 2; half++) {
+                String node = cluster.nodes.get(half).name();
+                try (KvPoolClient wc = cluster.client(cfg -> cfg.withPreferredSegment(node));
+                     Engine writer = new Engine(withBlockSize(engineConfig(64)), MODEL, Weights.random(MODEL, 3), "w",
+                             connector(wc, "w", PoolConnector.ResetScope.ALL_FENCED))) {
+                    for (int i = half * 4; i < half * 4 + 4; i++) {
+                        writer.generate(prompts.get(i), SamplingParams.greedy(2), null).get();
+                    }
+                    writer.connector().waitForSave();
+                }
+            }
+            StorageNode victim = cluster.nodes.get(1);
+            victim.close(); // the master still lists its objects until the node's TTL: loads from it fail
+            try (Engine reader = new Engine(withBlockSize(engineConfig(64)).withLoadFailure(policy), MODEL,
+                    Weights.random(MODEL, 3), "w", connector(c, "w", PoolConnector.ResetScope.ALL_FENCED))) {
+                int failed = 0;
+                int ok = 0;
+                for (int[] p : prompts) {
+                    Completion got = reader.generate(p, SamplingParams.greedy(4), null).get();
+                    Completion want = ref.generate(p, SamplingParams.greedy(4), null).get();
+                    if (got.error() != null) {
+                        assertThat(policy).isEqualTo(LoadFailurePolicy.FAIL);
+                        assertThat(got.error()).contains("failed").contains("load failure policy: fail");
+                        failed++;
+                    } else {
+                        assertSameOutput(got, want, "prompt " + ok);
+                        ok++;
+                    }
+                }
+                assertThat(reader.metrics().loadFailures()).as("some loads hit the dead node").isPositive();
+                if (policy == LoadFailurePolicy.RECOMPUTE) {
+                    assertThat(failed).isZero();
+                } else {
+                    assertThat(failed).as("the requests whose KV was on the dead node").isEqualTo(4);
+                    assertThat(ok).as("the others are unharmed").isEqualTo(4);
+                }
+            }
+        }
+    }
+
+    @Test
+    void failedLoadsAreRecomputed() throws Exception {
+        loadFailure(LoadFailurePolicy.RECOMPUTE);
+    }
+
+    @Test
+    void failedLoadsFailOnlyTheirRequestUnderPolicyFail() throws Exception {
+        loadFailure(LoadFailurePolicy.FAIL);
+    }
+}
