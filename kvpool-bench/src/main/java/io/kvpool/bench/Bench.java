@@ -47,7 +47,7 @@ public final class Bench {
 
     /** What to run and where to write it. */
     public record Options(boolean quick, Set<String> sections, Path outDir, PrintStream out, Path diskDir) {
-        public static final Set<String> ALL = Set.of("store", "lookup", "metadata", "reset", "disk");
+        public static final Set<String> ALL = Set.of("store", "lookup", "metadata", "reset", "disk", "restore");
 
         public Options {
             for (String s : sections) {
@@ -128,6 +128,9 @@ public final class Bench {
         if (o.sections.contains("disk")) {
             steps += 1;
         }
+        if (o.sections.contains("restore")) {
+            steps += 3;
+        }
         try (ProgressBar pb = new ProgressBarBuilder().setTaskName("bench").setInitialMax(steps)
                 .setStyle(ProgressBarStyle.ASCII).setUpdateIntervalMillis(500).continuousUpdate().build()) {
             bar = pb;
@@ -150,6 +153,9 @@ public final class Bench {
             }
             if (o.sections.contains("disk")) {
                 disk();
+            }
+            if (o.sections.contains("restore")) {
+                restore();
             }
         }
         evaluate();
@@ -414,6 +420,48 @@ public final class Bench {
         results.add(new Results.Row("disk", "kvpool", "read-back", 1 << 20, 1, r.readBack() / 1e9, Double.NaN,
                 Double.NaN, Double.NaN, note + "; every checksum verified"));
         bar.step();
+    }
+
+    // ------------------------------------------------------------------ restore
+
+    /**
+     * KV restore through the connector, in tokens per second: the reference engine's geometry (with
+     * its prefill, the recompute it replaces, measured in the same run) and a Llama-3-8B-shaped one
+     * (32 layers x 8 KV heads x 128 x K and V x bf16 = 128 KiB per token).
+     */
+    private void restore() throws Exception {
+        io.kvpool.engine.llama.ModelConfig ref = io.kvpool.engine.llama.ModelConfig.defaults();
+        int prompt = 2048;
+        double seconds = o.quick ? 1 : 3;
+        bar.setExtraMessage(" restore: prefill baseline");
+        double prefill = RestoreBench.prefill(ref, prompt, o.quick ? 1 : 2);
+        results.add(new Results.Row("restore", "engine", "prefill (recompute)", ref.kvBytesPerToken() * 16, 1, Double.NaN,
+                prefill, Double.NaN, Double.NaN, String.format(Locale.ROOT,
+                "%.0f tokens/s: the reference engine computing a %d-token prompt (%d layers, dim %d)", prefill, prompt,
+                ref.nLayers(), ref.dim())));
+        bar.step();
+        try (PoolProcess pool = PoolProcess.start("3GiB", "1g");
+             KvPoolClient c = KvPoolClient.connect(pool.masterAddress())) {
+            bar.setExtraMessage(" restore: engine geometry");
+            RestoreBench.Result own = RestoreBench.restore(c, "reference", ref.kvBytesPerToken(), 8, prompt, seconds);
+            results.add(row(own));
+            bar.step();
+            bar.setExtraMessage(" restore: Llama-3-8B geometry");
+            RestoreBench.Result big = RestoreBench.restore(c, "llama3-8b", 128 * 1024, 4, prompt, seconds);
+            results.add(row(big));
+            bar.step();
+        }
+        results.ratioOps("KV restore vs prefill (reference engine, 2048-token prompts)",
+                results.find("restore", "kvpool", "restore reference", ref.kvBytesPerToken() * 16, 1),
+                results.find("restore", "engine", "prefill (recompute)", ref.kvBytesPerToken() * 16, 1), 1.0, "tokens/s");
+    }
+
+    private static Results.Row row(RestoreBench.Result r) {
+        return new Results.Row("restore", "kvpool", "restore " + r.geometry(), r.bytesPerToken() * r.blockSize(), 1,
+                r.gbPerSecond(), r.tokensPerSecond(), Double.NaN, Double.NaN, String.format(Locale.ROOT,
+                "%.0f tokens/s, %d KiB of KV per token, blocks of %d tokens; prefixMatch + getIntoBatch of %d-token"
+                        + " prompts into a paged cache", r.tokensPerSecond(), r.bytesPerToken() / 1024, r.blockSize(),
+                r.promptTokens()));
     }
 
     // ------------------------------------------------------------------ targets

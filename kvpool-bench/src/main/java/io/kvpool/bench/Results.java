@@ -59,6 +59,16 @@ final class Results {
         }
     }
 
+    /** Like {@link #ratio} on the rows' ops per second (for rows that count tokens, say). */
+    void ratioOps(String name, Optional<Row> num, Optional<Row> den, double goal, String unit) {
+        if (num.isPresent() && den.isPresent()) {
+            double r = num.get().opsPerSec / den.get().opsPerSec;
+            checks.add(new Check(name, r, "x", ">= " + goal + "x", r >= goal,
+                    String.format(Locale.ROOT, "%s %.0f %s vs %s %.0f %s", num.get().target, num.get().opsPerSec, unit,
+                            den.get().target, den.get().opsPerSec, unit)));
+        }
+    }
+
     void print(PrintStream out) {
         out.println();
         out.printf("%-9s %-11s %-15s %8s %7s %9s %12s %10s %10s  %s%n", "section", "target", "op", "size", "clients",

@@ -39,10 +39,10 @@ import java.util.concurrent.Callable;
 final class DemoCommand implements Callable<Integer> {
 
     @Option(names = "--conversations", paramLabel = "N", description = "Conversations (default: ${DEFAULT-VALUE}).")
-    int conversations = 16;
+    int conversations = 24;
 
     @Option(names = "--turns", paramLabel = "N", description = "Turns per conversation (default: ${DEFAULT-VALUE}).")
-    int turns = 4;
+    int turns = 6;
 
     @Option(names = "--concurrency", paramLabel = "N", description = "Conversations in flight at once (default: ${DEFAULT-VALUE}).")
     int concurrency = 4;

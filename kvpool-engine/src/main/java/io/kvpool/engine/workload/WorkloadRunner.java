@@ -78,36 +78,51 @@ public final class WorkloadRunner {
     private WorkloadRunner() {
     }
 
-    /** Runs the workload; {@code progress} is told each finished request's number (any thread). */
+    /**
+     * Runs the workload in rounds, as chat traffic arrives: round t sends turn t of every conversation
+     * ({@code concurrency} at a time), so between two turns of a conversation every other
+     * conversation has run; its history is then found in whichever cache kept it. {@code progress}
+     * is told each finished request's number (any thread).
+     */
     public static Result run(Engine engine, ChatWorkload w, IntConsumer progress) throws Exception {
         ByteTokenizer tok = new ByteTokenizer();
         List<Completion> done = Collections.synchronizedList(new ArrayList<>());
-        AtomicInteger next = new AtomicInteger();
         AtomicInteger finished = new AtomicInteger();
+        int[][] history = new int[w.conversations()][];
+        boolean[] alive = new boolean[w.conversations()];
+        for (int c = 0; c < w.conversations(); c++) {
+            history[c] = tok.encode(w.systemPrompt(c), true);
+            alive[c] = true;
+        }
         long t0 = System.nanoTime();
         try (ExecutorService pool = Executors.newVirtualThreadPerTaskExecutor()) {
-            List<Future<?>> workers = new ArrayList<>();
-            for (int k = 0; k < w.concurrency(); k++) {
-                workers.add(pool.submit(() -> {
-                    for (int c = next.getAndIncrement(); c < w.conversations(); c = next.getAndIncrement()) {
-                        int[] history = concat(tok.encode(w.systemPrompt(c), true), new int[0]);
-                        for (int t = 0; t < w.turns(); t++) {
-                            int[] prompt = concat(history, tok.encode(w.userMessage(c, t), false));
+            for (int t = 0; t < w.turns(); t++) {
+                int turn = t;
+                AtomicInteger next = new AtomicInteger();
+                List<Future<?>> workers = new ArrayList<>();
+                for (int k = 0; k < w.concurrency(); k++) {
+                    workers.add(pool.submit(() -> {
+                        for (int c = next.getAndIncrement(); c < w.conversations(); c = next.getAndIncrement()) {
+                            if (!alive[c]) {
+                                continue;
+                            }
+                            int[] prompt = concat(history[c], tok.encode(w.userMessage(c, turn), false));
                             Completion r = engine.generate(prompt, new SamplingParams(w.answerTokens(), 0, 1, c, false),
                                     null).get();
                             done.add(r);
                             progress.accept(finished.incrementAndGet());
-                            if (!r.ok()) {
-                                break; // a failed turn ends its conversation
+                            if (r.ok()) {
+                                history[c] = concat(prompt, r.outputTokens());
+                            } else {
+                                alive[c] = false; // a failed turn ends its conversation
                             }
-                            history = concat(prompt, r.outputTokens());
                         }
-                    }
-                    return null;
-                }));
-            }
-            for (Future<?> f : workers) {
-                f.get();
+                        return null;
+                    }));
+                }
+                for (Future<?> f : workers) {
+                    f.get();
+                }
             }
         }
         return new Result(List.copyOf(done), System.nanoTime() - t0);

@@ -1,0 +1,156 @@
+package io.kvpool.bench;
+
+import io.kvpool.client.KvPoolClient;
+import io.kvpool.client.PutStatus;
+import io.kvpool.connector.ConnectorMeta;
+import io.kvpool.connector.ConnectorRequest;
+import io.kvpool.connector.Match;
+import io.kvpool.connector.PagedKv;
+import io.kvpool.connector.PoolConnector;
+import io.kvpool.connector.hash.BlockHash;
+import io.kvpool.connector.hash.BlockHasher;
+import io.kvpool.connector.hash.KeyFormat;
+import io.kvpool.engine.llama.KvBlocks;
+import io.kvpool.engine.llama.LayerHook;
+import io.kvpool.engine.llama.ModelConfig;
+import io.kvpool.engine.llama.Transformer;
+import io.kvpool.engine.llama.Weights;
+
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.SplittableRandom;
+
+/**
+ * How fast KV comes back from the pool through the engine's connector, in tokens per second, for
+ * a block geometry: prompts of {@code promptTokens} are saved block by block, then restored the way
+ * an engine restores them (one prefixMatch, one getIntoBatch into its paged cache) over and over.
+ * For the reference engine's own geometry the same run measures its prefill (recomputing the same
+ * tokens), so the ratio says how much faster a hit is than a miss.
+ */
+final class RestoreBench {
+
+    /** What one geometry measured. */
+    record Result(String geometry, long bytesPerToken, int blockSize, double tokensPerSecond, double gbPerSecond,
+                  int prompts, int promptTokens) {
+    }
+
+    private RestoreBench() {
+    }
+
+    /** Restores {@code prompts} prompts of {@code promptTokens} with {@code bytesPerToken} of KV per token. */
+    static Result restore(KvPoolClient client, String geometry, long bytesPerToken, int prompts, int promptTokens,
+                          double seconds) {
+        int bs = BlockHasher.DEFAULT_BLOCK_SIZE;
+        long blockBytes = bytesPerToken * bs;
+        int blocks = promptTokens / bs;
+        BlockHasher hasher = new BlockHasher(bs, "0");
+        KeyFormat keys = KeyFormat.of("bench-" + geometry, "w", "f32");
+        try (Arena arena = Arena.ofShared();
+             PoolConnector conn = new PoolConnector(client, hasher, keys, PoolConnector.ResetScope.MODEL)) {
+            MemorySegment cache = arena.allocate(blockBytes * blocks, 4096);
+            PagedKv kv = new PagedKv() {
+                @Override
+                public int blockSize() {
+                    return bs;
+                }
+
+                @Override
+                public int numLayers() {
+                    return 1;
+                }
+
+                @Override
+                public long blockBytes() {
+                    return blockBytes;
+                }
+
+                @Override
+                public MemorySegment block(int id) {
+                    return cache.asSlice(id * blockBytes, blockBytes);
+                }
+            };
+            List<int[]> all = new ArrayList<>();
+            SplittableRandom r = new SplittableRandom(geometry.hashCode());
+            MemorySegment src = arena.allocate(blockBytes, 64);
+            for (long o = 0; o + 8 <= blockBytes; o += 8) {
+                src.set(java.lang.foreign.ValueLayout.JAVA_LONG_UNALIGNED, o, r.nextLong());
+            }
+            for (int p = 0; p < prompts; p++) {
+                int[] t = new int[promptTokens];
+                for (int i = 0; i < t.length; i++) {
+                    t[i] = r.nextInt(128_000);
+                }
+                all.add(t);
+                List<String> k = new ArrayList<>();
+                List<MemorySegment> v = new ArrayList<>();
+                for (BlockHash h : hasher.hashes(t)) {
+                    k.add(keys.keyString(h));
+                    v.add(src);
+                }
+                for (PutStatus st : client.putBatch(k, v)) {
+                    if (st != PutStatus.OK && st != PutStatus.ALREADY_EXISTS) {
+                        throw new IllegalStateException("storing the restore bench's blocks: " + st);
+                    }
+                }
+            }
+            int[] table = new int[blocks];
+            for (int i = 0; i < blocks; i++) {
+                table[i] = i;
+            }
+            long tokens = 0;
+            long t0 = System.nanoTime();
+            long deadline = t0 + (long) (seconds * 1e9);
+            int round = 0;
+            do {
+                int[] t = all.get(round++ % prompts);
+                ConnectorRequest req = new ConnectorRequest("r" + round, t);
+                Match m = conn.getNumNewMatchedTokens(req, 0);
+                if (m.tokens() != blocks * bs) {
+                    throw new IllegalStateException("restore bench: the pool has " + m.tokens() + " of " + blocks * bs
+                            + " tokens (evicted? the pool is too small)");
+                }
+                conn.updateStateAfterAlloc(req, table, m.tokens());
+                ConnectorMeta meta = conn.buildConnectorMeta(List.of());
+                conn.startLoadKv(meta, kv);
+                conn.waitForLayerLoad(0);
+                if (!conn.blockIdsWithLoadErrors().isEmpty()) {
+                    throw new IllegalStateException("restore bench: loads failed");
+                }
+                conn.requestFinished(req, table);
+                tokens += m.tokens();
+            } while (System.nanoTime() < deadline);
+            double secs = (System.nanoTime() - t0) / 1e9;
+            client.removeByPrefix(KeyFormat.modelPrefix("bench-" + geometry));
+            return new Result(geometry, bytesPerToken, bs, tokens / secs, tokens * bytesPerToken / secs / 1e9, prompts,
+                    promptTokens);
+        }
+    }
+
+    /** The reference engine's prefill rate (tokens per second) for a {@code promptTokens}-token prompt, best of {@code reps}. */
+    static double prefill(ModelConfig c, int promptTokens, int reps) {
+        Transformer m = new Transformer(c, Weights.random(c, 1));
+        int bs = BlockHasher.DEFAULT_BLOCK_SIZE;
+        int[] tok = new int[promptTokens];
+        SplittableRandom r = new SplittableRandom(3);
+        for (int i = 0; i < tok.length; i++) {
+            tok[i] = r.nextInt(256);
+        }
+        int[] table = new int[(promptTokens + bs - 1) / bs];
+        for (int i = 0; i < table.length; i++) {
+            table[i] = i;
+        }
+        double best = 0;
+        try (KvBlocks kv = new KvBlocks(c, table.length, bs)) {
+            for (int rep = 0; rep < reps; rep++) {
+                long t0 = System.nanoTime();
+                for (int s = 0; s < promptTokens; s += 512) {
+                    m.forward(tok, s, Math.min(512, promptTokens - s), table, kv, LayerHook.NONE, false);
+                }
+                best = Math.max(best, promptTokens / ((System.nanoTime() - t0) / 1e9));
+            }
+        }
+        return best;
+    }
+}
