@@ -97,7 +97,8 @@ public final class EngineServer implements AutoCloseable {
     }
 
     private void handle(HttpExchange e, String method, Handler h) throws IOException {
-        try (e) {
+        // not try-with-resources: the exchange must stay open until the catch blocks have answered
+        try {
             if (!method.equals(e.getRequestMethod())) {
                 throw new HttpError(405, e.getRequestURI().getPath() + " takes " + method);
             }
@@ -115,6 +116,8 @@ public final class EngineServer implements AutoCloseable {
         } catch (Exception err) {
             log.warn("{} {} failed", e.getRequestMethod(), e.getRequestURI(), err);
             error(e, 500, err.toString());
+        } finally {
+            e.close();
         }
     }
 
