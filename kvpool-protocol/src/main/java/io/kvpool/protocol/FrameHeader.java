@@ -49,7 +49,12 @@ public final class FrameHeader {
 
     public static final int LENGTH = 32;
     public static final short MAGIC = 0x504B; // bytes 'K','P' when written little-endian
-    public static final byte VERSION = 1;
+    /**
+     * The protocol version: 1 was the pool core; 2 added the SSD tier (a tier byte in replicas and in
+     * NODE_READ, NODE_FREE and inventory items, {@code ifGeneration} in PUT_START items, tier
+     * statistics in heartbeats and CLUSTER_STATS, NODE_DISK_ADD and NODE_DISK_DROP).
+     */
+    public static final byte VERSION = 2;
     public static final byte FLAG_REPLY = 0x01;
 
     public static final int MAGIC_OFFSET = 0;

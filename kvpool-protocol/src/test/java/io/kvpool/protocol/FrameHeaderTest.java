@@ -70,11 +70,11 @@ class FrameHeaderTest {
     @Test
     void unsupportedVersionKeepsTheRequestId() {
         ByteBuffer b = header(1, false, 0, 1234, 0, 0);
-        b.put(FrameHeader.VERSION_OFFSET, (byte) 2);
+        b.put(FrameHeader.VERSION_OFFSET, (byte) 1); // the version before the SSD tier changed the frames
         MalformedFrameException e = decodeFails(b);
         assertThat(e.status()).isEqualTo(FrameStatus.UNSUPPORTED_VERSION);
         assertThat(e.requestId()).isEqualTo(1234);
-        assertThat(e.getMessage()).contains("version 2");
+        assertThat(e.getMessage()).contains("version 1").contains("speaks version 2");
     }
 
     @Test
