@@ -39,7 +39,7 @@ import java.util.concurrent.Callable;
 final class DemoCommand implements Callable<Integer> {
 
     @Option(names = "--conversations", paramLabel = "N", description = "Conversations (default: ${DEFAULT-VALUE}).")
-    int conversations = 24;
+    int conversations = 20;
 
     @Option(names = "--turns", paramLabel = "N", description = "Turns per conversation (default: ${DEFAULT-VALUE}).")
     int turns = 6;
