@@ -32,6 +32,11 @@ final class EngineCommand implements Callable<Integer> {
             description = "The kvpool master to use as external KV cache; none: the engine's own prefix cache only.")
     String master;
 
+    @Option(names = "--offload-config", paramLabel = "FILE",
+            description = "Offload config (YAML or JSON, type native or pool); default: the file named by"
+                    + " KVPOOL_CONFIG_PATH, which kvpool launch writes. Ignored with --master.")
+    java.nio.file.Path offloadConfig;
+
     @Option(names = "--reset-scope", paramLabel = "SCOPE",
             description = "all (removeAll with fencing: the RL default) or model (this model's keys only) (default: ${DEFAULT-VALUE}).")
     String resetScope = "all";
@@ -48,25 +53,47 @@ final class EngineCommand implements Callable<Integer> {
             case "model" -> PoolConnector.ResetScope.MODEL;
             default -> throw new IllegalArgumentException("--reset-scope must be all or model, got " + resetScope);
         };
-        KvPoolClient client = master == null ? null : KvPoolClient.connect(ClientConfig.forMaster(master));
-        KvConnector connector = client == null ? null : new PoolConnector(client,
-                new BlockHasher(ec.blockSize(), ec.hashSeed()), KeyFormat.of(ec.modelName(), engine.weightsVersion, "f32"),
-                scope);
+        KvPoolClient client = null;
+        KvConnector connector = null;
+        String external = "none";
+        java.nio.file.Path cfgFile = offloadConfig != null ? offloadConfig
+                : System.getenv("KVPOOL_CONFIG_PATH") != null ? java.nio.file.Path.of(System.getenv("KVPOOL_CONFIG_PATH"))
+                : null;
+        if (master != null) {
+            client = KvPoolClient.connect(ClientConfig.forMaster(master));
+            connector = new PoolConnector(client, new BlockHasher(ec.blockSize(), ec.hashSeed()),
+                    KeyFormat.of(ec.modelName(), engine.weightsVersion, "f32"), scope);
+            external = "kvpool at " + master;
+        } else if (cfgFile != null) {
+            var loaded = io.kvpool.connector.config.OffloadConfigs.load(cfgFile);
+            loaded.warnings().forEach(w -> System.out.println("warning: " + cfgFile + ": " + w));
+            long blockBytes = mc.kvBytesPerToken() * ec.blockSize();
+            var built = io.kvpool.connector.config.ConnectorFactory.build(loaded.config(),
+                    new io.kvpool.connector.config.ConnectorFactory.EngineSide(ec.blockSize(), ec.hashSeed(),
+                            ec.modelName(), engine.weightsVersion, "f32", blockBytes));
+            client = built.client();
+            connector = built.connector();
+            if (loaded.config().versionedKeys() && !ec.versionedKeys()) {
+                ec = ec.withVersionedKeys(true);
+            }
+            external = loaded.config() instanceof io.kvpool.connector.config.OffloadConfig.Pool p
+                    ? "kvpool at " + p.master() + " (" + cfgFile + ")" : "native offload (" + cfgFile + ")";
+        }
+        KvPoolClient ownedClient = client;
         Engine e = new Engine(ec, mc, engine.weights(mc), engine.weightsVersion, connector);
         EngineServer server = new EngineServer(e, host, port);
         CountDownLatch stop = new CountDownLatch(1);
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
             server.close();
             e.close();
-            if (client != null) {
-                client.close();
+            if (ownedClient != null) {
+                ownedClient.close();
             }
             stop.countDown();
         }, "kvpool-engine-shutdown"));
         System.out.printf("kvpool engine: %s (%d layers, dim %d, %d KV bytes/token), %d KV blocks of %d tokens,"
                         + " external cache %s; http://%s:%d/v1/completions%n", ec.modelName(), mc.nLayers(), mc.dim(),
-                e.kvBytesPerToken(), ec.numBlocks(), ec.blockSize(), master == null ? "none" : "kvpool at " + master,
-                host, server.port());
+                e.kvBytesPerToken(), ec.numBlocks(), ec.blockSize(), external, host, server.port());
         System.out.flush();
         stop.await();
         return 0;

@@ -1,0 +1,325 @@
+package io.kvpool.cli;
+
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.kvpool.client.ClientConfig;
+import io.kvpool.client.KvPoolClient;
+import io.kvpool.client.PoolStats;
+import io.kvpool.config.Size;
+import io.kvpool.connector.config.OffloadConfig;
+import io.kvpool.connector.config.OffloadConfigs;
+import picocli.CommandLine.ArgGroup;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
+
+import java.io.BufferedReader;
+import java.io.IOException;
+import java.io.InputStreamReader;
+import java.io.PrintStream;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Locale;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.TimeUnit;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+
+/**
+ * {@code kvpool launch}: brings up one pool: the master on the head (first) host, a node on every
+ * host (the head too), all contributing to one shared pool; writes the client config file engines
+ * read through {@code KVPOOL_CONFIG_PATH}; supervises until stopped.
+ *
+ * <h2>Supervision</h2>
+ * <ul>
+ *   <li>Ready means every node registered with the master (checked through the master, not by
+ *       process liveness); the launcher then prints {@code ready} and the export line.</li>
+ *   <li>Every process is watched; one that exits makes the launcher stop everything it started
+ *       and exit 1, naming it and its log.</li>
+ *   <li>On SIGTERM / Ctrl-C (and on any failure) it stops its processes, newest first: SIGTERM,
+ *       then SIGKILL after 10 s, descendants included: no orphans.</li>
+ *   <li>With {@code --run}, the command runs with {@code KVPOOL_CONFIG_PATH} set; when it exits,
+ *       the pool is stopped and its exit code returned.</li>
+ * </ul>
+ *
+ * <h2>Hosts</h2>
+ * {@code --hosts FILE}: one host per line, {@code ADDRESS [local | netns:NAME | ssh[:USER@HOST]]};
+ * {@code #} starts a comment; the first is the head. {@code local} runs the process here,
+ * {@code netns:NAME} in that network namespace of this machine ({@code ip netns exec}), {@code ssh}
+ * on the host over ssh (the same checkout path must exist there). {@code --local N} is N local
+ * nodes on 127.0.0.1.
+ */
+@Command(name = "launch", mixinStandardHelpOptions = true,
+        description = "Start a master and one node per host (or N local nodes), write the client config, supervise.")
+final class LaunchCommand implements java.util.concurrent.Callable<Integer> {
+
+    static final class Where {
+        @Option(names = "--hosts", paramLabel = "FILE", description = "Hosts file: ADDRESS [local|netns:NAME|ssh] per line; the first is the head.")
+        Path hostsFile;
+
+        @Option(names = "--local", paramLabel = "N", description = "N nodes on this machine, on 127.0.0.1.")
+        Integer local;
+    }
+
+    @ArgGroup(exclusive = true, multiplicity = "1")
+    Where where;
+
+    @Option(names = "--config", paramLabel = "FILE", required = true,
+            description = "Offload config (YAML or JSON) of type pool: cpu per node, optional disk tier.")
+    Path configFile;
+
+    @Option(names = "--out", paramLabel = "FILE",
+            description = "Where to write the client config (default: ${DEFAULT-VALUE}).")
+    Path out = Path.of("kvpool-client.json");
+
+    @Option(names = "--log-dir", paramLabel = "DIR", description = "Logs of the processes started (default: ${DEFAULT-VALUE}).")
+    Path logDir = Path.of("kvpool-logs");
+
+    @Option(names = "--master-port", paramLabel = "PORT", description = "Master RPC port (default: ${DEFAULT-VALUE}; 0 picks one).")
+    int masterPort = 50051;
+
+    @Option(names = "--ready-timeout", paramLabel = "DURATION", description = "How long nodes may take to register (default: 60s).")
+    Duration readyTimeout = Duration.ofSeconds(60);
+
+    @Option(names = "--run", arity = "1..*", paramLabel = "CMD",
+            description = "Run this command with KVPOOL_CONFIG_PATH set once the pool is ready; stop the pool when it exits.")
+    List<String> run;
+
+    /** One line of the hosts file. */
+    record Host(String address, String via) {
+    }
+
+    private final List<Supervised> started = new ArrayList<>();
+    private final PrintStream say = System.out;
+
+    private record Supervised(String name, Process process, Path log) {
+    }
+
+    @Override
+    public Integer call() throws Exception {
+        OffloadConfigs.Loaded loaded = OffloadConfigs.load(configFile);
+        loaded.warnings().forEach(w -> say.println("warning: " + configFile + ": " + w));
+        if (!(loaded.config() instanceof OffloadConfig.Pool pool)) {
+            throw new IllegalArgumentException(configFile + ": offload.type: kvpool launch starts a pool; type native"
+                    + " runs inside the engine and needs no launcher");
+        }
+        List<Host> hosts = hosts();
+        Files.createDirectories(logDir);
+        Runtime.getRuntime().addShutdownHook(new Thread(this::stopAll, "kvpool-launch-shutdown"));
+        try {
+            Host head = hosts.getFirst();
+            Supervised master = start("master", head, List.of("master", "--host", head.via().equals("local")
+                    && head.address().equals("127.0.0.1") ? "127.0.0.1" : "0.0.0.0", "--port", Integer.toString(masterPort),
+                    "--http-port", "0"));
+            String line = awaitLine(master, Pattern.compile("kvpool master listening on \\S+:(\\d+), metrics on port (\\d+)"),
+                    Duration.ofSeconds(60));
+            Matcher mm = Pattern.compile("listening on \\S+:(\\d+), metrics on port (\\d+)").matcher(line);
+            mm.find();
+            String masterAddress = head.address() + ":" + mm.group(1);
+            for (int i = 0; i < hosts.size(); i++) {
+                Host h = hosts.get(i);
+                List<String> args = new ArrayList<>(List.of("node", "--master", masterAddress, "--host", h.address(),
+                        "--advertise-host", h.address(), "--port", "0", "--segment-size", pool.cpu().toString(),
+                        "--promote-after", Integer.toString(pool.promoteAfter())));
+                if (pool.disk() != null) {
+                    args.addAll(List.of("--disk-dir", pool.disk().path().resolve("node-" + i).toString(), "--disk-size",
+                            pool.disk().size().toString()));
+                }
+                start("node-" + i, h, args);
+            }
+            awaitRegistered(masterAddress, hosts.size());
+            Path config = writeClientConfig(pool.withMaster(masterAddress));
+            say.printf(Locale.ROOT, "ready: master %s (metrics http://%s:%s/metrics), %d nodes of %s%s%n", masterAddress,
+                    head.address(), mm.group(2), hosts.size(), pool.cpu(), pool.disk() == null ? "" : " + " + pool.disk().size() + " disk");
+            say.println("export KVPOOL_CONFIG_PATH=" + config);
+            say.flush();
+            return supervise(config);
+        } catch (LaunchFailure e) {
+            say.println("FAILED: " + e.getMessage());
+            say.flush();
+            stopAll();
+            return 1;
+        }
+    }
+
+    private List<Host> hosts() throws IOException {
+        List<Host> hosts = new ArrayList<>();
+        if (where.local != null) {
+            if (where.local < 1 || where.local > 64) {
+                throw new IllegalArgumentException("--local: 1 to 64 nodes, got " + where.local);
+            }
+            for (int i = 0; i < where.local; i++) {
+                hosts.add(new Host("127.0.0.1", "local"));
+            }
+            return hosts;
+        }
+        int n = 0;
+        for (String raw : Files.readAllLines(where.hostsFile)) {
+            n++;
+            String l = raw.replaceFirst("#.*", "").trim();
+            if (l.isEmpty()) {
+                continue;
+            }
+            String[] f = l.split("\\s+");
+            String via = f.length > 1 ? f[1] : "local";
+            if (f.length > 2 || !(via.equals("local") || via.startsWith("netns:") || via.equals("ssh") || via.startsWith("ssh:"))) {
+                throw new IllegalArgumentException(where.hostsFile + ":" + n + ": expected ADDRESS [local|netns:NAME|ssh[:USER@HOST]],"
+                        + " got '" + raw + "'");
+            }
+            hosts.add(new Host(f[0], via));
+        }
+        if (hosts.isEmpty()) {
+            throw new IllegalArgumentException(where.hostsFile + ": no hosts");
+        }
+        return hosts;
+    }
+
+    /** The command line of this same kvpool, for a role, run where the host says. */
+    private List<String> command(Host h, List<String> args) {
+        List<String> cmd = new ArrayList<>();
+        if (h.via().startsWith("netns:")) {
+            cmd.addAll(List.of("ip", "netns", "exec", h.via().substring("netns:".length())));
+        } else if (h.via().startsWith("ssh")) {
+            cmd.addAll(List.of("ssh", "-o", "BatchMode=yes", h.via().length() > 4 ? h.via().substring(4) : h.address()));
+        }
+        cmd.add(ProcessHandle.current().info().command().orElse("java"));
+        cmd.addAll(List.of("--enable-native-access=ALL-UNNAMED", "-Xmx1g", "-cp", System.getProperty("java.class.path"),
+                Main.class.getName()));
+        cmd.addAll(args);
+        return cmd;
+    }
+
+    private Supervised start(String name, Host h, List<String> args) throws IOException {
+        Path log = logDir.resolve(name + ".log").toAbsolutePath();
+        Process p = new ProcessBuilder(command(h, args)).redirectErrorStream(true)
+                .redirectOutput(ProcessBuilder.Redirect.to(log.toFile())).start();
+        Supervised s = new Supervised(name, p, log);
+        started.add(s);
+        say.printf("started %s on %s (pid %d), log %s%n", name, h.address(), p.pid(), log);
+        return s;
+    }
+
+    private static final class LaunchFailure extends Exception {
+        LaunchFailure(String message) {
+            super(message);
+        }
+    }
+
+    private String awaitLine(Supervised s, Pattern p, Duration timeout) throws Exception {
+        long deadline = System.nanoTime() + timeout.toNanos();
+        while (System.nanoTime() < deadline) {
+            for (String l : Files.readAllLines(s.log(), StandardCharsets.UTF_8)) {
+                if (p.matcher(l).find()) {
+                    return l;
+                }
+            }
+            if (!s.process().isAlive()) {
+                throw new LaunchFailure(s.name() + " (pid " + s.process().pid() + ") exited with code "
+                        + s.process().exitValue() + " while starting; see " + s.log());
+            }
+            Thread.sleep(100);
+        }
+        throw new LaunchFailure(s.name() + " did not start within " + timeout.toSeconds() + " s; see " + s.log());
+    }
+
+    private void awaitRegistered(String master, int nodes) throws Exception {
+        Duration timeout = readyTimeout;
+        long deadline = System.nanoTime() + timeout.toNanos();
+        try (KvPoolClient c = KvPoolClient.connect(ClientConfig.forMaster(master))) {
+            while (true) {
+                checkAlive();
+                List<PoolStats.SegmentStats> segs = c.stats().segments();
+                long active = segs.stream().filter(PoolStats.SegmentStats::active).count();
+                if (active >= nodes) {
+                    return;
+                }
+                if (System.nanoTime() > deadline) {
+                    throw new LaunchFailure(active + " of " + nodes + " nodes registered within " + timeout.toSeconds()
+                            + " s; registered: " + segs.stream().map(PoolStats.SegmentStats::name).toList()
+                            + "; see the node logs in " + logDir.toAbsolutePath());
+                }
+                Thread.sleep(200);
+            }
+        }
+    }
+
+    private void checkAlive() throws LaunchFailure {
+        for (Supervised s : started) {
+            if (!s.process().isAlive()) {
+                throw new LaunchFailure(s.name() + " (pid " + s.process().pid() + ") exited with code "
+                        + s.process().exitValue() + "; see " + s.log());
+            }
+        }
+    }
+
+    private Path writeClientConfig(OffloadConfig.Pool pool) throws IOException {
+        ObjectMapper m = new ObjectMapper();
+        ObjectNode root = m.createObjectNode();
+        root.put("master", pool.master());
+        ObjectNode o = root.putObject("offload");
+        o.put("type", "pool").put("cpu", pool.cpu().toString()).put("master", pool.master())
+                .put("promote_after", pool.promoteAfter()).put("reset", pool.reset())
+                .put("versioned_keys", pool.versionedKeys());
+        if (pool.disk() != null) {
+            o.putObject("disk").put("path", pool.disk().path().toString()).put("size", pool.disk().size().toString());
+        }
+        Path abs = out.toAbsolutePath();
+        Files.writeString(abs, m.writerWithDefaultPrettyPrinter().writeValueAsString(root) + "\n");
+        return abs;
+    }
+
+    private int supervise(Path config) throws Exception {
+        Process child = null;
+        if (run != null) {
+            ProcessBuilder pb = new ProcessBuilder(run).inheritIO();
+            pb.environment().put("KVPOOL_CONFIG_PATH", config.toString());
+            child = pb.start();
+            say.printf("running %s (pid %d)%n", String.join(" ", run), child.pid());
+        }
+        while (true) {
+            try {
+                checkAlive();
+            } catch (LaunchFailure e) {
+                say.println("FAILED: " + e.getMessage());
+                say.flush();
+                if (child != null) {
+                    child.destroy();
+                }
+                stopAll();
+                return 1;
+            }
+            if (child != null && child.waitFor(1, TimeUnit.SECONDS)) {
+                int code = child.exitValue();
+                say.printf("%s exited with code %d; stopping the pool%n", String.join(" ", run), code);
+                stopAll();
+                return code;
+            }
+            if (child == null) {
+                Thread.sleep(1000);
+            }
+        }
+    }
+
+    /** Stops every process started, newest first, descendants included; idempotent. */
+    synchronized void stopAll() {
+        for (int i = started.size() - 1; i >= 0; i--) {
+            Supervised s = started.get(i);
+            List<ProcessHandle> all = new ArrayList<>(s.process().descendants().toList());
+            all.add(s.process().toHandle());
+            for (ProcessHandle h : all) {
+                h.destroy();
+            }
+            for (ProcessHandle h : all) {
+                try {
+                    h.onExit().get(10, TimeUnit.SECONDS);
+                } catch (Exception e) {
+                    h.destroyForcibly();
+                }
+            }
+        }
+        started.clear();
+    }
+}
