@@ -37,8 +37,10 @@ import java.util.regex.Pattern;
  * <ul>
  *   <li>Ready means every node registered with the master (checked through the master, not by
  *       process liveness); the launcher then prints {@code ready} and the export line.</li>
- *   <li>Every process is watched; one that exits makes the launcher stop everything it started
- *       and exit 1, naming it and its log.</li>
+ *   <li>While starting, any process that exits, or nodes that do not register in time, make the
+ *       launcher stop everything it started and exit 1, naming the process and its log.</li>
+ *   <li>Once ready, a node that exits is reported (named, with its log) and the pool goes on
+ *       without it, as a pool must; the master exiting stops everything (exit 1).</li>
  *   <li>On SIGTERM / Ctrl-C (and on any failure) it stops its processes, newest first: SIGTERM,
  *       then SIGKILL after 10 s, descendants included: no orphans.</li>
  *   <li>With {@code --run}, the command runs with {@code KVPOOL_CONFIG_PATH} set; when it exits,
@@ -279,17 +281,26 @@ final class LaunchCommand implements java.util.concurrent.Callable<Integer> {
             child = pb.start();
             say.printf("running %s (pid %d)%n", String.join(" ", run), child.pid());
         }
+        java.util.Set<String> lost = new java.util.HashSet<>();
         while (true) {
-            try {
-                checkAlive();
-            } catch (LaunchFailure e) {
-                say.println("FAILED: " + e.getMessage());
+            Supervised master = started.getFirst();
+            if (!master.process().isAlive()) {
+                say.printf("FAILED: master (pid %d) exited with code %d; see %s%n", master.process().pid(),
+                        master.process().exitValue(), master.log());
                 say.flush();
                 if (child != null) {
                     child.destroy();
                 }
                 stopAll();
                 return 1;
+            }
+            for (Supervised s : started) {
+                if (!s.process().isAlive() && lost.add(s.name())) {
+                    // a pool outlives a node: its objects become misses, the others keep serving
+                    say.printf("node lost: %s (pid %d) exited with code %d; the pool goes on without it (its objects"
+                            + " are misses); see %s%n", s.name(), s.process().pid(), s.process().exitValue(), s.log());
+                    say.flush();
+                }
             }
             if (child != null && child.waitFor(1, TimeUnit.SECONDS)) {
                 int code = child.exitValue();

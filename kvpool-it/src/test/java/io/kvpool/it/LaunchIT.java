@@ -1,0 +1,187 @@
+package io.kvpool.it;
+
+import io.kvpool.client.KvPoolClient;
+import io.kvpool.client.PutStatus;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.TimeUnit;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+
+import static org.assertj.core.api.Assertions.assertThat;
+
+/** {@code kvpool launch} as an operator runs it: its own process, its children, its exit codes. */
+class LaunchIT {
+
+    private static final Pattern STARTED = Pattern.compile("started (\\S+) on \\S+ \\(pid (\\d+)\\)");
+
+    /** A running launcher: its process and the lines it printed. */
+    record Launcher(Process process, List<String> lines) {
+        long pidOf(String name) {
+            for (String l : lines) {
+                Matcher m = STARTED.matcher(l);
+                if (m.find() && m.group(1).equals(name)) {
+                    return Long.parseLong(m.group(2));
+                }
+            }
+            throw new AssertionError("no " + name + " in " + lines);
+        }
+
+        List<Long> childPids() {
+            List<Long> out = new ArrayList<>();
+            for (String l : lines) {
+                Matcher m = STARTED.matcher(l);
+                if (m.find()) {
+                    out.add(Long.parseLong(m.group(2)));
+                }
+            }
+            return out;
+        }
+
+        boolean printed(String part) {
+            return lines.stream().anyMatch(l -> l.contains(part));
+        }
+    }
+
+    private static Launcher launch(Path dir, String config, String... extra) throws Exception {
+        Path cfg = dir.resolve("pool.yaml");
+        Files.writeString(cfg, config);
+        List<String> cmd = new ArrayList<>(List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
+                "-Xmx256m", "--enable-native-access=ALL-UNNAMED", "-cp", System.getProperty("java.class.path"),
+                "io.kvpool.cli.Main", "launch", "--config", cfg.toString(), "--out", dir.resolve("client.json").toString(),
+                "--log-dir", dir.resolve("logs").toString(), "--master-port", "0"));
+        cmd.addAll(List.of(extra));
+        Process p = new ProcessBuilder(cmd).redirectErrorStream(true).start();
+        List<String> lines = new CopyOnWriteArrayList<>();
+        Thread.ofVirtual().start(() -> {
+            try (BufferedReader r = new BufferedReader(new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8))) {
+                String l;
+                while ((l = r.readLine()) != null) {
+                    lines.add(l);
+                }
+            } catch (Exception ignored) {
+                // the process ended
+            }
+        });
+        return new Launcher(p, lines);
+    }
+
+    private static void awaitPrinted(Launcher l, String part) throws InterruptedException {
+        for (int i = 0; i < 1200 && !l.printed(part); i++) {
+            if (!l.process().isAlive() && !l.printed(part)) {
+                Thread.sleep(200); // let the reader catch up
+                if (l.printed(part)) {
+                    return;
+                }
+                throw new AssertionError("launcher exited with " + l.process().exitValue() + " before printing '" + part
+                        + "': " + l.lines());
+            }
+            Thread.sleep(100);
+        }
+        assertThat(l.printed(part)).as("printed '%s': %s", part, l.lines()).isTrue();
+    }
+
+    private static void assertAllGone(List<Long> pids) throws InterruptedException {
+        for (long pid : pids) {
+            for (int i = 0; i < 150 && ProcessHandle.of(pid).map(ProcessHandle::isAlive).orElse(false); i++) {
+                Thread.sleep(100);
+            }
+            assertThat(ProcessHandle.of(pid).map(ProcessHandle::isAlive).orElse(false)).as("pid %d left behind", pid)
+                    .isFalse();
+        }
+    }
+
+    @Test
+    void launchesOnePoolWritesTheClientConfigAndStopsEverythingOnSigterm(@TempDir Path dir) throws Exception {
+        Launcher l = launch(dir, "type: pool\ncpu: 64MiB\n", "--local", "2");
+        try {
+            awaitPrinted(l, "export KVPOOL_CONFIG_PATH=");
+            assertThat(l.printed("ready: master")).isTrue();
+            var cfg = new ObjectMapper().readTree(dir.resolve("client.json").toFile());
+            String master = cfg.path("master").asText();
+            assertThat(cfg.path("offload").path("type").asText()).isEqualTo("pool");
+            assertThat(cfg.path("offload").path("master").asText()).isEqualTo(master);
+            try (KvPoolClient c = KvPoolClient.connect(master)) {
+                assertThat(c.stats().segments()).hasSize(2).allMatch(s -> s.active());
+                assertThat(c.stats().capacityBytes()).isEqualTo(128L << 20);
+                assertThat(c.put("launched", "yes".getBytes(StandardCharsets.UTF_8))).isEqualTo(PutStatus.OK);
+                assertThat(c.get("launched")).hasValue("yes".getBytes(StandardCharsets.UTF_8));
+            }
+            List<Long> children = l.childPids();
+            assertThat(children).hasSize(3);
+            l.process().destroy(); // SIGTERM, as an operator's Ctrl-C or a scheduler would
+            assertThat(l.process().waitFor(60, TimeUnit.SECONDS)).isTrue();
+            assertAllGone(children);
+        } finally {
+            l.process().destroyForcibly();
+        }
+    }
+
+    @Test
+    void aLostNodeIsNamedAndThePoolGoesOnButALostMasterStopsEverything(@TempDir Path dir) throws Exception {
+        Launcher l = launch(dir, "type: pool\ncpu: 64MiB\n", "--local", "2");
+        try {
+            awaitPrinted(l, "export KVPOOL_CONFIG_PATH=");
+            List<Long> children = l.childPids();
+            long victim = l.pidOf("node-1");
+            ProcessHandle.of(victim).orElseThrow().destroyForcibly();
+            awaitPrinted(l, "node lost: node-1 (pid " + victim + ")");
+            assertThat(l.process().isAlive()).as("the pool goes on").isTrue();
+            String master = new ObjectMapper().readTree(dir.resolve("client.json").toFile()).path("master").asText();
+            try (KvPoolClient c = KvPoolClient.connect(master)) {
+                assertThat(c.put("after-loss", new byte[]{1})).isEqualTo(PutStatus.OK);
+            }
+            long masterPid = l.pidOf("master");
+            ProcessHandle.of(masterPid).orElseThrow().destroyForcibly();
+            assertThat(l.process().waitFor(60, TimeUnit.SECONDS)).isTrue();
+            assertThat(l.process().exitValue()).isEqualTo(1);
+            awaitPrinted(l, "FAILED: master (pid " + masterPid + ") exited");
+            assertAllGone(children);
+        } finally {
+            l.process().destroyForcibly();
+        }
+    }
+
+    @Test
+    void aNodeThatCannotStartFailsTheLaunchNamingIt(@TempDir Path dir) throws Exception {
+        // a disk tier where a file is in the way: the node cannot create its directory
+        Files.writeString(dir.resolve("blocked"), "not a directory");
+        Launcher l = launch(dir, "type: pool\ncpu: 64MiB\ndisk: {path: " + dir.resolve("blocked") + ", size: 64MiB}\n",
+                "--local", "1");
+        assertThat(l.process().waitFor(90, TimeUnit.SECONDS)).isTrue();
+        assertThat(l.process().exitValue()).isEqualTo(1);
+        awaitPrinted(l, "FAILED: node-0");
+        assertAllGone(l.childPids());
+    }
+
+    @Test
+    void aBadConfigIsRefusedNamingTheField(@TempDir Path dir) throws Exception {
+        Launcher l = launch(dir, "type: pool\ncpu_size: 1GiB\n", "--local", "1");
+        assertThat(l.process().waitFor(60, TimeUnit.SECONDS)).isTrue();
+        Thread.sleep(200);
+        assertThat(l.process().exitValue()).isNotZero();
+        assertThat(String.join("\n", l.lines())).contains("offload.cpu_size").contains("use cpu");
+        assertThat(l.printed("started")).as("nothing started").isFalse();
+    }
+
+    @Test
+    void runStartsACommandWithTheConfigPathAndStopsThePoolAfterIt(@TempDir Path dir) throws Exception {
+        Path seen = dir.resolve("seen");
+        Launcher l = launch(dir, "type: pool\ncpu: 64MiB\n", "--local", "1", "--run", "bash", "-c",
+                "echo $KVPOOL_CONFIG_PATH > " + seen + "; exit 3");
+        assertThat(l.process().waitFor(90, TimeUnit.SECONDS)).isTrue();
+        assertThat(l.process().exitValue()).as("the command's exit code").isEqualTo(3);
+        assertThat(Files.readString(seen).trim()).isEqualTo(dir.resolve("client.json").toAbsolutePath().toString());
+        assertAllGone(l.childPids());
+    }
+}
