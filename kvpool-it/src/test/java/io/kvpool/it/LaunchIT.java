@@ -139,7 +139,17 @@ class LaunchIT {
             assertThat(l.process().isAlive()).as("the pool goes on").isTrue();
             String master = new ObjectMapper().readTree(dir.resolve("client.json").toFile()).path("master").asText();
             try (KvPoolClient c = KvPoolClient.connect(master)) {
-                assertThat(c.put("after-loss", new byte[]{1})).isEqualTo(PutStatus.OK);
+                // a put placed on the dead node fails until the master drops it (node TTL); then puts
+                // go to the live one
+                PutStatus st = PutStatus.FAILED;
+                for (int i = 0; i < 600 && st != PutStatus.OK; i++) {
+                    st = c.put("after-loss", new byte[]{1});
+                    if (st != PutStatus.OK) {
+                        assertThat(st).isEqualTo(PutStatus.FAILED);
+                        Thread.sleep(100);
+                    }
+                }
+                assertThat(st).isEqualTo(PutStatus.OK);
             }
             long masterPid = l.pidOf("master");
             ProcessHandle.of(masterPid).orElseThrow().destroyForcibly();
