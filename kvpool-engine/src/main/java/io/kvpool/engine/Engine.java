@@ -48,7 +48,8 @@ import java.util.function.Supplier;
  * <h2>A step</h2>
  * <pre>
  *   commands (generate, abort, pause, reset, update weights)
- *   admit waiting requests, in arrival order, while blocks and running slots last:
+ *   admit waiting requests, in arrival order, while blocks (for the prompt and every output token)
+ *   and running slots last:
  *       local prefix cache hits (whole blocks, at most prompt - 1 tokens: the last token is always
  *       computed, to get its logits)
  *       connector.getNumNewMatchedTokens -> external hits (whole blocks, same cap)
@@ -328,6 +329,9 @@ public final class Engine implements AutoCloseable {
         int n = waiting.size() + active.size();
         for (Sequence s : new ArrayList<>(waiting)) {
             waiting.remove(s);
+            if (connector != null) {
+                connector.requestFinished(view(s), new int[0]); // drops what a lookup cached for it
+            }
             s.finish("abort", null, this);
         }
         for (Sequence s : new ArrayList<>(active)) {
@@ -442,7 +446,9 @@ public final class Engine implements AutoCloseable {
         while (!waiting.isEmpty() && active.size() < config.maxRunning()) {
             Sequence s = waiting.peek();
             int bs = config.blockSize();
-            int promptBlocks = (s.promptLength + bs - 1) / bs;
+            // every block the request can ever need is taken now: a running request never waits for
+            // a block another running request holds (no deadlock when the cache is small)
+            int needBlocks = (s.promptLength + s.params.maxTokens() + bs - 1) / bs;
             int maxHitBlocks = (s.promptLength - 1) / bs; // the last prompt token is always computed
             List<BlockHash> hashes = hasher.hashes(s.tokens, s.promptLength, b -> null);
             // local prefix cache: take matching blocks, stop at the first miss
@@ -460,7 +466,7 @@ public final class Engine implements AutoCloseable {
                 external = Math.min(m.tokens(), maxHitBlocks * bs - local);
                 external -= external % bs;
             }
-            int fresh = promptBlocks - taken.size();
+            int fresh = needBlocks - taken.size();
             if (pool.available() < fresh) {
                 for (int b : taken) {
                     pool.release(b);
