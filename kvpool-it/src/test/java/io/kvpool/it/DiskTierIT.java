@@ -147,6 +147,9 @@ class DiskTierIT {
              KvPoolClient c = cluster.client()) {
             Map<String, byte[]> stored = fill(c, "restart/", 64);
             await("every object is listed again", () -> c.stats().keys() == stored.size());
+            // the disk count comes with the node's heartbeats: wait until it accounts for every object
+            await("the node's disk statistics caught up", () -> diskObjects(c)
+                    + c.stats().segments().stream().mapToLong(PoolStats.SegmentStats::objects).sum() == stored.size());
             long onDisk = diskObjects(c);
             assertThat(onDisk).isPositive();
 
