@@ -7,7 +7,9 @@ package io.kvpool.engine;
  *                         (aborted, e.g. by a weight update), {@code error} (see {@code error})
  * @param weightsVersion   the weights every token of this output was computed with
  * @param localHitTokens   prompt tokens found in the engine's own prefix cache
- * @param externalHitTokens prompt tokens loaded from the external cache (the pool)
+ * @param externalHitTokens prompt tokens loaded from the external cache (the pool); blocks whose
+ *                         load failed are not counted (they were computed instead)
+ * @param recomputedTokens tokens computed in steps whose loads failed: work thrown away and redone
  * @param ttftNanos        from arrival to the first output token
  * @param firstLogits      the logits the first output token was chosen from
  * @param logitsDigest     a CRC-32C over the raw bits of every logits vector a token was chosen from:

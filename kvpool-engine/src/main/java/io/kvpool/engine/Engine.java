@@ -422,7 +422,7 @@ public final class Engine implements AutoCloseable {
                     continue;
                 }
                 int back = firstFailed * config.blockSize();
-                s.recomputed += s.computed + s.stepTokens - back;
+                s.recomputed += s.stepTokens; // computed over a block that never arrived: thrown away
                 s.externalHits = Math.min(s.externalHits, Math.max(0, back - s.localHits));
                 s.computed = back; // recompute from the first failed block; this step's logits are void
                 continue;

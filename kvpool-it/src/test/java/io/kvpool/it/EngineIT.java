@@ -204,6 +204,7 @@ class EngineIT {
                     Weights.random(MODEL, 3), "w", connector(c, "w", PoolConnector.ResetScope.ALL_FENCED))) {
                 int failed = 0;
                 int ok = 0;
+                long thrownAway = 0;
                 for (int[] p : prompts) {
                     Completion got = reader.generate(p, SamplingParams.greedy(4), null).get();
                     Completion want = ref.generate(p, SamplingParams.greedy(4), null).get();
@@ -213,12 +214,14 @@ class EngineIT {
                         failed++;
                     } else {
                         assertSameOutput(got, want, "prompt " + ok);
+                        thrownAway += got.recomputedTokens();
                         ok++;
                     }
                 }
                 assertThat(reader.metrics().loadFailures()).as("some loads hit the dead node").isPositive();
                 if (policy == LoadFailurePolicy.RECOMPUTE) {
                     assertThat(failed).isZero();
+                    assertThat(thrownAway).as("work redone after failed loads is reported").isPositive();
                 } else {
                     assertThat(failed).as("the requests whose KV was on the dead node").isEqualTo(4);
                     assertThat(ok).as("the others are unharmed").isEqualTo(4);
