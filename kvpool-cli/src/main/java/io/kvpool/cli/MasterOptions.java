@@ -20,6 +20,11 @@ final class MasterOptions {
             description = "Drop a node after this long without a heartbeat (default: 10s).")
     Duration nodeTtl = MasterConfig.DEFAULT_NODE_TTL;
 
+    @Option(names = "--read-lease", paramLabel = "DURATION",
+            description = "How long a client may read from locations it remembers without hearing from the master;"
+                    + " also the longest a removal or reset waits for a client that does not answer (default: 2s).")
+    Duration readLease = MasterConfig.DEFAULT_READ_LEASE;
+
     @Option(names = "--put-timeout", paramLabel = "DURATION",
             description = "Reclaim a put not completed within this long (default: 30s).")
     Duration putTimeout = MasterConfig.DEFAULT_PUT_TIMEOUT;
@@ -46,7 +51,7 @@ final class MasterOptions {
     /** Builds the typed config; a bad combination raises IllegalArgumentException naming the field. */
     MasterConfig toConfig(String listenHost) {
         MasterConfig d = MasterConfig.defaults();
-        return new MasterConfig(listenHost, port, httpPort, nodeTtl, d.clientTtl(), putTimeout, highWatermark,
+        return new MasterConfig(listenHost, port, httpPort, nodeTtl, d.clientTtl(), readLease, putTimeout, highWatermark,
                 evictionRatio, maxValueSize, replicas, d.tickInterval(), summaryInterval, d.frameTimeout(), d.limits());
     }
 }

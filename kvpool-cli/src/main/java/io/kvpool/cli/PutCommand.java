@@ -3,6 +3,7 @@ package io.kvpool.cli;
 import io.kvpool.client.KvPoolClient;
 import io.kvpool.client.PutStatus;
 import io.kvpool.config.Size;
+import picocli.CommandLine;
 import picocli.CommandLine.ArgGroup;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
@@ -40,9 +41,15 @@ final class PutCommand implements Callable<Integer> {
     @Option(names = "--upsert", description = "Replace the object if the key is present.")
     boolean upsert;
 
+    /** The largest byte array the JVM can allocate (a few bytes under Integer.MAX_VALUE). */
+    static final long MAX_RANDOM_BYTES = Integer.MAX_VALUE - 8;
+
+    @CommandLine.Spec
+    CommandLine.Model.CommandSpec spec;
+
     @Override
     public Integer call() throws Exception {
-        byte[] value;
+        byte[] value = null;
         if (source.text != null) {
             value = source.text.getBytes(StandardCharsets.UTF_8);
         } else if (source.file != null) {
@@ -50,14 +57,31 @@ final class PutCommand implements Callable<Integer> {
                 throw new IllegalArgumentException("--file " + source.file + ": no such file");
             }
             value = Files.readAllBytes(source.file);
-        } else {
-            value = new byte[Math.toIntExact(source.random.bytes())];
-            ThreadLocalRandom.current().nextBytes(value);
+        } else if (source.random.bytes() > MAX_RANDOM_BYTES) {
+            throw tooLarge("kvpool put holds the value in memory, at most " + MAX_RANDOM_BYTES
+                    + " bytes (just under 2GiB)");
         }
         try (KvPoolClient c = client.connect()) {
+            if (value == null) {
+                // checked before the bytes are allocated; the client would refuse them anyway
+                if (source.random.bytes() > c.maxValueBytes()) {
+                    throw tooLarge("the pool accepts at most " + Size.ofBytes(c.maxValueBytes())
+                            + " (the master's --max-value-size)");
+                }
+                value = new byte[(int) source.random.bytes()];
+                ThreadLocalRandom.current().nextBytes(value);
+            }
             PutStatus st = upsert ? c.upsert(key, value) : c.put(key, value);
             System.out.println(st + " " + key + " (" + value.length + " bytes)");
             return st == PutStatus.OK ? 0 : 1;
         }
+    }
+
+    private CommandLine.ParameterException tooLarge(String limit) {
+        // as the user wrote it: 9TB, not 8789062500KiB
+        CommandLine.Model.OptionSpec opt = spec.commandLine().getParseResult().matchedOption("--random");
+        String given = opt == null || opt.originalStringValues().isEmpty() ? source.random.toString()
+                : opt.originalStringValues().getLast();
+        return new CommandLine.ParameterException(spec.commandLine(), "--random " + given + " is too large: " + limit);
     }
 }

@@ -14,6 +14,7 @@ import io.kvpool.protocol.RemoteException;
 import io.kvpool.protocol.ResultCode;
 import io.kvpool.protocol.Tier;
 import io.kvpool.protocol.msg.KeyList;
+import io.kvpool.protocol.msg.LeaseMessages;
 import io.kvpool.protocol.msg.MasterMessages;
 import io.kvpool.protocol.msg.NodeMessages;
 import io.kvpool.protocol.msg.Replica;
@@ -86,6 +87,8 @@ public final class KvPoolClient implements AutoCloseable {
     private final SegmentDirectory directory = new SegmentDirectory();
     private final SharedSegments shared;
     private final LocationCache locations;
+    /** Keeps the read lease under which remembered locations may be used; null when the cache is off. */
+    private final LeaseKeeper lease;
     private final ExecutorService workers = Executors.newVirtualThreadPerTaskExecutor();
     /** The disk load budget in KiB permits, fair so that a large piece is not starved by small ones. */
     private final Semaphore diskLoads;
@@ -108,6 +111,7 @@ public final class KvPoolClient implements AutoCloseable {
         this.master = new ConnectionPool(config.master(), config.maxConnections(), config.connectTimeout(),
                 config.limits(), this::hello);
         this.pinger = Thread.ofVirtual().name("kvpool-client-ping").unstarted(this::pingLoop);
+        this.lease = locations.enabled() ? new LeaseKeeper(config, locations, clientId, this::renewLease) : null;
     }
 
     /**
@@ -124,6 +128,9 @@ public final class KvPoolClient implements AutoCloseable {
             throw e;
         }
         c.pinger.start();
+        if (c.lease != null) {
+            c.lease.start();
+        }
         return c;
     }
 
@@ -497,18 +504,21 @@ public final class KvPoolClient implements AutoCloseable {
         List<byte[]> k = encodeAll(keys);
         MasterMessages.ReplicaList[] where = new MasterMessages.ReplicaList[n];
         MemorySegment[] dsts = new MemorySegment[n];
-        // locations remembered from earlier reads skip the master; the rest are asked for in one batch
+        // locations remembered from earlier reads skip the master, under the read lease (LocationCache);
+        // the rest are asked for in one batch
+        boolean leased = lease != null && lease.ensure();
+        long snapshot = locations.snapshot(); // before any location is read or asked for
         boolean[] cached = new boolean[n];
         List<Integer> ask = new ArrayList<>();
         for (int i = 0; i < n; i++) {
-            where[i] = locations.get(keys.get(i));
+            where[i] = leased ? locations.get(keys.get(i)) : null;
             if (where[i] != null) {
                 cached[i] = true;
             } else {
                 ask.add(i);
             }
         }
-        lookup(keys, k, ask, batch, where);
+        lookup(keys, k, ask, batch, where, snapshot);
         for (int i = 0; i < n; i++) {
             // destinations are fixed before any byte moves, so a too-small one fails before I/O
             if (where[i].code() == ResultCode.OK && !where[i].replicas().isEmpty()) {
@@ -516,10 +526,16 @@ public final class KvPoolClient implements AutoCloseable {
             }
         }
         readRound(where, dsts, lengths, all(n));
-        // a remembered location that missed: the object moved or went; ask the master once more
+        // a copy from a remembered location counts only if the lease still runs and nothing removed
+        // or replaced the key meanwhile; a remembered location that missed: the object moved or went.
+        // Either way, ask the master once more
+        long now = System.nanoTime();
         List<Integer> retry = new ArrayList<>();
         for (int i = 0; i < n; i++) {
             if (cached[i]) {
+                if (lengths[i] != MISS && !locations.confirm(keys.get(i), snapshot, now)) {
+                    lengths[i] = MISS;
+                }
                 if (lengths[i] == MISS) {
                     locations.invalidate(keys.get(i));
                     retry.add(i);
@@ -529,7 +545,7 @@ public final class KvPoolClient implements AutoCloseable {
             }
         }
         if (!retry.isEmpty()) {
-            lookup(keys, k, retry, true, where);
+            lookup(keys, k, retry, true, where, locations.snapshot());
             List<Integer> again = new ArrayList<>();
             for (int i : retry) {
                 if (where[i].code() == ResultCode.OK && !where[i].replicas().isEmpty()) {
@@ -601,9 +617,12 @@ public final class KvPoolClient implements AutoCloseable {
         return out;
     }
 
-    /** Asks the master where the given items are (one round trip per frame's worth of keys) and remembers it. */
+    /**
+     * Asks the master where the given items are (one round trip per frame's worth of keys) and
+     * remembers it, unless an invalidation applied since {@code snapshot} covers the key.
+     */
     private void lookup(List<String> keys, List<byte[]> k, List<Integer> items, boolean batch,
-                        MasterMessages.ReplicaList[] where) {
+                        MasterMessages.ReplicaList[] where, long snapshot) {
         for (int from = 0; from < items.size(); from += MAX_KEYS_PER_FRAME) {
             int to = Math.min(items.size(), from + MAX_KEYS_PER_FRAME);
             List<byte[]> part = new ArrayList<>(to - from);
@@ -618,7 +637,7 @@ public final class KvPoolClient implements AutoCloseable {
                 int i = items.get(from + j);
                 where[i] = r.items().get(j);
                 if (where[i].code() == ResultCode.OK) {
-                    locations.put(keys.get(i), where[i]);
+                    locations.remember(keys.get(i), where[i], snapshot);
                 }
             }
         }
@@ -959,8 +978,10 @@ public final class KvPoolClient implements AutoCloseable {
         MasterMessages.HelloReply r = MasterMessages.HelloReply.read(c.call(Opcode.HELLO, w, config.requestTimeout()).body());
         maxValueBytes = r.maxValueBytes();
         if (masterIncarnation != 0 && masterIncarnation != r.incarnation()) {
-            log.info("master {} restarted; refreshing the segment table", config.master());
+            log.info("master {} restarted; refreshing the segment table and forgetting remembered locations",
+                    config.master());
             directory.clear();
+            locations.masterRestarted();
         }
         masterIncarnation = r.incarnation();
     }
@@ -1068,15 +1089,23 @@ public final class KvPoolClient implements AutoCloseable {
         }
         BodyWriter w = new BodyWriter(16 + keys.size() * 64);
         new KeyList(encodeAll(keys)).write(w);
+        long snapshot = locations.snapshot();
         MasterMessages.ReplicaListReply r = masterCall(Opcode.BATCH_GET_REPLICA_LIST, w, MasterMessages.ReplicaListReply::read);
         for (int i = 0; i < keys.size(); i++) {
             MasterMessages.ReplicaList rl = r.items().get(i);
             if (rl.code() == ResultCode.OK) {
-                locations.put(keys.get(i), rl);
+                locations.remember(keys.get(i), rl, snapshot);
             } else {
                 locations.invalidate(keys.get(i));
             }
         }
+    }
+
+    /** One LEASE exchange on an ordinary master connection (answered at once: hold 0, or an end). */
+    private LeaseMessages.LeaseReply renewLease(LeaseMessages.LeaseRequest req) {
+        BodyWriter w = new BodyWriter(48);
+        req.write(w);
+        return masterCall(Opcode.LEASE, w, LeaseMessages.LeaseReply::read);
     }
 
     private void pingLoop() {
@@ -1115,6 +1144,9 @@ public final class KvPoolClient implements AutoCloseable {
     public void close() {
         if (closed) {
             return;
+        }
+        if (lease != null) {
+            lease.close(); // before closed is set: it tells the master through an ordinary connection
         }
         closed = true;
         pinger.interrupt();

@@ -2,6 +2,7 @@ package io.kvpool.it;
 
 import io.kvpool.cli.Main;
 import io.kvpool.config.Size;
+import io.kvpool.master.MasterConfig;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -81,6 +82,22 @@ class CliIT {
 
         r = run("frobnicate");
         assertThat(r.code()).isEqualTo(2);
+    }
+
+    @Test
+    void aRandomValueTooLargeToStoreIsABadValueCheckedBeforeAllocating() {
+        // more than one array can hold: refused before connecting, so no --master is needed
+        Run r = run("put", "k", "--random", "3GiB");
+        assertThat(r.code()).isEqualTo(2);
+        assertThat(r.err()).contains("--random").contains("3GiB").contains("" + (Integer.MAX_VALUE - 8))
+                .doesNotContain("overflow");
+
+        // more than the master accepts: refused before the bytes are made
+        String limit = MasterConfig.DEFAULT_MAX_VALUE_SIZE.toString();
+        r = run("put", "k", "--random", "1GiB", "--master", cluster.masterAddress());
+        assertThat(r.code()).isEqualTo(2);
+        assertThat(r.err()).contains("--random").contains("1GiB").contains(limit).contains("--max-value-size");
+        assertThat(run("get", "k", "--master", cluster.masterAddress()).code()).isEqualTo(1);
     }
 
     @Test

@@ -46,6 +46,20 @@ final class ProcessCluster implements AutoCloseable {
             this.name = name;
         }
 
+        long pid() {
+            return process.pid();
+        }
+
+        /** SIGSTOP: the process stays, holding its sockets and shared memory, but does nothing. */
+        void freeze() {
+            signal(process, "STOP");
+        }
+
+        /** SIGCONT after {@link #freeze()}. */
+        void thaw() {
+            signal(process, "CONT");
+        }
+
         void kill9() {
             process.destroyForcibly();
             try {
@@ -88,18 +102,43 @@ final class ProcessCluster implements AutoCloseable {
     }
 
     Managed startNode(String segmentSize) throws Exception {
+        return startNode(segmentSize, "none");
+    }
+
+    /** A node whose segment lives in {@code shmDir} ("none": anonymous memory, no same-machine path). */
+    Managed startNode(String segmentSize, String shmDir) throws Exception {
         Managed n = start("node", List.of("node", "--master", masterAddress(), "--host", "127.0.0.1", "--port", "0",
-                "--segment-size", segmentSize, "--shm-dir", "none", "--heartbeat-interval", "250ms"),
+                "--segment-size", segmentSize, "--shm-dir", shmDir, "--heartbeat-interval", "250ms"),
                 line -> NODE_LINE.matcher(line).find());
         nodes.add(n);
         return n;
     }
 
+    /** Sends a signal (STOP, CONT, ...) to a process. */
+    static void signal(Process p, String signal) {
+        try {
+            Process k = new ProcessBuilder("kill", "-" + signal, Long.toString(p.pid())).inheritIO().start();
+            if (!k.waitFor(10, TimeUnit.SECONDS) || k.exitValue() != 0) {
+                throw new AssertionError("kill -" + signal + " " + p.pid() + " failed");
+            }
+        } catch (IOException e) {
+            throw new AssertionError("cannot run kill: " + e, e);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new AssertionError("interrupted", e);
+        }
+    }
+
     private static List<String> javaCommand(List<String> args) {
+        return javaCommand("io.kvpool.cli.Main", args);
+    }
+
+    /** A JVM running {@code mainClass} from this test's classpath (the CLI, or a test program). */
+    static List<String> javaCommand(String mainClass, List<String> args) {
         List<String> cmd = new ArrayList<>();
         cmd.add(Path.of(System.getProperty("java.home"), "bin", "java").toString());
         cmd.addAll(List.of("-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "--enable-native-access=ALL-UNNAMED",
-                "-cp", System.getProperty("java.class.path"), "io.kvpool.cli.Main"));
+                "-cp", System.getProperty("java.class.path"), mainClass));
         cmd.addAll(args);
         return cmd;
     }

@@ -14,6 +14,9 @@ import java.time.Duration;
  * @param httpPort          HTTP port for /metrics and /health; 0 picks a free one, -1 disables HTTP
  * @param nodeTtl           a node silent this long is dropped and its objects become misses
  * @param clientTtl         a client silent this long no longer counts as active
+ * @param readLease         how long a client may read from locations it remembers without hearing from the
+ *                          master; also the longest a removal, reset or upsert waits for a client that does
+ *                          not answer (see {@code ReadLeases})
  * @param putTimeout        a put reserved but not completed within this long is revoked (dead writer)
  * @param highWatermark     eviction starts when used/capacity reaches this fraction
  * @param evictionRatio     each eviction round frees this fraction of capacity
@@ -25,7 +28,7 @@ import java.time.Duration;
  * @param limits            frame size limits
  */
 public record MasterConfig(String listenHost, int port, int httpPort, Duration nodeTtl, Duration clientTtl,
-                           Duration putTimeout, double highWatermark, double evictionRatio, Size maxValueSize,
+                           Duration readLease, Duration putTimeout, double highWatermark, double evictionRatio, Size maxValueSize,
                            int defaultReplicas, Duration tickInterval, Duration summaryInterval, Duration frameTimeout,
                            Limits limits) {
 
@@ -34,6 +37,13 @@ public record MasterConfig(String listenHost, int port, int httpPort, Duration n
     /** A node is dropped after this much silence (ten missed heartbeats at the default interval). */
     public static final Duration DEFAULT_NODE_TTL = Duration.ofSeconds(10);
     public static final Duration DEFAULT_CLIENT_TTL = Duration.ofSeconds(10);
+    /**
+     * A client's read lease: bounds how long a removal or reset can wait for a frozen or partitioned
+     * client (about this plus 1% and 50 ms); renewed about four times per lease by a long poll.
+     */
+    public static final Duration DEFAULT_READ_LEASE = Duration.ofSeconds(2);
+    /** Shortest read lease accepted: renewals come every quarter lease. */
+    public static final Duration MIN_READ_LEASE = Duration.ofMillis(100);
     /** A reserved put must complete within this long, or its space is reclaimed. */
     public static final Duration DEFAULT_PUT_TIMEOUT = Duration.ofSeconds(30);
     /** Fraction of capacity in use at which eviction starts. */
@@ -55,6 +65,10 @@ public record MasterConfig(String listenHost, int port, int httpPort, Duration n
         }
         Durations.requirePositive("master: node ttl (--node-ttl)", nodeTtl);
         Durations.requirePositive("master: client ttl", clientTtl);
+        if (readLease == null || readLease.compareTo(MIN_READ_LEASE) < 0 || readLease.compareTo(Duration.ofMinutes(10)) > 0) {
+            throw new IllegalArgumentException("master: read lease (--read-lease) must be between "
+                    + Durations.format(MIN_READ_LEASE) + " and 10m, got " + (readLease == null ? "nothing" : Durations.format(readLease)));
+        }
         Durations.requirePositive("master: put timeout (--put-timeout)", putTimeout);
         Durations.requirePositive("master: tick interval", tickInterval);
         Durations.requirePositive("master: frame timeout", frameTimeout);
@@ -80,48 +94,53 @@ public record MasterConfig(String listenHost, int port, int httpPort, Duration n
     }
 
     public static MasterConfig defaults() {
-        return new MasterConfig("0.0.0.0", DEFAULT_PORT, DEFAULT_HTTP_PORT, DEFAULT_NODE_TTL, DEFAULT_CLIENT_TTL,
+        return new MasterConfig("0.0.0.0", DEFAULT_PORT, DEFAULT_HTTP_PORT, DEFAULT_NODE_TTL, DEFAULT_CLIENT_TTL, DEFAULT_READ_LEASE,
                 DEFAULT_PUT_TIMEOUT, DEFAULT_HIGH_WATERMARK, DEFAULT_EVICTION_RATIO, DEFAULT_MAX_VALUE_SIZE, 1,
                 DEFAULT_TICK, DEFAULT_SUMMARY_INTERVAL, Duration.ofSeconds(30), Limits.DEFAULT);
     }
 
     public MasterConfig withListen(String host, int rpcPort, int http) {
-        return new MasterConfig(host, rpcPort, http, nodeTtl, clientTtl, putTimeout, highWatermark, evictionRatio,
+        return new MasterConfig(host, rpcPort, http, nodeTtl, clientTtl, readLease, putTimeout, highWatermark, evictionRatio,
                 maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits);
     }
 
     public MasterConfig withNodeTtl(Duration d) {
-        return new MasterConfig(listenHost, port, httpPort, d, clientTtl, putTimeout, highWatermark, evictionRatio,
+        return new MasterConfig(listenHost, port, httpPort, d, clientTtl, readLease, putTimeout, highWatermark, evictionRatio,
                 maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits);
     }
 
     public MasterConfig withPutTimeout(Duration d) {
-        return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, d, highWatermark, evictionRatio,
+        return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, readLease, d, highWatermark, evictionRatio,
                 maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits);
     }
 
     public MasterConfig withEviction(double watermark, double ratio) {
-        return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, putTimeout, watermark, ratio,
+        return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, readLease, putTimeout, watermark, ratio,
                 maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits);
     }
 
     public MasterConfig withReplicas(int n) {
-        return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, putTimeout, highWatermark,
+        return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, readLease, putTimeout, highWatermark,
                 evictionRatio, maxValueSize, n, tickInterval, summaryInterval, frameTimeout, limits);
     }
 
     public MasterConfig withSummaryInterval(Duration d) {
-        return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, putTimeout, highWatermark,
+        return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, readLease, putTimeout, highWatermark,
                 evictionRatio, maxValueSize, defaultReplicas, tickInterval, d, frameTimeout, limits);
     }
 
     public MasterConfig withTickInterval(Duration d) {
-        return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, putTimeout, highWatermark,
+        return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, readLease, putTimeout, highWatermark,
                 evictionRatio, maxValueSize, defaultReplicas, d, summaryInterval, frameTimeout, limits);
     }
 
     public MasterConfig withMaxValueSize(Size s) {
-        return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, putTimeout, highWatermark,
+        return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, readLease, putTimeout, highWatermark,
                 evictionRatio, s, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits);
+    }
+
+    public MasterConfig withReadLease(Duration d) {
+        return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, d, putTimeout, highWatermark,
+                evictionRatio, maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits);
     }
 }

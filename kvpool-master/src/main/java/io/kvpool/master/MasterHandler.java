@@ -11,6 +11,7 @@ import io.kvpool.protocol.Request;
 import io.kvpool.protocol.RequestHandler;
 import io.kvpool.protocol.ResultCode;
 import io.kvpool.protocol.msg.KeyList;
+import io.kvpool.protocol.msg.LeaseMessages;
 import io.kvpool.protocol.msg.MasterMessages;
 import io.kvpool.protocol.msg.MasterMessages.Codes;
 
@@ -58,6 +59,13 @@ final class MasterHandler implements RequestHandler {
                     service.clientSeen(p.clientId());
                     out.i64(service.epoch());
                     metrics.record(op, 1, 0, 0, false);
+                }
+                case LEASE -> {
+                    LeaseMessages.LeaseRequest lr = LeaseMessages.LeaseRequest.read(body);
+                    end(body, op);
+                    LeaseMessages.LeaseReply reply = service.renewLease(lr);
+                    reply.write(out);
+                    metrics.record(op, Math.max(1, reply.records().size()), 0, 0, false);
                 }
                 case PUT_START, BATCH_PUT_START -> {
                     MasterMessages.PutStart ps = MasterMessages.PutStart.read(body);

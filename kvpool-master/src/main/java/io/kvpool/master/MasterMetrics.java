@@ -109,6 +109,20 @@ public final class MasterMetrics {
                 service.expiredPuts::get);
         counter("master_dropped_segments_total", "Segments dropped for silence or replaced by a re-registration",
                 service.droppedSegments::get);
+        // read leases: removals, resets and upserts wait until every client dropped what they invalidate
+        gauge("master_read_lease_sessions", "Clients holding a read lease (reading from remembered locations)",
+                service::leaseSessions);
+        counter("master_invalidations_total", "Invalidations published (removals, resets, upserts)",
+                service.leases.invalidations::get);
+        counter("master_read_leases_waited_out_total",
+                "Times an invalidation waited for a client's read lease to run out instead of an acknowledgement"
+                        + " (a frozen, partitioned or dead client)", service.leases.leasesWaitedOut::get);
+        GaugeWithCallback.builder().name("master_invalidation_wait_seconds_max")
+                .help("Longest wait of an invalidation for clients to apply it, since start")
+                .callback(cb -> cb.call(service.leases.waitNanosMax.get() / 1e9)).register(registry);
+        CounterWithCallback.builder().name("master_invalidation_wait_seconds_total")
+                .help("Time invalidations spent waiting for clients to apply them")
+                .callback(cb -> cb.call(service.leases.waitNanosTotal.get() / 1e9)).register(registry);
     }
 
     public PrometheusRegistry registry() {

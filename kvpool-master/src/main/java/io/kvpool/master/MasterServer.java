@@ -43,8 +43,9 @@ public final class MasterServer implements AutoCloseable {
 
     public MasterServer(MasterConfig config, InstantSource clock, RandomGenerator random) throws IOException {
         this.config = config;
-        this.nodes = new NodeControl(config.limits());
-        this.service = new MasterService(config, clock, random, nodes);
+        // nodes get as long to acknowledge a removal or reset as a frozen client can make it wait
+        this.nodes = new NodeControl(config.limits(), config.readLease());
+        this.service = MasterService.serving(config, clock, random, nodes);
         this.metrics = new MasterMetrics(service);
         this.rpc = new FrameServer("master", new InetSocketAddress(config.listenHost(), config.port()), config.limits(),
                 config.frameTimeout(), op -> !op.isNodeOp(), new MasterHandler(service, metrics));
@@ -140,6 +141,7 @@ public final class MasterServer implements AutoCloseable {
         }
         closed = true;
         timer.interrupt();
+        service.shutdown();
         try {
             rpc.close();
         } catch (IOException e) {

@@ -6,6 +6,8 @@ import io.kvpool.protocol.ObjectLayout;
 import io.kvpool.protocol.Keys;
 import io.kvpool.protocol.ResultCode;
 import io.kvpool.protocol.Tier;
+import io.kvpool.protocol.msg.LeaseMessages.LeaseReply;
+import io.kvpool.protocol.msg.LeaseMessages.LeaseRequest;
 import io.kvpool.protocol.msg.MasterMessages.ClusterStats;
 import io.kvpool.protocol.msg.MasterMessages.HeartbeatReply;
 import io.kvpool.protocol.msg.MasterMessages.Inventory;
@@ -38,6 +40,7 @@ import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.locks.ReentrantLock;
 import java.util.concurrent.locks.ReentrantReadWriteLock;
+import java.util.function.LongSupplier;
 import java.util.random.RandomGenerator;
 
 /**
@@ -66,6 +69,13 @@ import java.util.random.RandomGenerator;
  * before or entirely after a reset. A put reserved in epoch e finds at PUT_END that the epoch moved
  * and is answered FENCED: a put that started before a removeAll can never become visible after it.
  * Space reserved in an older epoch is never freed again (the allocator reset already reclaimed it).
+ *
+ * <h2>Removals are absolute</h2>
+ * Clients read from locations they remember without asking here, and a frozen or dead node cannot
+ * mark what it held dead. So remove, removeByPrefix, removeAll and every upsert change the index,
+ * then publish an invalidation through {@link ReadLeases} and return only once every client holding
+ * a read lease has applied it or its lease has run out. Nodes are told as before (bounded waits);
+ * readers no longer depend on them for this guarantee.
  *
  * <h2>Eviction</h2>
  * Approximate LRU by last <em>read</em>: {@link #getReplicaList} stamps a coarse access tick;
@@ -114,6 +124,8 @@ public final class MasterService {
     private final AtomicLong generations;
     private final ReentrantLock evictionLock = new ReentrantLock();
     private final Map<UUID, Long> clients = new ConcurrentHashMap<>();
+    /** Read leases and invalidations: what makes removals, resets and upserts absolute (see {@link ReadLeases}). */
+    final ReadLeases leases;
 
     /** An object evicted to a node's SSD tier, not yet reported back by the node (NODE_DISK_ADD). */
     private record Spill(long generation, int segmentId, long deadlineMillis) {
@@ -135,12 +147,26 @@ public final class MasterService {
     final AtomicLong expiredPuts = new AtomicLong();
     final AtomicLong droppedSegments = new AtomicLong();
 
+    /**
+     * A master driven by {@code clock} alone: read leases are counted on the same clock, and there is
+     * no start grace (for tests and benchmarks of a lone master; see {@link #serving}).
+     */
     public MasterService(MasterConfig config, InstantSource clock, RandomGenerator random, NodeNotifier nodes) {
-        this(config, clock, random, nodes, new ObjectIndex());
+        this(config, clock, random, nodes, new ObjectIndex(), () -> clock.millis() * 1_000_000L, false);
     }
 
     /** With a given index: tests pass one whose hashes collide on purpose ({@link ObjectIndex#ObjectIndex(int)}). */
     MasterService(MasterConfig config, InstantSource clock, RandomGenerator random, NodeNotifier nodes, ObjectIndex index) {
+        this(config, clock, random, nodes, index, () -> clock.millis() * 1_000_000L, false);
+    }
+
+    /**
+     * @param leaseNanos monotonic clock for read leases
+     * @param startGrace complete no invalidation until one lease after start (leases a previous master
+     *                   granted may still run)
+     */
+    MasterService(MasterConfig config, InstantSource clock, RandomGenerator random, NodeNotifier nodes, ObjectIndex index,
+                  LongSupplier leaseNanos, boolean startGrace) {
         this.index = index;
         this.config = config;
         this.clock = clock;
@@ -149,6 +175,13 @@ public final class MasterService {
         this.startMillis = clock.millis();
         // generations only need to be unique per region; starting from the clock keeps them rising across restarts
         this.generations = new AtomicLong(startMillis << 10);
+        this.leases = new ReadLeases(incarnation, config.readLease(), leaseNanos, startGrace);
+    }
+
+    /** The master as a server runs it: leases on the monotonic clock, with the start grace. */
+    public static MasterService serving(MasterConfig config, InstantSource clock, RandomGenerator random,
+                                        NodeNotifier nodes) {
+        return new MasterService(config, clock, random, nodes, new ObjectIndex(), System::nanoTime, true);
     }
 
     public MasterConfig config() {
@@ -172,6 +205,24 @@ public final class MasterService {
     /** Records that a client is alive (HELLO and PING). */
     public void clientSeen(UUID clientId) {
         clients.put(clientId, clock.millis());
+    }
+
+    /** LEASE: a client's read lease renewal and acknowledgement; may wait for the next invalidation. */
+    public LeaseReply renewLease(LeaseRequest req) {
+        if (!req.end()) {
+            clientSeen(req.session());
+        }
+        return leases.renew(req);
+    }
+
+    /** Sessions holding a read lease (clients that read from remembered locations). */
+    public int leaseSessions() {
+        return leases.sessionCount();
+    }
+
+    /** Stops parked lease renewals and invalidations waiting for clients (the server is closing). */
+    public void shutdown() {
+        leases.close();
     }
 
     public int activeClients() {
@@ -250,7 +301,8 @@ public final class MasterService {
                 return PutStartResult.of(ResultCode.ALREADY_EXISTS);
             }
             ObjectIndex.PendingPut superseded = shard.pending.put(new Key(key, hash), new ObjectIndex.PendingPut(
-                    item.valueLength(), generation, ep, segIds, offsets, clock.millis() + config.putTimeout().toMillis()));
+                    item.valueLength(), generation, ep, segIds, offsets, clock.millis() + config.putTimeout().toMillis(),
+                    upsert));
             if (superseded != null) {
                 // an upsert wins over an earlier put of the same key still in flight; that one will find EXPIRED
                 freeRegions(superseded.segments, superseded.offsets,
@@ -307,25 +359,30 @@ public final class MasterService {
     public List<ResultCode> putEnd(List<PutEndItem> items) {
         ResultCode[] out = new ResultCode[items.size()];
         boolean[] replaced = {false};
+        List<byte[]> upserted = new ArrayList<>();
         epochLock.readLock().lock();
         try {
             int tick = accessTick();
             index.forEachKey(items, PutEndItem::key,
-                    (shard, i, key, hash) -> out[i] = putEndOne(shard, items.get(i), key, hash, tick, replaced));
+                    (shard, i, key, hash) -> out[i] = putEndOne(shard, items.get(i), key, hash, tick, replaced, upserted));
         } finally {
             epochLock.readLock().unlock();
         }
-        if (replaced[0]) {
-            // an upsert replaced an object: its old regions are dead on the nodes before we answer, so
-            // no reader (a client reading through a remembered location included) gets the old version
-            nodes.flush();
+        if (!upserted.isEmpty()) {
+            // an upsert is absolute: once it returns, no client reads the value it replaced (nor, for a key
+            // that was evicted meanwhile, the value it had), through a remembered location included
+            long seq = leases.publishKeys(upserted);
+            if (replaced[0]) {
+                nodes.flushRemovals(); // the old regions are dead on the nodes too
+            }
+            leases.await(seq);
         }
         return new ArrayList<>(Arrays.asList(out));
     }
 
     /** One item of PUT_END. Caller holds the epoch read lock and the shard lock. */
     private ResultCode putEndOne(ObjectIndex.Shard shard, PutEndItem it, byte[] key, int hash, int tick,
-                                 boolean[] replaced) {
+                                 boolean[] replaced, List<byte[]> upserted) {
         ObjectTable objects = shard.objects;
         ObjectIndex.PendingPut p = shard.pending(key, hash);
         if (p == null || p.generation != it.generation()) {
@@ -365,6 +422,9 @@ public final class MasterService {
             objects.replace(slot, p.valueLength, p.generation, tick, segs, offs, kept);
         } else {
             objects.insert(key, hash, p.valueLength, p.generation, tick, segs, offs, kept);
+        }
+        if (p.upsert) {
+            upserted.add(key);
         }
         return ResultCode.OK;
     }
@@ -467,7 +527,10 @@ public final class MasterService {
         } finally {
             epochLock.readLock().unlock();
         }
-        nodes.flush();
+        // every key named, found or not: a client may remember a location of one evicted meanwhile
+        long seq = leases.publishKeys(keys);
+        nodes.flushRemovals();
+        leases.await(seq);
         return new ArrayList<>(Arrays.asList(out));
     }
 
@@ -506,14 +569,18 @@ public final class MasterService {
         } finally {
             epochLock.readLock().unlock();
         }
-        nodes.flush();
+        long seq = prefix.length == 0 ? leases.publishAll() : leases.publishPrefix(prefix);
+        nodes.flushRemovals();
+        leases.await(seq);
         return n[0];
     }
 
     /**
      * REMOVE_ALL. With {@code force}, moves to a new epoch so that no put in flight can land
-     * afterwards, and returns only after nodes were told; without it, removes the complete objects
-     * present now and leaves puts in flight alone.
+     * afterwards; without it, removes the complete objects present now and leaves puts in flight
+     * alone. Either way it returns only once every client has dropped the locations it remembered
+     * (or its read lease ran out) and the nodes acknowledged (or their bound passed): after that no
+     * reader anywhere gets a removed object.
      *
      * @return the number of objects removed
      */
@@ -532,8 +599,15 @@ public final class MasterService {
         } finally {
             epochLock.writeLock().unlock();
         }
+        long seq = leases.publishAll();
         nodes.reset(all, newEpoch);
-        log.info("removeAll(force): removed {} objects, now at epoch {}", n, newEpoch);
+        int waitedOut = leases.await(seq);
+        if (waitedOut > 0) {
+            log.info("removeAll(force): removed {} objects, now at epoch {}; {} client(s) did not answer and were"
+                    + " waited out (their read leases ran out)", n, newEpoch, waitedOut);
+        } else {
+            log.info("removeAll(force): removed {} objects, now at epoch {}", n, newEpoch);
+        }
         return n;
     }
 
@@ -766,7 +840,10 @@ public final class MasterService {
             epochLock.writeLock().unlock();
         }
         if (!toReset.isEmpty()) {
+            // objects rebuilt from an older epoch were dropped: as absolute as any reset
+            long seq = leases.publishAll();
             nodes.reset(toReset, newEpoch);
+            leases.await(seq);
         }
         log.info("{} registered at {} with {} bytes; {} objects offered{}", seg, address, r.capacity(),
                 r.inventoryCount(), keep ? "" : " (older epoch " + r.epoch() + ": dropped)");
@@ -1058,6 +1135,7 @@ public final class MasterService {
             epochLock.readLock().unlock();
         }
         spilling.values().removeIf(s -> s.deadlineMillis < now);
+        leases.expire();
         long forget = now - 10 * config.clientTtl().toMillis();
         clients.values().removeIf(seen -> seen < forget);
     }

@@ -37,6 +37,8 @@ final class NodeControl implements NodeNotifier {
     static final Duration CALL_TIMEOUT = Duration.ofSeconds(5);
 
     private final Limits limits;
+    /** Longest a removal or reset waits for nodes to acknowledge; a node slower than that catches up later. */
+    private final Duration ackWait;
     private final Map<Integer, Channel> channels = new ConcurrentHashMap<>();
     private final Thread flusher;
     private volatile boolean running = true;
@@ -48,14 +50,17 @@ final class NodeControl implements NodeNotifier {
         final ConcurrentLinkedQueue<NodeMessages.FreeItem> queue = new ConcurrentLinkedQueue<>();
         FrameConnection conn;
         boolean failing;
+        /** A bounded flush gave up waiting for this node; later ones do not wait for it until it answers. */
+        volatile boolean stalled;
 
         Channel(Segment segment) {
             this.segment = segment;
         }
     }
 
-    NodeControl(Limits limits) {
+    NodeControl(Limits limits, Duration ackWait) {
         this.limits = limits;
+        this.ackWait = ackWait;
         this.flusher = Thread.ofPlatform().daemon().name("kvpool-master-free-flusher").start(this::flushLoop);
     }
 
@@ -81,6 +86,7 @@ final class NodeControl implements NodeNotifier {
                         BodyWriter w = new BodyWriter(16);
                         new NodeMessages.Reset(epoch).write(w);
                         call(c, Opcode.NODE_RESET, w);
+                        c.stalled = false;
                     } finally {
                         c.lock.unlock();
                     }
@@ -93,7 +99,7 @@ final class NodeControl implements NodeNotifier {
             });
         }
         try {
-            done.await(CALL_TIMEOUT.toMillis() * 2, TimeUnit.MILLISECONDS);
+            done.await(ackWait.toNanos(), TimeUnit.NANOSECONDS);
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
         }
@@ -128,8 +134,44 @@ final class NodeControl implements NodeNotifier {
 
     @Override
     public void flush() {
+        flushChannels(Long.MAX_VALUE);
+    }
+
+    @Override
+    public void flushRemovals() {
+        flushChannels(ackWait.toNanos());
+    }
+
+    /**
+     * Flushes every channel in parallel (a frozen node holds up no other) and waits up to
+     * {@code boundNanos}, or not at all for a node already found stalled by an earlier bounded flush
+     * (so a hung node costs one bound, not one per removal, until it answers or is dropped).
+     */
+    private void flushChannels(long boundNanos) {
+        boolean bounded = boundNanos != Long.MAX_VALUE;
+        Map<Channel, Thread> senders = new java.util.LinkedHashMap<>();
         for (Channel c : channels.values()) {
-            flush(c, true);
+            Thread t = Thread.ofVirtual().name("kvpool-master-free-" + c.segment.id).start(() -> flush(c, true));
+            if (!bounded || !c.stalled) {
+                senders.put(c, t);
+            }
+        }
+        long deadline = System.nanoTime() + boundNanos;
+        try {
+            for (Map.Entry<Channel, Thread> e : senders.entrySet()) {
+                if (!bounded) {
+                    e.getValue().join();
+                    continue;
+                }
+                long left = deadline - System.nanoTime();
+                if (left <= 0 || !e.getValue().join(Duration.ofNanos(left))) {
+                    e.getKey().stalled = true;
+                    log.warn("{} did not acknowledge frees within {} ms; not waiting for it again until it answers",
+                            e.getKey().segment, TimeUnit.NANOSECONDS.toMillis(boundNanos));
+                }
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
         }
     }
 
@@ -157,6 +199,7 @@ final class NodeControl implements NodeNotifier {
                 new NodeMessages.Free(batch).write(w);
                 try {
                     call(c, Opcode.NODE_FREE, w);
+                    c.stalled = false;
                     if (c.failing) {
                         log.info("control channel to {} works again", c.segment);
                         c.failing = false;

@@ -24,8 +24,18 @@ interface NodeNotifier extends AutoCloseable {
     void flush();
 
     /**
+     * {@link #flush()} after an explicit removal: returns once nodes acknowledged or a bound (the read
+     * lease) passed. Readers do not depend on it (read leases keep removals absolute); it keeps a
+     * removed object from coming back through a node's inventory if the master restarts right after.
+     */
+    default void flushRemovals() {
+        flush();
+    }
+
+    /**
      * Every object on these segments is void; accept writes only from {@code epoch} on. Returns when
-     * every reachable node acknowledged or its timeout passed.
+     * every reachable node acknowledged or a bound (the read lease) passed; a node that missed it
+     * learns the epoch from its next heartbeat reply.
      */
     void reset(Collection<Segment> segments, long epoch);
 

@@ -38,14 +38,18 @@ final class ObjectIndex {
         final int[] segments;
         final long[] offsets;
         final long deadlineMillis;
+        /** An upsert: its completion invalidates the key for clients that remember where it was. */
+        final boolean upsert;
 
-        PendingPut(long valueLength, long generation, long epoch, int[] segments, long[] offsets, long deadlineMillis) {
+        PendingPut(long valueLength, long generation, long epoch, int[] segments, long[] offsets, long deadlineMillis,
+                   boolean upsert) {
             this.valueLength = valueLength;
             this.generation = generation;
             this.epoch = epoch;
             this.segments = segments;
             this.offsets = offsets;
             this.deadlineMillis = deadlineMillis;
+            this.upsert = upsert;
         }
     }
 

@@ -7,10 +7,19 @@ import org.slf4j.LoggerFactory;
 import java.io.IOException;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
+import java.nio.ByteBuffer;
 import java.nio.channels.FileChannel;
+import java.nio.channels.FileLock;
+import java.nio.channels.OverlappingFileLockException;
+import java.nio.file.DirectoryStream;
 import java.nio.file.Files;
+import java.nio.file.LinkOption;
+import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
+import java.util.Optional;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 
 /**
  * The node's off-heap segment: one contiguous {@link MemorySegment} of any size (not limited to
@@ -21,19 +30,45 @@ import java.nio.file.StandardOpenOption;
  * a client on the same machine can map the same file. If the directory is missing or has less
  * free space than the segment needs, the segment is anonymous memory from the arena instead
  * (committed and zeroed up front), and the log says so.
+ *
+ * <p>The file is {@code kvpool-<name>-<pid>.seg}. {@link #close()} deletes it, but a node killed
+ * with SIGKILL cannot, and tmpfs keeps a file's pages until it is deleted, so every crash would leak
+ * up to a segment's worth of memory. Two things prevent that:
+ * <ul>
+ *   <li>While the segment lives, the node holds an exclusive lock ({@link FileChannel#tryLock()}) on
+ *       its file, through a channel kept open until {@link #close()}. The kernel drops the lock when
+ *       the process dies, however it dies. The node takes the lock before it truncates the file, so
+ *       it never clobbers a file another live process holds.</li>
+ *   <li>Before creating its own file, {@link #allocate} calls {@link #reclaimOrphans}, which deletes
+ *       each {@code kvpool-*-<pid>.seg} in the directory whose pid is not a live process <em>and</em>
+ *       whose lock it can take. The pid test protects files of older builds that hold no lock; the
+ *       lock protects a live node whose pid this process cannot see or that was reused (another pid
+ *       namespace sharing {@code /dev/shm}). Each reclaimed file is logged; a file that cannot be
+ *       inspected is logged and skipped, and the scan never fails the node.</li>
+ * </ul>
+ * The lock is a POSIX record lock, owned by the process rather than the channel: closing
+ * <em>any</em> channel on the same file in this JVM (say, an in-process client that mapped it)
+ * releases it. The file then stays protected by the live-pid test, which is why reclaiming needs
+ * both tests to pass.
  */
 final class SegmentMemory implements AutoCloseable {
 
     private static final Logger log = LoggerFactory.getLogger(SegmentMemory.class);
 
+    /** {@code kvpool-<name>-<pid>.seg}; the name may itself contain dashes, the pid is the last field. */
+    private static final Pattern FILE_NAME = Pattern.compile("kvpool-.*-(\\d{1,18})\\.seg");
+
     private final Arena arena;
     private final MemorySegment segment;
     private final Path file;
+    /** Open for the life of the segment: it holds the file's lock. Null for anonymous memory. */
+    private final FileChannel lockChannel;
 
-    private SegmentMemory(Arena arena, MemorySegment segment, Path file) {
+    private SegmentMemory(Arena arena, MemorySegment segment, Path file, FileChannel lockChannel) {
         this.arena = arena;
         this.segment = segment;
         this.file = file;
+        this.lockChannel = lockChannel;
     }
 
     /**
@@ -48,31 +83,15 @@ final class SegmentMemory implements AutoCloseable {
         }
         if (shmDir != null) {
             try {
+                if (Files.isDirectory(shmDir)) {
+                    reclaimOrphans(shmDir); // before the free-space check: what it frees counts
+                }
                 if (Files.isDirectory(shmDir) && Files.getFileStore(shmDir).getUsableSpace() >= size) {
                     Path file = shmDir.resolve("kvpool-" + name.replaceAll("[^A-Za-z0-9._-]", "_") + "-"
                             + ProcessHandle.current().pid() + ".seg");
-                    Arena arena = Arena.ofShared();
-                    try (FileChannel ch = FileChannel.open(file, StandardOpenOption.CREATE, StandardOpenOption.READ,
-                            StandardOpenOption.WRITE, StandardOpenOption.TRUNCATE_EXISTING)) {
-                        ch.truncate(0);
-                        // sparse: tmpfs commits pages as they are first written
-                        ch.write(java.nio.ByteBuffer.wrap(new byte[1]), size - 1);
-                        MemorySegment seg = ch.map(FileChannel.MapMode.READ_WRITE, 0, size, arena);
-                        if (prefault) {
-                            // nothing is stored yet, so writing zeros is safe; it allocates every page now
-                            long t0 = System.nanoTime();
-                            seg.fill((byte) 0);
-                            log.info("segment {}: {} mapped from {}, pages committed in {} ms", name, Size.human(size),
-                                    file, (System.nanoTime() - t0) / 1_000_000);
-                        } else {
-                            log.info("segment {}: {} mapped from {} (pages committed on first use)", name,
-                                    Size.human(size), file);
-                        }
-                        return new SegmentMemory(arena, seg, file);
-                    } catch (IOException | RuntimeException e) {
-                        arena.close();
-                        Files.deleteIfExists(file);
-                        log.warn("segment {}: cannot map {} ({}); using anonymous memory", name, file, e.toString());
+                    SegmentMemory mapped = mapFile(size, file, name, prefault);
+                    if (mapped != null) {
+                        return mapped;
                     }
                 } else {
                     log.info("segment {}: {} is missing or has less than {} free; using anonymous memory",
@@ -86,11 +105,133 @@ final class SegmentMemory implements AutoCloseable {
         try {
             MemorySegment seg = arena.allocate(size, 4096);
             log.info("segment {}: {} of anonymous memory", name, Size.human(size));
-            return new SegmentMemory(arena, seg, null);
+            return new SegmentMemory(arena, seg, null, null);
         } catch (OutOfMemoryError | IllegalArgumentException e) {
             arena.close();
             throw new IllegalStateException("segment " + name + ": cannot allocate " + Size.human(size)
                     + " of off-heap memory: " + e.getMessage(), e);
+        }
+    }
+
+    /** Creates, locks and maps {@code file}; null (and a warning) if that fails. */
+    private static SegmentMemory mapFile(long size, Path file, String name, boolean prefault) {
+        Arena arena = Arena.ofShared();
+        FileChannel ch = null;
+        boolean locked = false;
+        try {
+            ch = FileChannel.open(file, StandardOpenOption.CREATE, StandardOpenOption.READ, StandardOpenOption.WRITE,
+                    LinkOption.NOFOLLOW_LINKS);
+            if (tryLock(ch) == null) {
+                throw new IOException("the file is locked by another live process");
+            }
+            locked = true;
+            ch.truncate(0);
+            // sparse: tmpfs commits pages as they are first written
+            ch.write(ByteBuffer.wrap(new byte[1]), size - 1);
+            MemorySegment seg = ch.map(FileChannel.MapMode.READ_WRITE, 0, size, arena);
+            if (prefault) {
+                // nothing is stored yet, so writing zeros is safe; it allocates every page now
+                long t0 = System.nanoTime();
+                seg.fill((byte) 0);
+                log.info("segment {}: {} mapped from {}, pages committed in {} ms", name, Size.human(size),
+                        file, (System.nanoTime() - t0) / 1_000_000);
+            } else {
+                log.info("segment {}: {} mapped from {} (pages committed on first use)", name,
+                        Size.human(size), file);
+            }
+            return new SegmentMemory(arena, seg, file, ch);
+        } catch (IOException | RuntimeException e) {
+            arena.close();
+            if (locked) { // it is ours; a file we could not lock belongs to someone else and stays
+                try {
+                    Files.deleteIfExists(file);
+                } catch (IOException ex) {
+                    log.warn("cannot delete segment file {}: {}", file, ex.toString());
+                }
+            }
+            closeQuietly(ch);
+            log.warn("segment {}: cannot map {} ({}); using anonymous memory", name, file, e.toString());
+            return null;
+        }
+    }
+
+    /**
+     * Deletes the segment files in {@code shmDir} left by nodes that died without closing: each
+     * {@code kvpool-*-<pid>.seg} (a regular file, not a link) whose pid is not a live process and
+     * whose exclusive lock can be taken. Never throws: a file that cannot be inspected is logged and
+     * skipped.
+     *
+     * @return how many files were deleted
+     */
+    static int reclaimOrphans(Path shmDir) {
+        int reclaimed = 0;
+        try (DirectoryStream<Path> files = Files.newDirectoryStream(shmDir, "kvpool-*.seg")) {
+            for (Path f : files) {
+                try {
+                    if (reclaimIfOrphan(f)) {
+                        reclaimed++;
+                    }
+                } catch (NoSuchFileException e) {
+                    // another node reclaimed it first
+                } catch (IOException | RuntimeException e) {
+                    log.warn("cannot inspect segment file {} ({}); leaving it", f, e.toString());
+                }
+            }
+        } catch (IOException | RuntimeException e) {
+            log.warn("cannot scan {} for orphaned segment files ({})", shmDir, e.toString());
+        }
+        return reclaimed;
+    }
+
+    private static boolean reclaimIfOrphan(Path f) throws IOException {
+        Matcher m = FILE_NAME.matcher(f.getFileName().toString());
+        if (!m.matches() || !Files.isRegularFile(f, LinkOption.NOFOLLOW_LINKS)) {
+            return false;
+        }
+        long pid = Long.parseLong(m.group(1));
+        if (isAlive(pid)) {
+            return false;
+        }
+        try (FileChannel ch = FileChannel.open(f, StandardOpenOption.READ, StandardOpenOption.WRITE,
+                LinkOption.NOFOLLOW_LINKS)) {
+            if (tryLock(ch) == null) {
+                return false; // a live node holds it (its pid is not visible here, or was reused)
+            }
+            // a new process may have been given that pid and created the same name since the first look
+            if (isAlive(pid)) {
+                return false;
+            }
+            long size = ch.size();
+            Files.delete(f); // while still holding the lock; closing the channel releases it
+            log.info("reclaimed orphaned segment file {} ({} MiB) left by pid {}", f, size >> 20, pid);
+            return true;
+        }
+    }
+
+    private static boolean isAlive(long pid) {
+        Optional<ProcessHandle> p = ProcessHandle.of(pid);
+        return p.isPresent() && p.get().isAlive();
+    }
+
+    /**
+     * The channel's exclusive lock on its whole file, or null if another process holds a lock on it.
+     * A lock held through another channel in this JVM counts as held.
+     */
+    private static FileLock tryLock(FileChannel ch) throws IOException {
+        try {
+            return ch.tryLock();
+        } catch (OverlappingFileLockException e) {
+            return null;
+        }
+    }
+
+    private static void closeQuietly(FileChannel ch) {
+        if (ch != null) {
+            try {
+                ch.close();
+            } catch (IOException e) {
+                log.debug("closing a segment file channel: {}", e.toString());
+            }
         }
     }
 
@@ -112,6 +253,7 @@ final class SegmentMemory implements AutoCloseable {
             } catch (IOException e) {
                 log.warn("cannot delete segment file {}: {}", file, e.toString());
             }
+            closeQuietly(lockChannel); // releases the lock, after the file is gone
         }
     }
 }

@@ -52,9 +52,10 @@ public final class FrameHeader {
     /**
      * The protocol version: 1 was the pool core; 2 added the SSD tier (a tier byte in replicas and in
      * NODE_READ, NODE_FREE and inventory items, {@code ifGeneration} in PUT_START items, tier
-     * statistics in heartbeats and CLUSTER_STATS, NODE_DISK_ADD and NODE_DISK_DROP).
+     * statistics in heartbeats and CLUSTER_STATS, NODE_DISK_ADD and NODE_DISK_DROP); 3 added LEASE
+     * (read leases and the invalidations that come with them).
      */
-    public static final byte VERSION = 2;
+    public static final byte VERSION = 3;
     public static final byte FLAG_REPLY = 0x01;
 
     public static final int MAGIC_OFFSET = 0;

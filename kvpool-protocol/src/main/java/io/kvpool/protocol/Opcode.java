@@ -10,6 +10,11 @@ public enum Opcode {
     // ---- master: session ----
     HELLO(0x01, "hello"),
     PING(0x02, "ping"),
+    /**
+     * A client's read lease: renews it, acknowledges the invalidations the client applied, and waits
+     * (long poll) for new ones. Body: {@code LeaseMessages.LeaseRequest} / {@code LeaseReply}.
+     */
+    LEASE(0x03, "lease"),
 
     // ---- master: writes (two-phase put) ----
     PUT_START(0x10, "put_start"),

@@ -30,11 +30,11 @@ public final class MasterMessages {
         }
     }
 
-    private static void writeUuid(BodyWriter w, UUID id) {
+    static void writeUuid(BodyWriter w, UUID id) {
         w.i64(id.getMostSignificantBits()).i64(id.getLeastSignificantBits());
     }
 
-    private static UUID readUuid(BodyReader r) {
+    static UUID readUuid(BodyReader r) {
         return new UUID(r.i64("id high"), r.i64("id low"));
     }
 
