@@ -35,8 +35,8 @@ final class LeaseKeeper implements AutoCloseable {
     private final ClientConfig config;
     private final LocationCache cache;
     private final UUID session;
-    /** A renewal on one of the client's ordinary master connections (never held by the master). */
-    private final Function<LeaseRequest, LeaseReply> call;
+    /** The client's ordinary master connections: renewals there are never held by the master. */
+    private final MasterChannel master;
     private final Object renewLock = new Object();
     private final Thread poller;
     private volatile FrameConnection poll; // the poller's own connection
@@ -45,11 +45,11 @@ final class LeaseKeeper implements AutoCloseable {
     private volatile boolean failing;
     private volatile boolean closed;
 
-    LeaseKeeper(ClientConfig config, LocationCache cache, UUID session, Function<LeaseRequest, LeaseReply> call) {
+    LeaseKeeper(ClientConfig config, LocationCache cache, UUID session, MasterChannel master) {
         this.config = config;
         this.cache = cache;
         this.session = session;
-        this.call = call;
+        this.master = master;
         this.poller = Thread.ofVirtual().name("kvpool-client-lease").unstarted(this::pollLoop);
     }
 
@@ -76,7 +76,7 @@ final class LeaseKeeper implements AutoCloseable {
                 return false;
             }
             try {
-                renew(0, call);
+                renew(0, this::call);
             } catch (RuntimeException e) {
                 lastFailure = System.nanoTime();
                 log.debug("read lease renewal failed: {}", e.getMessage());
@@ -122,6 +122,13 @@ final class LeaseKeeper implements AutoCloseable {
         }
     }
 
+    /** A renewal on an ordinary master connection (answered at once: hold 0, or an end). */
+    private LeaseReply call(LeaseRequest req) {
+        BodyWriter w = new BodyWriter(48);
+        req.write(w);
+        return master.call(Opcode.LEASE, w, LeaseReply::read);
+    }
+
     /** A renewal on the poller's own connection, which the master may hold for {@code holdMillis}. */
     private LeaseReply pollCall(LeaseRequest req) {
         try {
@@ -162,7 +169,7 @@ final class LeaseKeeper implements AutoCloseable {
         closePoll();
         try {
             long[] at = cache.position();
-            call.apply(new LeaseRequest(session, at[0], at[1], 0, true));
+            call(new LeaseRequest(session, at[0], at[1], 0, true));
         } catch (RuntimeException e) {
             log.debug("could not tell the master this client's lease ended: {}", e.getMessage());
         }

@@ -27,13 +27,13 @@ class TierLineTest {
                 listed(50, Tier.MEMORY),             // read from memory
         };
         long[] lengths = {100, 1000, KvPoolClient.MISS, KvPoolClient.MISS, 50};
-        assertThat(KvPoolClient.tierLine(where, lengths)).isEqualTo("load batch: keys=5 memory_keys=2 disk_keys=2"
+        assertThat(ObjectReads.tierLine(where, lengths)).isEqualTo("load batch: keys=5 memory_keys=2 disk_keys=2"
                 + " missing_keys=1 success_keys=3 failed_keys=1 bytes_memory=150 bytes_disk=1000");
     }
 
     @Test
     void anEmptyBatchIsAllZeros() {
-        assertThat(KvPoolClient.tierLine(new ReplicaList[0], new long[0])).isEqualTo("load batch: keys=0 memory_keys=0"
+        assertThat(ObjectReads.tierLine(new ReplicaList[0], new long[0])).isEqualTo("load batch: keys=0 memory_keys=0"
                 + " disk_keys=0 missing_keys=0 success_keys=0 failed_keys=0 bytes_memory=0 bytes_disk=0");
     }
 }

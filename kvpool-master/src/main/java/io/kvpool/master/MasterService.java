@@ -30,7 +30,6 @@ import java.time.InstantSource;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Comparator;
-import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
 import java.util.UUID;
@@ -97,8 +96,6 @@ public final class MasterService {
     private static final Logger log = LoggerFactory.getLogger(MasterService.class);
     /** Access ticks are milliseconds since start divided by this (16 ms resolution, ~1 year range in an int). */
     private static final int TICK_MILLIS = 16;
-    /** Buckets in the eviction histogram. */
-    private static final int EVICTION_BUCKETS = 4096;
     /**
      * Eviction rounds a single put may trigger before reporting POOL_FULL. LRU victims are rarely
      * neighbours, so an object a little larger than the ones evicted may need several rounds before
@@ -282,15 +279,15 @@ public final class MasterService {
             return PutStartResult.of(ResultCode.ALREADY_EXISTS);
         }
         long regionLength = ObjectLayout.regionLength(item.key().length, item.valueLength());
-        List<Placement> placed = place(regionLength, replicas, preferred);
+        List<Placement.Placed> placed = place(regionLength, replicas, preferred);
         if (placed.isEmpty()) {
             return PutStartResult.of(capacity() == 0 ? ResultCode.NO_SEGMENT : ResultCode.POOL_FULL);
         }
         int[] segIds = new int[placed.size()];
         long[] offsets = new long[placed.size()];
         for (int i = 0; i < placed.size(); i++) {
-            segIds[i] = placed.get(i).segment.id;
-            offsets[i] = placed.get(i).offset;
+            segIds[i] = placed.get(i).segment().id;
+            offsets[i] = placed.get(i).offset();
         }
         long generation = generations.incrementAndGet();
         shard.lock.lock();
@@ -358,31 +355,26 @@ public final class MasterService {
     /** PUT_END: make each put visible, keeping the replicas whose writes succeeded. */
     public List<ResultCode> putEnd(List<PutEndItem> items) {
         ResultCode[] out = new ResultCode[items.size()];
-        boolean[] replaced = {false};
         List<byte[]> upserted = new ArrayList<>();
         epochLock.readLock().lock();
         try {
             int tick = accessTick();
             index.forEachKey(items, PutEndItem::key,
-                    (shard, i, key, hash) -> out[i] = putEndOne(shard, items.get(i), key, hash, tick, replaced, upserted));
+                    (shard, i, key, hash) -> out[i] = putEndOne(shard, items.get(i), key, hash, tick, upserted));
         } finally {
             epochLock.readLock().unlock();
         }
         if (!upserted.isEmpty()) {
             // an upsert is absolute: once it returns, no client reads the value it replaced (nor, for a key
             // that was evicted meanwhile, the value it had), through a remembered location included
-            long seq = leases.publishKeys(upserted);
-            if (replaced[0]) {
-                nodes.flushRemovals(); // the old regions are dead on the nodes too
-            }
-            leases.await(seq);
+            settle(leases.publishKeys(upserted));
         }
         return new ArrayList<>(Arrays.asList(out));
     }
 
     /** One item of PUT_END. Caller holds the epoch read lock and the shard lock. */
     private ResultCode putEndOne(ObjectIndex.Shard shard, PutEndItem it, byte[] key, int hash, int tick,
-                                 boolean[] replaced, List<byte[]> upserted) {
+                                 List<byte[]> upserted) {
         ObjectTable objects = shard.objects;
         ObjectIndex.PendingPut p = shard.pending(key, hash);
         if (p == null || p.generation != it.generation()) {
@@ -418,7 +410,6 @@ public final class MasterService {
         if (slot >= 0) {
             // an upsert completes: the old version's regions are freed as the new one takes its place
             release(objects, slot);
-            replaced[0] = true;
             objects.replace(slot, p.valueLength, p.generation, tick, segs, offs, kept);
         } else {
             objects.insert(key, hash, p.valueLength, p.generation, tick, segs, offs, kept);
@@ -528,9 +519,7 @@ public final class MasterService {
             epochLock.readLock().unlock();
         }
         // every key named, found or not: a client may remember a location of one evicted meanwhile
-        long seq = leases.publishKeys(keys);
-        nodes.flushRemovals();
-        leases.await(seq);
+        settle(leases.publishKeys(keys));
         return new ArrayList<>(Arrays.asList(out));
     }
 
@@ -569,10 +558,17 @@ public final class MasterService {
         } finally {
             epochLock.readLock().unlock();
         }
-        long seq = prefix.length == 0 ? leases.publishAll() : leases.publishPrefix(prefix);
+        settle(prefix.length == 0 ? leases.publishAll() : leases.publishPrefix(prefix));
+        return n[0];
+    }
+
+    /**
+     * Completes a removal whose invalidation {@code seq} is published: the nodes hear of the freed
+     * regions (bounded wait), and every leased client applied it or its lease ran out.
+     */
+    private void settle(long seq) {
         nodes.flushRemovals();
         leases.await(seq);
-        return n[0];
     }
 
     /**
@@ -626,17 +622,12 @@ public final class MasterService {
 
     // ================================================================== placement and eviction
 
-    private record Placement(Segment segment, long offset) {
-    }
-
     /**
-     * Reserves {@code replicas} regions on distinct active segments: the preferred segment first
-     * (if named, active and with room), the rest by the power of two choices (of two random segments,
-     * the one with more free space), which spreads load without sending every write to a newly
-     * joined empty node. Evicts and retries when nothing fits. Caller holds the epoch read lock.
+     * Reserves {@code replicas} regions on distinct active segments ({@link Placement}); evicts and
+     * retries when nothing fits. Caller holds the epoch read lock.
      */
-    private List<Placement> place(long regionLength, int replicas, String preferred) {
-        List<Placement> got = tryPlace(regionLength, replicas, preferred);
+    private List<Placement.Placed> place(long regionLength, int replicas, String preferred) {
+        List<Placement.Placed> got = tryPlace(regionLength, replicas, preferred);
         if (!got.isEmpty() || capacity() == 0) {
             return got;
         }
@@ -659,62 +650,8 @@ public final class MasterService {
         }
     }
 
-    private List<Placement> tryPlace(long regionLength, int replicas, String preferred) {
-        List<Segment> candidates = new ArrayList<>();
-        for (Segment s : segments.values()) {
-            if (s.active) {
-                candidates.add(s);
-            }
-        }
-        List<Placement> out = new ArrayList<>(replicas);
-        if (preferred != null && !preferred.isEmpty()) {
-            for (Iterator<Segment> it = candidates.iterator(); it.hasNext(); ) {
-                Segment s = it.next();
-                if (s.name.equals(preferred)) {
-                    it.remove();
-                    long off = s.allocator.allocate(regionLength);
-                    if (off >= 0) {
-                        out.add(new Placement(s, off));
-                    }
-                    break;
-                }
-            }
-        }
-        while (out.size() < replicas && !candidates.isEmpty()) {
-            Segment pick = null;
-            long off = -1;
-            if (candidates.size() >= 2) {
-                int a = random.nextInt(candidates.size());
-                int b = random.nextInt(candidates.size() - 1);
-                if (b >= a) {
-                    b++;
-                }
-                Segment sa = candidates.get(a);
-                Segment sb = candidates.get(b);
-                Segment first = sa.allocator.free() >= sb.allocator.free() ? sa : sb;
-                Segment second = first == sa ? sb : sa;
-                if ((off = first.allocator.allocate(regionLength)) >= 0) {
-                    pick = first;
-                } else if ((off = second.allocator.allocate(regionLength)) >= 0) {
-                    pick = second;
-                }
-            }
-            if (pick == null) {
-                candidates.sort(Comparator.comparingLong((Segment s) -> s.allocator.free()).reversed());
-                for (Segment s : candidates) {
-                    if ((off = s.allocator.allocate(regionLength)) >= 0) {
-                        pick = s;
-                        break;
-                    }
-                }
-            }
-            if (pick == null) {
-                break;
-            }
-            out.add(new Placement(pick, off));
-            candidates.remove(pick);
-        }
-        return out;
+    private List<Placement.Placed> tryPlace(long regionLength, int replicas, String preferred) {
+        return Placement.choose(segments.values(), regionLength, replicas, preferred, random);
     }
 
     /**
@@ -725,42 +662,12 @@ public final class MasterService {
         evictionLock.lock();
         try {
             evictionAttempts.incrementAndGet();
-            int[] range = {Integer.MAX_VALUE, Integer.MIN_VALUE};
-            index.forEachShard(shard -> {
-                ObjectTable objects = shard.objects;
-                for (int slot = 0, n = objects.size(); slot < n; slot++) {
-                    if (diskOnly(objects, slot)) {
-                        continue; // takes no memory
-                    }
-                    int t = objects.lastAccess(slot);
-                    range[0] = Math.min(range[0], t);
-                    range[1] = Math.max(range[1], t);
-                }
-            });
-            int min = range[0];
-            if (min > range[1]) {
+            LruCut cut = LruCut.find(index, targetBytes, MasterService::memoryWeight);
+            if (cut == null) {
                 return 0;
-            }
-            long span = (long) range[1] - min + 1;
-            long[] bytes = new long[EVICTION_BUCKETS];
-            index.forEachShard(shard -> {
-                ObjectTable objects = shard.objects;
-                for (int slot = 0, n = objects.size(); slot < n; slot++) {
-                    if (!diskOnly(objects, slot)) {
-                        bytes[bucket(objects.lastAccess(slot), min, span)] += regionLength(objects, slot)
-                                * objects.replicas(slot);
-                    }
-                }
-            });
-            int cutoff = 0;
-            long acc = 0;
-            while (cutoff < EVICTION_BUCKETS - 1 && acc + bytes[cutoff] < targetBytes) {
-                acc += bytes[cutoff];
-                cutoff++;
             }
             // evict buckets below the cutoff entirely, and the cutoff bucket until the target is met
             long[] freedAndKeys = {0, 0};
-            int cut = cutoff;
             FreeBatch frees = new FreeBatch();
             index.forEachShard(shard -> {
                 if (freedAndKeys[0] >= targetBytes) {
@@ -771,8 +678,7 @@ public final class MasterService {
                     if (diskOnly(objects, slot)) {
                         return false;
                     }
-                    int b = bucket(objects.lastAccess(slot), min, span);
-                    if (b > cut || (b == cut && freedAndKeys[0] >= targetBytes)) {
+                    if (!cut.takes(objects.lastAccess(slot), freedAndKeys[0] >= targetBytes)) {
                         return false;
                     }
                     // nodes with an SSD tier keep the object there; it comes back as a disk replica (NODE_DISK_ADD)
@@ -798,10 +704,9 @@ public final class MasterService {
         }
     }
 
-    /** The histogram bucket of an access tick; reads between the passes can move a tick past the first pass's range. */
-    private static int bucket(int tick, int min, long span) {
-        long b = ((long) tick - min) * EVICTION_BUCKETS / span;
-        return (int) Math.max(0, Math.min(EVICTION_BUCKETS - 1, b));
+    /** What an object weighs for memory eviction: its regions in memory, or -1 if it has none (disk only). */
+    private static long memoryWeight(ObjectTable objects, int slot) {
+        return diskOnly(objects, slot) ? -1 : regionLength(objects, slot) * objects.replicas(slot);
     }
 
     // ================================================================== membership

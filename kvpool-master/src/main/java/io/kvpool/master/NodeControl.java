@@ -16,7 +16,6 @@ import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ConcurrentLinkedQueue;
-import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.locks.ReentrantLock;
 
@@ -75,11 +74,11 @@ final class NodeControl implements NodeNotifier {
 
     @Override
     public void reset(Collection<Segment> segments, long epoch) {
-        CountDownLatch done = new CountDownLatch(segments.size());
+        Map<Channel, Thread> senders = new java.util.LinkedHashMap<>();
         for (Segment s : segments) {
-            Thread.ofVirtual().start(() -> {
+            Channel c = channel(s);
+            senders.put(c, Thread.ofVirtual().name("kvpool-master-reset-" + s.id).start(() -> {
                 try {
-                    Channel c = channel(s);
                     c.lock.lock();
                     try {
                         c.queue.clear();
@@ -93,16 +92,10 @@ final class NodeControl implements NodeNotifier {
                 } catch (IOException | RuntimeException e) {
                     log.warn("reset of {} to epoch {} not acknowledged ({}); it will catch up at its next heartbeat",
                             s, epoch, e.getMessage());
-                } finally {
-                    done.countDown();
                 }
-            });
+            }));
         }
-        try {
-            done.await(ackWait.toNanos(), TimeUnit.NANOSECONDS);
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-        }
+        awaitAcks(senders, ackWait.toNanos(), "the reset to epoch " + epoch);
     }
 
     @Override
@@ -144,30 +137,37 @@ final class NodeControl implements NodeNotifier {
 
     /**
      * Flushes every channel in parallel (a frozen node holds up no other) and waits up to
-     * {@code boundNanos}, or not at all for a node already found stalled by an earlier bounded flush
-     * (so a hung node costs one bound, not one per removal, until it answers or is dropped).
+     * {@code boundNanos} (or for good, with {@link Long#MAX_VALUE}).
      */
     private void flushChannels(long boundNanos) {
-        boolean bounded = boundNanos != Long.MAX_VALUE;
         Map<Channel, Thread> senders = new java.util.LinkedHashMap<>();
         for (Channel c : channels.values()) {
-            Thread t = Thread.ofVirtual().name("kvpool-master-free-" + c.segment.id).start(() -> flush(c, true));
-            if (!bounded || !c.stalled) {
-                senders.put(c, t);
-            }
+            senders.put(c, Thread.ofVirtual().name("kvpool-master-free-" + c.segment.id).start(() -> flush(c, true)));
         }
+        awaitAcks(senders, boundNanos, "frees");
+    }
+
+    /**
+     * Waits for each channel's sender up to {@code boundNanos} in all, except for a node already found
+     * stalled by an earlier bounded wait (so a hung node costs one bound, not one per removal or
+     * reset, until it answers again or is dropped); a node that misses this bound is marked stalled.
+     * The senders go on in the background either way.
+     */
+    private static void awaitAcks(Map<Channel, Thread> senders, long boundNanos, String what) {
+        boolean bounded = boundNanos != Long.MAX_VALUE;
         long deadline = System.nanoTime() + boundNanos;
         try {
             for (Map.Entry<Channel, Thread> e : senders.entrySet()) {
+                Channel c = e.getKey();
                 if (!bounded) {
                     e.getValue().join();
-                    continue;
-                }
-                long left = deadline - System.nanoTime();
-                if (left <= 0 || !e.getValue().join(Duration.ofNanos(left))) {
-                    e.getKey().stalled = true;
-                    log.warn("{} did not acknowledge frees within {} ms; not waiting for it again until it answers",
-                            e.getKey().segment, TimeUnit.NANOSECONDS.toMillis(boundNanos));
+                } else if (!c.stalled) {
+                    long left = deadline - System.nanoTime();
+                    if (left <= 0 || !e.getValue().join(Duration.ofNanos(left))) {
+                        c.stalled = true;
+                        log.warn("{} did not acknowledge {} within {} ms; not waiting for it again until it answers",
+                                c.segment, what, TimeUnit.NANOSECONDS.toMillis(boundNanos));
+                    }
                 }
             }
         } catch (InterruptedException e) {

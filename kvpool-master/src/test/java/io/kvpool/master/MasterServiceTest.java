@@ -4,6 +4,9 @@ import io.kvpool.config.Size;
 import io.kvpool.protocol.ObjectLayout;
 import io.kvpool.protocol.ResultCode;
 import io.kvpool.protocol.Tier;
+import io.kvpool.protocol.msg.LeaseMessages;
+import io.kvpool.protocol.msg.LeaseMessages.LeaseReply;
+import io.kvpool.protocol.msg.LeaseMessages.LeaseRequest;
 import io.kvpool.protocol.msg.MasterMessages;
 import io.kvpool.protocol.msg.MasterMessages.Inventory;
 import io.kvpool.protocol.msg.MasterMessages.InventoryItem;
@@ -23,6 +26,12 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.SplittableRandom;
+import java.util.UUID;
+import java.util.concurrent.Callable;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
@@ -106,6 +115,59 @@ class MasterServiceTest {
         assertThat(rl.replicas()).hasSize(1);
         // a second PUT_END of the same generation is answered OK (idempotent retry)
         assertThat(end(svc, "key-01", r.generation())).isEqualTo(ResultCode.OK);
+    }
+
+    /**
+     * Removals, resets and upserts are absolute: each publishes an invalidation covering what it
+     * changed and returns only once every client holding a read lease acknowledged it (the clock
+     * does not move here, so no lease can run out instead).
+     */
+    @Test
+    void removalsResetsAndUpsertsWaitUntilEveryLeasedClientAppliedThem() throws Exception {
+        join(svc, "a:1", 1 << 20);
+        assertThat(put(svc, "key-01")).isEqualTo(ResultCode.OK);
+        UUID client = UUID.randomUUID();
+        LeaseReply at = svc.renewLease(new LeaseRequest(client, 0, 0, 0, false));
+        assertThat(svc.leaseSessions()).isOne();
+
+        List<Callable<?>> operations = List.of(
+                () -> svc.remove(List.of(k("key-01"))),
+                () -> svc.removeByPrefix(k("key-")),
+                () -> {
+                    PutStartResult r = start(svc, "key-02", true, "", 1);
+                    return end(svc, "key-02", r.generation());
+                },
+                () -> svc.removeAll(true));
+        List<LeaseMessages.Kind> kinds = List.of(LeaseMessages.Kind.KEYS, LeaseMessages.Kind.PREFIX,
+                LeaseMessages.Kind.KEYS, LeaseMessages.Kind.ALL);
+        ExecutorService ops = Executors.newSingleThreadExecutor();
+        try {
+            for (int i = 0; i < operations.size(); i++) {
+                Future<?> op = ops.submit(operations.get(i));
+                // the client renews until its renewal brings the invalidation (the clock does not move, so
+                // a held renewal would wait for good: ask without a hold)
+                LeaseReply r = svc.renewLease(new LeaseRequest(client, at.incarnation(), at.seq(), 0, false));
+                long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+                while (r.records().isEmpty()) {
+                    assertThat(System.nanoTime()).as("operation %d published nothing within 30 s", i).isLessThan(deadline);
+                    if (op.isDone()) {
+                        op.get(); // one that threw fails the test here
+                    }
+                    Thread.sleep(1);
+                    r = svc.renewLease(new LeaseRequest(client, at.incarnation(), at.seq(), 0, false));
+                }
+                assertThat(r.records()).singleElement().extracting(LeaseMessages.Invalidation::kind).isEqualTo(kinds.get(i));
+                assertThat(op.isDone()).as("operation %d returned before the client applied it", i).isFalse();
+                at = svc.renewLease(new LeaseRequest(client, r.incarnation(), r.seq(), 0, false)); // the acknowledgement
+                op.get(30, TimeUnit.SECONDS);
+            }
+        } finally {
+            ops.shutdownNow();
+        }
+        // a client that says it is closing holds nothing up
+        svc.renewLease(new LeaseRequest(client, at.incarnation(), at.seq(), 0, true));
+        assertThat(svc.leaseSessions()).isZero();
+        assertThat(svc.remove(List.of(k("key-02")))).containsExactly(ResultCode.NOT_FOUND);
     }
 
     @Test

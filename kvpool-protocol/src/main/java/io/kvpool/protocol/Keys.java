@@ -1,6 +1,8 @@
 package io.kvpool.protocol;
 
 import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.List;
 
 /**
  * Object keys: non-empty UTF-8 strings of at most {@link #MAX_KEY_BYTES} bytes. Keys are compared as
@@ -31,6 +33,15 @@ public final class Keys {
         }
         validate(b, key);
         return b;
+    }
+
+    /** {@link #encode} of each key, in order. */
+    public static List<byte[]> encodeAll(List<String> keys) {
+        List<byte[]> out = new ArrayList<>(keys.size());
+        for (String k : keys) {
+            out.add(encode(k));
+        }
+        return out;
     }
 
     private static boolean hasQuestionMark(byte[] b) {

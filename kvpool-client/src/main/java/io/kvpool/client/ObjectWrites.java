@@ -1,0 +1,290 @@
+package io.kvpool.client;
+
+import io.kvpool.protocol.BodyWriter;
+import io.kvpool.protocol.Channels;
+import io.kvpool.protocol.FrameConnection;
+import io.kvpool.protocol.Keys;
+import io.kvpool.protocol.ObjectLayout;
+import io.kvpool.protocol.Opcode;
+import io.kvpool.protocol.RemoteException;
+import io.kvpool.protocol.ResultCode;
+import io.kvpool.protocol.msg.MasterMessages;
+import io.kvpool.protocol.msg.NodeMessages;
+import io.kvpool.protocol.msg.Replica;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.io.IOException;
+import java.lang.foreign.MemorySegment;
+import java.nio.ByteBuffer;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+
+/**
+ * The put path. A put is two-phase: PUT_START reserves regions at the master (one round trip for
+ * the batch), the values go straight to the nodes (one NODE_WRITE per node, in parallel; or, for a
+ * segment on this host, NODE_SHM_WRITE_BEGIN, a memory copy, NODE_SHM_WRITE_END), and PUT_END makes
+ * what landed at least once visible; PUT_REVOKE gives back what landed nowhere. Values are sent
+ * from the caller's memory, never copied. Node failures are values (FAILED, FENCED), never
+ * exceptions.
+ */
+final class ObjectWrites {
+
+    private static final Logger log = LoggerFactory.getLogger(ObjectWrites.class);
+
+    private final ClientConfig config;
+    private final MasterChannel master;
+    private final SegmentAccess segments;
+    private final PerSegment tasks;
+    private final LocationCache locations;
+
+    ObjectWrites(ClientConfig config, MasterChannel master, SegmentAccess segments, PerSegment tasks,
+                 LocationCache locations) {
+        this.config = config;
+        this.master = master;
+        this.segments = segments;
+        this.tasks = tasks;
+        this.locations = locations;
+    }
+
+    /** One replica write: which item (index within the chunk), which of its replicas, where, which version. */
+    private record WriteSlot(int item, int replica, long offset, long generation) {
+    }
+
+    /**
+     * Stores the values (keys and values checked first, naming the key at fault); one status per key.
+     * Large batches go in chunks of {@link KvPoolClient#MAX_KEYS_PER_FRAME}.
+     */
+    List<PutStatus> write(List<String> keys, List<MemorySegment> values, String preferred, int replicas,
+                          boolean upsert, boolean batch) {
+        int n = keys.size();
+        byte[][] k = new byte[n][];
+        for (int i = 0; i < n; i++) {
+            k[i] = Keys.encode(keys.get(i));
+            long len = values.get(i).byteSize();
+            if (len > master.maxValueBytes()) {
+                throw new IllegalArgumentException("value for key '" + Keys.abbreviate(keys.get(i)) + "' is " + len
+                        + " bytes; the pool accepts at most " + master.maxValueBytes());
+            }
+        }
+        for (String key : keys) {
+            locations.invalidate(key);
+        }
+        PutStatus[] status = new PutStatus[n];
+        for (int from = 0; from < n; from += KvPoolClient.MAX_KEYS_PER_FRAME) {
+            int to = Math.min(n, from + KvPoolClient.MAX_KEYS_PER_FRAME);
+            putChunk(k, values, from, to, preferred, replicas, upsert, batch, status);
+        }
+        return Arrays.asList(status);
+    }
+
+    private void putChunk(byte[][] k, List<MemorySegment> values, int from, int to, String preferred, int replicas,
+                          boolean upsert, boolean batch, PutStatus[] status) {
+        List<MasterMessages.PutStartItem> items = new ArrayList<>(to - from);
+        for (int i = from; i < to; i++) {
+            items.add(new MasterMessages.PutStartItem(k[i], values.get(i).byteSize()));
+        }
+        BodyWriter w = new BodyWriter(64 + items.size() * 64);
+        new MasterMessages.PutStart(upsert, replicas, preferred == null ? "" : preferred, items).write(w);
+        MasterMessages.PutStartReply reply = master.call(batch ? Opcode.BATCH_PUT_START : Opcode.PUT_START, w,
+                MasterMessages.PutStartReply::read);
+
+        // group replica writes by segment
+        Map<Integer, List<WriteSlot>> bySegment = new LinkedHashMap<>();
+        int[] crcs = new int[to - from];
+        List<MasterMessages.PutStartResult> results = reply.results();
+        for (int j = 0; j < results.size(); j++) {
+            MasterMessages.PutStartResult r = results.get(j);
+            int i = from + j;
+            switch (r.code()) {
+                case OK -> {
+                    crcs[j] = ObjectLayout.valueCrc(values.get(i));
+                    for (int rep = 0; rep < r.replicas().size(); rep++) {
+                        Replica replica = r.replicas().get(rep);
+                        bySegment.computeIfAbsent(replica.segmentId(), x -> new ArrayList<>())
+                                .add(new WriteSlot(j, rep, replica.offset(), r.generation()));
+                    }
+                }
+                case ALREADY_EXISTS -> status[i] = PutStatus.ALREADY_EXISTS;
+                case POOL_FULL -> status[i] = PutStatus.POOL_FULL;
+                case NO_SEGMENT -> status[i] = PutStatus.NO_SEGMENT;
+                case TOO_LARGE -> throw new IllegalArgumentException("value for key '" + Keys.decode(k[i]) + "' of "
+                        + values.get(i).byteSize() + " bytes exceeds the master's max value size");
+                default -> status[i] = PutStatus.FAILED;
+            }
+        }
+        if (bySegment.isEmpty()) {
+            return;
+        }
+        // write every replica; failed[j] has a bit per replica whose write failed
+        long[] failed = new long[to - from];
+        boolean[] fenced = new boolean[to - from];
+        tasks.run(bySegment, PerSegment.shareable(values.subList(from, to)), (segId, slots) -> {
+            ResultCode[] codes = writeToSegment(segId, slots, k, values, from, crcs, reply.epoch());
+            synchronized (failed) {
+                for (int s = 0; s < slots.size(); s++) {
+                    if (codes[s] != ResultCode.OK) {
+                        failed[slots.get(s).item] |= 1L << slots.get(s).replica;
+                        fenced[slots.get(s).item] |= codes[s] == ResultCode.FENCED;
+                    }
+                }
+            }
+        });
+        // complete what landed at least once; revoke what landed nowhere
+        List<MasterMessages.PutEndItem> ends = new ArrayList<>();
+        List<Integer> endIdx = new ArrayList<>();
+        List<MasterMessages.PutEndItem> revokes = new ArrayList<>();
+        for (int j = 0; j < results.size(); j++) {
+            MasterMessages.PutStartResult r = results.get(j);
+            if (r.code() != ResultCode.OK) {
+                continue;
+            }
+            long all = r.replicas().size() >= 64 ? -1L : (1L << r.replicas().size()) - 1;
+            MasterMessages.PutEndItem item = new MasterMessages.PutEndItem(k[from + j], r.generation(), failed[j]);
+            if ((failed[j] & all) == all) {
+                revokes.add(new MasterMessages.PutEndItem(k[from + j], r.generation(), 0));
+                status[from + j] = fenced[j] ? PutStatus.FENCED : PutStatus.FAILED;
+            } else {
+                ends.add(item);
+                endIdx.add(from + j);
+            }
+        }
+        if (!revokes.isEmpty()) {
+            BodyWriter rw = new BodyWriter(16 + revokes.size() * 64);
+            new MasterMessages.PutEnd(revokes).write(rw);
+            try {
+                master.call(revokes.size() == 1 && !batch ? Opcode.PUT_REVOKE : Opcode.BATCH_PUT_REVOKE, rw,
+                        MasterMessages.Codes::read);
+            } catch (KvPoolException e) {
+                log.debug("revoke failed; the master reclaims the space at the put timeout: {}", e.getMessage());
+            }
+        }
+        if (!ends.isEmpty()) {
+            BodyWriter ew = new BodyWriter(16 + ends.size() * 64);
+            new MasterMessages.PutEnd(ends).write(ew);
+            MasterMessages.Codes codes = master.call(ends.size() == 1 && !batch ? Opcode.PUT_END : Opcode.BATCH_PUT_END,
+                    ew, MasterMessages.Codes::read);
+            for (int e = 0; e < ends.size(); e++) {
+                status[endIdx.get(e)] = switch (codes.codes().get(e)) {
+                    case OK -> PutStatus.OK;
+                    case FENCED -> PutStatus.FENCED;
+                    default -> PutStatus.FAILED;
+                };
+            }
+        }
+    }
+
+    /** Writes the given replica slots to one segment; returns a code per slot. Never throws for node failures. */
+    private ResultCode[] writeToSegment(int segId, List<WriteSlot> slots, byte[][] k, List<MemorySegment> values,
+                                        int from, int[] crcs, long epoch) {
+        ResultCode[] codes = new ResultCode[slots.size()];
+        Arrays.fill(codes, ResultCode.FAILED);
+        SegmentDirectory.Entry seg = segments.resolve(segId);
+        if (seg == null) {
+            return codes;
+        }
+        MemorySegment shm = segments.mapping(seg);
+        if (shm != null) {
+            writeShared(seg, shm, slots, k, values, from, crcs, epoch, codes);
+            return codes;
+        }
+        ConnectionPool pool = segments.pool(seg.address());
+        int start = 0;
+        while (start < slots.size()) {
+            int end = PerSegment.frameEnd(slots, start, slot -> values.get(from + slot.item).byteSize(),
+                    config.limits().maxPayloadBytes());
+            List<NodeMessages.WriteItem> items = new ArrayList<>(end - start);
+            List<ByteBuffer> views = new ArrayList<>(end - start);
+            for (int s = start; s < end; s++) {
+                WriteSlot slot = slots.get(s);
+                MemorySegment v = values.get(from + slot.item);
+                items.add(new NodeMessages.WriteItem(slot.offset, slot.generation, k[from + slot.item], v.byteSize(),
+                        crcs[slot.item]));
+                Channels.addViews(views, v);
+            }
+            BodyWriter w = new BodyWriter(16 + items.size() * 64);
+            new NodeMessages.Write(epoch, items).write(w);
+            FrameConnection c = null;
+            try {
+                c = pool.borrow(config.requestTimeout());
+                MasterMessages.Codes reply = MasterMessages.Codes.read(
+                        c.call(Opcode.NODE_WRITE, w, config.requestTimeout(), views.toArray(ByteBuffer[]::new)).body());
+                for (int s = start; s < end; s++) {
+                    codes[s] = reply.codes().get(s - start);
+                }
+            } catch (IOException | RemoteException e) {
+                log.debug("write to {} failed: {}", seg.name(), e.getMessage());
+            } finally {
+                if (c != null) {
+                    pool.release(c);
+                }
+            }
+            start = end;
+        }
+        return codes;
+    }
+
+    /**
+     * The same-machine write: the node admits the writes (NODE_SHM_WRITE_BEGIN), this thread copies
+     * the values into the mapped segment, and NODE_SHM_WRITE_END makes them readable. See
+     * {@link SharedSegments}.
+     */
+    private void writeShared(SegmentDirectory.Entry seg, MemorySegment shm, List<WriteSlot> slots, byte[][] k,
+                             List<MemorySegment> values, int from, int[] crcs, long epoch, ResultCode[] codes) {
+        ConnectionPool pool = segments.pool(seg.address());
+        int start = 0;
+        while (start < slots.size()) {
+            int end = PerSegment.frameEnd(slots, start, slot -> values.get(from + slot.item).byteSize(),
+                    config.limits().maxPayloadBytes());
+            List<NodeMessages.WriteItem> items = new ArrayList<>(end - start);
+            for (int s = start; s < end; s++) {
+                WriteSlot slot = slots.get(s);
+                items.add(new NodeMessages.WriteItem(slot.offset, slot.generation, k[from + slot.item],
+                        values.get(from + slot.item).byteSize(), crcs[slot.item]));
+            }
+            FrameConnection c = null;
+            try {
+                c = pool.borrow(config.requestTimeout());
+                BodyWriter w = new BodyWriter(16 + items.size() * 64);
+                new NodeMessages.Write(epoch, items).write(w);
+                List<ResultCode> begun = MasterMessages.Codes.read(
+                        c.call(Opcode.NODE_SHM_WRITE_BEGIN, w, config.requestTimeout()).body()).codes();
+                List<NodeMessages.ShmWriteEndItem> ends = new ArrayList<>(items.size());
+                List<Integer> endSlots = new ArrayList<>(items.size());
+                for (int s = start; s < end; s++) {
+                    ResultCode b = begun.get(s - start);
+                    if (b != ResultCode.OK) {
+                        codes[s] = b;
+                        continue;
+                    }
+                    WriteSlot slot = slots.get(s);
+                    MemorySegment v = values.get(from + slot.item);
+                    long at = slot.offset + ObjectLayout.valueOffset(k[from + slot.item].length);
+                    MemorySegment.copy(v, 0, shm, at, v.byteSize());
+                    ends.add(new NodeMessages.ShmWriteEndItem(slot.offset, slot.generation, true));
+                    endSlots.add(s);
+                }
+                if (!ends.isEmpty()) {
+                    BodyWriter ew = new BodyWriter(16 + ends.size() * 17);
+                    new NodeMessages.ShmWriteEnd(ends).write(ew);
+                    List<ResultCode> done = MasterMessages.Codes.read(
+                            c.call(Opcode.NODE_SHM_WRITE_END, ew, config.requestTimeout()).body()).codes();
+                    for (int e = 0; e < endSlots.size(); e++) {
+                        codes[endSlots.get(e)] = done.get(e);
+                    }
+                }
+            } catch (IOException | RemoteException e) {
+                // begun writes of a connection that fails are dropped by the node when it closes
+                log.debug("same-machine write to {} failed: {}", seg.name(), e.getMessage());
+            } finally {
+                if (c != null) {
+                    pool.release(c);
+                }
+            }
+            start = end;
+        }
+    }
+}

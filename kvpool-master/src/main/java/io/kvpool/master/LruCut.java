@@ -1,0 +1,83 @@
+package io.kvpool.master;
+
+/**
+ * Which objects one eviction round takes: approximate LRU by access tick, without sorting.
+ *
+ * <p>Two passes over the index: the first finds the range of access ticks among objects that take
+ * memory, the second histograms their bytes into {@link #BUCKETS} buckets over that range. The cut
+ * is the first bucket at which the bytes in it and below reach the target: every object in a bucket
+ * below the cut goes, and objects in the cut bucket go until the round has freed enough. Objects
+ * read between the passes can move a tick past the first pass's range; they fall into the edge
+ * buckets, which is what approximate means here.
+ */
+final class LruCut {
+
+    /** Buckets in the histogram: resolution of the cut, 1/4096 of the tick range. */
+    static final int BUCKETS = 4096;
+
+    /** What an object weighs: bytes it would free, or a negative value to leave it out entirely. */
+    interface Weight {
+        long of(ObjectTable objects, int slot);
+    }
+
+    private final int min;
+    private final long span;
+    private final int cut;
+
+    private LruCut(int min, long span, int cut) {
+        this.min = min;
+        this.span = span;
+        this.cut = cut;
+    }
+
+    /** The cut for freeing {@code targetBytes}, or null when no object weighs anything. */
+    static LruCut find(ObjectIndex index, long targetBytes, Weight weight) {
+        int[] range = {Integer.MAX_VALUE, Integer.MIN_VALUE};
+        index.forEachShard(shard -> {
+            ObjectTable objects = shard.objects;
+            for (int slot = 0, n = objects.size(); slot < n; slot++) {
+                if (weight.of(objects, slot) >= 0) {
+                    int t = objects.lastAccess(slot);
+                    range[0] = Math.min(range[0], t);
+                    range[1] = Math.max(range[1], t);
+                }
+            }
+        });
+        if (range[0] > range[1]) {
+            return null;
+        }
+        int min = range[0];
+        long span = (long) range[1] - min + 1;
+        long[] bytes = new long[BUCKETS];
+        index.forEachShard(shard -> {
+            ObjectTable objects = shard.objects;
+            for (int slot = 0, n = objects.size(); slot < n; slot++) {
+                long w = weight.of(objects, slot);
+                if (w >= 0) {
+                    bytes[bucket(objects.lastAccess(slot), min, span)] += w;
+                }
+            }
+        });
+        int cut = 0;
+        long acc = 0;
+        while (cut < BUCKETS - 1 && acc + bytes[cut] < targetBytes) {
+            acc += bytes[cut];
+            cut++;
+        }
+        return new LruCut(min, span, cut);
+    }
+
+    /**
+     * Whether an object last read at {@code tick} goes: below the cut always, in the cut bucket only
+     * while the round has not freed enough ({@code enough} false).
+     */
+    boolean takes(int tick, boolean enough) {
+        int b = bucket(tick, min, span);
+        return b < cut || (b == cut && !enough);
+    }
+
+    private static int bucket(int tick, int min, long span) {
+        long b = ((long) tick - min) * BUCKETS / span;
+        return (int) Math.max(0, Math.min(BUCKETS - 1, b));
+    }
+}
