@@ -36,6 +36,11 @@ def chain(seed, tokens, block_size, extra):
     return sha256_cbor(seed).hex(), out
 
 
+def salted(blocks, salt, lora=()):
+    """Per-block extra keys of a request with a cache salt, as vLLM builds them."""
+    return [(tuple(lora) + ((salt,) if b == 0 else ())) or None for b in range(blocks)]
+
+
 def to_json(v):
     if isinstance(v, bytes):
         return {"bytes": v.hex()}
@@ -80,6 +85,12 @@ def main():
     add("nested arrays", "0", list(range(16)), 16, extra=(("mm-hash-1", 0), ("mm-hash-2", 12)))
     add("different extra keys per block", "0", list(range(48)), 16,
         per_block=[None, ("img-1",), ("img-1", "img-2")])
+    # vLLM's per-request cache_salt (generate_block_hash_extra_keys): the salt follows the LoRA and
+    # multimodal keys, on the block starting at token 0 only; a block with no keys hashes None
+    add("cache salt on the first block only", "0", list(range(48)), 16,
+        per_block=salted(3, "salt-a"))
+    add("cache salt after a LoRA name, first block only", "0", list(range(48)), 16,
+        per_block=salted(3, "salt-a", lora=("adapter-a", 3)))
     for i in range(6):
         n = rnd.randrange(16, 400)
         add("random %d" % i, str(rnd.randrange(0, 2**32)), [rnd.randrange(0, 152064) for _ in range(n)],

@@ -1,9 +1,12 @@
 package io.kvpool.cli;
 
 import io.kvpool.client.ClientConfig;
+import io.kvpool.config.Durations;
 import io.kvpool.client.KvPoolClient;
 import io.kvpool.connector.KvConnector;
 import io.kvpool.connector.PoolConnector;
+import io.kvpool.connector.config.ConnectorFactory;
+import io.kvpool.connector.config.OffloadConfig;
 import io.kvpool.connector.hash.BlockHasher;
 import io.kvpool.connector.hash.KeyFormat;
 import io.kvpool.engine.Engine;
@@ -14,6 +17,7 @@ import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
 
+import java.time.Duration;
 import java.util.concurrent.Callable;
 import java.util.concurrent.CountDownLatch;
 
@@ -41,11 +45,25 @@ final class EngineCommand implements Callable<Integer> {
             description = "all (removeAll with fencing: the RL default) or model (this model's keys only) (default: ${DEFAULT-VALUE}).")
     String resetScope = "all";
 
+    @Option(names = "--request-timeout", paramLabel = "DURATION",
+            description = "Bound on one exchange with the pool (master or node); past it a load is a miss (recomputed)"
+                    + " and a save is dropped (default: the client's, 30s). Short values suit fault drills.")
+    Duration requestTimeout;
+
     @Mixin
     EngineOptions engine;
 
+    /** The pool client's config: the defaults, with --request-timeout if given. */
+    private ClientConfig clientConfig(String master) {
+        ClientConfig c = ClientConfig.forMaster(master);
+        return requestTimeout == null ? c : c.withRequestTimeout(requestTimeout);
+    }
+
     @Override
     public Integer call() throws Exception {
+        if (requestTimeout != null) {
+            Durations.requirePositive("--request-timeout", requestTimeout);
+        }
         ModelConfig mc = engine.modelConfig();
         EngineConfig ec = engine.engineConfig(EngineConfig.DEFAULT_BLOCKS);
         PoolConnector.ResetScope scope = switch (resetScope) {
@@ -60,7 +78,7 @@ final class EngineCommand implements Callable<Integer> {
                 : System.getenv("KVPOOL_CONFIG_PATH") != null ? java.nio.file.Path.of(System.getenv("KVPOOL_CONFIG_PATH"))
                 : null;
         if (master != null) {
-            client = KvPoolClient.connect(ClientConfig.forMaster(master));
+            client = KvPoolClient.connect(clientConfig(master));
             connector = new PoolConnector(client, new BlockHasher(ec.blockSize(), ec.hashSeed()),
                     KeyFormat.of(ec.modelName(), engine.weightsVersion, "f32"), scope);
             external = "kvpool at " + master;
@@ -68,16 +86,20 @@ final class EngineCommand implements Callable<Integer> {
             var loaded = io.kvpool.connector.config.OffloadConfigs.load(cfgFile);
             loaded.warnings().forEach(w -> System.out.println("warning: " + cfgFile + ": " + w));
             long blockBytes = mc.kvBytesPerToken() * ec.blockSize();
-            var built = io.kvpool.connector.config.ConnectorFactory.build(loaded.config(),
-                    new io.kvpool.connector.config.ConnectorFactory.EngineSide(ec.blockSize(), ec.hashSeed(),
-                            ec.modelName(), engine.weightsVersion, "f32", blockBytes));
+            var side = new ConnectorFactory.EngineSide(ec.blockSize(), ec.hashSeed(), ec.modelName(), engine.weightsVersion,
+                    "f32", blockBytes);
+            var built = ConnectorFactory.build(loaded.config(), side,
+                    c -> requestTimeout == null ? c : c.withRequestTimeout(requestTimeout));
             client = built.client();
             connector = built.connector();
             if (loaded.config().versionedKeys() && !ec.versionedKeys()) {
                 ec = ec.withVersionedKeys(true);
             }
-            external = loaded.config() instanceof io.kvpool.connector.config.OffloadConfig.Pool p
+            external = loaded.config() instanceof OffloadConfig.Pool p
                     ? "kvpool at " + p.master() + " (" + cfgFile + ")" : "native offload (" + cfgFile + ")";
+        }
+        if (requestTimeout != null && client == null) {
+            System.out.println("warning: --request-timeout: ignored, the engine has no pool client (" + external + ")");
         }
         KvPoolClient ownedClient = client;
         Engine e = new Engine(ec, mc, engine.weights(mc), engine.weightsVersion, connector);

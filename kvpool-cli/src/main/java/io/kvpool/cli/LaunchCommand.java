@@ -5,6 +5,7 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.kvpool.client.ClientConfig;
 import io.kvpool.client.KvPoolClient;
 import io.kvpool.client.PoolStats;
+import io.kvpool.config.Durations;
 import io.kvpool.config.Size;
 import io.kvpool.connector.config.OffloadConfig;
 import io.kvpool.connector.config.OffloadConfigs;
@@ -43,8 +44,11 @@ import java.util.regex.Pattern;
  *       without it, as a pool must; the master exiting stops everything (exit 1).</li>
  *   <li>On SIGTERM / Ctrl-C (and on any failure) it stops its processes, newest first: SIGTERM,
  *       then SIGKILL after 10 s, descendants included: no orphans.</li>
- *   <li>With {@code --run}, the command runs with {@code KVPOOL_CONFIG_PATH} set; when it exits,
- *       the pool is stopped and its exit code returned.</li>
+ *   <li>With {@code --run}, the command runs with {@code KVPOOL_CONFIG_PATH} set, and
+ *       {@code KVPOOL_MASTER_PID} and {@code KVPOOL_NODE_PIDS} (comma-separated, in host order) for
+ *       operators' scripts and fault drills: the pids of the processes this launcher started (for a
+ *       host reached through ssh, the local ssh process); when it exits, the pool is stopped and
+ *       its exit code returned.</li>
  * </ul>
  *
  * <h2>Hosts</h2>
@@ -83,11 +87,16 @@ final class LaunchCommand implements java.util.concurrent.Callable<Integer> {
     @Option(names = "--master-port", paramLabel = "PORT", description = "Master RPC port (default: ${DEFAULT-VALUE}; 0 picks one).")
     int masterPort = 50051;
 
+    @Option(names = "--node-ttl", paramLabel = "DURATION",
+            description = "The master's --node-ttl: a node silent this long is dropped (default: the master's, 10s).")
+    Duration nodeTtl;
+
     @Option(names = "--ready-timeout", paramLabel = "DURATION", description = "How long nodes may take to register (default: 60s).")
     Duration readyTimeout = Duration.ofSeconds(60);
 
     @Option(names = "--run", arity = "1..*", paramLabel = "CMD",
-            description = "Run this command with KVPOOL_CONFIG_PATH set once the pool is ready; stop the pool when it exits.")
+            description = "Run this command once the pool is ready, with KVPOOL_CONFIG_PATH, KVPOOL_MASTER_PID and"
+                    + " KVPOOL_NODE_PIDS set; stop the pool when it exits.")
     List<String> run;
 
     /** One line of the hosts file. */
@@ -108,14 +117,21 @@ final class LaunchCommand implements java.util.concurrent.Callable<Integer> {
             throw new IllegalArgumentException(configFile + ": offload.type: kvpool launch starts a pool; type native"
                     + " runs inside the engine and needs no launcher");
         }
+        if (nodeTtl != null) {
+            Durations.requirePositive("--node-ttl", nodeTtl);
+        }
         List<Host> hosts = hosts();
         Files.createDirectories(logDir);
         Runtime.getRuntime().addShutdownHook(new Thread(this::stopAll, "kvpool-launch-shutdown"));
         try {
             Host head = hosts.getFirst();
-            Supervised master = start("master", head, List.of("master", "--host", head.via().equals("local")
+            List<String> masterArgs = new ArrayList<>(List.of("master", "--host", head.via().equals("local")
                     && head.address().equals("127.0.0.1") ? "127.0.0.1" : "0.0.0.0", "--port", Integer.toString(masterPort),
                     "--http-port", "0"));
+            if (nodeTtl != null) {
+                masterArgs.addAll(List.of("--node-ttl", Durations.format(nodeTtl)));
+            }
+            Supervised master = start("master", head, masterArgs);
             String line = awaitLine(master, Pattern.compile("kvpool master listening on \\S+:(\\d+), metrics on port (\\d+)"),
                     Duration.ofSeconds(60));
             Matcher mm = Pattern.compile("listening on \\S+:(\\d+), metrics on port (\\d+)").matcher(line);
@@ -278,6 +294,9 @@ final class LaunchCommand implements java.util.concurrent.Callable<Integer> {
         if (run != null) {
             ProcessBuilder pb = new ProcessBuilder(run).inheritIO();
             pb.environment().put("KVPOOL_CONFIG_PATH", config.toString());
+            pb.environment().put("KVPOOL_MASTER_PID", Long.toString(started.getFirst().process().pid()));
+            pb.environment().put("KVPOOL_NODE_PIDS", String.join(",", started.subList(1, started.size()).stream()
+                    .map(s -> Long.toString(s.process().pid())).toList()));
             child = pb.start();
             say.printf("running %s (pid %d)%n", String.join(" ", run), child.pid());
         }

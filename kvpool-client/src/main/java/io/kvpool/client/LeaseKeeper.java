@@ -122,11 +122,15 @@ final class LeaseKeeper implements AutoCloseable {
         }
     }
 
-    /** A renewal on an ordinary master connection (answered at once: hold 0, or an end). */
+    /**
+     * A renewal on an ordinary master connection (answered at once: hold 0, or an end), bounded by
+     * the connect timeout rather than the request timeout: a reader waiting on it would otherwise wait
+     * for a hung master far longer than the lease it is after.
+     */
     private LeaseReply call(LeaseRequest req) {
         BodyWriter w = new BodyWriter(48);
         req.write(w);
-        return master.call(Opcode.LEASE, w, LeaseReply::read);
+        return master.call(Opcode.LEASE, w, LeaseReply::read, config.connectTimeout());
     }
 
     /** A renewal on the poller's own connection, which the master may hold for {@code holdMillis}. */

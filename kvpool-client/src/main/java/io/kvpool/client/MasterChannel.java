@@ -13,6 +13,7 @@ import org.slf4j.LoggerFactory;
 
 import java.io.IOException;
 import java.net.SocketTimeoutException;
+import java.time.Duration;
 import java.util.UUID;
 import java.util.function.Function;
 
@@ -69,6 +70,11 @@ final class MasterChannel implements AutoCloseable {
      * (covers idle connections left dead by a master restart); a timeout is not retried.
      */
     <T> T call(Opcode op, BodyWriter body, Function<BodyReader, T> parse) {
+        return call(op, body, parse, config.requestTimeout());
+    }
+
+    /** {@link #call} with its own bound on the exchange (and on waiting for a free connection). */
+    <T> T call(Opcode op, BodyWriter body, Function<BodyReader, T> parse, Duration timeout) {
         if (closed) {
             throw new IllegalStateException("client is closed");
         }
@@ -76,8 +82,8 @@ final class MasterChannel implements AutoCloseable {
         for (int attempt = 0; attempt < 2; attempt++) {
             FrameConnection c = null;
             try {
-                c = pool.borrow(config.requestTimeout());
-                FrameConnection.Reply reply = c.call(op, body, config.requestTimeout());
+                c = pool.borrow(timeout);
+                FrameConnection.Reply reply = c.call(op, body, timeout);
                 return parse.apply(reply.body());
             } catch (RemoteException e) {
                 if (e.status() == FrameStatus.BAD_REQUEST) {
@@ -86,7 +92,7 @@ final class MasterChannel implements AutoCloseable {
                 throw new KvPoolException(e.getMessage(), e);
             } catch (SocketTimeoutException e) {
                 throw new KvPoolException("master " + config.master() + " did not answer " + op.metricName + " within "
-                        + config.requestTimeout().toMillis() + " ms", e);
+                        + timeout.toMillis() + " ms", e);
             } catch (IOException e) {
                 last = e;
                 pool.drainIdle();

@@ -148,7 +148,7 @@ public final class LocalOffloadConnector implements KvConnector, VersionedKeys {
         List<BlockHash> h = hashes.get(r.id());
         int full = hasher.fullBlocks(r.numTokens());
         if (h == null || h.size() < full) {
-            h = hasher.hashes(r.tokens(), full * hasher.blockSize(), b -> r.extraKeys());
+            h = hasher.hashes(r.tokens(), full * hasher.blockSize(), r::extraKeysFor);
             hashes.put(r.id(), h);
         }
         return h;

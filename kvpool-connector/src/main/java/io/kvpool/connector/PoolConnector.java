@@ -145,7 +145,7 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
             List<BlockHash> grown = h == null ? new ArrayList<>(full) : new ArrayList<>(h);
             BlockHash parent = grown.isEmpty() ? hasher.root() : grown.getLast();
             for (int b = grown.size(); b < full; b++) {
-                parent = hasher.next(parent, r.tokens(), b * hasher.blockSize(), r.extraKeys());
+                parent = hasher.next(parent, r.tokens(), b * hasher.blockSize(), r.extraKeysFor(b));
                 grown.add(parent);
             }
             hashes.put(r.id(), grown);

@@ -167,7 +167,20 @@ public final class Engine implements AutoCloseable {
 
     /** Queues a request; the future completes when it finishes (never exceptionally: errors are in the completion). */
     public CompletableFuture<Completion> generate(int[] prompt, SamplingParams params, TokenListener listener) {
+        return generate(prompt, params, null, listener);
+    }
+
+    /**
+     * {@link #generate(int[], SamplingParams, TokenListener)} with vLLM's per-request cache salt
+     * (null for none): hashed into the first block only, so the request shares no KV, local or
+     * external, with requests that do not carry the same salt.
+     */
+    public CompletableFuture<Completion> generate(int[] prompt, SamplingParams params, String cacheSalt,
+                                                  TokenListener listener) {
         Objects.requireNonNull(params, "params");
+        if (cacheSalt != null && cacheSalt.isEmpty()) {
+            throw new IllegalArgumentException("cache_salt must not be empty (omit it for no salt)");
+        }
         if (prompt.length == 0) {
             throw new IllegalArgumentException("prompt must have at least one token");
         }
@@ -187,7 +200,8 @@ public final class Engine implements AutoCloseable {
                         + (modelConfig.vocabSize() - 1) + ")");
             }
         }
-        Sequence s = new Sequence("req-" + ids.incrementAndGet(), prompt, params, listener, System.nanoTime());
+        Sequence s = new Sequence("req-" + ids.incrementAndGet(), prompt, params, cacheSalt, listener,
+                System.nanoTime());
         command(() -> {
             if (pausing != null || paused) {
                 s.finish("abort", "the engine is paused", this);
@@ -352,7 +366,7 @@ public final class Engine implements AutoCloseable {
     }
 
     private ConnectorRequest view(Sequence s) {
-        return new ConnectorRequest(s.id, s.tokens, s.numTokens, null);
+        return new ConnectorRequest(s.id, s.tokens, s.numTokens, null, s.cacheSalt);
     }
 
     /** One step; false when there was nothing to do. */
@@ -450,7 +464,7 @@ public final class Engine implements AutoCloseable {
             // a block another running request holds (no deadlock when the cache is small)
             int needBlocks = (s.promptLength + s.params.maxTokens() + bs - 1) / bs;
             int maxHitBlocks = (s.promptLength - 1) / bs; // the last prompt token is always computed
-            List<BlockHash> hashes = hasher.hashes(s.tokens, s.promptLength, b -> null);
+            List<BlockHash> hashes = hasher.hashes(s.tokens, s.promptLength, s::extraKeys);
             // local prefix cache: take matching blocks, stop at the first miss
             List<Integer> taken = new ArrayList<>();
             for (int b = 0; b < maxHitBlocks && b < hashes.size(); b++) {
@@ -518,7 +532,7 @@ public final class Engine implements AutoCloseable {
         if (full <= s.registeredBlocks) {
             return;
         }
-        List<BlockHash> h = hasher.hashes(s.tokens, full * bs, b -> null);
+        List<BlockHash> h = hasher.hashes(s.tokens, full * bs, s::extraKeys);
         for (int b = s.registeredBlocks; b < full; b++) {
             pool.register(s.blocks.get(b), h.get(b));
         }
@@ -618,6 +632,7 @@ public final class Engine implements AutoCloseable {
         int numTokens;
         int output;
         final SamplingParams params;
+        final String cacheSalt;
         final TokenListener listener;
         final java.util.SplittableRandom rng;
         final long arrival;
@@ -637,15 +652,22 @@ public final class Engine implements AutoCloseable {
         private final java.util.zip.CRC32C crc = new java.util.zip.CRC32C();
         final CompletableFuture<Completion> result = new CompletableFuture<>();
 
-        Sequence(String id, int[] prompt, SamplingParams params, TokenListener listener, long arrival) {
+        Sequence(String id, int[] prompt, SamplingParams params, String cacheSalt, TokenListener listener,
+                 long arrival) {
             this.id = id;
             this.tokens = java.util.Arrays.copyOf(prompt, prompt.length + params.maxTokens());
             this.promptLength = prompt.length;
             this.numTokens = prompt.length;
             this.params = params;
+            this.cacheSalt = cacheSalt;
             this.listener = listener;
             this.rng = new java.util.SplittableRandom(params.seed());
             this.arrival = arrival;
+        }
+
+        /** Extra keys of block b's hash: the cache salt on block 0, as the connector hashes it. */
+        List<?> extraKeys(int b) {
+            return ConnectorRequest.extraKeysFor(null, cacheSalt, b);
         }
 
         int[] table() {

@@ -33,11 +33,15 @@ import java.util.concurrent.TimeUnit;
  *
  * <pre>
  *   POST /v1/completions        {"prompt": "text" | [token ids], "max_tokens": 16, "temperature": 0,
- *                                "top_p": 1, "seed": 0, "stream": false}
+ *                                "top_p": 1, "seed": 0, "stream": false, "cache_salt": "..."}
+ *                               (cache_salt: optional, vLLM's; hashed into the first block only, so
+ *                               the request shares no cached KV with requests not carrying it)
  *   POST /pause_generation      ?clear_cache=true|false  &amp;mode=abort|wait    (default: false, abort)
  *   POST /resume
  *   POST /abort_all_requests
  *   POST /reset_prefix_cache    ?reset_connector=true|false                  (default: true)
+ *                               (200 {"success": true, "removed": N}; 500 with success false and
+ *                               the message when the reset failed)
  *   POST /update_weights        {"seed": 7} or {"path": "/models/dir"}, "version": "step-12"
  *                               (the engine must be paused)
  *   GET  /health, GET /metrics
@@ -68,7 +72,8 @@ public final class EngineServer implements AutoCloseable {
                 json(e, 200, JSON.createObjectNode().put("aborted", engine.abortAllRequests()))));
         http.createContext("/reset_prefix_cache", ex -> handle(ex, "POST", e -> {
             boolean connector = !"false".equals(query(e).get("reset_connector"));
-            json(e, 200, reset(engine.resetPrefixCache(connector)));
+            ResetResult r = engine.resetPrefixCache(connector);
+            json(e, r.success() ? 200 : 500, reset(r));
         }));
         http.createContext("/update_weights", ex -> handle(ex, "POST", this::updateWeights));
         http.createContext("/health", ex -> handle(ex, "GET", e -> json(e, 200, JSON.createObjectNode()
@@ -191,6 +196,18 @@ public final class EngineServer implements AutoCloseable {
         return n.doubleValue();
     }
 
+    /** An optional string field: absent or null gives null; present, it must be a non-empty string. */
+    private static String stringField(JsonNode b, String name, String meaning) {
+        JsonNode n = b.get(name);
+        if (n == null || n.isNull()) {
+            return null;
+        }
+        if (!n.isTextual() || n.textValue().isEmpty()) {
+            throw new IllegalArgumentException(name + " must be a non-empty string (" + meaning + "), got " + n);
+        }
+        return n.textValue();
+    }
+
     private int[] prompt(JsonNode b) {
         JsonNode p = b.get("prompt");
         if (p == null || p.isNull()) {
@@ -217,15 +234,16 @@ public final class EngineServer implements AutoCloseable {
         int[] prompt = prompt(b);
         SamplingParams params = new SamplingParams(intField(b, "max_tokens", 16), doubleField(b, "temperature", 0),
                 doubleField(b, "top_p", 1), intField(b, "seed", 0), true);
+        String salt = stringField(b, "cache_salt", "omit it for no salt");
         boolean stream = b.path("stream").asBoolean(false);
         String model = engine.config().modelName();
         if (!stream) {
-            Completion c = engine.generate(prompt, params, null).get();
+            Completion c = engine.generate(prompt, params, salt, null).get();
             json(e, c.error() != null ? 500 : 200, completionJson(c, model));
             return;
         }
         LinkedBlockingQueue<Integer> tokens = new LinkedBlockingQueue<>();
-        var future = engine.generate(prompt, params, (id, t) -> tokens.add(t));
+        var future = engine.generate(prompt, params, salt, (id, t) -> tokens.add(t));
         e.getResponseHeaders().set("Content-Type", "text/event-stream");
         e.getResponseHeaders().set("Cache-Control", "no-cache");
         e.sendResponseHeaders(200, 0);

@@ -2,6 +2,14 @@ package io.kvpool.engine;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import io.kvpool.connector.ConnectorMeta;
+import io.kvpool.connector.ConnectorRequest;
+import io.kvpool.connector.ConnectorStats;
+import io.kvpool.connector.KvConnector;
+import io.kvpool.connector.Match;
+import io.kvpool.connector.PagedKv;
+import io.kvpool.connector.ResetResult;
+import io.kvpool.connector.ScheduledRequest;
 import io.kvpool.engine.llama.ModelConfig;
 import io.kvpool.engine.llama.Weights;
 import org.junit.jupiter.api.AfterEach;
@@ -12,6 +20,8 @@ import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
+import java.util.List;
+import java.util.Set;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
@@ -99,6 +109,113 @@ class EngineServerTest {
         assertThat(post("/pause_generation?mode=later", "").body()).contains("mode must be abort or wait");
         assertThat(get("/v1/completions").statusCode()).isEqualTo(405);
         assertThat(post("/update_weights", "{\"seed\": 1}").body()).contains("version is required");
+    }
+
+    @Test
+    void aCacheSaltKeepsARequestOffCachedKvAndMustBeANonEmptyString() throws Exception {
+        String prompt = "\"prompt\": \"abcdefghijklmnopqrstuvwxyz0123456789\", \"max_tokens\": 4";
+        JsonNode plain = JSON.readTree(post("/v1/completions", "{" + prompt + "}").body());
+        HttpResponse<String> r = post("/v1/completions", "{" + prompt + ", \"cache_salt\": \"run-7\"}");
+        assertThat(r.statusCode()).isEqualTo(200);
+        JsonNode salted = JSON.readTree(r.body());
+        assertThat(salted.path("kvpool").path("prefix_cache_hit_tokens").asInt()).isZero();
+        assertThat(salted.path("choices").get(0).path("token_ids")).isEqualTo(plain.path("choices").get(0).path("token_ids"));
+        JsonNode again = JSON.readTree(post("/v1/completions", "{" + prompt + ", \"cache_salt\": \"run-7\"}").body());
+        assertThat(again.path("kvpool").path("prefix_cache_hit_tokens").asInt()).as("same salt").isEqualTo(32);
+        assertThat(post("/v1/completions", "{" + prompt + ", \"cache_salt\": null}").statusCode()).as("null: none")
+                .isEqualTo(200);
+        for (String bad : new String[]{"\"\"", "7", "[\"a\"]"}) {
+            HttpResponse<String> b = post("/v1/completions", "{" + prompt + ", \"cache_salt\": " + bad + "}");
+            assertThat(b.statusCode()).as(bad).isEqualTo(400);
+            assertThat(JSON.readTree(b.body()).path("error").path("message").asText()).as(bad)
+                    .startsWith("cache_salt must be a non-empty string");
+        }
+    }
+
+    @Test
+    void aFailedResetAnswers500WithItsMessage() throws Exception {
+        ModelConfig c = ModelConfig.tiny();
+        try (Engine failing = new Engine(EngineConfig.defaults().withNumBlocks(64), c, Weights.random(c, 1), "v1",
+                new ResetFailsConnector())) {
+            EngineServer s = new EngineServer(failing, "127.0.0.1", 0);
+            try {
+                HttpResponse<String> r = http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + s.port()
+                        + "/reset_prefix_cache")).POST(HttpRequest.BodyPublishers.noBody()).build(),
+                        HttpResponse.BodyHandlers.ofString());
+                assertThat(r.statusCode()).isEqualTo(500);
+                JsonNode j = JSON.readTree(r.body());
+                assertThat(j.path("success").asBoolean(true)).isFalse();
+                assertThat(j.path("message").asText()).isEqualTo("master unreachable");
+                HttpResponse<String> local = http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + s.port()
+                        + "/reset_prefix_cache?reset_connector=false")).POST(HttpRequest.BodyPublishers.noBody()).build(),
+                        HttpResponse.BodyHandlers.ofString());
+                assertThat(local.statusCode()).as("the local cache alone resets").isEqualTo(200);
+            } finally {
+                s.close();
+            }
+        }
+    }
+
+    /** An external cache whose reset always fails; otherwise empty. */
+    private static final class ResetFailsConnector implements KvConnector {
+        @Override
+        public Match getNumNewMatchedTokens(ConnectorRequest r, int computed) {
+            return Match.NONE;
+        }
+
+        @Override
+        public void updateStateAfterAlloc(ConnectorRequest r, int[] blockIds, int external) {
+        }
+
+        @Override
+        public ConnectorMeta buildConnectorMeta(List<ScheduledRequest> s) {
+            return ConnectorMeta.EMPTY;
+        }
+
+        @Override
+        public boolean requestFinished(ConnectorRequest r, int[] blockIds) {
+            return false;
+        }
+
+        @Override
+        public ResetResult resetCache() {
+            return ResetResult.failed("master unreachable");
+        }
+
+        @Override
+        public void startLoadKv(ConnectorMeta meta, PagedKv kv) {
+        }
+
+        @Override
+        public void waitForLayerLoad(int layer) {
+        }
+
+        @Override
+        public void saveKvLayer(int layer, PagedKv kv) {
+        }
+
+        @Override
+        public void waitForSave() {
+        }
+
+        @Override
+        public Set<String> getFinished(Set<String> finished) {
+            return Set.of();
+        }
+
+        @Override
+        public Set<Integer> blockIdsWithLoadErrors() {
+            return Set.of();
+        }
+
+        @Override
+        public ConnectorStats stats() {
+            return ConnectorStats.ZERO;
+        }
+
+        @Override
+        public void close() {
+        }
     }
 
     @Test

@@ -116,11 +116,11 @@ class AbsoluteRemovalIT {
     void noReaderGetsRemovedOrReplacedBytesOnceTheOperationReturned(Fault fault) throws Exception {
         Assumptions.assumeTrue(Files.isDirectory(Path.of("/dev/shm")), "no /dev/shm");
         try (ProcessCluster cluster = new ProcessCluster("absolute-" + fault.name().toLowerCase(),
-                "--read-lease", "1s", "--node-ttl", "60s")) {
+                "--node-ttl", "60s")) { // the default read lease (2s): the times printed are the product's
             ProcessCluster.Managed a = cluster.startNode("64MiB", "/dev/shm");
             ProcessCluster.Managed b = cluster.startNode("64MiB", "/dev/shm");
             try (KvPoolClient admin = KvPoolClient.connect(ClientConfig.forMaster(cluster.masterAddress())
-                    .withRequestTimeout(READER_TIMEOUT));
+                    .withRequestTimeout(Duration.ofSeconds(10))); // a removal may wait one read lease
                  Readers readers = new Readers(cluster.masterAddress())) {
                 ProcessCluster.awaitStats(admin, s -> s.segments().stream().filter(PoolStats.SegmentStats::active).count() == 2,
                         "both nodes active");
@@ -193,7 +193,7 @@ class AbsoluteRemovalIT {
     @Test
     void aFrozenReaderHoldsAResetForOneLeaseAtMostAndReadsNothingOldWhenItWakes() throws Exception {
         Assumptions.assumeTrue(Files.isDirectory(Path.of("/dev/shm")), "no /dev/shm");
-        try (ProcessCluster cluster = new ProcessCluster("absolute-frozen-reader", "--read-lease", "1s")) {
+        try (ProcessCluster cluster = new ProcessCluster("absolute-frozen-reader")) {
             ProcessCluster.Managed a = cluster.startNode("64MiB", "/dev/shm");
             try (KvPoolClient admin = KvPoolClient.connect(cluster.masterAddress());
                  ReaderProcess.Handle reader = new ReaderProcess.Handle(cluster.masterAddress(), true, READER_TIMEOUT)) {
@@ -213,7 +213,7 @@ class AbsoluteRemovalIT {
                     reader.thaw();
                 }
                 assertThat(reader.get(ks)).as("the woken reader").containsOnly(2);
-                System.out.printf("removeAll(force) with a frozen reader (read lease 1s): %d ms%n", took / 1_000_000);
+                System.out.printf("removeAll(force) with a frozen reader (default read lease): %d ms%n", took / 1_000_000);
             }
         }
     }

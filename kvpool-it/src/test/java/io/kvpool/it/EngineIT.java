@@ -107,6 +107,37 @@ class EngineIT {
         }
     }
 
+    @Test
+    void aCacheSaltSharesNoKvWithUnsaltedRequestsAndGivesTheSameOutput() throws Exception {
+        try (InProcessCluster cluster = new InProcessCluster(1, Size.ofMiB(64)); KvPoolClient c = cluster.client();
+             Engine e = new Engine(withBlockSize(engineConfig(64)), MODEL, Weights.random(MODEL, 1), "w1",
+                     connector(c, "w1", PoolConnector.ResetScope.ALL_FENCED))) {
+            int[] p = prompt(41, 9); // 10 full blocks and a token
+            Completion plain = e.generate(p, SamplingParams.greedy(6), null).get();
+            e.connector().waitForSave();
+            assertThat(e.generate(p, SamplingParams.greedy(6), null).get().localHitTokens())
+                    .as("unsalted again: the local prefix cache has it").isEqualTo(40);
+
+            Completion salted = e.generate(p, SamplingParams.greedy(6), "salt-a", null).get();
+            assertThat(salted.localHitTokens()).as("salted: nothing from the local prefix cache").isZero();
+            assertThat(salted.externalHitTokens()).as("salted: nothing from the pool").isZero();
+            assertSameOutput(salted, plain, "salted recompute");
+            e.connector().waitForSave();
+
+            Completion again = e.generate(p, SamplingParams.greedy(6), "salt-a", null).get();
+            assertThat(again.localHitTokens()).as("the same salt shares its own KV").isEqualTo(40);
+            assertSameOutput(again, plain, "salted, from the cache");
+            try (Engine other = new Engine(withBlockSize(engineConfig(64)), MODEL, Weights.random(MODEL, 1), "w1",
+                    connector(c, "w1", PoolConnector.ResetScope.ALL_FENCED))) {
+                Completion viaPool = other.generate(p, SamplingParams.greedy(6), "salt-a", null).get();
+                assertThat(viaPool.externalHitTokens()).as("the salted blocks, from the pool").isEqualTo(40);
+                assertSameOutput(viaPool, plain, "salted, from the pool");
+                assertThat(other.generate(p, SamplingParams.greedy(6), "salt-b", null).get().externalHitTokens())
+                        .as("another salt").isZero();
+            }
+        }
+    }
+
     private void weightUpdatesNeverServeStaleKv(boolean versioned) throws Exception {
         try (InProcessCluster cluster = new InProcessCluster(1, Size.ofMiB(64)); KvPoolClient c = cluster.client()) {
             PoolConnector pc = connector(c, "v0", PoolConnector.ResetScope.ALL_FENCED);

@@ -163,7 +163,10 @@ final class NodeControl implements NodeNotifier {
                     e.getValue().join();
                 } else if (!c.stalled) {
                     long left = deadline - System.nanoTime();
-                    if (left <= 0 || !e.getValue().join(Duration.ofNanos(left))) {
+                    if (left > 0) {
+                        e.getValue().join(Duration.ofNanos(left));
+                    }
+                    if (e.getValue().isAlive()) { // not by the time the bound ran out (an earlier node used it up)
                         c.stalled = true;
                         log.warn("{} did not acknowledge {} within {} ms; not waiting for it again until it answers",
                                 c.segment, what, TimeUnit.NANOSECONDS.toMillis(boundNanos));

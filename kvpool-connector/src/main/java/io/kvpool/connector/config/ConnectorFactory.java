@@ -15,6 +15,7 @@ import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.util.Map;
 import java.util.Objects;
+import java.util.function.UnaryOperator;
 
 /**
  * The one place an engine's connector comes from: an {@link OffloadConfig} plus what the engine
@@ -51,6 +52,14 @@ public final class ConnectorFactory {
     }
 
     public static Built build(OffloadConfig config, EngineSide engine) {
+        return build(config, engine, UnaryOperator.identity());
+    }
+
+    /**
+     * Builds the connector; for a pool, its client is connected with the defaults changed by
+     * {@code client} (a request timeout, say).
+     */
+    public static Built build(OffloadConfig config, EngineSide engine, UnaryOperator<ClientConfig> client) {
         Objects.requireNonNull(config, "config");
         if (config.transfer() != null) {
             throw new IllegalArgumentException("offload.transfer: the " + config.transfer().connector()
@@ -75,9 +84,9 @@ public final class ConnectorFactory {
                     throw new IllegalArgumentException("offload.master: not set; start the pool with kvpool launch"
                             + " (which writes it into the config at $KVPOOL_CONFIG_PATH) or give master: host:port");
                 }
-                KvPoolClient client = KvPoolClient.connect(ClientConfig.forMaster(p.master()));
-                yield new Built(new PoolConnector(client, hasher, keys, p.reset().equals("model")
-                        ? PoolConnector.ResetScope.MODEL : PoolConnector.ResetScope.ALL_FENCED), client);
+                KvPoolClient pool = KvPoolClient.connect(client.apply(ClientConfig.forMaster(p.master())));
+                yield new Built(new PoolConnector(pool, hasher, keys, p.reset().equals("model")
+                        ? PoolConnector.ResetScope.MODEL : PoolConnector.ResetScope.ALL_FENCED), pool);
             }
         };
     }
