@@ -15,6 +15,7 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.locks.Condition;
 import java.util.concurrent.locks.ReentrantLock;
+import java.util.function.LongFunction;
 import java.util.function.LongSupplier;
 
 /**
@@ -163,29 +164,24 @@ final class ReadLeases {
 
     /** Publishes an invalidation of these keys; returns its sequence for {@link #await}. */
     long publishKeys(List<byte[]> keys) {
-        lock.lock();
-        try {
-            return add(Invalidation.keys(seq + 1, keys));
-        } finally {
-            lock.unlock();
-        }
+        return publish(seq -> Invalidation.keys(seq, keys));
     }
 
     /** Publishes an invalidation of every key starting with {@code prefix}. */
     long publishPrefix(byte[] prefix) {
-        lock.lock();
-        try {
-            return add(Invalidation.prefix(seq + 1, prefix));
-        } finally {
-            lock.unlock();
-        }
+        return publish(seq -> Invalidation.prefix(seq, prefix));
     }
 
     /** Publishes an invalidation of every key. */
     long publishAll() {
+        return publish(Invalidation::all);
+    }
+
+    /** Numbers the invalidation {@code make} builds with the next sequence, keeps it, wakes parked renewals. */
+    private long publish(LongFunction<Invalidation> make) {
         lock.lock();
         try {
-            return add(Invalidation.all(seq + 1));
+            return add(make.apply(seq + 1));
         } finally {
             lock.unlock();
         }
