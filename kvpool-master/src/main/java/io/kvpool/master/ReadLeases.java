@@ -137,10 +137,6 @@ final class ReadLeases {
         return expiryNanos;
     }
 
-    Duration lease() {
-        return Duration.ofNanos(leaseNanos);
-    }
-
     /** The last sequence published. */
     long sequence() {
         lock.lock();
