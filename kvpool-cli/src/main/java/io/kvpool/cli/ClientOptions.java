@@ -5,7 +5,10 @@ import io.kvpool.client.KvPoolClient;
 import io.kvpool.config.HostPort;
 import picocli.CommandLine.Option;
 
-/** {@code --master} for the client commands, defaulting to env {@code KVPOOL_MASTER}, then 127.0.0.1:50051. */
+/**
+ * {@code --master} for the client commands, defaulting to env {@code KVPOOL_MASTER}, then 127.0.0.1:50051;
+ * {@code --no-shm} to force TCP.
+ */
 final class ClientOptions {
 
     static final String MASTER_ENV = "KVPOOL_MASTER";
@@ -13,6 +16,10 @@ final class ClientOptions {
     @Option(names = "--master", paramLabel = "HOST:PORT",
             description = "Master address (default: env KVPOOL_MASTER, else 127.0.0.1:50051).")
     HostPort master;
+
+    @Option(names = "--no-shm", description = "Move bytes over TCP even to a node on this machine (default: the"
+            + " same-machine shared-memory path where it is available).")
+    boolean noSharedMemory;
 
     HostPort master() {
         if (master != null) {
@@ -30,6 +37,6 @@ final class ClientOptions {
     }
 
     KvPoolClient connect() {
-        return KvPoolClient.connect(ClientConfig.forMaster(master()));
+        return KvPoolClient.connect(ClientConfig.forMaster(master()).withSharedMemory(!noSharedMemory));
     }
 }

@@ -1,0 +1,105 @@
+package io.kvpool.protocol;
+
+import io.kvpool.protocol.msg.KeyList;
+import io.kvpool.protocol.msg.MasterMessages;
+import io.kvpool.protocol.msg.NodeMessages;
+import io.kvpool.protocol.msg.Replica;
+
+import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
+import java.util.HexFormat;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.UUID;
+
+/**
+ * Golden frames for the other clients of the protocol. Prints, one per line, {@code name hex}: the
+ * header and the bodies this Java code writes for fixed inputs, and the opcode, result-code and
+ * status tables. The Python client's test suite (python/tests/test_protocol.py) encodes the same
+ * inputs and decodes these bytes, so a change on either side that the other does not follow fails a
+ * test. Run: {@code java -cp kvpool.jar io.kvpool.protocol.WireVectors}.
+ */
+public final class WireVectors {
+
+    private WireVectors() {
+    }
+
+    /** The vectors, by name, in a fixed order. */
+    public static Map<String, byte[]> vectors() {
+        Map<String, byte[]> out = new LinkedHashMap<>();
+        ByteBuffer h = FrameHeader.write(FrameHeader.allocate(), 0x81, true, 5, 0x0102030405060708L, 0x11223344,
+                0x0055667788990011L);
+        byte[] hb = new byte[FrameHeader.LENGTH];
+        h.get(hb);
+        out.put("header_node_read_reply", hb);
+        UUID id = new UUID(0x1122334455667788L, -0x123456789abcdefL);
+        byte[] k1 = "model@0@abc".getBytes(StandardCharsets.UTF_8);
+        byte[] k2 = "ключ-é".getBytes(StandardCharsets.UTF_8);
+        out.put("hello", body(w -> new MasterMessages.Hello(MasterMessages.Role.CLIENT, id, "host-1", 4242).write(w)));
+        out.put("hello_reply", body(w -> new MasterMessages.HelloReply(77, 3, 512, 256L << 20).write(w)));
+        out.put("ping", body(w -> new MasterMessages.Ping(id).write(w)));
+        out.put("put_start", body(w -> new MasterMessages.PutStart(true, 2, "127.0.0.1:50052", List.of(
+                new MasterMessages.PutStartItem(k1, 1 << 20, 0), new MasterMessages.PutStartItem(k2, 0, 0))).write(w)));
+        out.put("put_start_reply", body(w -> new MasterMessages.PutStartReply(9, List.of(
+                new MasterMessages.PutStartResult(ResultCode.OK, 1234, List.of(new Replica(1, 0, 4096),
+                        new Replica(2, 1, 0))),
+                new MasterMessages.PutStartResult(ResultCode.POOL_FULL, 0, List.of()))).write(w)));
+        out.put("put_end", body(w -> new MasterMessages.PutEnd(List.of(new MasterMessages.PutEndItem(k1, 1234, 2),
+                new MasterMessages.PutEndItem(k2, -5, -1))).write(w)));
+        out.put("codes", body(w -> new MasterMessages.Codes(List.of(ResultCode.values())).write(w)));
+        out.put("keys", body(w -> new KeyList(List.of(k1, k2)).write(w)));
+        out.put("replica_lists", body(w -> new MasterMessages.ReplicaListReply(List.of(
+                new MasterMessages.ReplicaList(ResultCode.OK, 1 << 20, 1234, List.of(new Replica(3, 0, 128))),
+                new MasterMessages.ReplicaList(ResultCode.NOT_FOUND, 0, 0, List.of()))).write(w)));
+        out.put("flags", body(w -> new MasterMessages.Flags(new boolean[] {true, false, true}).write(w)));
+        out.put("sizes", body(w -> new MasterMessages.Sizes(new long[] {1 << 20, -1}).write(w)));
+        out.put("prefix", body(w -> new MasterMessages.Prefix(k1).write(w)));
+        out.put("remove_all", body(w -> new MasterMessages.RemoveAll(true).write(w)));
+        out.put("removed", body(w -> new MasterMessages.Removed(12, 4).write(w)));
+        MasterMessages.TierStats tiers = new MasterMessages.TierStats(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14);
+        out.put("cluster_stats", body(w -> new MasterMessages.ClusterStats(77, 3, 10, 1, 4096, 1 << 30, 2, List.of(
+                new MasterMessages.SegmentInfo(1, "127.0.0.1:50052", "127.0.0.1", 50052, 1 << 30, 4096, 10,
+                        MasterMessages.SegmentInfo.STATE_ACTIVE, 250, "/dev/shm/kvpool-x.seg", tiers))).write(w)));
+        out.put("node_write", body(w -> new NodeMessages.Write(3, List.of(
+                new NodeMessages.WriteItem(4096, 1234, k1, 1 << 20, 0xE3069283),
+                new NodeMessages.WriteItem(0, 1, k2, 0, 0))).write(w)));
+        out.put("node_read", body(w -> new NodeMessages.Read(List.of(new NodeMessages.ReadItem(4096, 1234, 1 << 20, 0),
+                new NodeMessages.ReadItem(0, 7, 9, 1))).write(w)));
+        out.put("shm_write_end", body(w -> new NodeMessages.ShmWriteEnd(List.of(
+                new NodeMessages.ShmWriteEndItem(4096, 1234, true), new NodeMessages.ShmWriteEndItem(64, 5, false)))
+                .write(w)));
+        return out;
+    }
+
+    /** The tables as name=code lines. */
+    public static Map<String, Integer> tables() {
+        Map<String, Integer> out = new LinkedHashMap<>();
+        for (Opcode o : Opcode.values()) {
+            out.put("opcode." + o.name(), o.code);
+        }
+        for (ResultCode c : ResultCode.values()) {
+            out.put("result." + c.name(), c.code);
+        }
+        for (FrameStatus s : FrameStatus.values()) {
+            out.put("status." + s.name(), s.code);
+        }
+        out.put("version", (int) FrameHeader.VERSION);
+        return out;
+    }
+
+    private static byte[] body(java.util.function.Consumer<BodyWriter> f) {
+        BodyWriter w = new BodyWriter(256);
+        f.accept(w);
+        ByteBuffer b = w.buffer();
+        byte[] out = new byte[b.remaining()];
+        b.get(out);
+        return out;
+    }
+
+    public static void main(String[] args) {
+        HexFormat hex = HexFormat.of();
+        vectors().forEach((k, v) -> System.out.println(k + " " + hex.formatHex(v)));
+        tables().forEach((k, v) -> System.out.println(k + " " + v));
+    }
+}

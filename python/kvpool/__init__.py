@@ -1,0 +1,16 @@
+"""kvpool for Python: a client for the kvpool KV-cache pool, a Mooncake-Store-compatible store
+(``kvpool.mooncake``), the engine-side connector logic (``kvpool.connector``) and a vLLM v1 connector
+(``kvpool.vllm``). The core is standard library only; see docs/python.md.
+"""
+
+from .buffers import RawBuffer, as_memoryview
+from .client import MISS, Client, PutStatus
+from .errors import KvPoolError, MasterUnreachable
+from .protocol import VERSION as PROTOCOL_VERSION
+from .protocol import PoolStats, ProtocolError, SegmentStats
+
+__all__ = [
+    "Client", "PutStatus", "MISS", "RawBuffer", "as_memoryview", "KvPoolError", "MasterUnreachable",
+    "ProtocolError", "PoolStats", "SegmentStats", "PROTOCOL_VERSION",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,644 @@
+"""The kvpool client for Python: the same operations and semantics as the Java ``KvPoolClient``.
+
+Design notes
+------------
+* **Two-phase puts** (docs/protocol.md 6.1): PUT_START reserves regions at the master, the values go
+  straight to the nodes (NODE_WRITE over TCP, or a memory copy into the node's shared segment between
+  NODE_SHM_WRITE_BEGIN and END on this host), and PUT_END makes them visible; an item whose every
+  replica write failed is revoked. The master never sees value bytes.
+* **Reads** ask the master where each key is (GET_REPLICA_LIST), then read from the replicas in
+  rounds, local ones first: from the mapped segment with the check-copy-check of ``kvpool.shm``, or
+  with NODE_READ straight into the caller's memory. A replica that misses or fails is followed by
+  the next one; a key whose every replica missed is a miss.
+* **No location cache.** The Java client may remember locations under a read lease (LEASE, section
+  4.25). This client asks the master on every read, so it never holds a lease and removals never wait
+  for it; it never reads a location older than its own request.
+* **Values, not exceptions**: a miss is ``None`` / ``MISS``, "already exists", "pool full", "fenced"
+  are ``PutStatus`` values. Exceptions are for bad arguments (ValueError naming the key or buffer) and
+  for failed requests (``KvPoolError``; ``MasterUnreachable`` names the master).
+* **Threads and processes**: every method may be called from any thread; connections are pooled per
+  peer. After ``fork()`` the child opens its own connections (``kvpool._net``).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Sequence, TypeVar
+
+from . import protocol as p
+from ._net import Connection, ConnectionPool, parse_host_port
+from .buffers import Buffer, as_memoryview
+from .config import master_from_environment
+from .crc import crc32c
+from .errors import KvPoolError, MasterUnreachable
+from .protocol import Opcode, PoolStats, ResultCode, SegmentStats
+from .shm import SharedSegments, is_local_host
+
+log = logging.getLogger("kvpool")
+
+MISS = -1
+T = TypeVar("T")
+
+#: Oldest segment table used to pick a local segment for placement (as the Java client).
+LOCAL_TABLE_AGE = 10.0
+
+
+class PutStatus(enum.Enum):
+    """Outcome of a put or upsert. Every value is an expected outcome, never an exception."""
+
+    OK = "ok"
+    """Stored and visible to every client."""
+    ALREADY_EXISTS = "already_exists"
+    """A put found the key present (stored, or being written by someone else); nothing changed."""
+    POOL_FULL = "pool_full"
+    """No segment has room even after eviction."""
+    NO_SEGMENT = "no_segment"
+    """No node has joined the pool yet."""
+    FENCED = "fenced"
+    """A remove_all(force=True) happened while this put was in flight, so it was discarded."""
+    FAILED = "failed"
+    """The bytes could not be written (node unreachable or gone, or the reservation expired)."""
+
+
+def _signed64(v: int) -> int:
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
+class Client:
+    """A connection to a kvpool pool: puts, gets, probes and removals against its master and nodes.
+
+    ``master`` is ``host:port``; without it the address comes from ``KVPOOL_MASTER`` or the JSON
+    client config named by ``KVPOOL_CONFIG_PATH``. The constructor connects (HELLO, which checks the
+    protocol version) and raises ``MasterUnreachable`` naming the address if it cannot.
+
+    ``timeout`` bounds every network wait of a call (seconds); ``connect_timeout`` each connect.
+    ``shared_memory=False`` turns the same-machine path off (every byte over TCP).
+    ``max_connections`` caps the pooled connections per peer (master, each node).
+    """
+
+    def __init__(self, master: str | None = None, *, timeout: float = 10.0, connect_timeout: float = 3.0,
+                 shared_memory: bool = True, max_connections: int = 8) -> None:
+        if master is None:
+            master = master_from_environment()
+        if not timeout > 0 or not connect_timeout > 0:
+            raise ValueError(f"timeouts must be positive, got timeout={timeout}, connect_timeout={connect_timeout}")
+        if max_connections < 1:
+            raise ValueError(f"max_connections must be at least 1, got {max_connections}")
+        host, port = parse_host_port(master, "master")
+        self.master = f"{host}:{port}"
+        self.timeout = float(timeout)
+        self.connect_timeout = float(connect_timeout)
+        self.max_connections = max_connections
+        u = uuid.uuid4().int
+        self._id = (_signed64(u >> 64), _signed64(u & ((1 << 64) - 1)))
+        self._hostname = socket.gethostname()
+        self._lock = threading.Lock()
+        self._incarnation: int | None = None
+        self.max_value_bytes = p.DEFAULT_MAX_PAYLOAD_BYTES
+        self.epoch = 0
+        self._segments: dict[int, SegmentStats] = {}
+        self._table_at = 0.0
+        self._shm = SharedSegments(shared_memory)
+        self._nodes: dict[tuple[str, int], ConnectionPool] = {}
+        self._executor: ThreadPoolExecutor | None = None
+        self._executor_pid = 0
+        self._closed = False
+        #: Counters since the client was made: bytes moved per path, and reads the shared-memory check
+        #: sent to TCP because the object changed under the copy.
+        self.counters: dict[str, int] = dict.fromkeys(
+            ("bytes_written_shm", "bytes_written_tcp", "bytes_read_shm", "bytes_read_tcp", "shm_read_retries"), 0)
+        self._master = ConnectionPool(host, port, max_connections=max_connections, connect_timeout=self.connect_timeout,
+                                      on_connect=self._hello, master=True)
+        self.refresh()
+
+    # ------------------------------------------------------------------------------ plumbing
+
+    def _hello(self, c: Connection) -> None:
+        body, _ = c.call(Opcode.HELLO, p.encode_hello(self._id, self._hostname, os.getpid()), self.timeout)
+        r = p.decode_hello_reply(body)
+        with self._lock:
+            if self._incarnation is not None and self._incarnation != r.incarnation:
+                # segment ids are per master run: the old table means nothing now
+                self._segments = {}
+                self._table_at = 0.0
+            self._incarnation = r.incarnation
+            self.max_value_bytes = min(r.max_value_bytes, p.DEFAULT_MAX_PAYLOAD_BYTES)
+            self.epoch = r.epoch
+
+    def _call_master(self, opcode: Opcode, body: bytes, decode: Callable[[bytes], T]) -> T:
+        """One master exchange; a pooled connection that turns out dead is replaced once."""
+        if self._closed:
+            raise KvPoolError("client is closed")
+        for attempt in (0, 1):
+            c = self._master.borrow(self.timeout)
+            fresh = c.next_id <= 2  # HELLO was its only exchange
+            try:
+                reply, _ = c.call(opcode, body, self.timeout)
+                return decode(reply)
+            except (ConnectionError, BrokenPipeError) as e:
+                if attempt == 0 and not fresh:
+                    continue  # the master closed an idle connection (restart): try a new one
+                raise MasterUnreachable(f"master at {self.master}: {opcode.name} failed: {e}") from e
+            except OSError as e:
+                raise MasterUnreachable(f"master at {self.master}: {opcode.name} failed: "
+                                        f"{'timed out after %.1fs' % self.timeout if isinstance(e, TimeoutError) else e}"
+                                        ) from e
+            finally:
+                self._master.release(c)
+        raise AssertionError("unreachable")
+
+    def _count(self, name: str, n: int) -> None:
+        with self._lock:
+            self.counters[name] += n
+
+    def _node_pool(self, seg: SegmentStats) -> ConnectionPool:
+        key = (seg.host, seg.port)
+        pool = self._nodes.get(key)
+        if pool is None:
+            with self._lock:
+                pool = self._nodes.get(key)
+                if pool is None:
+                    pool = self._nodes[key] = ConnectionPool(seg.host, seg.port, max_connections=self.max_connections,
+                                                             connect_timeout=self.connect_timeout)
+        return pool
+
+    def _run(self, tasks: list[Callable[[], None]]) -> None:
+        """Runs independent per-segment tasks, in parallel when there are several."""
+        if len(tasks) == 1:
+            tasks[0]()
+            return
+        with self._lock:
+            if self._executor is None or self._executor_pid != os.getpid():
+                self._executor = ThreadPoolExecutor(max_workers=16, thread_name_prefix="kvpool-io")
+                self._executor_pid = os.getpid()
+            ex = self._executor
+        for f in [ex.submit(t) for t in tasks]:
+            f.result()
+
+    def refresh(self) -> PoolStats:
+        """Asks the master for the cluster's state (CLUSTER_STATS) and takes its segment table."""
+        stats = self._call_master(Opcode.CLUSTER_STATS, b"", p.decode_cluster_stats)
+        with self._lock:
+            self._segments = {s.id: s for s in stats.segments}
+            self._table_at = time.monotonic()
+            self.epoch = stats.epoch
+        self._shm.retain(set(self._segments))
+        return stats
+
+    def _segment(self, sid: int) -> SegmentStats | None:
+        seg = self._segments.get(sid)
+        if seg is None:
+            try:
+                self.refresh()
+            except KvPoolError:
+                return None
+            seg = self._segments.get(sid)
+        return seg
+
+    def _local_first(self, replicas: tuple[p.Replica, ...]) -> tuple[p.Replica, ...]:
+        if len(replicas) < 2:
+            return replicas
+        local = tuple(r for r in replicas if (s := self._segments.get(r.segment_id)) is not None
+                      and is_local_host(s.host))
+        return local + tuple(r for r in replicas if r not in local)
+
+    def _preferred(self, preferred: str | None) -> str:
+        if preferred is not None:
+            return preferred
+        if not self._shm.enabled:
+            return ""
+        if time.monotonic() - self._table_at > LOCAL_TABLE_AGE:
+            try:
+                self.refresh()
+            except KvPoolError:
+                return ""
+        for s in self._segments.values():
+            if s.active and s.shm_path and self._shm.mapping(s) is not None:
+                return s.name
+        return ""
+
+    # ---------------------------------------------------------------------------------- puts
+
+    def put(self, key: str, value: Buffer, *, replicas: int = 0, preferred_segment: str | None = None) -> PutStatus:
+        """Stores ``value`` under ``key`` unless the key is present (then ``ALREADY_EXISTS``).
+
+        ``replicas`` copies on distinct segments (0: the master's default; best effort, at most 8);
+        ``preferred_segment`` names a segment (``host:port``) for the first copy; by default a segment
+        on this host when there is one.
+        """
+        return self._write([key], [value], False, replicas, preferred_segment, False)[0]
+
+    def upsert(self, key: str, value: Buffer, *, replicas: int = 0, preferred_segment: str | None = None) -> PutStatus:
+        """Stores ``value`` under ``key``, replacing what is there; once it returns, no reader gets the old value."""
+        return self._write([key], [value], True, replicas, preferred_segment, False)[0]
+
+    def put_from(self, key: str, buffer: Buffer, *, replicas: int = 0,
+                 preferred_segment: str | None = None) -> PutStatus:
+        """``put`` from the caller's memory (any buffer, or ``RawBuffer``): the bytes are sent from it directly."""
+        return self.put(key, buffer, replicas=replicas, preferred_segment=preferred_segment)
+
+    def put_batch(self, keys: Sequence[str], values: Sequence[Buffer], *, replicas: int = 0,
+                  preferred_segment: str | None = None) -> list[PutStatus]:
+        """Puts many keys with one reservation, one write per node and one completion: a status per key."""
+        return self._write(keys, values, False, replicas, preferred_segment, True)
+
+    def upsert_batch(self, keys: Sequence[str], values: Sequence[Buffer], *, replicas: int = 0,
+                     preferred_segment: str | None = None) -> list[PutStatus]:
+        """``upsert`` for many keys: a status per key."""
+        return self._write(keys, values, True, replicas, preferred_segment, True)
+
+    put_from_batch = put_batch
+
+    def _write(self, keys: Sequence[str], values: Sequence[Buffer], upsert: bool, replicas: int,
+               preferred: str | None, batch: bool) -> list[PutStatus]:
+        if len(keys) != len(values):
+            raise ValueError(f"{len(keys)} keys but {len(values)} values")
+        if not 0 <= replicas <= 255:
+            raise ValueError(f"replicas must be 0..8 (0 = the master's default), got {replicas}")
+        kb = p.encode_keys_checked(keys)
+        views = [as_memoryview(v, what=f"value for key {p.abbreviate(k)!r}") for k, v in zip(keys, values)]
+        for k, v in zip(keys, views):
+            if v.nbytes > self.max_value_bytes:
+                raise ValueError(f"value for key {p.abbreviate(k)!r} has {v.nbytes} bytes; the master accepts at "
+                                 f"most {self.max_value_bytes}")
+        status: list[PutStatus] = [PutStatus.FAILED] * len(keys)
+        pref = self._preferred(preferred)
+        for start in range(0, len(keys), p.MAX_KEYS_PER_FRAME):
+            self._write_chunk(kb, views, start, min(len(keys), start + p.MAX_KEYS_PER_FRAME), upsert, replicas,
+                              pref, batch, status)
+        return status
+
+    def _write_chunk(self, kb: list[bytes], views: list[memoryview], lo: int, hi: int, upsert: bool, replicas: int,
+                     preferred: str, batch: bool, status: list[PutStatus]) -> None:
+        items = [(kb[i], views[i].nbytes) for i in range(lo, hi)]
+        epoch, results = self._call_master(Opcode.BATCH_PUT_START if batch else Opcode.PUT_START,
+                                           p.encode_put_start(upsert, replicas, preferred, items),
+                                           p.decode_put_start_reply)
+        if len(results) != hi - lo:
+            raise p.ProtocolError(f"PUT_START reply has {len(results)} results for {hi - lo} items")
+        by_segment: dict[int, list[tuple[int, int, p.WriteItem]]] = {}
+        for j, r in enumerate(results):
+            i = lo + j
+            if r.code == ResultCode.OK:
+                crc = crc32c(views[i])
+                for rep_no, rep in enumerate(r.replicas):
+                    by_segment.setdefault(rep.segment_id, []).append(
+                        (j, rep_no, p.WriteItem(rep.offset, r.generation, kb[i], views[i].nbytes, crc)))
+            elif r.code == ResultCode.TOO_LARGE:
+                raise ValueError(f"value for key {p.abbreviate(kb[i])!r} of {views[i].nbytes} bytes exceeds the "
+                                 "master's max value size")
+            else:
+                status[i] = {ResultCode.ALREADY_EXISTS: PutStatus.ALREADY_EXISTS, ResultCode.POOL_FULL:
+                             PutStatus.POOL_FULL, ResultCode.NO_SEGMENT: PutStatus.NO_SEGMENT}.get(r.code, PutStatus.FAILED)
+        if not by_segment:
+            return
+        failed = [0] * (hi - lo)
+        fenced = [False] * (hi - lo)
+        guard = threading.Lock()
+
+        def task(sid: int, slots: list[tuple[int, int, p.WriteItem]]) -> Callable[[], None]:
+            def run() -> None:
+                codes = self._write_segment(sid, epoch, slots, [views[lo + s[0]] for s in slots])
+                with guard:
+                    for (j, rep_no, _), code in zip(slots, codes):
+                        if code != ResultCode.OK:
+                            failed[j] |= 1 << rep_no
+                            fenced[j] |= code == ResultCode.FENCED
+            return run
+
+        self._run([task(sid, slots) for sid, slots in by_segment.items()])
+        ends: list[tuple[bytes, int, int]] = []
+        end_idx: list[int] = []
+        revokes: list[tuple[bytes, int, int]] = []
+        for j, r in enumerate(results):
+            if r.code != ResultCode.OK:
+                continue
+            everything = (1 << len(r.replicas)) - 1
+            if failed[j] & everything == everything:
+                revokes.append((kb[lo + j], r.generation, 0))
+                status[lo + j] = PutStatus.FENCED if fenced[j] else PutStatus.FAILED
+            else:
+                ends.append((kb[lo + j], r.generation, _signed64(failed[j] & ((1 << 64) - 1))))
+                end_idx.append(lo + j)
+        if revokes:
+            try:
+                self._call_master(Opcode.BATCH_PUT_REVOKE if batch or len(revokes) > 1 else Opcode.PUT_REVOKE,
+                                  p.encode_put_end(revokes), lambda b: p.decode_codes(b, "PUT_REVOKE reply"))
+            except KvPoolError as e:
+                log.debug("kvpool: revoke failed; the master reclaims the space at its put timeout: %s", e)
+        if ends:
+            codes = self._call_master(Opcode.BATCH_PUT_END if batch or len(ends) > 1 else Opcode.PUT_END,
+                                      p.encode_put_end(ends), lambda b: p.decode_codes(b, "PUT_END reply"))
+            for i, code in zip(end_idx, codes):
+                status[i] = PutStatus.OK if code == ResultCode.OK else \
+                    PutStatus.FENCED if code == ResultCode.FENCED else PutStatus.FAILED
+
+    def _write_segment(self, sid: int, epoch: int, slots: list[tuple[int, int, p.WriteItem]],
+                       values: list[memoryview]) -> list[ResultCode]:
+        """Writes the slots' values to one segment; a code per slot. Never raises for node failures."""
+        codes = [ResultCode.FAILED] * len(slots)
+        seg = self._segment(sid)
+        if seg is None:
+            return codes
+        pool = self._node_pool(seg)
+        mapping = self._shm.mapping(seg)
+        start = 0
+        while start < len(slots):
+            end = _frame_end([v.nbytes for v in values], start, p.DEFAULT_MAX_PAYLOAD_BYTES)
+            items = [s[2] for s in slots[start:end]]
+            try:
+                c = pool.borrow(self.timeout)
+            except KvPoolError as e:
+                log.debug("kvpool: write to %s failed: %s", seg.name, e)
+                return codes
+            try:
+                body = p.encode_node_write(epoch, items)
+                if mapping is not None and mapping.writable:
+                    reply, _ = c.call(Opcode.NODE_SHM_WRITE_BEGIN, body, self.timeout)
+                    begun = p.decode_codes(reply, "NODE_SHM_WRITE_BEGIN reply")
+                    done = []
+                    for k, code in enumerate(begun):
+                        if code == ResultCode.OK:
+                            mapping.write_value(items[k].offset, len(items[k].key), values[start + k])
+                            done.append((items[k].offset, items[k].generation, True))
+                    ended = iter(p.decode_codes(c.call(Opcode.NODE_SHM_WRITE_END, p.encode_shm_write_end(done),
+                                                       self.timeout)[0], "NODE_SHM_WRITE_END reply") if done else [])
+                    for k, code in enumerate(begun):
+                        codes[start + k] = next(ended) if code == ResultCode.OK else code
+                    self._count("bytes_written_shm", sum(values[start + k].nbytes for k, code in enumerate(begun)
+                                                         if code == ResultCode.OK))
+                else:
+                    reply, _ = c.call(Opcode.NODE_WRITE, body, self.timeout, values[start:end])
+                    for k, code in enumerate(p.decode_codes(reply, "NODE_WRITE reply")):
+                        codes[start + k] = code
+                    self._count("bytes_written_tcp", sum(v.nbytes for v in values[start:end]))
+            except (OSError, KvPoolError, ValueError) as e:
+                c.close()  # begun shared-memory writes die with the connection
+                log.debug("kvpool: write to %s failed: %s", seg.name, e)
+            finally:
+                pool.release(c)
+            start = end
+        return codes
+
+    # ---------------------------------------------------------------------------------- reads
+
+    def get(self, key: str) -> bytes | None:
+        """The value under ``key``, or None on a miss."""
+        return self.get_batch([key], _batch=False)[0]
+
+    def get_batch(self, keys: Sequence[str], *, _batch: bool = True) -> list[bytes | None]:
+        """Values for many keys (None for misses): one master round trip, one read per node."""
+        out: list[bytearray | None] = [None] * len(keys)
+
+        def alloc(i: int, length: int) -> memoryview:
+            out[i] = bytearray(length)
+            return memoryview(out[i])
+
+        lengths = self._read(keys, alloc, _batch)
+        return [bytes(b) if n != MISS and b is not None else None for b, n in zip(out, lengths)]
+
+    def get_into(self, key: str, buffer: Buffer) -> int:
+        """Reads the value under ``key`` straight into ``buffer``; its length, or ``MISS`` (-1).
+
+        Raises ValueError (naming both sizes) if the buffer is smaller than the value. On a miss the
+        buffer's contents are unspecified.
+        """
+        return self.get_into_batch([key], [buffer], _batch=False)[0]
+
+    def get_into_batch(self, keys: Sequence[str], buffers: Sequence[Buffer], *, _batch: bool = True) -> list[int]:
+        """``get_into`` for many keys: element i is the length read into ``buffers[i]``, or ``MISS``."""
+        if len(keys) != len(buffers):
+            raise ValueError(f"{len(keys)} keys but {len(buffers)} buffers")
+        views = [as_memoryview(b, writable=True, what=f"buffer for key {p.abbreviate(k)!r}")
+                 for k, b in zip(keys, buffers)]
+
+        def dst(i: int, length: int) -> memoryview:
+            if views[i].nbytes < length:
+                raise ValueError(f"buffer for key {p.abbreviate(keys[i])!r} has {views[i].nbytes} bytes; "
+                                 f"the value has {length}")
+            return views[i][:length]
+
+        return self._read(keys, dst, _batch)
+
+    def _lookup(self, kb: list[bytes], batch: bool) -> list[p.ReplicaList]:
+        where: list[p.ReplicaList] = []
+        for start in range(0, len(kb), p.MAX_KEYS_PER_FRAME):
+            part = kb[start:start + p.MAX_KEYS_PER_FRAME]
+            got = self._call_master(Opcode.BATCH_GET_REPLICA_LIST if batch or len(part) > 1
+                                    else Opcode.GET_REPLICA_LIST, p.encode_keys(part), p.decode_replica_lists)
+            if len(got) != len(part):
+                raise p.ProtocolError(f"GET_REPLICA_LIST reply has {len(got)} results for {len(part)} keys")
+            where += got
+        return where
+
+    def _read(self, keys: Sequence[str], dst: Callable[[int, int], memoryview], batch: bool) -> list[int]:
+        kb = p.encode_keys_checked(keys)
+        lengths = [MISS] * len(keys)
+        if not kb:
+            return lengths
+        where = self._lookup(kb, batch)
+        dsts: list[memoryview | None] = [None] * len(keys)
+        order: list[tuple[p.Replica, ...]] = []
+        for i, w in enumerate(where):
+            if w.code == ResultCode.OK and w.replicas:
+                dsts[i] = dst(i, w.value_length)
+                order.append(self._local_first(w.replicas))
+            else:
+                order.append(())
+        for attempt in range(max(len(o) for o in order)):
+            by_segment: dict[int, list[tuple[int, p.Replica]]] = {}
+            for i, o in enumerate(order):
+                if lengths[i] == MISS and attempt < len(o):
+                    by_segment.setdefault(o[attempt].segment_id, []).append((i, o[attempt]))
+            if not by_segment:
+                break
+            self._run([(lambda s=sid, sl=slots: self._read_segment(s, sl, where, dsts, lengths))
+                       for sid, slots in by_segment.items()])
+        return lengths
+
+    def _read_segment(self, sid: int, slots: list[tuple[int, p.Replica]], where: list[p.ReplicaList],
+                      dsts: list[memoryview | None], lengths: list[int]) -> None:
+        seg = self._segment(sid)
+        if seg is None:
+            return
+        mapping = self._shm.mapping(seg)
+        tcp: list[tuple[int, p.Replica]] = []
+        shm_bytes = retries = 0
+        for i, rep in slots:
+            w = where[i]
+            d = dsts[i]
+            assert d is not None
+            if rep.tier == p.TIER_MEMORY and mapping is not None:
+                if mapping.read(rep.offset, w.generation, w.value_length, d):
+                    lengths[i] = w.value_length
+                    shm_bytes += w.value_length
+                    continue
+                retries += 1
+            tcp.append((i, rep))  # another host, the disk tier, or changed under the copy: the node pins it
+        if shm_bytes or retries:
+            with self._lock:
+                self.counters["bytes_read_shm"] += shm_bytes
+                self.counters["shm_read_retries"] += retries
+        if not tcp:
+            return
+        pool = self._node_pool(seg)
+        start = 0
+        while start < len(tcp):
+            end = _frame_end([where[i].value_length for i, _ in tcp], start, p.DEFAULT_MAX_PAYLOAD_BYTES)
+            part = tcp[start:end]
+            try:
+                c = pool.borrow(self.timeout)
+            except KvPoolError as e:
+                log.debug("kvpool: read from %s failed: %s", seg.name, e)
+                return
+            try:
+                reply, _ = c.call(Opcode.NODE_READ, p.encode_node_read(
+                    [(rep.offset, where[i].generation, where[i].value_length, rep.tier) for i, rep in part]),
+                    self.timeout)
+                codes = p.decode_codes(reply, "NODE_READ reply")
+                if len(codes) != len(part):
+                    raise p.ProtocolError(f"NODE_READ reply has {len(codes)} results for {len(part)} items")
+                got = 0
+                for (i, _), code in zip(part, codes):
+                    if code == ResultCode.OK:
+                        d = dsts[i]
+                        assert d is not None
+                        c.read_payload_into(d)
+                        lengths[i] = where[i].value_length
+                        got += lengths[i]
+                self._count("bytes_read_tcp", got)
+            except (OSError, KvPoolError, ValueError) as e:
+                c.close()
+                log.debug("kvpool: read from %s failed: %s", seg.name, e)
+            finally:
+                pool.release(c)
+            start = end
+
+    # --------------------------------------------------------------------------------- probes
+
+    def exists(self, key: str) -> bool:
+        """True if a complete object is stored under ``key``. Not a read for eviction."""
+        return self._call_master(Opcode.EXIST_KEY, p.encode_keys([p.encode_key(key)]),
+                                 lambda b: p.decode_flags(b, "EXIST_KEY reply"))[0]
+
+    def batch_exists(self, keys: Sequence[str]) -> list[bool]:
+        """``exists`` for many keys, one flag per key."""
+        kb = p.encode_keys_checked(keys)
+        out: list[bool] = []
+        for start in range(0, len(kb), p.MAX_KEYS_PER_FRAME):
+            out += self._call_master(Opcode.BATCH_EXIST_KEY, p.encode_keys(kb[start:start + p.MAX_KEYS_PER_FRAME]),
+                                     lambda b: p.decode_flags(b, "BATCH_EXIST_KEY reply"))
+        return out
+
+    def prefix_match(self, keys: Sequence[str]) -> int:
+        """How many of ``keys``, in order, are present before the first absent one (the engine's lookup)."""
+        kb = p.encode_keys_checked(keys)
+        matched = 0
+        for start in range(0, len(kb), p.MAX_KEYS_PER_FRAME):
+            part = kb[start:start + p.MAX_KEYS_PER_FRAME]
+            n = self._call_master(Opcode.PREFIX_MATCH, p.encode_keys(part),
+                                  lambda b: p.decode_i32(b, "PREFIX_MATCH reply"))
+            matched += n
+            if n < len(part):
+                break
+        return matched
+
+    def size(self, key: str) -> int | None:
+        """The value length under ``key``, or None if absent."""
+        n = self.batch_size([key])[0]
+        return None if n < 0 else n
+
+    def batch_size(self, keys: Sequence[str]) -> list[int]:
+        """Value lengths, -1 for absent keys."""
+        kb = p.encode_keys_checked(keys)
+        out: list[int] = []
+        for start in range(0, len(kb), p.MAX_KEYS_PER_FRAME):
+            out += self._call_master(Opcode.OBJECT_SIZE, p.encode_keys(kb[start:start + p.MAX_KEYS_PER_FRAME]),
+                                     p.decode_sizes)
+        return out
+
+    # -------------------------------------------------------------------------------- removal
+
+    def remove(self, key: str) -> bool:
+        """Removes the object under ``key``; True if there was one. Once it returns no reader gets it."""
+        return self._call_master(Opcode.REMOVE, p.encode_keys([p.encode_key(key)]),
+                                 lambda b: p.decode_codes(b, "REMOVE reply"))[0] == ResultCode.OK
+
+    def remove_batch(self, keys: Sequence[str]) -> list[bool]:
+        """Removes many keys; True for each key that had an object."""
+        kb = p.encode_keys_checked(keys)
+        out: list[bool] = []
+        for start in range(0, len(kb), p.MAX_KEYS_PER_FRAME):
+            out += [c == ResultCode.OK for c in self._call_master(
+                Opcode.BATCH_REMOVE, p.encode_keys(kb[start:start + p.MAX_KEYS_PER_FRAME]),
+                lambda b: p.decode_codes(b, "BATCH_REMOVE reply"))]
+        return out
+
+    def remove_prefix(self, prefix: str) -> int:
+        """Removes every object whose key starts with ``prefix`` (1..512 UTF-8 bytes); the count removed."""
+        b = prefix.encode("utf-8") if isinstance(prefix, str) else bytes(prefix)
+        if not b:
+            raise ValueError("remove_prefix with an empty prefix; use remove_all to empty the pool")
+        if len(b) > p.MAX_KEY_BYTES:
+            raise ValueError(f"remove_prefix with a {len(b)}-byte prefix, longer than any key ({p.MAX_KEY_BYTES} bytes)")
+        return self._call_master(Opcode.REMOVE_BY_PREFIX, p.BodyWriter().bstr(b).bytes(),
+                                 lambda r: p.decode_removed(r, "REMOVE_BY_PREFIX reply"))[0]
+
+    def remove_all(self, force: bool = False) -> int:
+        """Empties the pool; the count removed. ``force`` also fences every put in flight (a new epoch)."""
+        removed, epoch = self._call_master(Opcode.REMOVE_ALL, p.BodyWriter().boolean(force).bytes(),
+                                           lambda r: p.decode_removed(r, "REMOVE_ALL reply"))
+        self.epoch = epoch
+        return removed
+
+    # ---------------------------------------------------------------------------------- admin
+
+    def status(self) -> PoolStats:
+        """A snapshot of the cluster: epoch, objects, capacity, and every segment."""
+        return self.refresh()
+
+    def ping(self) -> int:
+        """Checks the master is there; the cluster epoch."""
+        self.epoch = self._call_master(Opcode.PING, p.encode_ping(self._id), lambda b: p.decode_i64(b, "PING reply"))
+        return self.epoch
+
+    def close(self) -> None:
+        """Closes every connection and mapping. The client cannot be used afterwards."""
+        if self._closed:
+            return
+        self._closed = True
+        self._master.close()
+        for pool in list(self._nodes.values()):
+            pool.close()
+        self._shm.close()
+        if self._executor is not None and self._executor_pid == os.getpid():
+            self._executor.shutdown(wait=False)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"kvpool.Client(master={self.master!r})"
+
+
+def _frame_end(lengths: Sequence[int], start: int, max_payload: int) -> int:
+    """End (exclusive) of the node frame starting at ``start``: at most 4096 items and ``max_payload``
+    bytes, but always at least one item (a single larger value goes alone)."""
+    end = start
+    total = 0
+    while end < len(lengths) and end - start < p.MAX_ITEMS_PER_NODE_FRAME:
+        if end > start and total + lengths[end] > max_payload:
+            break
+        total += lengths[end]
+        end += 1
+    return end

@@ -1,0 +1,111 @@
+"""CRC32C (Castagnoli), the checksum kvpool stores with every value (docs/protocol.md, section 8).
+
+The standard library has only CRC32 (zlib's polynomial). In order of preference this module uses:
+
+1. Intel's ISA-L (Debian's ``libisal2``), called through ctypes: ``crc32_iscsi`` is CRC32C with
+   SIMD folding, tens of GB/s on one core, and ctypes releases the GIL for the call, so threads that
+   checksum in parallel really run in parallel;
+2. the ``crc32c`` module (Debian's ``python3-crc32c``), about 2 GB/s, holding the GIL;
+3. a table-driven implementation in pure Python: correct, slow (tens of MB/s); the first large value
+   checksummed this way logs a warning saying what to install.
+
+``KVPOOL_CRC32C=isal|crc32c|python`` forces one (the tests check all three agree).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import os
+from typing import Callable
+
+from .buffers import address_of
+
+log = logging.getLogger("kvpool")
+
+_POLY = 0x82F63B78  # reflected Castagnoli polynomial
+
+
+def _table() -> list[int]:
+    t = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ (_POLY if c & 1 else 0)
+        t.append(c)
+    return t
+
+
+_TABLE = _table()
+
+
+def crc32c_pure(data: bytes | bytearray | memoryview, crc: int = 0) -> int:
+    """CRC32C of ``data`` continuing from ``crc``, in pure Python."""
+    c = crc ^ 0xFFFFFFFF
+    t = _TABLE
+    for b in memoryview(data).cast("B"):
+        c = t[(c ^ b) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
+
+
+def _isal() -> Callable[[bytes | bytearray | memoryview], int] | None:
+    name = ctypes.util.find_library("isal") or "libisal.so.2"
+    try:
+        lib = ctypes.CDLL(name)
+        fn = lib.crc32_iscsi
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32]
+    fn.restype = ctypes.c_uint32
+    chunk = 1 << 30
+
+    def isal(data: bytes | bytearray | memoryview) -> int:
+        mv = memoryview(data).cast("B") if not isinstance(data, memoryview) or data.format != "B" else data
+        n = mv.nbytes
+        if n == 0:
+            return 0
+        with address_of(mv) as addr:
+            crc = 0xFFFFFFFF
+            for off in range(0, n, chunk):
+                crc = fn(addr + off, min(chunk, n - off), crc)
+        return crc ^ 0xFFFFFFFF
+
+    return isal
+
+
+def _module() -> Callable[[bytes | bytearray | memoryview], int] | None:
+    try:
+        import crc32c as _c  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    fn = _c.crc32c
+    return lambda data: fn(data) & 0xFFFFFFFF
+
+
+def _choose(forced: str | None) -> tuple[Callable[[bytes | bytearray | memoryview], int], str]:
+    order = {"isal": _isal, "crc32c": _module}
+    if forced and forced not in (*order, "python"):
+        raise ValueError(f"KVPOOL_CRC32C must be isal, crc32c or python, got {forced!r}")
+    for name, make in order.items():
+        if forced in (None, name):
+            impl = make()
+            if impl is not None:
+                return impl, name
+            if forced == name:
+                raise ValueError(f"KVPOOL_CRC32C={name} but it is not available here")
+    return crc32c_pure, "python"
+
+
+_impl, BACKEND = _choose(os.environ.get("KVPOOL_CRC32C") or None)
+_warned = False
+
+
+def crc32c(data: bytes | bytearray | memoryview) -> int:
+    """CRC32C of ``data`` (an unsigned 32-bit int)."""
+    global _warned
+    if BACKEND == "python" and not _warned and len(data) >= 1 << 16:
+        _warned = True
+        log.warning("kvpool: checksumming values in pure Python (slow); install Debian's libisal2 "
+                    "(or python3-crc32c) for hardware CRC32C")
+    return _impl(data)

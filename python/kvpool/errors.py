@@ -1,0 +1,9 @@
+"""The client's exceptions. Expected outcomes (a miss, "already exists", "pool full") are values."""
+
+
+class KvPoolError(Exception):
+    """A request failed as a whole: a server error status, a broken connection, a timeout."""
+
+
+class MasterUnreachable(KvPoolError):
+    """The master could not be reached; the message names its address."""

@@ -1,0 +1,600 @@
+"""kvpool's wire protocol, version 3, as docs/protocol.md draws it.
+
+This module is the Python side of the contract: the 32-byte frame header, the body primitives, the
+opcode, result-code and frame-status tables, and an encoder or decoder for every body the client
+sends or receives. It does no I/O (``kvpool._net`` does). Every integer is little-endian. A decoder
+reads with bounds checks and rejects trailing bytes, as the Java ``BodyReader`` does, so a reply that
+drifts from the document fails loudly here instead of being misread.
+
+Frame header (section 2.1)::
+
+     0  magic u16 = 0x504B ("KP" on the wire) | version u8 = 3 | opcode u8
+     4  flags u8 (bit 0 reply) | reserved u8 = 0 | status u16
+     8  request id u64
+    16  body length u32
+    20  reserved u32 = 0
+    24  payload length u64
+    32  body, then payload
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+from .errors import KvPoolError
+
+VERSION = 3
+MAGIC = 0x504B
+HEADER = struct.Struct("<HBBBBHQIIQ")
+HEADER_BYTES = HEADER.size  # 32
+FLAG_REPLY = 0x01
+
+MAX_KEY_BYTES = 512
+MAX_ERROR_MESSAGE_BYTES = 6003
+DEFAULT_MAX_BODY_BYTES = 64 << 20
+DEFAULT_MAX_PAYLOAD_BYTES = 1 << 30
+#: The client splits longer key lists into several master frames (section 9).
+MAX_KEYS_PER_FRAME = 16_384
+#: The client splits node frames at this many items (section 9).
+MAX_ITEMS_PER_NODE_FRAME = 4_096
+
+ROLE_CLIENT = 0
+
+TIER_MEMORY = 0
+TIER_DISK = 1
+
+# The object layout in a segment (section 8).
+OBJECT_ALIGNMENT = 64
+OBJECT_MAGIC = 0x424F564B
+OBJECT_VERSION = 1
+OBJECT_STATE_DEAD = 0
+OBJECT_STATE_WRITING = 1
+OBJECT_STATE_COMPLETE = 2
+OBJECT_KEY_OFFSET = 48
+#: magic u32, version u8, state u8, key length u16, value length u64, generation u64 (bytes 0..23).
+OBJECT_HEAD = struct.Struct("<IBBHQQ")
+
+
+def align64(n: int) -> int:
+    """``n`` rounded up to a multiple of 64."""
+    return (n + 63) & ~63
+
+
+def value_offset(key_length: int) -> int:
+    """Offset of the value from the start of its region: ``align64(48 + key length)``."""
+    return align64(OBJECT_KEY_OFFSET + key_length)
+
+
+class Opcode(enum.IntEnum):
+    """Operation codes (section 4.1). The master serves 0x01..0x7F, nodes 0x80..0xFF."""
+
+    HELLO = 0x01
+    PING = 0x02
+    LEASE = 0x03
+    PUT_START = 0x10
+    BATCH_PUT_START = 0x11
+    PUT_END = 0x12
+    BATCH_PUT_END = 0x13
+    PUT_REVOKE = 0x14
+    BATCH_PUT_REVOKE = 0x15
+    GET_REPLICA_LIST = 0x20
+    BATCH_GET_REPLICA_LIST = 0x21
+    EXIST_KEY = 0x22
+    BATCH_EXIST_KEY = 0x23
+    PREFIX_MATCH = 0x24
+    OBJECT_SIZE = 0x25
+    REMOVE = 0x30
+    BATCH_REMOVE = 0x31
+    REMOVE_BY_PREFIX = 0x32
+    REMOVE_ALL = 0x33
+    CLUSTER_STATS = 0x40
+    NODE_WRITE = 0x80
+    NODE_READ = 0x81
+    NODE_SHM_WRITE_BEGIN = 0x84
+    NODE_SHM_WRITE_END = 0x85
+
+
+class ResultCode(enum.IntEnum):
+    """Per-item outcomes inside an OK reply (section 5.1): values, not errors."""
+
+    OK = 0
+    NOT_FOUND = 1
+    ALREADY_EXISTS = 2
+    POOL_FULL = 3
+    FENCED = 4
+    EXPIRED = 5
+    NO_SEGMENT = 6
+    FAILED = 7
+    TOO_LARGE = 8
+
+
+class FrameStatus(enum.IntEnum):
+    """Whole-frame outcomes in a reply header (section 5.2)."""
+
+    OK = 0
+    MALFORMED_FRAME = 1
+    UNSUPPORTED_VERSION = 2
+    UNKNOWN_OPCODE = 3
+    FRAME_TOO_LARGE = 4
+    BAD_REQUEST = 5
+    INTERNAL_ERROR = 6
+
+
+class ProtocolError(KvPoolError):
+    """A frame or body that breaks the protocol (the peer is not kvpool, or speaks another version)."""
+
+
+# ------------------------------------------------------------------------------------------- header
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    """A decoded frame header."""
+
+    version: int
+    opcode: int
+    flags: int
+    status: int
+    request_id: int
+    body_length: int
+    payload_length: int
+
+
+def encode_header(opcode: int, request_id: int, body_length: int, payload_length: int = 0,
+                  *, flags: int = 0, status: int = 0, version: int = VERSION) -> bytes:
+    """The 32 header bytes of a frame."""
+    return HEADER.pack(MAGIC, version, opcode, flags, 0, status, request_id, body_length, 0, payload_length)
+
+
+def decode_header(data: bytes | bytearray | memoryview) -> Header:
+    """Decodes and checks a header; raises ProtocolError naming the field that is wrong.
+
+    A version other than 3 is reported as such (before any other field is trusted), so a client
+    talking to a master of another release gets a message that says so.
+    """
+    magic, version, opcode, flags, reserved, status, rid, body_len, reserved2, payload_len = HEADER.unpack_from(data)
+    if magic != MAGIC:
+        raise ProtocolError(f"bad magic 0x{magic:04x} (expected 0x{MAGIC:04x}): the peer is not a kvpool server")
+    if version != VERSION:
+        raise ProtocolError(f"the peer speaks kvpool protocol version {version}; this client speaks version "
+                            f"{VERSION} (client and servers must be of the same release)")
+    if flags & ~FLAG_REPLY or reserved or reserved2:
+        raise ProtocolError(f"malformed header: flags 0x{flags:02x}, reserved {reserved}/{reserved2}")
+    if body_len >= 1 << 31 or payload_len >= 1 << 63:
+        raise ProtocolError(f"implausible lengths in header: body {body_len}, payload {payload_len}")
+    return Header(version, opcode, flags, status, rid, body_len, payload_len)
+
+
+# ----------------------------------------------------------------------------------------- encoding
+
+
+def encode_key(key: str | bytes) -> bytes:
+    """A key's UTF-8 bytes, checked against 1..512 bytes (ValueError naming the key otherwise)."""
+    k = key.encode("utf-8") if isinstance(key, str) else bytes(key)
+    if not 1 <= len(k) <= MAX_KEY_BYTES:
+        raise ValueError(f"key {abbreviate(key)!r} has {len(k)} UTF-8 bytes; keys must have 1..{MAX_KEY_BYTES}")
+    return k
+
+
+def encode_keys_checked(keys: Sequence[str | bytes]) -> list[bytes]:
+    """``encode_key`` for a list, checked in one pass (the lookup path encodes 1024 keys per call)."""
+    try:
+        kb = [k.encode() for k in keys]  # type: ignore[union-attr]
+    except AttributeError:
+        kb = [k.encode("utf-8") if isinstance(k, str) else bytes(k) for k in keys]
+    if kb and (min(map(len, kb)) < 1 or max(map(len, kb)) > MAX_KEY_BYTES):
+        for k in keys:
+            encode_key(k)  # raises, naming the first bad key
+    return kb
+
+
+def abbreviate(key: str | bytes, limit: int = 80) -> str:
+    """A key shortened for messages."""
+    s = key if isinstance(key, str) else bytes(key).decode("utf-8", "replace")
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+_U16 = [struct.pack("<H", i) for i in range(MAX_KEY_BYTES + 1)]
+
+
+class BodyWriter:
+    """Appends body fields in wire order (section 3.1)."""
+
+    __slots__ = ("buf",)
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+
+    def u8(self, v: int) -> BodyWriter:
+        self.buf.append(v & 0xFF)
+        return self
+
+    def boolean(self, v: bool) -> BodyWriter:
+        self.buf.append(1 if v else 0)
+        return self
+
+    def u16(self, v: int) -> BodyWriter:
+        self.buf += struct.pack("<H", v)
+        return self
+
+    def i32(self, v: int) -> BodyWriter:
+        self.buf += struct.pack("<i", v)
+        return self
+
+    def i64(self, v: int) -> BodyWriter:
+        self.buf += struct.pack("<q", v)
+        return self
+
+    def bstr(self, b: bytes) -> BodyWriter:
+        if len(b) > 0xFFFF:
+            raise ValueError(f"byte string of {len(b)} bytes exceeds 65535")
+        self.buf += struct.pack("<H", len(b))
+        self.buf += b
+        return self
+
+    def string(self, s: str) -> BodyWriter:
+        return self.bstr(s.encode("utf-8"))
+
+    def keys(self, keys: Sequence[bytes]) -> BodyWriter:
+        """A key list: i32 count, then each key as a byte string (each at most 65535 bytes)."""
+        self.i32(len(keys))
+        lens = _U16
+        try:
+            self.buf += b"".join([lens[len(k)] + k for k in keys])
+        except IndexError:
+            for k in keys:
+                self.bstr(k)  # a byte string longer than a key: checked one by one
+        return self
+
+    def bytes(self) -> bytes:
+        return bytes(self.buf)
+
+
+class BodyReader:
+    """Reads body fields with bounds checks; ``done()`` rejects trailing bytes."""
+
+    __slots__ = ("data", "pos", "what")
+
+    def __init__(self, data: bytes | bytearray | memoryview, what: str) -> None:
+        self.data = data
+        self.pos = 0
+        self.what = what
+
+    def _take(self, n: int, field_name: str) -> int:
+        p = self.pos
+        if p + n > len(self.data):
+            raise ProtocolError(f"{self.what} body ends early reading {field_name}")
+        self.pos = p + n
+        return p
+
+    def u8(self, f: str) -> int:
+        return self.data[self._take(1, f)]
+
+    def boolean(self, f: str) -> bool:
+        v = self.u8(f)
+        if v > 1:
+            raise ProtocolError(f"{self.what}: {f} must be 0 or 1, got {v}")
+        return v == 1
+
+    def u16(self, f: str) -> int:
+        return struct.unpack_from("<H", self.data, self._take(2, f))[0]
+
+    def i32(self, f: str) -> int:
+        return struct.unpack_from("<i", self.data, self._take(4, f))[0]
+
+    def i64(self, f: str) -> int:
+        return struct.unpack_from("<q", self.data, self._take(8, f))[0]
+
+    def count(self, f: str, min_item_bytes: int) -> int:
+        n = self.i32(f)
+        if n < 0 or n * min_item_bytes > len(self.data) - self.pos:
+            raise ProtocolError(f"{self.what}: item count of {n} does not fit the "
+                                f"{len(self.data) - self.pos} bytes left in the body")
+        return n
+
+    def bstr(self, f: str) -> bytes:
+        n = self.u16(f)
+        p = self._take(n, f)
+        return bytes(self.data[p:p + n])
+
+    def string(self, f: str) -> str:
+        return self.bstr(f).decode("utf-8")
+
+    def done(self) -> None:
+        left = len(self.data) - self.pos
+        if left:
+            raise ProtocolError(f"{self.what} body has {left} unexpected trailing bytes")
+
+
+def decode_error(body: bytes | bytearray | memoryview) -> str:
+    """The message of an error reply (section 2.4); tolerant, since it is only ever shown."""
+    if len(body) < 2:
+        return "(no message)"
+    n = struct.unpack_from("<H", body, 0)[0]
+    return bytes(body[2:2 + n]).decode("utf-8", "replace")
+
+
+# ------------------------------------------------------------------------------- master messages
+
+
+@dataclass(frozen=True, slots=True)
+class HelloReply:
+    incarnation: int
+    epoch: int
+    max_key_bytes: int
+    max_value_bytes: int
+
+
+def encode_hello(client_id: tuple[int, int], host: str, pid: int) -> bytes:
+    """HELLO (section 4.3) from a client: role, 128-bit id, own host, process id."""
+    return (BodyWriter().u8(ROLE_CLIENT).i64(client_id[0]).i64(client_id[1]).string(host).i64(pid)).bytes()
+
+
+def decode_hello_reply(body: bytes) -> HelloReply:
+    r = BodyReader(body, "HELLO reply")
+    out = HelloReply(r.i64("master incarnation"), r.i64("cluster epoch"), r.i32("max key bytes"),
+                     r.i64("max value bytes"))
+    r.done()
+    return out
+
+
+def encode_ping(client_id: tuple[int, int]) -> bytes:
+    return BodyWriter().i64(client_id[0]).i64(client_id[1]).bytes()
+
+
+def decode_i64(body: bytes, what: str) -> int:
+    r = BodyReader(body, what)
+    v = r.i64(what)
+    r.done()
+    return v
+
+
+def decode_i32(body: bytes, what: str) -> int:
+    r = BodyReader(body, what)
+    v = r.i32(what)
+    r.done()
+    return v
+
+
+@dataclass(frozen=True, slots=True)
+class Replica:
+    """One copy of an object: segment id, tier and region offset."""
+
+    segment_id: int
+    tier: int
+    offset: int
+
+
+def _replicas(r: BodyReader) -> tuple[Replica, ...]:
+    n = r.u8("replica count")
+    out = []
+    for _ in range(n):
+        seg = r.i32("segment id")
+        tier = r.u8("tier")
+        if tier not in (TIER_MEMORY, TIER_DISK):
+            raise ProtocolError(f"{r.what}: unknown tier {tier}")
+        off = r.i64("region offset")
+        out.append(Replica(seg, tier, off))
+    return tuple(out)
+
+
+def _code(r: BodyReader) -> ResultCode:
+    v = r.u8("result code")
+    try:
+        return ResultCode(v)
+    except ValueError:
+        raise ProtocolError(f"{r.what}: unknown result code {v}") from None
+
+
+def encode_put_start(upsert: bool, replicas: int, preferred: str, items: Sequence[tuple[bytes, int]]) -> bytes:
+    """PUT_START (section 4.5): items are (key, value length); no generation condition."""
+    w = BodyWriter().boolean(upsert).u8(replicas).string(preferred).i32(len(items))
+    for k, length in items:
+        w.bstr(k).i64(length).i64(0)
+    return w.bytes()
+
+
+@dataclass(frozen=True, slots=True)
+class PutStartResult:
+    code: ResultCode
+    generation: int = 0
+    replicas: tuple[Replica, ...] = ()
+
+
+def decode_put_start_reply(body: bytes) -> tuple[int, list[PutStartResult]]:
+    """(epoch of the reservations, one result per item)."""
+    r = BodyReader(body, "PUT_START reply")
+    epoch = r.i64("epoch")
+    out = []
+    for _ in range(r.count("result count", 1)):
+        code = _code(r)
+        if code == ResultCode.OK:
+            out.append(PutStartResult(code, r.i64("generation"), _replicas(r)))
+        else:
+            out.append(PutStartResult(code))
+    r.done()
+    return epoch, out
+
+
+def encode_put_end(items: Sequence[tuple[bytes, int, int]]) -> bytes:
+    """PUT_END / PUT_REVOKE (sections 4.6, 4.7): items are (key, generation, failed-replica mask)."""
+    w = BodyWriter().i32(len(items))
+    for k, gen, mask in items:
+        w.bstr(k).i64(gen).i64(mask)
+    return w.bytes()
+
+
+_CODES = list(ResultCode)
+
+
+def decode_codes(body: bytes, what: str) -> list[ResultCode]:
+    """A result-code list: i32 count, one u8 per item."""
+    raw = _byte_items(body, what, "result count")
+    if raw and max(raw) >= len(_CODES):
+        raise ProtocolError(f"{what}: unknown result code {max(raw)}")
+    return [_CODES[b] for b in raw]
+
+
+def _byte_items(body: bytes, what: str, count: str) -> bytes:
+    """The items of a list of one-byte items (i32 count, then the bytes), checked."""
+    r = BodyReader(body, what)
+    n = r.count(count, 1)
+    r._take(n, "items")
+    r.done()
+    return body[4:4 + n]
+
+
+def encode_keys(keys: Sequence[bytes]) -> bytes:
+    return BodyWriter().keys(keys).bytes()
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaList:
+    """Where one object lives (GET_REPLICA_LIST, section 4.8)."""
+
+    code: ResultCode
+    value_length: int = 0
+    generation: int = 0
+    replicas: tuple[Replica, ...] = ()
+
+
+def decode_replica_lists(body: bytes) -> list[ReplicaList]:
+    r = BodyReader(body, "GET_REPLICA_LIST reply")
+    out = []
+    for _ in range(r.count("result count", 1)):
+        code = _code(r)
+        if code == ResultCode.OK:
+            length = r.i64("value length")
+            if length < 0:
+                raise ProtocolError("GET_REPLICA_LIST reply: value length is negative")
+            out.append(ReplicaList(code, length, r.i64("generation"), _replicas(r)))
+        else:
+            out.append(ReplicaList(code))
+    r.done()
+    return out
+
+
+def decode_flags(body: bytes, what: str) -> list[bool]:
+    raw = _byte_items(body, what, "flag count")
+    if raw and max(raw) > 1:
+        raise ProtocolError(f"{what}: flag must be 0 or 1, got {max(raw)}")
+    return [b == 1 for b in raw]
+
+
+def decode_sizes(body: bytes) -> list[int]:
+    r = BodyReader(body, "OBJECT_SIZE reply")
+    out = [r.i64("value length") for _ in range(r.count("size count", 8))]
+    r.done()
+    return out
+
+
+def decode_removed(body: bytes, what: str) -> tuple[int, int]:
+    """(objects removed, cluster epoch afterwards) of REMOVE_BY_PREFIX / REMOVE_ALL."""
+    r = BodyReader(body, what)
+    out = (r.i64("objects removed"), r.i64("cluster epoch"))
+    r.done()
+    return out
+
+
+TIER_STAT_NAMES = (
+    "memory_bytes_read", "memory_bytes_written", "memory_objects_read", "disk_capacity", "disk_used",
+    "disk_objects", "disk_hits", "disk_bytes_read", "disk_bytes_written", "disk_spill_queue_bytes",
+    "disk_spills_dropped", "disk_evicted", "disk_promoted", "disk_checksum_failures",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentStats:
+    """One registered segment, as CLUSTER_STATS lists it (section 4.15)."""
+
+    id: int
+    name: str
+    host: str
+    port: int
+    capacity: int
+    used: int
+    objects: int
+    active: bool
+    heartbeat_age_ms: int
+    shm_path: str
+    tiers: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolStats:
+    """A snapshot of the cluster (CLUSTER_STATS)."""
+
+    incarnation: int
+    epoch: int
+    keys: int
+    pending_puts: int
+    allocated_bytes: int
+    capacity_bytes: int
+    active_clients: int
+    segments: list[SegmentStats]
+
+
+def decode_cluster_stats(body: bytes) -> PoolStats:
+    r = BodyReader(body, "CLUSTER_STATS reply")
+    head = [r.i64(f) for f in ("incarnation", "epoch", "objects", "puts in flight", "allocated", "capacity")]
+    clients = r.i32("active clients")
+    segs = []
+    for _ in range(r.count("segment count", 40)):
+        sid = r.i32("segment id")
+        name = r.string("name")
+        host = r.string("host")
+        port = r.i32("port")
+        cap, used, regions = r.i64("capacity"), r.i64("used"), r.i64("regions")
+        state = r.u8("state")
+        age = r.i64("heartbeat age")
+        shm = r.string("shm path")
+        tiers = {n: r.i64(n) for n in TIER_STAT_NAMES}
+        segs.append(SegmentStats(sid, name, host, port, cap, used, regions, state == 1, age, shm, tiers))
+    r.done()
+    return PoolStats(head[0], head[1], head[2], head[3], head[4], head[5], clients, segs)
+
+
+# --------------------------------------------------------------------------------- node messages
+
+
+@dataclass(frozen=True, slots=True)
+class WriteItem:
+    """One object of a NODE_WRITE / NODE_SHM_WRITE_BEGIN (section 4.19)."""
+
+    offset: int
+    generation: int
+    key: bytes
+    length: int
+    crc: int
+
+
+def encode_node_write(epoch: int, items: Iterable[WriteItem]) -> bytes:
+    items = list(items)
+    w = BodyWriter().i64(epoch).i32(len(items))
+    for it in items:
+        w.i64(it.offset).i64(it.generation).bstr(it.key).i64(it.length)
+        w.buf += struct.pack("<I", it.crc & 0xFFFFFFFF)
+    return w.bytes()
+
+
+def encode_shm_write_end(items: Iterable[tuple[int, int, bool]]) -> bytes:
+    """NODE_SHM_WRITE_END (section 4.23): (region offset, generation, copied)."""
+    items = list(items)
+    w = BodyWriter().i32(len(items))
+    for off, gen, copied in items:
+        w.i64(off).i64(gen).boolean(copied)
+    return w.bytes()
+
+
+_READ_ITEM = struct.Struct("<qqqB")
+
+
+def encode_node_read(items: Sequence[tuple[int, int, int, int]]) -> bytes:
+    """NODE_READ (section 4.20): (region offset, generation, value length, tier), 25 bytes each."""
+    out = bytearray(struct.pack("<i", len(items)))
+    for it in items:
+        out += _READ_ITEM.pack(*it)
+    return bytes(out)

@@ -1,0 +1,170 @@
+"""The same-machine path: segments of nodes on this host, mapped from their /dev/shm files.
+
+Reads without the node (the protocol, section 8; the Java ``SharedSegments`` does the same): the node
+may reuse a region while a reader copies from it, but before it lets a write into reused space it
+marks the old object's header dead. So a read checks the header (magic, version, state COMPLETE,
+the generation the master gave, the value length), copies the value with one memory copy into the
+caller's memory, then checks state and generation again. If the second check fails the copy may be
+torn: it is discarded and the object is read over TCP instead (where the node pins it), which yields
+the object or a miss. A read therefore never returns another object's bytes or a partial object.
+
+The copy and the checks are plain loads. On x86-64 (the platform kvpool is built and tested on)
+loads are not reordered with other loads, which is all the check-copy-check needs; the node's
+stores of the dead mark happen before it admits the writer, under its own lock.
+
+Writes: the node admits each write (NODE_SHM_WRITE_BEGIN: it waits for readers of the space, fences
+old epochs and stamps the header WRITING), the client copies the value into the mapped region, and
+NODE_SHM_WRITE_END on the same connection makes it readable.
+
+Falling back: a segment is mapped only if its node is on this host, advertises a shared-memory file,
+the file is visible here and at least the segment's size. It is mapped read-write when this process
+may write the file, else read-only (reads still take the fast path, writes go over TCP). Anything
+else uses TCP, and the log says so once per segment.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import socket
+import threading
+
+from . import protocol as p
+from .protocol import SegmentStats
+
+log = logging.getLogger("kvpool")
+
+
+def is_local_host(host: str) -> bool:
+    """True if ``host`` names this machine: a loopback address, or an address some local interface has.
+
+    An address is local exactly when a socket can be bound to it, which needs no interface listing.
+    """
+    try:
+        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_UDP)
+    except OSError:
+        return False
+    for family, _, _, _, addr in infos:
+        ip = addr[0]
+        if ip.startswith("127.") or ip == "::1":
+            return True
+        try:
+            with socket.socket(family, socket.SOCK_DGRAM) as s:
+                s.bind((ip, 0) if family == socket.AF_INET else (ip, 0, 0, 0))
+                return True
+        except OSError:
+            continue
+    return False
+
+
+class Mapping:
+    """One mapped segment."""
+
+    __slots__ = ("mm", "view", "writable", "size")
+
+    def __init__(self, mm: mmap.mmap, writable: bool, size: int) -> None:
+        self.mm = mm
+        self.view = memoryview(mm)
+        self.writable = writable
+        self.size = size
+
+    def close(self) -> None:
+        try:
+            self.view.release()
+            self.mm.close()
+        except (BufferError, ValueError):
+            pass  # a reader still holds a slice; the map goes when the last view does
+
+    def read(self, offset: int, generation: int, length: int, dst: memoryview) -> bool:
+        """Copies the object into ``dst[:length]``; False if it is not there or changed during the copy."""
+        if offset < 0 or offset + p.OBJECT_KEY_OFFSET > self.size:
+            return False
+        magic, version, state, key_len, value_len, gen = p.OBJECT_HEAD.unpack_from(self.mm, offset)
+        if (magic != p.OBJECT_MAGIC or version != p.OBJECT_VERSION or state != p.OBJECT_STATE_COMPLETE
+                or gen != generation or value_len != length or not 1 <= key_len <= p.MAX_KEY_BYTES):
+            return False
+        at = offset + p.value_offset(key_len)
+        if at + length > self.size:
+            return False
+        dst[:length] = self.view[at:at + length]
+        _, _, state, _, _, gen = p.OBJECT_HEAD.unpack_from(self.mm, offset)
+        return state == p.OBJECT_STATE_COMPLETE and gen == generation
+
+    def write_value(self, offset: int, key_len: int, value: memoryview) -> None:
+        at = offset + p.value_offset(key_len)
+        self.view[at:at + value.nbytes] = value
+
+
+class SharedSegments:
+    """Mappings of this host's segments, by segment id; None for segments reached over TCP."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self._lock = threading.Lock()
+        self._mapped: dict[int, Mapping] = {}
+        self._unmappable: set[int] = set()
+        self._local: dict[str, bool] = {}
+
+    def mapping(self, seg: SegmentStats) -> Mapping | None:
+        if not self.enabled or not seg.shm_path or seg.id in self._unmappable:
+            return None
+        m = self._mapped.get(seg.id)
+        if m is not None:
+            return m
+        with self._lock:
+            m = self._mapped.get(seg.id)
+            if m is None and seg.id not in self._unmappable:
+                m = self._map(seg)
+                if m is None:
+                    self._unmappable.add(seg.id)
+                else:
+                    self._mapped[seg.id] = m
+            return m
+
+    def _is_local(self, host: str) -> bool:
+        v = self._local.get(host)
+        if v is None:
+            v = self._local[host] = is_local_host(host)
+        return v
+
+    def _map(self, seg: SegmentStats) -> Mapping | None:
+        if not self._is_local(seg.host):
+            return None
+        path = seg.shm_path
+        try:
+            size = os.stat(path).st_size
+        except OSError as e:
+            log.info("kvpool: segment %s: shared-memory file %s is not visible here (%s); using TCP", seg.name, path, e)
+            return None
+        if size < seg.capacity:
+            log.info("kvpool: segment %s: %s has %d bytes, the segment %d; using TCP", seg.name, path, size,
+                     seg.capacity)
+            return None
+        writable = os.access(path, os.R_OK | os.W_OK)
+        try:
+            fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
+            try:
+                mm = mmap.mmap(fd, seg.capacity, mmap.MAP_SHARED,
+                               mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0))
+            finally:
+                os.close(fd)
+        except OSError as e:
+            log.info("kvpool: segment %s: cannot map %s (%s); using TCP", seg.name, path, e)
+            return None
+        log.info("kvpool: segment %s: same-machine path through %s (%s)", seg.name, path,
+                 "reads and writes" if writable else "reads only; writes over TCP")
+        return Mapping(mm, writable, seg.capacity)
+
+    def retain(self, live: set[int]) -> None:
+        """Forgets mappings of segments no longer in the table."""
+        with self._lock:
+            for sid in [s for s in self._mapped if s not in live]:
+                self._mapped.pop(sid).close()
+            self._unmappable &= live
+
+    def close(self) -> None:
+        with self._lock:
+            for m in self._mapped.values():
+                m.close()
+            self._mapped.clear()

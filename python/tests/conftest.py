@@ -1,0 +1,131 @@
+"""Test fixtures: real kvpool pools (the Java master and node) started by the tests themselves.
+
+``start_pool(**flags)`` runs ``java -jar kvpool-cli/target/kvpool.jar serve`` on free loopback ports
+with a /dev/shm segment, waits until its segment is ACTIVE, and stops it by PID. The jar is built by
+the README's test command before the Python suite runs (``./kvpool build`` builds it by hand).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "python"))
+
+import kvpool  # noqa: E402
+
+JAR = REPO / "kvpool-cli" / "target" / "kvpool.jar"
+
+
+def find_java() -> Path:
+    """A JDK 25 java: $JAVA_HOME, then Temurin 25 where this project's machines have it."""
+    for home in (os.environ.get("JAVA_HOME"), "/usr/lib/jvm/temurin-25-jdk-amd64"):
+        if home and (Path(home) / "bin" / "java").exists():
+            out = subprocess.run([str(Path(home) / "bin" / "java"), "-version"], capture_output=True, text=True)
+            if 'version "2' in out.stderr and not 'version "21' in out.stderr:
+                return Path(home) / "bin" / "java"
+    raise RuntimeError("no JDK 25 found: set JAVA_HOME")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Pool:
+    """A running embedded pool (master and one node in one JVM)."""
+
+    def __init__(self, *, segment_size: str = "512MiB", extra: list[str] | None = None) -> None:
+        if not JAR.exists():
+            raise RuntimeError(f"{JAR} is missing: run ./kvpool build first")
+        self.java = find_java()
+        self.jar = JAR
+        self.repo = REPO
+        self.port = free_port()
+        self.node_port = free_port()
+        self.master = f"127.0.0.1:{self.port}"
+        self.node = f"127.0.0.1:{self.node_port}"
+        self.dir = Path(tempfile.mkdtemp(prefix="kvpool-pytest-"))
+        self.log = self.dir / "serve.log"
+        cmd = [str(self.java), "--enable-native-access=ALL-UNNAMED", "-Xmx512m", "-jar", str(JAR), "serve",
+               "--port", str(self.port), "--node-port", str(self.node_port), "--http-port", "-1",
+               "--segment-size", segment_size, "--no-prefault", *(extra or [])]
+        self.proc = subprocess.Popen(cmd, stdout=open(self.log, "wb"), stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        self._wait_ready()
+
+    def _wait_ready(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"kvpool serve exited with {self.proc.returncode}: {self.log.read_text()[-2000:]}")
+            try:
+                with kvpool.Client(self.master, timeout=5, connect_timeout=1) as c:
+                    if any(s.active for s in c.status().segments):
+                        return
+            except kvpool.KvPoolError as e:
+                last = e
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"pool at {self.master} not ready in {timeout}s ({last}): {self.log.read_text()[-2000:]}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def kvpool_cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Runs a `kvpool` CLI command (the Java client) against this pool."""
+        out = subprocess.run([str(self.java), "--enable-native-access=ALL-UNNAMED", "-jar", str(JAR), *args],
+                             capture_output=True, text=True, timeout=120)
+        if check and out.returncode != 0:
+            raise RuntimeError(f"kvpool {' '.join(args)} exited {out.returncode}: {out.stdout}{out.stderr}")
+        return out
+
+    def __enter__(self) -> Pool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_pool(**kw: object) -> Pool:
+    """Starts a pool of your own (stop it, or use it as a context manager)."""
+    return Pool(**kw)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="session")
+def pool() -> Iterator[Pool]:
+    p = Pool()
+    try:
+        yield p
+    finally:
+        p.stop()
+
+
+@pytest.fixture
+def client(pool: Pool) -> Iterator[kvpool.Client]:
+    c = kvpool.Client(pool.master)
+    c.remove_all(force=True)
+    try:
+        yield c
+    finally:
+        c.close()

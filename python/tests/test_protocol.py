@@ -1,0 +1,143 @@
+"""Cross-language checks of the wire protocol: Python's encoders and decoders against the bytes the
+Java code writes (io.kvpool.protocol.WireVectors, run from the jar) and against docs/protocol.md.
+
+A change to a body layout, an opcode, a result code or a status on either side that the other does
+not follow fails here.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import uuid
+
+import pytest
+
+from conftest import JAR, REPO, find_java
+from kvpool import protocol as p
+from kvpool.client import _signed64
+
+
+@pytest.fixture(scope="module")
+def java_vectors() -> dict[str, str]:
+    out = subprocess.run([str(find_java()), "-cp", str(JAR), "io.kvpool.protocol.WireVectors"],
+                         capture_output=True, text=True, check=True, timeout=60)
+    return dict(line.split(" ", 1) for line in out.stdout.splitlines())
+
+
+def vec(java_vectors: dict[str, str], name: str) -> bytes:
+    return bytes.fromhex(java_vectors[name])
+
+
+K1 = "model@0@abc".encode()
+K2 = "ключ-é".encode()
+ID = (0x1122334455667788, -0x123456789ABCDEF)
+
+
+def test_tables_match_java(java_vectors: dict[str, str]) -> None:
+    assert int(java_vectors["version"]) == p.VERSION
+    java_results = {k[7:]: int(v) for k, v in java_vectors.items() if k.startswith("result.")}
+    assert java_results == {c.name: c.value for c in p.ResultCode}
+    java_status = {k[7:]: int(v) for k, v in java_vectors.items() if k.startswith("status.")}
+    assert java_status == {s.name: s.value for s in p.FrameStatus}
+    java_ops = {k[7:]: int(v) for k, v in java_vectors.items() if k.startswith("opcode.")}
+    for op in p.Opcode:  # Python speaks a subset (no node-to-master opcodes)
+        assert java_ops[op.name] == op.value, op
+
+
+def test_header(java_vectors: dict[str, str]) -> None:
+    ours = p.encode_header(0x81, 0x0102030405060708, 0x11223344, 0x0055667788990011, flags=p.FLAG_REPLY, status=5)
+    assert ours == vec(java_vectors, "header_node_read_reply")
+    h = p.decode_header(ours)
+    assert (h.opcode, h.status, h.request_id, h.body_length, h.payload_length) == \
+        (0x81, 5, 0x0102030405060708, 0x11223344, 0x0055667788990011)
+
+
+def test_header_example_in_the_document() -> None:
+    doc = (REPO / "docs" / "protocol.md").read_text()
+    m = re.search(r"as `FrameHeader.write` produces them:\s*```text\s*([0-9a-f ]+?)\s*```", doc)
+    assert m, "the header example is gone from docs/protocol.md section 2.1"
+    documented = bytes.fromhex(m.group(1).replace(" ", ""))
+    assert documented == p.encode_header(0x81, 0x0102030405060708, 0x11223344, 0x0055667788990011,
+                                         flags=p.FLAG_REPLY, status=5)
+    assert f"# kvpool wire protocol, version {p.VERSION}" in doc
+
+
+def test_request_bodies_equal_java(java_vectors: dict[str, str]) -> None:
+    assert p.encode_hello(ID, "host-1", 4242) == vec(java_vectors, "hello")
+    assert p.encode_ping(ID) == vec(java_vectors, "ping")
+    assert p.encode_put_start(True, 2, "127.0.0.1:50052", [(K1, 1 << 20), (K2, 0)]) == vec(java_vectors, "put_start")
+    assert p.encode_put_end([(K1, 1234, 2), (K2, -5, -1)]) == vec(java_vectors, "put_end")
+    assert p.encode_keys([K1, K2]) == vec(java_vectors, "keys")
+    assert p.BodyWriter().bstr(K1).bytes() == vec(java_vectors, "prefix")
+    assert p.BodyWriter().boolean(True).bytes() == vec(java_vectors, "remove_all")
+    assert p.encode_node_write(3, [p.WriteItem(4096, 1234, K1, 1 << 20, 0xE3069283),
+                                   p.WriteItem(0, 1, K2, 0, 0)]) == vec(java_vectors, "node_write")
+    assert p.encode_node_read([(4096, 1234, 1 << 20, 0), (0, 7, 9, 1)]) == vec(java_vectors, "node_read")
+    assert p.encode_shm_write_end([(4096, 1234, True), (64, 5, False)]) == vec(java_vectors, "shm_write_end")
+
+
+def test_reply_bodies_decode(java_vectors: dict[str, str]) -> None:
+    assert p.decode_hello_reply(vec(java_vectors, "hello_reply")) == p.HelloReply(77, 3, 512, 256 << 20)
+    epoch, results = p.decode_put_start_reply(vec(java_vectors, "put_start_reply"))
+    assert epoch == 9
+    assert results == [p.PutStartResult(p.ResultCode.OK, 1234, (p.Replica(1, 0, 4096), p.Replica(2, 1, 0))),
+                       p.PutStartResult(p.ResultCode.POOL_FULL)]
+    assert p.decode_codes(vec(java_vectors, "codes"), "codes") == list(p.ResultCode)
+    assert p.decode_replica_lists(vec(java_vectors, "replica_lists")) == [
+        p.ReplicaList(p.ResultCode.OK, 1 << 20, 1234, (p.Replica(3, 0, 128),)), p.ReplicaList(p.ResultCode.NOT_FOUND)]
+    assert p.decode_flags(vec(java_vectors, "flags"), "flags") == [True, False, True]
+    assert p.decode_sizes(vec(java_vectors, "sizes")) == [1 << 20, -1]
+    assert p.decode_removed(vec(java_vectors, "removed"), "removed") == (12, 4)
+    stats = p.decode_cluster_stats(vec(java_vectors, "cluster_stats"))
+    assert (stats.incarnation, stats.epoch, stats.keys, stats.pending_puts, stats.allocated_bytes,
+            stats.capacity_bytes, stats.active_clients) == (77, 3, 10, 1, 4096, 1 << 30, 2)
+    seg = stats.segments[0]
+    assert (seg.id, seg.name, seg.host, seg.port, seg.capacity, seg.used, seg.objects, seg.active,
+            seg.heartbeat_age_ms, seg.shm_path) == (1, "127.0.0.1:50052", "127.0.0.1", 50052, 1 << 30, 4096, 10,
+                                                    True, 250, "/dev/shm/kvpool-x.seg")
+    assert list(seg.tiers.values()) == list(range(1, 15))
+
+
+@pytest.mark.parametrize("name,decode", [
+    ("put_start_reply", p.decode_put_start_reply),
+    ("replica_lists", p.decode_replica_lists),
+    ("cluster_stats", p.decode_cluster_stats),
+    ("sizes", p.decode_sizes),
+])
+def test_truncated_and_padded_bodies_are_rejected(java_vectors: dict[str, str], name: str, decode) -> None:  # type: ignore[no-untyped-def]
+    good = vec(java_vectors, name)
+    for cut in (1, len(good) // 2, len(good) - 1):
+        with pytest.raises(p.ProtocolError, match="ends early|does not fit"):
+            decode(good[:cut])
+    with pytest.raises(p.ProtocolError, match="trailing"):
+        decode(good + b"\0")
+
+
+def test_header_checks() -> None:
+    good = p.encode_header(0x01, 1, 0, flags=p.FLAG_REPLY)
+    with pytest.raises(p.ProtocolError, match="magic"):
+        p.decode_header(b"XX" + good[2:])
+    with pytest.raises(p.ProtocolError, match="version 2; this client speaks version 3"):
+        p.decode_header(p.encode_header(0x01, 1, 0, flags=p.FLAG_REPLY, version=2))
+    with pytest.raises(p.ProtocolError, match="malformed header"):
+        p.decode_header(p.encode_header(0x01, 1, 0, flags=0x03))
+    with pytest.raises(p.ProtocolError, match="unknown result code"):
+        p.decode_codes(b"\x01\x00\x00\x00\x09", "codes")
+    with pytest.raises(p.ProtocolError, match="does not fit"):
+        p.decode_codes(b"\xff\xff\xff\x7f", "codes")
+
+
+def test_key_limits() -> None:
+    assert p.encode_key("a" * 512) == b"a" * 512
+    with pytest.raises(ValueError, match="1..512"):
+        p.encode_key("")
+    with pytest.raises(ValueError, match="has 513 UTF-8 bytes"):
+        p.encode_key("a" * 513)
+    with pytest.raises(ValueError, match="has 514 UTF-8 bytes"):
+        p.encode_key("é" * 257)
+
+
+def test_uuid_halves_are_signed() -> None:
+    u = uuid.UUID("ffffffff-ffff-ffff-0000-000000000001").int
+    assert (_signed64(u >> 64), _signed64(u & ((1 << 64) - 1))) == (-1, 1)
