@@ -5,12 +5,12 @@
 
 from .buffers import RawBuffer, as_memoryview
 from .client import MISS, Client, PutStatus
-from .errors import KvPoolError, MasterUnreachable
+from .errors import KvPoolError, MasterTimeout, MasterUnreachable
 from .protocol import VERSION as PROTOCOL_VERSION
 from .protocol import PoolStats, ProtocolError, SegmentStats
 
 __all__ = [
-    "Client", "PutStatus", "MISS", "RawBuffer", "as_memoryview", "KvPoolError", "MasterUnreachable",
+    "Client", "PutStatus", "MISS", "RawBuffer", "as_memoryview", "KvPoolError", "MasterUnreachable", "MasterTimeout",
     "ProtocolError", "PoolStats", "SegmentStats", "PROTOCOL_VERSION",
 ]
 __version__ = "0.1.0"

@@ -37,7 +37,7 @@ from ._net import Connection, ConnectionPool, parse_host_port
 from .buffers import Buffer, as_memoryview
 from .config import master_from_environment
 from .crc import crc32c
-from .errors import KvPoolError, MasterUnreachable
+from .errors import KvPoolError, MasterTimeout, MasterUnreachable
 from .protocol import Opcode, PoolStats, ResultCode, SegmentStats
 from .shm import SharedSegments, is_local_host
 
@@ -48,6 +48,8 @@ T = TypeVar("T")
 
 #: Oldest segment table used to pick a local segment for placement (as the Java client).
 LOCAL_TABLE_AGE = 10.0
+#: A request after this long without a HELLO or PING is preceded by a PING on the same connection.
+PING_INTERVAL = 4.0
 
 
 class PutStatus(enum.Enum):
@@ -101,6 +103,7 @@ class Client:
         self._hostname = socket.gethostname()
         self._lock = threading.Lock()
         self._incarnation: int | None = None
+        self._heard = 0.0  # when the master last heard HELLO or PING from this client
         self.max_value_bytes = p.DEFAULT_MAX_PAYLOAD_BYTES
         self.epoch = 0
         self._segments: dict[int, SegmentStats] = {}
@@ -129,6 +132,7 @@ class Client:
                 self._segments = {}
                 self._table_at = 0.0
             self._incarnation = r.incarnation
+            self._heard = time.monotonic()
             self.max_value_bytes = min(r.max_value_bytes, p.DEFAULT_MAX_PAYLOAD_BYTES)
             self.epoch = r.epoch
 
@@ -140,16 +144,20 @@ class Client:
             c = self._master.borrow(self.timeout)
             fresh = c.next_id <= 2  # HELLO was its only exchange
             try:
+                if time.monotonic() - self._heard > PING_INTERVAL:
+                    # keeps a busy client counted as active (the master's client TTL is 10 s)
+                    self.epoch = p.decode_i64(c.call(Opcode.PING, p.encode_ping(self._id), self.timeout)[0], "PING reply")
+                    self._heard = time.monotonic()
                 reply, _ = c.call(opcode, body, self.timeout)
                 return decode(reply)
             except (ConnectionError, BrokenPipeError) as e:
                 if attempt == 0 and not fresh:
                     continue  # the master closed an idle connection (restart): try a new one
                 raise MasterUnreachable(f"master at {self.master}: {opcode.name} failed: {e}") from e
+            except TimeoutError as e:
+                raise MasterTimeout(f"master at {self.master}: {opcode.name} timed out after {self.timeout:.1f}s") from e
             except OSError as e:
-                raise MasterUnreachable(f"master at {self.master}: {opcode.name} failed: "
-                                        f"{'timed out after %.1fs' % self.timeout if isinstance(e, TimeoutError) else e}"
-                                        ) from e
+                raise MasterUnreachable(f"master at {self.master}: {opcode.name} failed: {e}") from e
             finally:
                 self._master.release(c)
         raise AssertionError("unreachable")
@@ -283,6 +291,16 @@ class Client:
                                            p.decode_put_start_reply)
         if len(results) != hi - lo:
             raise p.ProtocolError(f"PUT_START reply has {len(results)} results for {hi - lo} items")
+        too_large = [lo + j for j, r in enumerate(results) if r.code == ResultCode.TOO_LARGE]
+        if too_large:
+            # the master's limit is below what its HELLO said: give back this chunk's reservations first
+            revoke = [(kb[lo + j], r.generation, 0) for j, r in enumerate(results) if r.code == ResultCode.OK]
+            if revoke:
+                self._call_master(Opcode.BATCH_PUT_REVOKE, p.encode_put_end(revoke),
+                                  lambda b: p.decode_codes(b, "PUT_REVOKE reply"))
+            i = too_large[0]
+            raise ValueError(f"value for key {p.abbreviate(kb[i])!r} of {views[i].nbytes} bytes exceeds the "
+                             "master's max value size")
         by_segment: dict[int, list[tuple[int, int, p.WriteItem]]] = {}
         for j, r in enumerate(results):
             i = lo + j
@@ -291,9 +309,6 @@ class Client:
                 for rep_no, rep in enumerate(r.replicas):
                     by_segment.setdefault(rep.segment_id, []).append(
                         (j, rep_no, p.WriteItem(rep.offset, r.generation, kb[i], views[i].nbytes, crc)))
-            elif r.code == ResultCode.TOO_LARGE:
-                raise ValueError(f"value for key {p.abbreviate(kb[i])!r} of {views[i].nbytes} bytes exceeds the "
-                                 "master's max value size")
             else:
                 status[i] = {ResultCode.ALREADY_EXISTS: PutStatus.ALREADY_EXISTS, ResultCode.POOL_FULL:
                              PutStatus.POOL_FULL, ResultCode.NO_SEGMENT: PutStatus.NO_SEGMENT}.get(r.code, PutStatus.FAILED)

@@ -7,3 +7,7 @@ class KvPoolError(Exception):
 
 class MasterUnreachable(KvPoolError):
     """The master could not be reached; the message names its address."""
+
+
+class MasterTimeout(MasterUnreachable):
+    """The master did not answer within the client's timeout (the message names it and the timeout)."""

@@ -107,6 +107,67 @@ class Pool:
         self.stop()
 
 
+class Cluster:
+    """A master and ``nodes`` storage nodes, each its own process, on loopback."""
+
+    def __init__(self, nodes: int = 2, *, segment_size: str = "128MiB", node_ttl: str = "2s") -> None:
+        self.java = find_java()
+        self.port = free_port()
+        self.master = f"127.0.0.1:{self.port}"
+        self.dir = Path(tempfile.mkdtemp(prefix="kvpool-pytest-cluster-"))
+        self.master_proc = self._spawn("master", ["master", "--host", "127.0.0.1", "--port", str(self.port),
+                                                  "--http-port", "-1", "--node-ttl", node_ttl])
+        self.node_ports: list[int] = []
+        self.node_procs: list[subprocess.Popen[bytes]] = []
+        for i in range(nodes):
+            port = free_port()
+            self.node_ports.append(port)
+            self.node_procs.append(self._spawn(f"node{i}", [
+                "node", "--master", self.master, "--host", "127.0.0.1", "--advertise-host", "127.0.0.1",
+                "--port", str(port), "--segment-size", segment_size, "--no-prefault", "--heartbeat-interval", "200ms"]))
+        self.wait_active(nodes)
+
+    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+        return subprocess.Popen([str(self.java), "--enable-native-access=ALL-UNNAMED", "-Xmx256m", "-jar", str(JAR),
+                                 *args], stdout=open(self.dir / f"{name}.log", "wb"), stderr=subprocess.STDOUT,
+                                start_new_session=True)
+
+    def wait_active(self, n: int, timeout: float = 60.0) -> None:
+        """Waits until exactly ``n`` segments are ACTIVE (a node that died is dropped after the TTL)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with kvpool.Client(self.master, timeout=5, connect_timeout=1) as c:
+                    if sum(s.active for s in c.status().segments) == n and len(c.status().segments) == n:
+                        return
+            except kvpool.KvPoolError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"cluster at {self.master} did not reach {n} active segments in {timeout}s")
+
+    def kill_node(self, i: int) -> None:
+        os.killpg(self.node_procs[i].pid, signal.SIGKILL)
+        self.node_procs[i].wait()
+
+    def stop(self) -> None:
+        for p in [*self.node_procs, self.master_proc]:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in [*self.node_procs, self.master_proc]:
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
 def start_pool(**kw: object) -> Pool:
     """Starts a pool of your own (stop it, or use it as a context manager)."""
     return Pool(**kw)  # type: ignore[arg-type]

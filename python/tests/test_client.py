@@ -295,3 +295,12 @@ def test_master_gone_mid_session() -> None:
     finally:
         c.close()
         p.stop()
+
+
+def test_a_request_after_a_quiet_spell_pings_first(client: kvpool.Client) -> None:
+    client._heard = -1e9  # as if the last HELLO or PING were long ago
+    client.exists("x")
+    assert client._heard > 0  # a PING went first, so the master counts this client as active
+    heard = client._heard
+    client.exists("x")
+    assert client._heard == heard  # not before every request
