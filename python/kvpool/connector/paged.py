@@ -1,0 +1,229 @@
+"""Paged KV caches as the connector reads and fills them.
+
+The bytes of one pool object (one block) are the Java reference engine's block layout
+(``kvpool-engine``'s ``KvBlocks``), which is also vLLM's cross-layer block layout for
+FlashAttention-style backends with the NHD cache layout (``get_kv_cache_stride_order(
+include_num_layers_dimension=True) == (2, 0, 1, 3, 4, 5)``)::
+
+    block b:  [layer][K=0 / V=1][token in block][kv head][head dim]   of the KV dtype, little-endian
+    block_bytes = num_layers * 2 * block_size * num_kv_heads * head_size * dtype size
+
+:class:`PagedKvCache` holds ``num_blocks`` such blocks in one contiguous numpy array or torch CPU
+tensor of shape ``(num_blocks, num_layers, 2, block_size, num_kv_heads, head_size)``, so a block is
+one contiguous region and loads and saves go straight between the pool and the cache (no
+intermediate bytes). Its per-layer views are strided views of the same memory, in vLLM's per-layer
+logical shapes: :meth:`PagedKvCache.layer` ``(2, num_blocks, block_size, num_kv_heads, head_size)``
+(FlashAttention, NHD) and :meth:`PagedKvCache.layer_hnd` ``(2, num_blocks, num_kv_heads, block_size,
+head_size)`` (vLLM's CPU attention backend, ``CPUAttentionBackend.get_kv_cache_shape``).
+
+:class:`LayeredPagedKv` adapts separately allocated per-layer caches (what vLLM hands a connector
+through ``register_kv_caches``): a block is scattered over the layers there, and for the CPU backend
+its heads come before its tokens, so loads and saves go through one staging copy per block.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Sequence
+
+from .keys import dtype_name
+
+__all__ = ["PagedKv", "PagedKvCache", "LayeredPagedKv", "NHD", "HND"]
+
+#: vLLM per-layer logical layouts, as the dimension names of a layer's KV cache tensor.
+NHD = ("kv", "blocks", "tokens", "heads", "dim")   # FlashAttention: (2, num_blocks, block_size, H, D)
+HND = ("kv", "blocks", "heads", "tokens", "dim")   # CPU backend:    (2, num_blocks, H, block_size, D)
+_CANON = ("kv", "blocks", "tokens", "heads", "dim")
+
+
+class PagedKv:
+    """What a connector needs of an engine's paged KV memory. Subclasses give ``block_size``,
+    ``num_layers``, ``block_bytes`` and either :meth:`block` (a block is contiguous: zero-copy) or
+    both :meth:`load_targets` and :meth:`save_sources` (staged)."""
+
+    block_size: int
+    num_layers: int
+    block_bytes: int
+
+    def block(self, block_id: int) -> Any:
+        """Block ``block_id``'s memory: a writable contiguous buffer of ``block_bytes`` bytes."""
+        raise NotImplementedError
+
+    def load_targets(self, block_ids: Sequence[int]) -> tuple[list[Any], Callable[[Sequence[bool]], None]]:
+        """Buffers to read the blocks' objects into, and a function to call with which reads succeeded
+        (it puts those in place; blocks whose read failed are left untouched)."""
+        return [self.block(b) for b in block_ids], _nothing
+
+    def save_sources(self, block_ids: Sequence[int]) -> list[Any]:
+        """Buffers holding the blocks' bytes in the pool's layout."""
+        return [self.block(b) for b in block_ids]
+
+
+def _nothing(ok: Sequence[bool]) -> None:
+    return None
+
+
+def _is_torch(x: Any) -> bool:
+    return type(x).__module__.startswith("torch")
+
+
+class PagedKvCache(PagedKv):
+    """``num_blocks`` KV blocks in one contiguous array, block-major in the pool's block layout.
+
+    Args:
+        num_blocks, num_layers, block_size, num_kv_heads, head_size: the cache's shape.
+        dtype: element type (default float32: the reference engine's ``f32``); a numpy dtype for
+            ``backend="numpy"``, a torch dtype (or its name, e.g. ``"bfloat16"``) for ``"torch"``.
+        backend: ``"numpy"`` or ``"torch"`` (CPU tensors); imported only when used.
+        data: an existing contiguous array or tensor of shape ``(num_blocks, num_layers, 2,
+            block_size, num_kv_heads, head_size)`` to wrap instead of allocating (e.g. vLLM's
+            cross-layer KV cache); the other arguments are then read from it.
+    """
+
+    def __init__(self, num_blocks: int = 0, num_layers: int = 0, block_size: int = 16, num_kv_heads: int = 0,
+                 head_size: int = 0, dtype: Any = "float32", backend: str = "numpy", data: Any = None) -> None:
+        if data is None:
+            for name, v in (("num_blocks", num_blocks), ("num_layers", num_layers), ("block_size", block_size),
+                            ("num_kv_heads", num_kv_heads), ("head_size", head_size)):
+                if not isinstance(v, int) or v < 1:
+                    raise ValueError(f"paged KV cache: {name} must be at least 1, got {v!r}")
+            shape = (num_blocks, num_layers, 2, block_size, num_kv_heads, head_size)
+            if backend == "numpy":
+                import numpy as np
+                data = np.zeros(shape, dtype=np.dtype(dtype))
+            elif backend == "torch":
+                import torch
+                td = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+                data = torch.zeros(shape, dtype=td, device="cpu")
+            else:
+                raise ValueError(f"paged KV cache: backend must be numpy or torch, got {backend!r}")
+        if len(data.shape) != 6 or data.shape[2] != 2:
+            raise ValueError("paged KV cache: data must have shape (num_blocks, num_layers, 2, block_size, "
+                             f"num_kv_heads, head_size), got {tuple(data.shape)}")
+        self._torch = _is_torch(data)
+        if self._torch:
+            if data.device.type != "cpu" or not data.is_contiguous():
+                raise ValueError("paged KV cache: the tensor must be a contiguous CPU tensor")
+            itemsize = data.element_size()
+        else:
+            if not data.flags.c_contiguous:
+                raise ValueError("paged KV cache: the array must be C-contiguous")
+            itemsize = data.itemsize
+        self.data = data
+        (self.num_blocks, self.num_layers, _, self.block_size, self.num_kv_heads,
+         self.head_size) = (int(d) for d in data.shape)
+        self.dtype = data.dtype
+        self.block_bytes = self.num_layers * 2 * self.block_size * self.num_kv_heads * self.head_size * itemsize
+        if not self._torch:
+            import numpy as np
+            self._bytes = data.reshape(-1).view(np.uint8).reshape(self.num_blocks, self.block_bytes)
+
+    @property
+    def kv_dtype(self) -> str:
+        """The key's spelling of this cache's dtype (``f32``, ``bf16``, ...)."""
+        return dtype_name(self.dtype)
+
+    def block(self, block_id: int) -> Any:
+        """Block ``block_id`` as a contiguous writable view (a uint8 array, or the block's tensor)."""
+        if not 0 <= block_id < self.num_blocks:
+            raise IndexError(f"KV block {block_id} outside 0..{self.num_blocks - 1}")
+        return self.data[block_id] if self._torch else self._bytes[block_id]
+
+    def block_view(self, block_id: int) -> Any:
+        """Block ``block_id`` shaped ``(num_layers, 2, block_size, num_kv_heads, head_size)``."""
+        return self.data[block_id]
+
+    def layer(self, layer: int) -> Any:
+        """Layer ``layer``'s KV as vLLM's NHD per-layer view ``(2, num_blocks, block_size, H, D)`` (no copy)."""
+        v = self.data[:, layer]
+        return v.permute(1, 0, 2, 3, 4) if self._torch else v.transpose(1, 0, 2, 3, 4)
+
+    def layer_hnd(self, layer: int) -> Any:
+        """Layer ``layer``'s KV in vLLM's CPU backend shape ``(2, num_blocks, H, block_size, D)`` (no copy)."""
+        v = self.data[:, layer]
+        return v.permute(1, 0, 3, 2, 4) if self._torch else v.transpose(1, 0, 3, 2, 4)
+
+    def __repr__(self) -> str:
+        return (f"PagedKvCache({self.num_blocks} blocks x {self.num_layers} layers x {self.block_size} tokens x "
+                f"{self.num_kv_heads} heads x {self.head_size}, {self.dtype}, {self.block_bytes} bytes a block)")
+
+
+class LayeredPagedKv(PagedKv):
+    """Per-layer torch CPU KV caches (vLLM's ``register_kv_caches``), moved to and from the pool's
+    block layout through one staging copy per block.
+
+    Args:
+        layers: one tensor per layer, in layer order, each of the per-layer logical shape described
+            by ``layout`` (``NHD``: ``(2, num_blocks, block_size, H, D)``; ``HND``, vLLM's CPU backend:
+            ``(2, num_blocks, H, block_size, D)``). Strided views are fine.
+        block_size: tokens per block; must equal the tensors' token dimension.
+        layout: the dimension names of a layer tensor (a permutation of ``NHD``).
+    """
+
+    def __init__(self, layers: Sequence[Any], block_size: int, layout: Sequence[str] = NHD) -> None:
+        import torch
+        if not layers:
+            raise ValueError("layered KV cache: no layers")
+        layout = tuple(layout)
+        if sorted(layout) != sorted(_CANON):
+            raise ValueError(f"layered KV cache: layout must name the dimensions {_CANON}, got {layout}")
+        perm = [layout.index(d) for d in _CANON]
+        self._layers = [t.permute(*perm) for t in layers]  # each: (2, num_blocks, tokens, heads, dim)
+        first = self._layers[0]
+        for i, t in enumerate(self._layers):
+            if tuple(t.shape) != tuple(first.shape) or t.dtype != first.dtype:
+                raise ValueError(f"layered KV cache: layer {i} has shape {tuple(t.shape)} / {t.dtype}, "
+                                 f"layer 0 {tuple(first.shape)} / {first.dtype}")
+            if t.device.type != "cpu":
+                raise ValueError(f"layered KV cache: layer {i} is on {t.device}; kvpool moves host memory only")
+        if first.shape[0] != 2:
+            raise ValueError(f"layered KV cache: the K/V dimension has {first.shape[0]} entries, not 2")
+        if first.shape[2] != block_size:
+            raise ValueError(f"layered KV cache: the layers' blocks hold {first.shape[2]} tokens but the block "
+                             f"size is {block_size} (kernel blocks smaller than the cache block are not supported)")
+        self._torch = torch
+        self.num_layers = len(self._layers)
+        self.num_blocks = int(first.shape[1])
+        self.block_size = block_size
+        self.num_kv_heads = int(first.shape[3])
+        self.head_size = int(first.shape[4])
+        self.dtype = first.dtype
+        self._block_shape = (self.num_layers, 2, block_size, self.num_kv_heads, self.head_size)
+        self.block_bytes = self.num_layers * 2 * block_size * self.num_kv_heads * self.head_size * first.element_size()
+
+    @property
+    def kv_dtype(self) -> str:
+        return dtype_name(self.dtype)
+
+    def _check(self, block_id: int) -> None:
+        if not 0 <= block_id < self.num_blocks:
+            raise IndexError(f"KV block {block_id} outside 0..{self.num_blocks - 1}")
+
+    def gather(self, block_id: int, out: Optional[Any] = None) -> Any:
+        """Block ``block_id`` in the pool's layout, as a contiguous tensor (into ``out`` if given)."""
+        self._check(block_id)
+        if out is None:
+            out = self._torch.empty(self._block_shape, dtype=self.dtype)
+        for layer, t in enumerate(self._layers):
+            out[layer].copy_(t[:, block_id])
+        return out
+
+    def scatter(self, block_id: int, src: Any) -> None:
+        """Puts ``src`` (one block in the pool's layout) into block ``block_id`` of every layer."""
+        self._check(block_id)
+        for layer, t in enumerate(self._layers):
+            t[:, block_id].copy_(src[layer])
+
+    def load_targets(self, block_ids: Sequence[int]) -> tuple[list[Any], Callable[[Sequence[bool]], None]]:
+        for b in block_ids:
+            self._check(b)
+        staging = self._torch.empty((len(block_ids),) + self._block_shape, dtype=self.dtype)
+        targets = [staging[i] for i in range(len(block_ids))]
+
+        def commit(ok: Sequence[bool]) -> None:
+            for i, b in enumerate(block_ids):
+                if ok[i]:
+                    self.scatter(b, targets[i])
+        return targets, commit
+
+    def save_sources(self, block_ids: Sequence[int]) -> list[Any]:
+        return [self.gather(b) for b in block_ids]

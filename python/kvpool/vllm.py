@@ -1,0 +1,565 @@
+"""A vLLM v1 KV connector over a kvpool: ``KvPoolConnector``.
+
+Use it from vLLM with::
+
+    --kv-transfer-config '{"kv_connector": "KvPoolConnector", "kv_role": "kv_both",
+        "kv_connector_module_path": "kvpool.vllm",
+        "kv_connector_extra_config": {"master": "10.0.0.5:50051", "hash_seed": "0",
+                                      "model": "my-model", "weights_version": "step-12"}}'
+
+(the Java side's ``ConnectorFactory.toVllmJson`` renders this shape). Blocks are named exactly as the
+Java reference engine names them (``kvpool.connector.KeyFormat``, vLLM's ``sha256_cbor`` block hashes
+with the cache salt on block 0), so Java and Python engines of the same model, weights, block size,
+seed and dtype share KV through the pool.
+
+Written against vLLM's ``KVConnectorBase_V1`` (``vllm/distributed/kv_transfer/kv_connector/v1/base.py``
+at commit 13f4ad0f55b08ca1d37d1459f50ce950feaeb547), ``SchedulerOutput`` (``vllm/v1/core/sched/output.py``
+at a9b169409e5f3a8fa67b462c064c4080e93b82b7) and the CPU attention backend's cache shape
+(``vllm/v1/attention/backends/cpu_attn.py`` at 00358600ed52e00c3c99b35e54aa916f900c4c15). It has not
+been run inside vLLM: the tests drive the scheduler's and worker's call sequence with stand-in
+objects carrying the attributes read here. vLLM is imported when present (the class then subclasses
+the real ``KVConnectorBase_V1``); without it a local stand-in with the same method names is used, so
+this module imports anywhere.
+
+Configuration (``kv_connector_extra_config``):
+    master            pool master ``host:port`` (default: ``$KVPOOL_CONFIG_PATH``'s, see ``kvpool.Client``)
+    hash_seed         block hash seed (default ``$PYTHONHASHSEED``; one of the two is required)
+    model             model name in keys (default ``model_config.model``)
+    weights_version   weight version in keys (default ``"v1"``)
+    kv_dtype          dtype in keys (default from the cache dtype: ``f32``, ``bf16``, ``f16``)
+    reset             ``all`` (``remove_all(force=True)``, default) or ``model``
+    kv_layout         per-layer cache layout, ``HND`` (vLLM's CPU backend) or ``NHD`` (FlashAttention);
+                      default HND on a CPU platform, else NHD
+    cross_layer_blocks  ask vLLM for one cross-layer cache (default true: zero-copy when the backend
+                      lays blocks out as the pool does)
+    wait_for_save     block in ``wait_for_save`` until the step's saves are stored (default false:
+                      saves run in the background; finished requests keep their blocks until stored)
+    max_queued_saves  steps of saves waiting at most (default 64); more are dropped and counted
+    fence_path        the file shared by the scheduler and worker processes to order resets
+                      against saves (default: one in /dev/shm named after the master and model)
+    tp_rank, pp_rank  this worker's ranks when vLLM's parallel state is not available
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import logging
+import os
+import tempfile
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterable, Optional
+
+from .connector.hashing import BlockHasher
+from .connector.keys import KeyFormat, dtype_name
+from .connector.paged import HND, NHD, LayeredPagedKv, PagedKv, PagedKvCache
+from .connector.pool_connector import (
+    ConnectorMeta, ConnectorRequest, FileFence, Load, PoolConnector, Save, ScheduledRequest,
+)
+
+log = logging.getLogger("kvpool.vllm")
+
+#: The vLLM commits whose interfaces this module follows.
+VLLM_BASE_COMMIT = "13f4ad0f55b08ca1d37d1459f50ce950feaeb547"
+VLLM_SCHEDULER_OUTPUT_COMMIT = "a9b169409e5f3a8fa67b462c064c4080e93b82b7"
+
+try:  # vLLM present: subclass the real base class
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import (  # type: ignore[import-not-found]
+        KVConnectorBase_V1, KVConnectorMetadata, KVConnectorRole,
+    )
+    HAVE_VLLM = True
+except Exception:  # noqa: BLE001 - any import failure means: no usable vLLM here
+    HAVE_VLLM = False
+
+    class KVConnectorRole(enum.Enum):  # type: ignore[no-redef]
+        """Stand-in for vLLM's ``KVConnectorRole``."""
+
+        SCHEDULER = 0
+        WORKER = 1
+
+    class KVConnectorMetadata:  # type: ignore[no-redef]
+        """Stand-in for vLLM's ``KVConnectorMetadata``."""
+
+    class KVConnectorBase_V1:  # type: ignore[no-redef]  # noqa: N801
+        """Stand-in for vLLM's ``KVConnectorBase_V1``: the same constructor and the non-abstract
+        methods' defaults, so the connector behaves as it would under vLLM."""
+
+        def __init__(self, vllm_config: Any, role: Any, kv_cache_config: Any = None) -> None:
+            self._connector_metadata: Optional[KVConnectorMetadata] = None
+            self._vllm_config = vllm_config
+            if getattr(vllm_config, "kv_transfer_config", None) is None:
+                raise ValueError("kv_transfer_config must be set for KVConnectorBase_V1")
+            self._kv_transfer_config = vllm_config.kv_transfer_config
+            self._kv_cache_config = kv_cache_config
+            self._role = role
+
+        @property
+        def role(self) -> Any:
+            return self._role
+
+        @property
+        def prefer_cross_layer_blocks(self) -> bool:
+            return False
+
+        def bind_connector_metadata(self, connector_metadata: KVConnectorMetadata) -> None:
+            self._connector_metadata = connector_metadata
+
+        def clear_connector_metadata(self) -> None:
+            self._connector_metadata = None
+
+        def _get_connector_metadata(self) -> KVConnectorMetadata:
+            assert self._connector_metadata is not None
+            return self._connector_metadata
+
+        def has_connector_metadata(self) -> bool:
+            return self._connector_metadata is not None
+
+        def register_kv_caches(self, kv_caches: dict) -> None:
+            return None
+
+        def register_cross_layers_kv_cache(self, kv_cache: Any, attn_backend: Any) -> None:
+            return None
+
+        def set_host_xfer_buffer_ops(self, copy_operation: Any) -> None:
+            return None
+
+        def handle_preemptions(self, preempted_req_ids: Any) -> None:
+            return None
+
+        def get_finished(self, finished_req_ids: set) -> tuple:
+            return None, None
+
+        def get_block_ids_with_load_errors(self) -> set:
+            return set()
+
+        def shutdown(self) -> None:
+            return None
+
+        def get_kv_connector_stats(self) -> Any:
+            return None
+
+        def get_kv_connector_kv_cache_events(self) -> Any:
+            return None
+
+        def get_handshake_metadata(self) -> Any:
+            return None
+
+        def update_connector_output(self, connector_output: Any) -> None:
+            return None
+
+        def request_finished(self, request: Any, block_ids: list) -> tuple:
+            return False, None
+
+        def take_events(self) -> Iterable:
+            return ()
+
+        @classmethod
+        def get_required_kvcache_layout(cls, vllm_config: Any) -> Optional[str]:
+            return None
+
+        def get_finished_count(self) -> Optional[int]:
+            return None
+
+        def reset_cache(self) -> Optional[bool]:
+            return None
+
+if TYPE_CHECKING:
+    import torch  # noqa: F401
+
+__all__ = ["KvPoolConnector", "KvPoolConnectorMetadata", "KVConnectorRole", "HAVE_VLLM", "VLLM_BASE_COMMIT"]
+
+
+@dataclass
+class KvPoolConnectorMetadata(KVConnectorMetadata):  # type: ignore[misc]
+    """A step's work, from the scheduler's connector to the workers': the ``ConnectorMeta`` and the
+    key prefix it was spelled with (each worker respells keys with its own tensor-parallel rank)."""
+
+    meta: ConnectorMeta = field(default_factory=ConnectorMeta)
+    key_prefix: str = ""
+
+
+def _extra_config(kv_transfer_config: Any) -> dict:
+    extra = getattr(kv_transfer_config, "kv_connector_extra_config", None)
+    return dict(extra or {})
+
+
+def _bool(v: Any) -> bool:
+    if isinstance(v, str):
+        return v.strip().lower() in ("1", "true", "yes", "on")
+    return bool(v)
+
+
+def _block_ids(blocks: Any) -> list[int]:
+    """The block ids of the first (only) KV cache group, from vLLM's ``KVCacheBlocks``, a tuple of
+    lists, or a list."""
+    if blocks is None:
+        return []
+    if hasattr(blocks, "get_block_ids"):
+        blocks = blocks.get_block_ids()
+    if isinstance(blocks, tuple):
+        if len(blocks) > 1:
+            raise ValueError("kvpool connector: models with several KV cache groups (hybrid attention) are not "
+                             "supported")
+        blocks = blocks[0] if blocks else []
+    return [int(b) for b in blocks]
+
+
+class KvPoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
+    """vLLM's v1 KV connector over a kvpool (see the module docstring). One instance per role: the
+    scheduler's plans lookups, loads and saves; each worker's carries them out on its KV caches
+    (CPU tensors only) with a :class:`kvpool.connector.PoolConnector`."""
+
+    def __init__(self, vllm_config: Any, role: Any, kv_cache_config: Any = None) -> None:
+        super().__init__(vllm_config, role, kv_cache_config)
+        extra = _extra_config(self._kv_transfer_config)
+        self._extra = extra
+        cache = vllm_config.cache_config
+        model_cfg = getattr(vllm_config, "model_config", None)
+        parallel = getattr(vllm_config, "parallel_config", None)
+
+        self.block_size = int(cache.block_size)
+        if "block_size" in extra and int(extra["block_size"]) != self.block_size:
+            raise ValueError(f"kv_connector_extra_config.block_size ({extra['block_size']}) differs from vLLM's "
+                             f"block size ({self.block_size}): they must agree")
+        if extra.get("hash", "sha256_cbor") != "sha256_cbor":
+            raise ValueError(f"kv_connector_extra_config.hash: only sha256_cbor is supported, got {extra['hash']!r}")
+        seed = extra.get("hash_seed", os.environ.get("PYTHONHASHSEED"))
+        if seed is None:
+            raise ValueError("kvpool connector: set PYTHONHASHSEED or kv_connector_extra_config.hash_seed (every "
+                             "engine sharing the pool must use the same seed)")
+        self.hasher = BlockHasher(self.block_size, str(seed))
+
+        model = extra.get("model") or getattr(model_cfg, "served_model_name", None) or getattr(model_cfg, "model", None)
+        if isinstance(model, (list, tuple)):
+            model = model[0]
+        if not model:
+            raise ValueError("kvpool connector: no model name (set kv_connector_extra_config.model)")
+        weights = str(extra.get("weights_version", "v1"))
+        kv_dtype = extra.get("kv_dtype") or self._kv_dtype(cache, model_cfg)
+        tp_size = int(getattr(parallel, "tensor_parallel_size", 1) or 1)
+        pp_size = int(getattr(parallel, "pipeline_parallel_size", 1) or 1)
+        tp_rank, pp_rank = 0, 0
+        if self._is_worker():
+            tp_rank, pp_rank = self._ranks(extra)
+        self.keys = KeyFormat(str(model), weights, kv_dtype, tp_rank=tp_rank, tp_size=tp_size, pp_rank=pp_rank,
+                              pp_size=pp_size)
+        self.kv_layout = self._layout(extra)
+        self.sync_save = _bool(extra.get("wait_for_save", False))
+        self._cross_layer = _bool(extra.get("cross_layer_blocks", True))
+
+        from .client import Client  # the core client; imported here so this module imports without it
+        self.client = Client(extra.get("master"))
+        fence_path = extra.get("fence_path") or self._default_fence_path(self.client.master, str(model))
+        self.connector = PoolConnector(self.client, self.hasher, self.keys,
+                                       reset_scope=str(extra.get("reset", "all")),
+                                       max_queued_saves=int(extra.get("max_queued_saves", 64)),
+                                       fence=FileFence(fence_path))
+        # scheduler side
+        self._requests: dict[str, Any] = {}
+        self._block_tables: dict[str, list[int]] = {}
+        self._reqs_with_saves: set[str] = set()
+        # worker side
+        self.kv: Optional[PagedKv] = None
+        self._layer_index: dict[str, int] = {}
+        self._layers_saved = 0
+        log.info("kvpool connector (%s): %s, block size %d, keys %s, fence %s", self._role_name(),
+                 self.client.master, self.block_size, self.keys, fence_path)
+
+    # -------------------------------------------------------------------------- configuration
+
+    def _role_name(self) -> str:
+        return getattr(self._role, "name", str(self._role))
+
+    def _is_worker(self) -> bool:
+        return self._role_name() == "WORKER"
+
+    @staticmethod
+    def _kv_dtype(cache: Any, model_cfg: Any) -> str:
+        cd = getattr(cache, "cache_dtype", "auto")
+        if cd and cd != "auto":
+            return dtype_name(cd)
+        return dtype_name(getattr(model_cfg, "dtype", "float32"))
+
+    @staticmethod
+    def _ranks(extra: dict) -> tuple[int, int]:
+        if "tp_rank" in extra or "pp_rank" in extra:
+            return int(extra.get("tp_rank", 0)), int(extra.get("pp_rank", 0))
+        try:
+            from vllm.distributed.parallel_state import (  # type: ignore[import-not-found]
+                get_pp_group, get_tensor_model_parallel_rank,
+            )
+            return int(get_tensor_model_parallel_rank()), int(get_pp_group().rank_in_group)
+        except Exception:  # noqa: BLE001 - no vLLM, or its parallel state is not initialized
+            return 0, 0
+
+    @staticmethod
+    def _layout(extra: dict) -> tuple:
+        name = extra.get("kv_layout")
+        if name is None:
+            try:
+                from vllm.platforms import current_platform  # type: ignore[import-not-found]
+                name = "HND" if current_platform.is_cpu() else "NHD"
+            except Exception:  # noqa: BLE001
+                name = "NHD"
+        name = str(name).upper()
+        if name not in ("HND", "NHD"):
+            raise ValueError(f"kv_connector_extra_config.kv_layout must be HND or NHD, got {name!r}")
+        return HND if name == "HND" else NHD
+
+    @staticmethod
+    def _default_fence_path(master: str, model: str) -> str:
+        tag = hashlib.sha256(f"{master}|{model}|{os.getuid()}".encode()).hexdigest()[:16]
+        base = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+        return os.path.join(base, f"kvpool-fence-{tag}")
+
+    @property
+    def prefer_cross_layer_blocks(self) -> bool:
+        """Ask vLLM for one cross-layer KV cache: with FlashAttention's NHD layout a block is then
+        one contiguous region laid out as the pool's objects are, and moves without copies."""
+        return self._cross_layer
+
+    # -------------------------------------------------------------------------- scheduler side
+
+    @staticmethod
+    def _supported(request: Any) -> bool:
+        # multimodal inputs and prompt embeddings add extra keys this connector does not reproduce
+        return not getattr(request, "mm_features", None) and getattr(request, "prompt_embeds", None) is None
+
+    @staticmethod
+    def _view(request: Any, num_tokens: Optional[int] = None) -> ConnectorRequest:
+        tokens = request.all_token_ids
+        n = len(tokens) if num_tokens is None else min(num_tokens, len(tokens))
+        lora = getattr(request, "lora_request", None)
+        extra = [lora.lora_name] if lora is not None else None
+        salt = getattr(request, "cache_salt", None) or None
+        return ConnectorRequest(str(request.request_id), tokens, n, extra, salt)
+
+    def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> tuple[int, bool]:
+        """Tokens past ``num_computed_tokens`` the pool holds for ``request``: whole blocks, at most up
+        to the last full block before the request's last token (which vLLM always computes)."""
+        if not self._supported(request):
+            return 0, False
+        view = self._view(request)
+        m = self.connector.get_num_new_matched_tokens(view, num_computed_tokens)
+        cap = ((request.num_tokens - 1) // self.block_size) * self.block_size
+        tokens = min(m.tokens, max(0, cap - num_computed_tokens))
+        if tokens <= 0:
+            self.connector.update_state_after_alloc(view, [], 0)  # forget the match
+            return 0, False
+        return tokens, False
+
+    def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> None:
+        """vLLM allocated the request's blocks (its whole block table) and takes ``num_external_tokens``
+        from the pool: plan their loads."""
+        if not self._supported(request):
+            return
+        rid = str(request.request_id)
+        self._requests[rid] = request
+        ids = _block_ids(blocks)
+        self.connector.update_state_after_alloc(self._view(request), ids, num_external_tokens)
+
+    def build_connector_meta(self, scheduler_output: Any) -> KvPoolConnectorMetadata:
+        """The step's loads (planned since the last call) and the saves of the blocks that become full
+        in this step (speculative tokens excluded: they may be rejected)."""
+        scheduled: list[ScheduledRequest] = []
+        nst = scheduler_output.num_scheduled_tokens
+        spec = getattr(scheduler_output, "scheduled_spec_decode_tokens", None) or {}
+
+        def add(rid: str, before: int) -> None:
+            request = self._requests.get(rid)
+            if request is None:
+                return
+            after = before + int(nst.get(rid, 0)) - len(spec.get(rid, ()))
+            after = max(before, min(after, int(request.num_tokens)))
+            scheduled.append(ScheduledRequest(self._view(request, after), self._block_tables.get(rid, []),
+                                              before, after))
+
+        for nr in scheduler_output.scheduled_new_reqs:
+            rid = str(nr.req_id)
+            if rid in self._requests:
+                self._block_tables[rid] = _block_ids(nr.block_ids)
+                add(rid, int(nr.num_computed_tokens))
+        cached = scheduler_output.scheduled_cached_reqs
+        resumed = getattr(cached, "resumed_req_ids", None)
+        if resumed is None:  # older vLLM: a list of flags
+            flags = getattr(cached, "resumed_from_preemption", None) or []
+            resumed = {r for r, f in zip(cached.req_ids, flags) if f}
+        for i, rid in enumerate(cached.req_ids):
+            rid = str(rid)
+            if rid not in self._requests:
+                continue
+            new = cached.new_block_ids[i]
+            if new is not None:
+                ids = _block_ids(new)
+                if rid in resumed:
+                    self._block_tables[rid] = ids
+                else:
+                    self._block_tables.setdefault(rid, []).extend(ids)
+            add(rid, int(cached.num_computed_tokens[i]))
+        meta = self.connector.build_connector_meta(scheduled)
+        for s in meta.saves:
+            self._reqs_with_saves.add(s.request_id)
+        return KvPoolConnectorMetadata(meta, self.connector.keys.prefix)
+
+    def request_finished(self, request: Any, block_ids: Any = None) -> tuple[bool, Optional[dict]]:
+        """True if saves of the request's blocks were planned: vLLM then keeps its blocks until a
+        worker's ``get_finished`` reports the saves done."""
+        rid = str(request.request_id)
+        self.connector.forget(rid)
+        self._requests.pop(rid, None)
+        self._block_tables.pop(rid, None)
+        keep = rid in self._reqs_with_saves
+        self._reqs_with_saves.discard(rid)
+        return keep, None
+
+    def reset_cache(self) -> bool:
+        """``remove_all(force=True)`` on the pool (or this model's keys with ``reset: model``); work
+        planned before is never carried out after. False if the reset failed."""
+        return self.connector.reset_cache().success
+
+    def switch_weights(self, weights_version: str, reclaim: bool = True) -> Any:
+        """Versioned keys: from now on keys carry ``weights_version`` (scheduler side; workers respell
+        the keys they are sent). Returns a future of the old version's objects reclaimed."""
+        fut = self.connector.switch_weights(weights_version, reclaim)
+        self.keys = self.connector.keys
+        return fut
+
+    # -------------------------------------------------------------------------- worker side
+
+    def register_kv_caches(self, kv_caches: dict) -> None:
+        """Per-layer caches (vLLM's default): each ``(2, num_blocks, H, block_size, D)`` (HND, vLLM's
+        CPU backend) or ``(2, num_blocks, block_size, H, D)`` (NHD), CPU tensors. Blocks move through
+        one staging copy each."""
+        names = list(kv_caches)
+        self._layer_index = {n: i for i, n in enumerate(names)}
+        self.kv = LayeredPagedKv([kv_caches[n] for n in names], self.block_size, self.kv_layout)
+        self._check_dtype(self.kv.kv_dtype)
+
+    def register_cross_layers_kv_cache(self, kv_cache: Any, attn_backend: Any = None) -> None:
+        """One cache for all layers (when ``prefer_cross_layer_blocks`` and the backend agree). When its
+        physical layout is ``(num_blocks, num_layers, 2, block_size, H, D)`` (FlashAttention, NHD) a
+        block is the pool's object as is: loads and saves are zero-copy. Otherwise per-layer views
+        with staging."""
+        labels = self._cross_layer_labels(kv_cache, attn_backend)
+        physical = ("blocks", "layers", "kv", "tokens", "heads", "dim")
+        if labels == physical and kv_cache.is_contiguous():
+            self.kv = PagedKvCache(data=kv_cache)
+            if self.kv.block_size != self.block_size:
+                raise ValueError(f"cross-layer KV cache holds {self.kv.block_size} tokens a block; the block size "
+                                 f"is {self.block_size}")
+        else:
+            perm = [labels.index(d) for d in ("layers", "kv", "blocks", "tokens", "heads", "dim")]
+            logical = kv_cache.permute(*perm)
+            self.kv = LayeredPagedKv([logical[i] for i in range(logical.shape[0])], self.block_size, NHD)
+        self._check_dtype(self.kv.kv_dtype)
+
+    def _cross_layer_labels(self, kv_cache: Any, attn_backend: Any) -> tuple:
+        """The dimension names of the cross-layer tensor's physical (allocated) order."""
+        if attn_backend is None:  # assume the FlashAttention NHD cross-layer order
+            return ("blocks", "layers", "kv", "tokens", "heads", "dim")
+        test = tuple(attn_backend.get_kv_cache_shape(1234, 16, 1, 256))
+        names = {1234: "blocks", 16: "tokens", 1: "heads", 256: "dim", 2: "kv"}
+        logical = ("layers",) + tuple(names[d] for d in test)
+        try:
+            order = tuple(attn_backend.get_kv_cache_stride_order(include_num_layers_dimension=True))
+        except (AttributeError, NotImplementedError, TypeError):
+            order = tuple(range(len(logical)))
+        return tuple(logical[i] for i in order)
+
+    def _check_dtype(self, cache_dtype: str) -> None:
+        if cache_dtype != self.keys.kv_dtype:
+            raise ValueError(f"kvpool connector: the KV cache holds {cache_dtype} but keys say {self.keys.kv_dtype} "
+                             "(set kv_connector_extra_config.kv_dtype)")
+
+    def _localize(self, md: KvPoolConnectorMetadata) -> ConnectorMeta:
+        """The step's work with keys respelled for this worker's ranks."""
+        meta, theirs, ours = md.meta, md.key_prefix, self.connector.keys.prefix
+        if not theirs or theirs == ours:
+            return meta
+
+        def respell(key: str) -> str:
+            return ours + key[len(theirs):] if key.startswith(theirs) else key
+        return ConnectorMeta([Load(l.request_id, l.block_id, l.block_index, respell(l.key)) for l in meta.loads],
+                             [Save(s.request_id, s.block_id, s.block_index, respell(s.key)) for s in meta.saves],
+                             meta.generation, list(meta.void_loads))
+
+    def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
+        """Starts the step's loads (a background thread); the first ``wait_for_layer_load`` waits."""
+        md = self._get_connector_metadata()
+        assert isinstance(md, KvPoolConnectorMetadata), f"unexpected connector metadata {type(md).__name__}"
+        meta = self._localize(md)
+        self._layers_saved = 0
+        if self.kv is None:
+            if meta.loads or meta.saves:
+                log.warning("kvpool connector: no KV caches registered; %d loads fail, %d saves dropped",
+                            len(meta.loads), len(meta.saves))
+            meta = ConnectorMeta([], [], meta.generation, list(meta.loads) + list(meta.void_loads))
+            self.connector.start_load_kv(meta, _NoKv())
+            return
+        self.connector.start_load_kv(meta, self.kv)
+
+    def wait_for_layer_load(self, layer_name: str) -> None:
+        """Blocks until the step's loads are in place (a block holds every layer, so the first layer
+        waits for all)."""
+        self.connector.wait_for_layer_load(self._layer_index.get(layer_name, 0))
+
+    def save_kv_layer(self, layer_name: str, kv_layer: Any, attn_metadata: Any, **kwargs: Any) -> None:
+        """After the last layer the step's saves are queued (they read whole blocks, all layers)."""
+        if self.kv is None:
+            return
+        self._layers_saved += 1
+        if self._layers_saved >= self.kv.num_layers:
+            self.connector.start_saves(self.kv)
+
+    def wait_for_save(self) -> None:
+        """End of the forward pass: settles the loads, queues the step's saves if no layer did, and
+        with ``wait_for_save: true`` waits until they are stored."""
+        self.connector.wait_for_layer_load(0)
+        if self.kv is not None:
+            self.connector.start_saves(self.kv)
+        if self.sync_save:
+            self.connector.wait_for_save()
+
+    def handle_preemptions(self, preempted: Any = None) -> None:
+        """Before preempted requests' blocks are reused: waits for their saves. Takes the set of
+        preempted request ids (base.py at the commit followed), or an object carrying
+        ``preempted_req_ids``; anything else waits for every queued save."""
+        if isinstance(preempted, (set, frozenset, list, tuple)):
+            ids = preempted
+        else:
+            ids = getattr(preempted, "preempted_req_ids", None)
+            if ids is None:
+                self.connector.wait_for_save()
+                return
+        if ids:
+            self.connector.wait_for_request_saves(ids)
+
+    def get_finished(self, finished_req_ids: set) -> tuple[Optional[set], Optional[set]]:
+        """(requests whose saves completed, None): vLLM frees their blocks. Loads complete within the
+        step, so nothing is ever reported as received."""
+        done = self.connector.get_finished(finished_req_ids)
+        return (done or None), None
+
+    def get_block_ids_with_load_errors(self) -> set:
+        """Blocks whose load failed this step (vLLM recomputes them)."""
+        return self.connector.block_ids_with_load_errors()
+
+    def get_kv_connector_stats(self) -> Any:
+        return None
+
+    def stats(self) -> Any:
+        """The connector's counters (``kvpool.connector.ConnectorStats``)."""
+        return self.connector.stats()
+
+    def shutdown(self) -> None:
+        """Waits for queued saves, stops the connector's threads and closes the client."""
+        self.connector.close()
+        self.client.close()
+
+
+class _NoKv(PagedKv):
+    """The KV memory of a worker that registered none: nothing can be loaded."""
+
+    block_size = 1
+    num_layers = 1
+    block_bytes = 0
