@@ -1,0 +1,93 @@
+"""A drop-in for Mooncake Store's Python API, backed by kvpool.
+
+``from kvpool.mooncake import MooncakeDistributedStore, ReplicateConfig`` replaces
+``from mooncake.store import MooncakeDistributedStore, ReplicateConfig``; or call
+:func:`install` once (for example from a ``.pth`` file) so that unchanged engines importing
+``mooncake.store`` get this module.
+
+The API matched is the pybind module ``mooncake.store`` of Mooncake at commit 3b5a5941 (v0.3.12.post1
+plus 245 commits, 2026-08-22): ``mooncake-integration/store/store_py.cpp`` for names, argument order
+and defaults, ``mooncake-store/src/real_client.cpp`` and ``client_service.cpp`` for what each call
+returns, ``mooncake-store/include/types.h`` for the error numbers. Conventions kept:
+
+* Every call returns a value, never raises for a failed operation: ``0`` or a byte count on
+  success, a negative Mooncake ``ErrorCode`` on failure. Wrong argument *types* (a str where an int
+  address belongs, a negative size) raise ``TypeError`` as pybind11 does.
+* ``put`` of a key that exists returns 0 (Mooncake treats OBJECT_ALREADY_EXISTS as success); the
+  stored value is unchanged. ``upsert*`` replaces it.
+* ``is_exist``: 1 present, 0 absent, negative error. ``get``: ``b""`` on a miss or error.
+  ``get_into``: bytes read, or negative (-704 missing, -600 buffer too small).
+* ``health_check``: 0 healthy, 1 not set up or closed, 2 master unreachable.
+* Buffers passed by address are read and written in place. Mooncake over TCP does not require
+  ``register_buffer`` before ``put_from``/``get_into`` and neither does this module; registration is
+  recorded (overlaps refused, as the transfer engine does) and checked to be host memory.
+
+kvpool moves bytes over TCP or through shared memory on the same host: there is no RDMA, no GPU
+direct path, no transfer engine and no segment contributed by clients. Addresses must be host memory;
+each address range is checked against ``/proc/self/maps`` so that a device (GPU) pointer or a stray
+address yields -600 (INVALID_PARAMS) instead of a crash.
+
+The package's modules, each importing only those before it: ``codes`` (error numbers, enums, the
+logger), ``args`` (argument checks, sizes, addresses, host memory, the regex plan), ``config``
+(``MooncakeConfig``), ``transfer`` (staged writes and scattered reads), ``store`` (the store class).
+Everything is used through this package, which is also what :func:`install` registers.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+
+from . import codes, transfer
+from .args import (DEFAULT_CLIENT_HTTP_PORT, DEFAULT_MASTER_PORT, DEFAULT_MASTER_SERVER_ADDR, _master_address,
+                   parse_byte_size, regex_removal_plan)
+from .codes import (HC_HEALTHY, HC_MASTER_UNREACHABLE, HC_NOT_INITIALIZED, ErrorCode, ObjectDataType,
+                    SoftPinAction, log)
+from .config import DEFAULT_GLOBAL_SEGMENT_SIZE, DEFAULT_LOCAL_BUFFER_SIZE, MooncakeConfig, load_config
+from .store import BufferHandle, MooncakeDistributedStore, ReplicateConfig
+from .transfer import STAGING_BATCH_BYTES
+
+__all__ = [
+    "MooncakeDistributedStore", "ReplicateConfig", "ErrorCode", "SoftPinAction", "ObjectDataType",
+    "BufferHandle", "MooncakeConfig", "load_config", "install", "parse_byte_size",
+    "HC_HEALTHY", "HC_NOT_INITIALIZED", "HC_MASTER_UNREACHABLE", "DEFAULT_MASTER_PORT",
+]
+
+
+
+# ------------------------------------------------------------------------------------ import alias
+
+def install(force: bool = False) -> types.ModuleType:
+    """Makes ``import mooncake.store`` (and ``from mooncake.store import ...``) give this module, so engines
+    that import Mooncake run over kvpool unchanged. Call it before the engine imports Mooncake, in every
+    process (a ``.pth`` file or ``sitecustomize`` does that). If the real ``mooncake`` package is
+    installed, its ``store`` is replaced only with ``force=True``. Returns the ``mooncake.store`` module.
+    """
+    me = sys.modules[__name__]
+    current = sys.modules.get("mooncake.store")
+    if current is me:
+        return me
+    parent = sys.modules.get("mooncake")
+    if parent is None and not force:
+        try:
+            import importlib.util
+            real = importlib.util.find_spec("mooncake")
+        except (ImportError, ValueError):
+            real = None
+        if real is not None:
+            log.warning("kvpool.mooncake.install: the real 'mooncake' package is installed; leaving it alone "
+                        "(install(force=True) replaces mooncake.store)")
+            import mooncake.store as real_store  # type: ignore[import-not-found]
+            return real_store
+    if parent is None:
+        parent = types.ModuleType("mooncake")
+        parent.__path__ = []  # a package, so "mooncake.store" imports resolve through sys.modules
+        parent.__doc__ = "kvpool's stand-in for the mooncake package (kvpool.mooncake.install)"
+        sys.modules["mooncake"] = parent
+    elif current is not None and not force:
+        log.warning("kvpool.mooncake.install: mooncake.store is already imported; leaving it alone "
+                    "(install(force=True) replaces it)")
+        return current
+    sys.modules["mooncake.store"] = me
+    setattr(parent, "store", me)
+    return me
