@@ -8,7 +8,7 @@
 #
 # The packages: python3-pytest (the suite), python3-numpy and python3-torch (buffer and tensor tests,
 # the paged KV cache), python3-cbor2 (cross-checks the connector's own CBOR encoder), python3-redis (the
-# benchmark's baseline), libisal2 (Intel ISA-L: the client's fast CRC32C, through ctypes) and python3-crc32c
+# benchmark's baseline), python3-mypy (checks the package's type hints), libisal2 (Intel ISA-L: the client's fast CRC32C, through ctypes) and python3-crc32c
 # (the second choice, cross-checked against it); without either, puts checksum in pure Python.
 #
 # Exit status: 0 ok, 1 failure, 2 usage, 3 a package is missing and cannot be installed here.
@@ -18,7 +18,7 @@ PROG=$(basename "$0")
 PY=/usr/bin/python3
 # Python statement that succeeds when it is there -> Debian package
 CHECKS=("import pytest:python3-pytest" "import numpy:python3-numpy" "import torch:python3-torch"
-        "import cbor2:python3-cbor2" "import redis:python3-redis" "import crc32c:python3-crc32c"
+        "import cbor2:python3-cbor2" "import redis:python3-redis" "import crc32c:python3-crc32c" "import mypy:python3-mypy"
         "import ctypes; ctypes.CDLL('libisal.so.2').crc32_iscsi:libisal2")
 
 missing() {

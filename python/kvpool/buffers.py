@@ -57,14 +57,15 @@ def as_memoryview(buf: Buffer, *, writable: bool = False, what: str = "buffer") 
         mv = memoryview(buf)
     elif hasattr(buf, "data_ptr") and hasattr(buf, "element_size") and hasattr(buf, "is_contiguous"):
         # a torch tensor: CPU and contiguous only, viewed through its data pointer
+        tensor: Any = buf
         device = str(getattr(buf, "device", "cpu"))
         if not device.startswith("cpu"):
             raise ValueError(f"{what} is a tensor on {device}; kvpool reads and writes host memory only "
                              "(stage it through a CPU tensor)")
-        if not buf.is_contiguous():
+        if not tensor.is_contiguous():
             raise ValueError(f"{what} is a non-contiguous tensor; pass .contiguous() or a view of whole blocks")
-        n = buf.numel() * buf.element_size()
-        return RawBuffer(buf.data_ptr(), n).view() if n else memoryview(bytearray(0))
+        n = tensor.numel() * tensor.element_size()
+        return RawBuffer(tensor.data_ptr(), n).view() if n else memoryview(bytearray(0))
     else:
         try:
             mv = memoryview(buf)

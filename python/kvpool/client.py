@@ -23,6 +23,7 @@ Design notes
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 import os
 import socket
@@ -413,8 +414,8 @@ class Client:
         out: list[bytearray | None] = [None] * len(keys)
 
         def alloc(i: int, length: int) -> memoryview:
-            out[i] = bytearray(length)
-            return memoryview(out[i])
+            b = out[i] = bytearray(length)
+            return memoryview(b)
 
         lengths = self._read(keys, alloc, _batch)
         return [bytes(b) if n != MISS and b is not None else None for b, n in zip(out, lengths)]
@@ -474,7 +475,7 @@ class Client:
                     by_segment.setdefault(o[attempt].segment_id, []).append((i, o[attempt]))
             if not by_segment:
                 break
-            self._run([(lambda s=sid, sl=slots: self._read_segment(s, sl, where, dsts, lengths))
+            self._run([functools.partial(self._read_segment, sid, slots, where, dsts, lengths)
                        for sid, slots in by_segment.items()])
         return lengths
 
@@ -596,7 +597,7 @@ class Client:
                 lambda b: p.decode_codes(b, "BATCH_REMOVE reply"))]
         return out
 
-    def remove_prefix(self, prefix: str) -> int:
+    def remove_prefix(self, prefix: str | bytes) -> int:
         """Removes every object whose key starts with ``prefix`` (1..512 UTF-8 bytes); the count removed."""
         b = prefix.encode("utf-8") if isinstance(prefix, str) else bytes(prefix)
         if not b:

@@ -524,6 +524,7 @@ class KvPoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
         """Before preempted requests' blocks are reused: waits for their saves. Takes the set of
         preempted request ids (base.py at the commit followed), or an object carrying
         ``preempted_req_ids``; anything else waits for every queued save."""
+        ids: Any
         if isinstance(preempted, (set, frozenset, list, tuple)):
             ids = preempted
         else:

@@ -44,6 +44,11 @@ class PagedKv:
     num_layers: int
     block_bytes: int
 
+    @property
+    def kv_dtype(self) -> str:
+        """The KV dtype as keys spell it (``f32``, ``bf16``, ``f16``)."""
+        raise NotImplementedError
+
     def block(self, block_id: int) -> Any:
         """Block ``block_id``'s memory: a writable contiguous buffer of ``block_bytes`` bytes."""
         raise NotImplementedError

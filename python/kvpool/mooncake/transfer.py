@@ -87,7 +87,7 @@ def write_items(client: Any, op: str, items: Sequence[Optional[_Item]], config: 
     for i in todo + [-1]:
         it = items[i] if i >= 0 else None
         gather = it is not None and it.pieces is not None and len(it.pieces) != 1
-        if window and (i < 0 or (gather and staged + it.size > STAGING_BATCH_BYTES)):
+        if window and (it is None or (gather and staged + it.size > STAGING_BATCH_BYTES)):
             _write_window(client, op, [items[j] for j in window], window, kw, upsert, out)  # type: ignore[misc]
             window, staged = [], 0
         if i >= 0:
@@ -167,7 +167,8 @@ def read_pieces(client: Any, op: str, ks: list[str], pieces: list[Pieces]) -> li
     need = {i: sum(n for _, n in pieces[i]) for i in scatter}
     start = 0
     while start < len(scatter):
-        window, total = [], 0
+        window: list[int] = []
+        total = 0
         while start < len(scatter) and (not window or total + need[scatter[start]] <= STAGING_BATCH_BYTES):
             window.append(scatter[start])
             total += need[scatter[start]]
