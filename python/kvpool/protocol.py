@@ -182,8 +182,8 @@ def encode_key(key: str | bytes) -> bytes:
 def encode_keys_checked(keys: Sequence[str | bytes]) -> list[bytes]:
     """``encode_key`` for a list, checked in one pass (the lookup path encodes 1024 keys per call)."""
     try:
-        kb = [k.encode() for k in keys]  # type: ignore[union-attr]
-    except AttributeError:
+        kb = list(map(str.encode, keys))  # type: ignore[arg-type]
+    except TypeError:
         kb = [k.encode("utf-8") if isinstance(k, str) else bytes(k) for k in keys]
     if kb and (min(map(len, kb)) < 1 or max(map(len, kb)) > MAX_KEY_BYTES):
         for k in keys:
@@ -481,7 +481,7 @@ def decode_flags(body: bytes, what: str) -> list[bool]:
     raw = _byte_items(body, what, "flag count")
     if raw and max(raw) > 1:
         raise ProtocolError(f"{what}: flag must be 0 or 1, got {max(raw)}")
-    return [b == 1 for b in raw]
+    return list(map(bool, raw))
 
 
 def decode_sizes(body: bytes) -> list[int]:

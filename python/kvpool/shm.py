@@ -16,6 +16,14 @@ Writes: the node admits each write (NODE_SHM_WRITE_BEGIN: it waits for readers o
 old epochs and stamps the header WRITING), the client copies the value into the mapped region, and
 NODE_SHM_WRITE_END on the same connection makes it readable.
 
+Page faults: a fresh mapping has no page-table entries, so the first copy into or out of each 4 KiB
+page takes a fault, which caps a cold copy at 1 to 3 GB/s (against 10 to 20 for a warm one). The
+mapping is therefore prefaulted in windows of 64 MiB, each the first time a copy touches it, with
+``madvise(MADV_POPULATE_WRITE)`` (``_READ`` for a read-only mapping; Linux 5.14+): one system call
+per window instead of 16,384 faults, and only for the parts of the segment this process uses (a
+``MAP_POPULATE`` of the whole segment would cost every client process about 70 ms and 2 MiB of page
+tables per GiB of segment at start). Where the kernel refuses the advice, copies fault as before.
+
 Falling back: a segment is mapped only if its node is on this host, advertises a shared-memory file,
 the file is visible here and at least the segment's size. It is mapped read-write when this process
 may write the file, else read-only (reads still take the fast path, writes go over TCP). Anything
@@ -58,16 +66,39 @@ def is_local_host(host: str) -> bool:
     return False
 
 
+#: Linux's madvise advice numbers (5.14+); Python 3.11's mmap module does not name them.
+MADV_POPULATE_READ = 22
+MADV_POPULATE_WRITE = 23
+#: Bytes prefaulted at once, the first time a copy touches them.
+POPULATE_WINDOW = 64 << 20
+
+
 class Mapping:
     """One mapped segment."""
 
-    __slots__ = ("mm", "view", "writable", "size")
+    __slots__ = ("mm", "view", "writable", "size", "_populated", "_populate")
 
     def __init__(self, mm: mmap.mmap, writable: bool, size: int) -> None:
         self.mm = mm
         self.view = memoryview(mm)
         self.writable = writable
         self.size = size
+        self._populated: set[int] = set()
+        self._populate = True
+
+    def _prefault(self, start: int, end: int) -> None:
+        """Prefaults the windows of [start, end) not prefaulted yet (see the module notes)."""
+        for w in range(start // POPULATE_WINDOW, (end - 1) // POPULATE_WINDOW + 1):
+            if w in self._populated:
+                continue
+            lo = w * POPULATE_WINDOW
+            try:
+                self.mm.madvise(MADV_POPULATE_WRITE if self.writable else MADV_POPULATE_READ, lo,
+                                min(POPULATE_WINDOW, self.size - lo))
+            except (OSError, ValueError):
+                self._populate = False  # an older kernel: fault page by page
+                return
+            self._populated.add(w)
 
     def close(self) -> None:
         try:
@@ -87,12 +118,16 @@ class Mapping:
         at = offset + p.value_offset(key_len)
         if at + length > self.size:
             return False
+        if self._populate and length:
+            self._prefault(at, at + length)
         dst[:length] = self.view[at:at + length]
         _, _, state, _, _, gen = p.OBJECT_HEAD.unpack_from(self.mm, offset)
         return state == p.OBJECT_STATE_COMPLETE and gen == generation
 
     def write_value(self, offset: int, key_len: int, value: memoryview) -> None:
         at = offset + p.value_offset(key_len)
+        if self._populate and value.nbytes:
+            self._prefault(at, at + value.nbytes)
         self.view[at:at + value.nbytes] = value
 
 

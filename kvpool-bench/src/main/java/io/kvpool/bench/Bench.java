@@ -40,6 +40,7 @@ import java.util.function.Supplier;
  *   <li><b>metadata</b>: one master holding 10 million objects: heap per object, batched put and
  *       existence-check rates.</li>
  *   <li><b>reset</b>: removeAll(force) of 1 million objects.</li>
+ *   <li><b>python</b>: the Python client against the Java client, numpy and redis-py ({@link PythonBench}).</li>
  * </ul>
  * The pool under test, Redis and the raw TCP server each run in their own process.
  */
@@ -47,7 +48,7 @@ public final class Bench {
 
     /** What to run and where to write it. */
     public record Options(boolean quick, Set<String> sections, Path outDir, PrintStream out, Path diskDir) {
-        public static final Set<String> ALL = Set.of("store", "lookup", "metadata", "reset", "disk", "restore");
+        public static final Set<String> ALL = Set.of("store", "lookup", "metadata", "reset", "disk", "restore", "python");
 
         public Options {
             for (String s : sections) {
@@ -131,6 +132,9 @@ public final class Bench {
         if (o.sections.contains("restore")) {
             steps += 3;
         }
+        if (o.sections.contains("python")) {
+            steps += PythonBench.steps();
+        }
         try (ProgressBar pb = new ProgressBarBuilder().setTaskName("bench").setInitialMax(steps)
                 .setStyle(ProgressBarStyle.ASCII).setUpdateIntervalMillis(500).continuousUpdate().build()) {
             bar = pb;
@@ -157,6 +161,9 @@ public final class Bench {
             if (o.sections.contains("restore")) {
                 restore();
             }
+            if (o.sections.contains("python")) {
+                PythonBench.run(results, warmup(), duration(), targetWarmup(), bar);
+            }
         }
         evaluate();
         results.print(o.out);
@@ -167,6 +174,7 @@ public final class Bench {
                 results.chart(dir, op, size);
             }
         }
+        PythonBench.charts(results, dir);
         o.out.println();
         o.out.println("results: " + dir.resolve("results.json") + ", " + dir.resolve("results.csv") + ", charts in " + dir);
         return dir;
@@ -275,26 +283,7 @@ public final class Bench {
                 }
             }
         }
-        Measurement exists = Load.run(1, warmup(), duration().multipliedBy(2), id -> new Load.Client() {
-            final KvPoolClient c = KvPoolClient.connect(pool.masterAddress());
-
-            @Override
-            public Load.Op op() {
-                return i -> {
-                    for (boolean p : c.batchExists(keys)) {
-                        if (!p) {
-                            throw new IllegalStateException("a stored key was reported missing");
-                        }
-                    }
-                    return 0;
-                };
-            }
-
-            @Override
-            public void close() {
-                c.close();
-            }
-        });
+        Measurement exists = KvpoolTarget.batchExists(pool.masterAddress(), keys, 1, warmup(), duration().multipliedBy(2));
         results.add(lookupRow("kvpool", "batchExists", exists));
         step("lookup batchExists");
         Measurement prefix = Load.run(1, warmup(), duration().multipliedBy(2), id -> new Load.Client() {

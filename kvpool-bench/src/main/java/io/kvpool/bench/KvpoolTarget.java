@@ -209,4 +209,32 @@ final class KvpoolTarget implements StoreTarget {
             c.removeAll(true);
         }
     }
+
+    /**
+     * {@code clients} threads, each with its own client, calling {@code batchExists(keys)} on keys
+     * that must all be present (a missing one fails the run).
+     */
+    static Measurement batchExists(String master, List<String> keys, int clients, Duration warmup, Duration duration)
+            throws Exception {
+        return Load.run(clients, warmup, duration, id -> new Load.Client() {
+            final KvPoolClient own = KvPoolClient.connect(master);
+
+            @Override
+            public Load.Op op() {
+                return i -> {
+                    for (boolean p : own.batchExists(keys)) {
+                        if (!p) {
+                            throw new IllegalStateException("a stored key was reported missing");
+                        }
+                    }
+                    return 0;
+                };
+            }
+
+            @Override
+            public void close() {
+                own.close();
+            }
+        });
+    }
 }
