@@ -166,7 +166,7 @@ def test_a_server_of_another_version_is_refused() -> None:
 
     t = threading.Thread(target=serve, daemon=True)
     t.start()
-    with pytest.raises(kvpool.ProtocolError, match="version 2; this client speaks version 3"):
+    with pytest.raises(kvpool.ProtocolError, match=f"version 2; this client speaks version {kvpool.PROTOCOL_VERSION}"):
         kvpool.Client(f"127.0.0.1:{srv.getsockname()[1]}")
     t.join(10)
     srv.close()

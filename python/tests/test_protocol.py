@@ -118,7 +118,7 @@ def test_header_checks() -> None:
     good = p.encode_header(0x01, 1, 0, flags=p.FLAG_REPLY)
     with pytest.raises(p.ProtocolError, match="magic"):
         p.decode_header(b"XX" + good[2:])
-    with pytest.raises(p.ProtocolError, match="version 2; this client speaks version 3"):
+    with pytest.raises(p.ProtocolError, match=f"version 2; this client speaks version {p.VERSION}"):
         p.decode_header(p.encode_header(0x01, 1, 0, flags=p.FLAG_REPLY, version=2))
     with pytest.raises(p.ProtocolError, match="malformed header"):
         p.decode_header(p.encode_header(0x01, 1, 0, flags=0x03))
@@ -141,3 +141,29 @@ def test_key_limits() -> None:
 def test_uuid_halves_are_signed() -> None:
     u = uuid.UUID("ffffffff-ffff-ffff-0000-000000000001").int
     assert (_signed64(u >> 64), _signed64(u & ((1 << 64) - 1))) == (-1, 1)
+
+
+def test_key_digests_equal_java(java_vectors: dict[str, str]) -> None:
+    """KD1, the digest the lookups by digest send, computed by Java and by this module."""
+    checked = 0
+    for name, hexbody in java_vectors.items():
+        if name.startswith("digest:"):
+            key = bytes.fromhex(name[len("digest:"):])
+            lo, hi = p.key_digest(key)
+            assert bytes.fromhex(hexbody) == lo.to_bytes(8, "little") + hi.to_bytes(8, "little"), key
+            checked += 1
+    assert checked >= 5
+    assert p.encode_digests([p.key_digest(K1), p.key_digest(K2)]) == vec(java_vectors, "digest_list")
+
+
+def test_lookups_by_digest_against_a_real_master(client) -> None:  # type: ignore[no-untyped-def]
+    """PREFIX_MATCH_DIGEST and BATCH_EXIST_DIGEST answer as the key forms do (the Java client's lookups)."""
+    keys = [f"d/{i}" for i in range(40)]
+    client.put_batch(keys[:30], [b"v"] * 30)
+    digests = [p.key_digest(k.encode()) for k in keys]
+    body = p.encode_digests(digests)
+    n = client._call_master(p.Opcode.PREFIX_MATCH_DIGEST, body, lambda b: p.decode_i32(b, "reply"))
+    assert n == 30
+    flags = client._call_master(p.Opcode.BATCH_EXIST_DIGEST, body, lambda b: p.decode_flags(b, "reply"))
+    assert flags == [True] * 30 + [False] * 10
+    assert flags == client.batch_exists(keys)

@@ -1,9 +1,11 @@
 package io.kvpool.client;
 
 import io.kvpool.protocol.BodyWriter;
+import io.kvpool.protocol.KeyDigest;
 import io.kvpool.protocol.Keys;
 import io.kvpool.protocol.Opcode;
 import io.kvpool.protocol.ResultCode;
+import io.kvpool.protocol.msg.DigestList;
 import io.kvpool.protocol.msg.KeyList;
 import io.kvpool.protocol.msg.MasterMessages;
 import org.slf4j.Logger;
@@ -244,15 +246,19 @@ public final class KvPoolClient implements AutoCloseable {
         return master.call(Opcode.EXIST_KEY, w, MasterMessages.Flags::read).values()[0];
     }
 
-    /** Presence of each key, in one round trip. Does not count as a read for eviction. */
+    /**
+     * Presence of each key, in one round trip. Does not count as a read for eviction. The keys travel
+     * as 16-byte digests (BATCH_EXIST_DIGEST): a key present reads {@code true}; a key absent reads
+     * {@code false} unless another stored key has the same 128-bit digest (never by chance; see
+     * {@link io.kvpool.protocol.KeyDigest}), and a read by key is exact either way.
+     */
     public boolean[] batchExists(List<String> keys) {
         List<byte[]> k = Keys.encodeAll(keys);
         boolean[] out = new boolean[k.size()];
         for (int from = 0; from < k.size(); from += MAX_KEYS_PER_FRAME) {
             int to = Math.min(k.size(), from + MAX_KEYS_PER_FRAME);
-            BodyWriter w = new BodyWriter(16 + (to - from) * 64);
-            new KeyList(k.subList(from, to)).write(w);
-            boolean[] part = master.call(Opcode.BATCH_EXIST_KEY, w, MasterMessages.Flags::read).values();
+            boolean[] part = master.call(Opcode.BATCH_EXIST_DIGEST, digests(k, from, to),
+                    MasterMessages.Flags::read).values();
             System.arraycopy(part, 0, out, from, part.length);
         }
         return out;
@@ -260,22 +266,28 @@ public final class KvPoolClient implements AutoCloseable {
 
     /**
      * How many of {@code keys}, in order, are present before the first absent one: the prefix lookup
-     * an engine runs for every request. One round trip. Does not count as a read for eviction.
+     * an engine runs for every request. One round trip, the keys as 16-byte digests
+     * (PREFIX_MATCH_DIGEST; see {@link #batchExists} for what a digest answer means). Does not count
+     * as a read for eviction.
      */
     public int prefixMatch(List<String> keys) {
         List<byte[]> k = Keys.encodeAll(keys);
         int matched = 0;
         for (int from = 0; from < k.size(); from += MAX_KEYS_PER_FRAME) {
             int to = Math.min(k.size(), from + MAX_KEYS_PER_FRAME);
-            BodyWriter w = new BodyWriter(16 + (to - from) * 64);
-            new KeyList(k.subList(from, to)).write(w);
-            int m = master.call(Opcode.PREFIX_MATCH, w, r -> r.i32("matched"));
+            int m = master.call(Opcode.PREFIX_MATCH_DIGEST, digests(k, from, to), r -> r.i32("matched"));
             matched += m;
             if (m < to - from) {
                 break;
             }
         }
         return matched;
+    }
+
+    private static BodyWriter digests(List<byte[]> keys, int from, int to) {
+        BodyWriter w = new BodyWriter(4 + (to - from) * KeyDigest.BYTES);
+        DigestList.of(keys, from, to).write(w);
+        return w;
     }
 
     /** The value length stored under {@code key}, or empty. Does not count as a read for eviction. */

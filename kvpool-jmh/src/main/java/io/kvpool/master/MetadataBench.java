@@ -156,7 +156,7 @@ public class MetadataBench {
                 present.add(List.copyOf(p));
                 half.add(List.copyOf(h));
             }
-            if (svc.prefixMatch(present.getFirst()) != BATCH || svc.prefixMatch(half.getFirst()) != BATCH / 2) {
+            if (svc.probes().prefixMatch(present.getFirst()) != BATCH || svc.probes().prefixMatch(half.getFirst()) != BATCH / 2) {
                 throw new IllegalStateException("query batches are not what they claim");
             }
         }
@@ -205,26 +205,26 @@ public class MetadataBench {
     @Benchmark
     @OperationsPerInvocation(BATCH)
     public boolean[] existsAllPresent(Master m, Cursor c) {
-        return m.svc.exists(m.present.get(c.nextSample()));
+        return m.svc.probes().exists(m.present.get(c.nextSample()));
     }
 
     @Benchmark
     @OperationsPerInvocation(BATCH)
     public boolean[] existsHalfPresent(Master m, Cursor c) {
-        return m.svc.exists(m.half.get(c.nextSample()));
+        return m.svc.probes().exists(m.half.get(c.nextSample()));
     }
 
     @Benchmark
     @OperationsPerInvocation(BATCH)
     public int prefixMatchAllPresent(Master m, Cursor c) {
-        return m.svc.prefixMatch(m.present.get(c.nextSample()));
+        return m.svc.probes().prefixMatch(m.present.get(c.nextSample()));
     }
 
     /** Stops at the first miss (key 513); the rate is still per key submitted. */
     @Benchmark
     @OperationsPerInvocation(BATCH)
     public int prefixMatchHalfPresent(Master m, Cursor c) {
-        return m.svc.prefixMatch(m.half.get(c.nextSample()));
+        return m.svc.probes().prefixMatch(m.half.get(c.nextSample()));
     }
 
     @Benchmark

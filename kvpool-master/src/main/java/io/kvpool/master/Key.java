@@ -1,26 +1,19 @@
 package io.kvpool.master;
 
-import java.lang.invoke.MethodHandles;
-import java.lang.invoke.VarHandle;
-import java.nio.ByteOrder;
+import io.kvpool.protocol.KeyDigest;
+
 import java.util.Arrays;
 
 /**
  * The key hash every index structure uses, and the key object of the (few) pending puts.
  *
  * <p>{@link #hash} is computed once per request key: the shard is chosen from its top bits, a shard's
- * table cell from its low bits (see {@link ObjectIndex} and {@link ObjectTable}). It reads the key
- * eight bytes at a time, mixes each word into the state with a multiply and a rotation, and ends
- * with a full 64-bit avalanche (MurmurHash3's finalizer), so keys that share a long prefix and differ
- * in a few hex digits still spread over every bit.
+ * table cell from its low bits (see {@link ObjectIndex} and {@link ObjectTable}). It is the low half
+ * of the key's {@link KeyDigest} (two multiply-rotate lanes over 8-byte words and a full 64-bit
+ * avalanche), so keys that share a long prefix and differ in a few hex digits still spread over every
+ * bit, and a digest sent instead of a key finds the same cell.
  */
 final class Key {
-
-    private static final VarHandle LONGS = MethodHandles.byteArrayViewVarHandle(long[].class, ByteOrder.LITTLE_ENDIAN);
-    private static final VarHandle INTS = MethodHandles.byteArrayViewVarHandle(int[].class, ByteOrder.LITTLE_ENDIAN);
-    private static final long P1 = 0x9E3779B185EBCA87L;
-    private static final long P2 = 0xC2B2AE3D27D4EB4FL;
-    private static final long P3 = 0x165667B19E3779F9L;
 
     final byte[] bytes;
     private final int hash;
@@ -31,27 +24,12 @@ final class Key {
         this.hash = hash;
     }
 
-    /** A well-mixed 32-bit hash of the key bytes; allocates nothing. */
+    /**
+     * The key's hash: the low 32 bits of its {@link KeyDigest}, so a lookup by digest (which carries
+     * no key) lands on the same shard and table cell as a lookup by key. Allocates nothing.
+     */
     static int hash(byte[] k) {
-        int len = k.length;
-        long h = P3 + len * P1;
-        int i = 0;
-        for (; i + 8 <= len; i += 8) {
-            h = Long.rotateLeft(h ^ ((long) LONGS.get(k, i) * P2), 31) * P1;
-        }
-        if (i + 4 <= len) {
-            h = Long.rotateLeft(h ^ (((int) INTS.get(k, i) & 0xFFFF_FFFFL) * P1), 23) * P2;
-            i += 4;
-        }
-        for (; i < len; i++) {
-            h = Long.rotateLeft(h ^ ((k[i] & 0xFFL) * P3), 11) * P1;
-        }
-        h ^= h >>> 33;
-        h *= 0xFF51AFD7ED558CCDL;
-        h ^= h >>> 33;
-        h *= 0xC4CEB9FE1A85EC53L;
-        h ^= h >>> 33;
-        return (int) h;
+        return (int) KeyDigest.lo(k, 0, k.length);
     }
 
     @Override

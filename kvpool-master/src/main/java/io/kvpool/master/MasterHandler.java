@@ -10,6 +10,7 @@ import io.kvpool.protocol.Opcode;
 import io.kvpool.protocol.Request;
 import io.kvpool.protocol.RequestHandler;
 import io.kvpool.protocol.ResultCode;
+import io.kvpool.protocol.msg.DigestList;
 import io.kvpool.protocol.msg.KeyList;
 import io.kvpool.protocol.msg.LeaseMessages;
 import io.kvpool.protocol.msg.MasterMessages;
@@ -104,7 +105,7 @@ final class MasterHandler implements RequestHandler {
                     KeyList kl = KeyList.read(body);
                     end(body, op);
                     checkSingle(op, kl.keys().size());
-                    boolean[] present = service.exists(kl.keys());
+                    boolean[] present = service.probes().exists(kl.keys());
                     new MasterMessages.Flags(present).write(out);
                     int miss = 0;
                     for (boolean b : present) {
@@ -115,14 +116,32 @@ final class MasterHandler implements RequestHandler {
                 case PREFIX_MATCH -> {
                     KeyList kl = KeyList.read(body);
                     end(body, op);
-                    int n = service.prefixMatch(kl.keys());
+                    int n = service.probes().prefixMatch(kl.keys());
                     out.i32(n);
                     metrics.record(op, kl.keys().size(), 0, kl.keys().size() - n, false);
+                }
+                case PREFIX_MATCH_DIGEST -> {
+                    DigestList dl = DigestList.read(body);
+                    end(body, op);
+                    int n = service.probes().prefixMatchDigests(dl.digests(), dl.count());
+                    out.i32(n);
+                    metrics.record(op, dl.count(), 0, dl.count() - n, false);
+                }
+                case BATCH_EXIST_DIGEST -> {
+                    DigestList dl = DigestList.read(body);
+                    end(body, op);
+                    boolean[] present = service.probes().existsDigests(dl.digests(), dl.count());
+                    new MasterMessages.Flags(present).write(out);
+                    int miss = 0;
+                    for (boolean b : present) {
+                        miss += b ? 0 : 1;
+                    }
+                    metrics.record(op, present.length, 0, miss, false);
                 }
                 case OBJECT_SIZE -> {
                     KeyList kl = KeyList.read(body);
                     end(body, op);
-                    long[] sizes = service.sizes(kl.keys());
+                    long[] sizes = service.probes().sizes(kl.keys());
                     new MasterMessages.Sizes(sizes).write(out);
                     int miss = 0;
                     for (long s : sizes) {

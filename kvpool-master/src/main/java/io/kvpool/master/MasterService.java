@@ -116,6 +116,7 @@ public final class MasterService {
     private boolean epochKnown;
 
     private final ObjectIndex index;
+    private final Probes probes;
     private final Map<Integer, Segment> segments = new ConcurrentHashMap<>();
     private final AtomicInteger nextSegmentId = new AtomicInteger(1);
     private final AtomicLong generations;
@@ -165,6 +166,7 @@ public final class MasterService {
     MasterService(MasterConfig config, InstantSource clock, RandomGenerator random, NodeNotifier nodes, ObjectIndex index,
                   LongSupplier leaseNanos, boolean startGrace) {
         this.index = index;
+        this.probes = new Probes(index);
         this.config = config;
         this.clock = clock;
         this.random = random;
@@ -465,36 +467,9 @@ public final class MasterService {
         return new ArrayList<>(Arrays.asList(out));
     }
 
-    /** EXIST_KEY: presence of complete objects. A probe: does not count as a read. */
-    public boolean[] exists(List<byte[]> keys) {
-        boolean[] out = new boolean[keys.size()];
-        index.lookupEach(keys, (shard, i, slot) -> out[i] = slot >= 0);
-        return out;
-    }
-
-    /**
-     * PREFIX_MATCH: how many leading keys are present. A probe: does not count as a read. Looks keys
-     * up in chunks that double in size (16, 32, 64 ...), each chunk shard by shard, and stops after
-     * the chunk with the first miss: a cold chain costs a few lookups, a long warm one few lock rounds.
-     */
-    public int prefixMatch(List<byte[]> keys) {
-        int n = keys.size();
-        for (int from = 0, chunk = 16; from < n; from += chunk, chunk = Math.min(chunk * 2, 4096)) {
-            boolean[] present = exists(keys.subList(from, Math.min(n, from + chunk)));
-            for (int j = 0; j < present.length; j++) {
-                if (!present[j]) {
-                    return from + j;
-                }
-            }
-        }
-        return n;
-    }
-
-    /** OBJECT_SIZE: value length per key, or -1. A probe: does not count as a read. */
-    public long[] sizes(List<byte[]> keys) {
-        long[] out = new long[keys.size()];
-        index.lookupEach(keys, (shard, i, slot) -> out[i] = slot < 0 ? -1 : shard.objects.valueLength(slot));
-        return out;
+    /** The probes (exists, prefixMatch, sizes; by key or by digest): they read the index only. */
+    public Probes probes() {
+        return probes;
     }
 
     // ================================================================== removal

@@ -228,6 +228,44 @@ final class ObjectIndex {
         }
     }
 
+    /**
+     * Looks up keys given by their digests ({@code digests[2i]} low half, {@code digests[2i + 1]} high
+     * half of key i, for i in {@code [from, to)}), shard by shard under each shard's lock, and hands
+     * {@code v} each answer (position relative to {@code from}). For the lookups by digest.
+     */
+    void lookupDigests(long[] digests, int from, int to, SlotVisitor v) {
+        int n = to - from;
+        int[] hashes = new int[n];
+        int[] start = new int[SHARDS + 1];
+        for (int i = 0; i < n; i++) {
+            hashes[i] = (int) digests[2 * (from + i)] & hashMask;
+            start[shardOf(hashes[i]) + 1]++;
+        }
+        for (int g = 0; g < SHARDS; g++) {
+            start[g + 1] += start[g];
+        }
+        int[] order = new int[n];
+        int[] fill = start.clone();
+        for (int i = 0; i < n; i++) {
+            order[fill[shardOf(hashes[i])]++] = i;
+        }
+        for (int g = 0; g < SHARDS; g++) {
+            if (start[g] == start[g + 1]) {
+                continue;
+            }
+            Shard s = shards[g];
+            s.lock.lock();
+            try {
+                for (int j = start[g]; j < start[g + 1]; j++) {
+                    int i = order[j];
+                    v.visit(s, i, s.objects.findDigest(digests[2 * (from + i)], digests[2 * (from + i) + 1], hashes[i]));
+                }
+            } finally {
+                s.lock.unlock();
+            }
+        }
+    }
+
     /** Runs {@code body} on every shard in turn, each under its own lock. */
     void forEachShard(java.util.function.Consumer<Shard> body) {
         for (Shard s : shards) {

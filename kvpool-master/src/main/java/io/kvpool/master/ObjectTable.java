@@ -1,5 +1,7 @@
 package io.kvpool.master;
 
+import io.kvpool.protocol.KeyDigest;
+
 import java.util.Arrays;
 import java.util.HashMap;
 
@@ -128,6 +130,20 @@ final class ObjectTable {
         if (key.length > MAX_KEY) {
             return -1;
         }
+        return probe(hash, keyAddr -> keyEquals(keyAddr, key));
+    }
+
+    /** Decides whether the key stored at a candidate's key address is the one looked for. */
+    @FunctionalInterface
+    private interface KeyMatch {
+        boolean matches(long keyAddr);
+    }
+
+    /**
+     * Walks {@code hash}'s run of cells and returns the first slot whose record has this hash and
+     * whose stored key {@code match} accepts, or -1 at the first empty cell.
+     */
+    private int probe(int hash, KeyMatch match) {
         int[][] t = cells;
         int mask = capacity - 1;
         int tag = tag(hash);
@@ -140,7 +156,7 @@ final class ObjectTable {
                 int slot = (c & SLOT_MASK) - 1;
                 long[] page = pages[slot >>> PAGE_SHIFT];
                 int r = (slot & PAGE_MASK) * WORDS;
-                if ((int) (page[r + META] >>> 32) == hash && keyEquals(page[r + KEY], key)) {
+                if ((int) (page[r + META] >>> 32) == hash && match.matches(page[r + KEY])) {
                     return slot;
                 }
             }
@@ -212,6 +228,20 @@ final class ObjectTable {
                 slots[j] = find(key, hashes[order[j]]);
             }
         }
+    }
+
+    /**
+     * The slot of the object whose key has the digest {@code (lo, hi)}, or -1. {@code hash} is the
+     * index's hash of that key ({@code (int) lo}, masked as the index masks it). A candidate with the
+     * same hash is confirmed against the key stored with it: its full 128-bit digest is computed and
+     * compared, so a 32-bit hash collision is never taken for a match.
+     */
+    int findDigest(long lo, long hi, int hash) {
+        long[] d = new long[2];
+        return probe(hash, keyAddr -> {
+            KeyDigest.digest(slabs[addrSlab(keyAddr)], addrOffset(keyAddr), addrLength(keyAddr), d, 0);
+            return d[0] == lo && d[1] == hi;
+        });
     }
 
     /** Written by {@link #findAll}, so the JIT cannot drop loads made only to fill the cache. */

@@ -102,13 +102,13 @@ public final class IndexFootprint {
         for (int round = 0; round < 2; round++) {
             String tag = round == 0 ? "(warm-up) " : "";
             rate(tag + "exists, stored keys", seconds, hits, b -> {
-                boolean[] out = svc.exists(b);
+                boolean[] out = svc.probes().exists(b);
                 if (!out[0] || !out[out.length - 1]) {
                     throw new IllegalStateException("a stored key is missing");
                 }
             });
             rate(tag + "exists, absent keys", seconds, misses, b -> {
-                if (svc.exists(b)[0]) {
+                if (svc.probes().exists(b)[0]) {
                     throw new IllegalStateException("an absent key is present");
                 }
             });

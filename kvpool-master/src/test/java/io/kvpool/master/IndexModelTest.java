@@ -2,6 +2,7 @@ package io.kvpool.master;
 
 import io.kvpool.protocol.ObjectLayout;
 import io.kvpool.protocol.ResultCode;
+import io.kvpool.protocol.msg.DigestList;
 import io.kvpool.protocol.msg.MasterMessages.Inventory;
 import io.kvpool.protocol.msg.MasterMessages.PutEndItem;
 import io.kvpool.protocol.msg.MasterMessages.PutStart;
@@ -162,16 +163,23 @@ class IndexModelTest {
                 assertThat(svc.removeAll(false)).as("remove all, %s", at).isEqualTo(complete.size());
                 complete.clear();
             } else if (op < 70) {
-                boolean[] present = svc.exists(batch);
-                long[] sizes = svc.sizes(batch);
+                boolean[] present = svc.probes().exists(batch);
+                long[] sizes = svc.probes().sizes(batch);
                 int prefix = 0;
                 while (prefix < batch.size() && complete.containsKey(s(batch.get(prefix)))) {
                     prefix++;
                 }
-                assertThat(svc.prefixMatch(batch)).as("prefix match, %s", at).isEqualTo(prefix);
+                assertThat(svc.probes().prefixMatch(batch)).as("prefix match, %s", at).isEqualTo(prefix);
+                // by digest: with a narrow hash mask, many stored keys share the 32-bit hash, and only
+                // the full 128-bit digest of the stored key may confirm a match
+                DigestList d = DigestList.of(batch, 0, batch.size());
+                assertThat(svc.probes().prefixMatchDigests(d.digests(), d.count())).as("prefix match by digest, %s", at)
+                        .isEqualTo(prefix);
+                boolean[] byDigest = svc.probes().existsDigests(d.digests(), d.count());
                 for (int i = 0; i < batch.size(); i++) {
                     Obj c = complete.get(s(batch.get(i)));
                     assertThat(present[i]).as("exists, %s", at).isEqualTo(c != null);
+                    assertThat(byDigest[i]).as("exists by digest, %s", at).isEqualTo(c != null);
                     assertThat(sizes[i]).as("size, %s", at).isEqualTo(c == null ? -1 : c.valueLength);
                 }
             } else {

@@ -4,6 +4,7 @@ import io.kvpool.config.Size;
 import io.kvpool.protocol.ObjectLayout;
 import io.kvpool.protocol.ResultCode;
 import io.kvpool.protocol.Tier;
+import io.kvpool.protocol.msg.DigestList;
 import io.kvpool.protocol.msg.LeaseMessages;
 import io.kvpool.protocol.msg.LeaseMessages.LeaseReply;
 import io.kvpool.protocol.msg.LeaseMessages.LeaseRequest;
@@ -97,7 +98,7 @@ class MasterServiceTest {
     }
 
     private boolean exists(MasterService s, String key) {
-        return s.exists(List.of(k(key)))[0];
+        return s.probes().exists(List.of(k(key)))[0];
     }
 
     @Test
@@ -259,9 +260,9 @@ class MasterServiceTest {
         }
         for (int rep = 0; rep < 50; rep++) {
             for (int i = 20; i < 40; i++) {
-                s.exists(List.of(k("key-" + (10 + i))));
-                s.prefixMatch(List.of(k("key-" + (10 + i))));
-                s.sizes(List.of(k("key-" + (10 + i))));
+                s.probes().exists(List.of(k("key-" + (10 + i))));
+                s.probes().prefixMatch(List.of(k("key-" + (10 + i))));
+                s.probes().sizes(List.of(k("key-" + (10 + i))));
             }
         }
         clock.advance(Duration.ofSeconds(1));
@@ -369,9 +370,15 @@ class MasterServiceTest {
         for (String key : List.of("blk-00", "blk-01", "blk-03")) {
             assertThat(put(svc, key)).isEqualTo(ResultCode.OK);
         }
-        assertThat(svc.prefixMatch(List.of(k("blk-00"), k("blk-01"), k("blk-02"), k("blk-03")))).isEqualTo(2);
-        assertThat(svc.prefixMatch(List.of(k("blk-02"), k("blk-00")))).isZero();
-        assertThat(svc.prefixMatch(List.of())).isZero();
+        List<byte[]> chain = List.of(k("blk-00"), k("blk-01"), k("blk-02"), k("blk-03"));
+        assertThat(svc.probes().prefixMatch(chain)).isEqualTo(2);
+        assertThat(svc.probes().prefixMatch(List.of(k("blk-02"), k("blk-00")))).isZero();
+        assertThat(svc.probes().prefixMatch(List.of())).isZero();
+        // the same by digest
+        DigestList d = DigestList.of(chain, 0, chain.size());
+        assertThat(svc.probes().prefixMatchDigests(d.digests(), d.count())).isEqualTo(2);
+        assertThat(svc.probes().existsDigests(d.digests(), d.count())).containsExactly(true, true, false, true);
+        assertThat(svc.probes().prefixMatchDigests(new long[0], 0)).isZero();
     }
 
     @Test

@@ -53,9 +53,10 @@ public final class FrameHeader {
      * The protocol version: 1 was the pool core; 2 added the SSD tier (a tier byte in replicas and in
      * NODE_READ, NODE_FREE and inventory items, {@code ifGeneration} in PUT_START items, tier
      * statistics in heartbeats and CLUSTER_STATS, NODE_DISK_ADD and NODE_DISK_DROP); 3 added LEASE
-     * (read leases and the invalidations that come with them).
+     * (read leases and the invalidations that come with them); 4 added the lookups by key digest
+     * (PREFIX_MATCH_DIGEST, BATCH_EXIST_DIGEST).
      */
-    public static final byte VERSION = 3;
+    public static final byte VERSION = 4;
     public static final byte FLAG_REPLY = 0x01;
 
     public static final int MAGIC_OFFSET = 0;

@@ -31,6 +31,10 @@ public enum Opcode {
     BATCH_EXIST_KEY(0x23, "batch_exist_key"),
     PREFIX_MATCH(0x24, "prefix_match"),
     OBJECT_SIZE(0x25, "object_size"),
+    /** PREFIX_MATCH with 16-byte key digests ({@link KeyDigest}) instead of keys. Body: {@code DigestList}. */
+    PREFIX_MATCH_DIGEST(0x26, "prefix_match_digest"),
+    /** BATCH_EXIST_KEY with 16-byte key digests instead of keys. Body: {@code DigestList}. */
+    BATCH_EXIST_DIGEST(0x27, "batch_exist_digest"),
 
     // ---- master: removal ----
     REMOVE(0x30, "remove"),
@@ -84,7 +88,8 @@ public enum Opcode {
 
     /** True for the forms that carry many items in one round trip. */
     public boolean isBatch() {
-        return metricName.startsWith("batch_") || this == PREFIX_MATCH || this == OBJECT_SIZE;
+        return metricName.startsWith("batch_") || this == PREFIX_MATCH || this == PREFIX_MATCH_DIGEST
+                || this == OBJECT_SIZE;
     }
 
     /** True for operations served by nodes rather than the master. */

@@ -1,5 +1,6 @@
 package io.kvpool.protocol;
 
+import io.kvpool.protocol.msg.DigestList;
 import io.kvpool.protocol.msg.KeyList;
 import io.kvpool.protocol.msg.MasterMessages;
 import io.kvpool.protocol.msg.NodeMessages;
@@ -16,7 +17,7 @@ import java.util.UUID;
 /**
  * Golden frames for the other clients of the protocol. Prints, one per line, {@code name hex}: the
  * header and the bodies this Java code writes for fixed inputs, and the opcode, result-code and
- * status tables. The Python client's test suite (python/tests/test_protocol.py) encodes the same
+ * status tables, and the digests of a few keys. The Python client's test suite (python/tests/test_protocol.py) encodes the same
  * inputs and decodes these bytes, so a change on either side that the other does not follow fails a
  * test. Run: {@code java -cp kvpool.jar io.kvpool.protocol.WireVectors}.
  */
@@ -69,6 +70,12 @@ public final class WireVectors {
         out.put("shm_write_end", body(w -> new NodeMessages.ShmWriteEnd(List.of(
                 new NodeMessages.ShmWriteEndItem(4096, 1234, true), new NodeMessages.ShmWriteEndItem(64, 5, false)))
                 .write(w)));
+        out.put("digest_list", body(w -> DigestList.of(List.of(k1, k2), 0, 2).write(w)));
+        for (String k : List.of("a", "12345678", "123456789", "kvp1/m/v1/tp0of1-pp0of1/f32/" + "0f".repeat(32), "ключ-é")) {
+            long[] d = KeyDigest.of(k.getBytes(StandardCharsets.UTF_8));
+            out.put("digest:" + HexFormat.of().formatHex(k.getBytes(StandardCharsets.UTF_8)),
+                    body(w -> w.i64(d[0]).i64(d[1])));
+        }
         return out;
     }
 
