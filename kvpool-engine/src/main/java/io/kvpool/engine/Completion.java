@@ -3,8 +3,7 @@ package io.kvpool.engine;
 /**
  * A finished request.
  *
- * @param finishReason     {@code stop} (end of sequence), {@code length} (max tokens), {@code abort}
- *                         (aborted, e.g. by a weight update), {@code error} (see {@code error})
+ * @param finishReason     why it ended (see {@link FinishReason}; {@code ERROR}: see {@code error})
  * @param weightsVersion   the weights every token of this output was computed with
  * @param localHitTokens   prompt tokens found in the engine's own prefix cache
  * @param externalHitTokens prompt tokens loaded from the external cache (the pool); blocks whose
@@ -15,11 +14,11 @@ package io.kvpool.engine;
  * @param logitsDigest     a CRC-32C over the raw bits of every logits vector a token was chosen from:
  *                         two runs with equal digests computed bit-identical logits throughout
  */
-public record Completion(String requestId, int[] promptTokens, int[] outputTokens, String finishReason, String error,
+public record Completion(String requestId, int[] promptTokens, int[] outputTokens, FinishReason finishReason, String error,
                          String weightsVersion, int localHitTokens, int externalHitTokens, int recomputedTokens,
                          long ttftNanos, long totalNanos, float[] firstLogits, long logitsDigest) {
 
     public boolean ok() {
-        return error == null && !"abort".equals(finishReason);
+        return error == null && finishReason != FinishReason.ABORT;
     }
 }

@@ -204,7 +204,7 @@ public final class Engine implements AutoCloseable {
                 System.nanoTime());
         command(() -> {
             if (pausing != null || paused) {
-                s.finish("abort", "the engine is paused", this);
+                s.finish(FinishReason.ABORT, "the engine is paused", this);
             } else {
                 waiting.add(s);
             }
@@ -329,7 +329,7 @@ public final class Engine implements AutoCloseable {
                 } catch (RuntimeException | Error e) {
                     log.error("engine step failed; failing the requests in it", e);
                     for (Sequence s : new ArrayList<>(active)) {
-                        finish(s, "error", "engine step failed: " + e);
+                        finish(s, FinishReason.ERROR, "engine step failed: " + e);
                     }
                 }
             }
@@ -346,10 +346,10 @@ public final class Engine implements AutoCloseable {
             if (connector != null) {
                 connector.requestFinished(view(s), new int[0]); // drops what a lookup cached for it
             }
-            s.finish("abort", null, this);
+            s.finish(FinishReason.ABORT, null, this);
         }
         for (Sequence s : new ArrayList<>(active)) {
-            finish(s, "abort", null);
+            finish(s, FinishReason.ABORT, null);
         }
         metrics.aborted.add(n);
         return n;
@@ -430,7 +430,7 @@ public final class Engine implements AutoCloseable {
             if (firstFailed >= 0) {
                 metrics.loadFailures.increment();
                 if (config.loadFailure() == LoadFailurePolicy.FAIL) {
-                    finish(s, "error", "loading KV block " + firstFailed + " of the prompt from the external cache"
+                    finish(s, FinishReason.ERROR, "loading KV block " + firstFailed + " of the prompt from the external cache"
                             + " failed (load failure policy: fail)");
                     finishedNow.add(s.id);
                     continue;
@@ -553,13 +553,13 @@ public final class Engine implements AutoCloseable {
             s.listener.onToken(s.id, token);
         }
         if (s.params.stopAtEos() && token == modelConfig.eosToken()) {
-            s.done = "stop";
+            s.done = FinishReason.STOP;
         } else if (s.output >= s.params.maxTokens()) {
-            s.done = "length";
+            s.done = FinishReason.LENGTH;
         }
     }
 
-    private void finish(Sequence s, String reason, String error) {
+    private void finish(Sequence s, FinishReason reason, String error) {
         active.remove(s);
         boolean keep = connector != null && connector.requestFinished(view(s), s.table());
         if (keep) {
@@ -582,7 +582,7 @@ public final class Engine implements AutoCloseable {
         }
     }
 
-    Completion completionOf(Sequence s, String reason, String error) {
+    Completion completionOf(Sequence s, FinishReason reason, String error) {
         long now = System.nanoTime();
         return new Completion(s.id, java.util.Arrays.copyOf(s.tokens, s.promptLength),
                 java.util.Arrays.copyOfRange(s.tokens, s.promptLength, s.numTokens), reason, error,
@@ -646,7 +646,7 @@ public final class Engine implements AutoCloseable {
         int externalHits;
         int recomputed;
         String admittedVersion;
-        String done;
+        FinishReason done;
         float[] firstLogits;
         long digest;
         private final java.util.zip.CRC32C crc = new java.util.zip.CRC32C();
@@ -716,7 +716,7 @@ public final class Engine implements AutoCloseable {
             blocks.clear();
         }
 
-        void finish(String reason, String error, Engine engine) {
+        void finish(FinishReason reason, String error, Engine engine) {
             if (!result.isDone()) {
                 result.complete(engine.completionOf(this, reason, error));
             }

@@ -271,7 +271,7 @@ public final class EngineServer implements AutoCloseable {
         n.put("id", "cmpl-" + c.requestId()).put("object", "text_completion")
                 .put("created", System.currentTimeMillis() / 1000).put("model", model);
         ObjectNode choice = n.putArray("choices").addObject();
-        choice.put("index", 0).put("text", tokenizer.decode(c.outputTokens())).put("finish_reason", c.finishReason());
+        choice.put("index", 0).put("text", tokenizer.decode(c.outputTokens())).put("finish_reason", c.finishReason().wireName());
         ArrayNode ids = choice.putArray("token_ids");
         for (int t : c.outputTokens()) {
             ids.add(t);
