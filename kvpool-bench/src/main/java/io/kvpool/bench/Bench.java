@@ -130,7 +130,7 @@ public final class Bench {
             steps += 1;
         }
         if (o.sections.contains("restore")) {
-            steps += 3;
+            steps += 6;
         }
         if (o.sections.contains("python")) {
             steps += PythonBench.steps();
@@ -438,7 +438,9 @@ public final class Bench {
     /**
      * KV restore through the connector, in tokens per second: the reference engine's geometry (with
      * its prefill, the recompute it replaces, measured in the same run) and a Llama-3-8B-shaped one
-     * (32 layers x 8 KV heads x 128 x K and V x bf16 = 128 KiB per token).
+     * (32 layers x 8 KV heads x 128 x K and V x bf16 = 128 KiB per token); and KV saved through the
+     * connector at both ({@link SaveBench}), measured in slices alternating with the restore's so
+     * that both see the same share of a noisy machine.
      */
     private void restore() throws Exception {
         io.kvpool.engine.llama.ModelConfig ref = io.kvpool.engine.llama.ModelConfig.defaults();
@@ -453,18 +455,57 @@ public final class Bench {
         bar.step();
         try (PoolProcess pool = PoolProcess.start("3GiB", "1g");
              KvPoolClient c = KvPoolClient.connect(pool.masterAddress())) {
-            bar.setExtraMessage(" restore: engine geometry");
-            RestoreBench.Result own = RestoreBench.restore(c, "reference", ref.kvBytesPerToken(), 8, prompt, seconds);
-            results.add(row(own));
-            bar.step();
-            bar.setExtraMessage(" restore: Llama-3-8B geometry");
-            RestoreBench.Result big = RestoreBench.restore(c, "llama3-8b", 128 * 1024, 4, prompt, seconds);
-            results.add(row(big));
+            restoreAndSave(c, "reference", "engine geometry", ref.kvBytesPerToken(), ref.nLayers(), 8, 64, prompt, seconds);
+            restoreAndSave(c, "llama3-8b", "Llama-3-8B geometry", 128 * 1024, 32, 4, 8, prompt, seconds);
+            bar.setExtraMessage(" save: putBatch alone");
+            double raw = SaveBench.rawPutBatch(c, "llama3-8b", 128 * 1024, 4, prompt, seconds / 2);
+            results.add(new Results.Row("restore", "kvpool", "putBatch llama3-8b", 128 * 1024 * 16, 1, raw / 1e9,
+                    Double.NaN, Double.NaN, Double.NaN, "the save's blocks stored by the client alone: putBatch of "
+                    + SaveBench.STEP_TOKENS / 16 + " blocks a call, one call at a time, no connector"));
             bar.step();
         }
         results.ratioOps("KV restore vs prefill (reference engine, 2048-token prompts)",
                 results.find("restore", "kvpool", "restore reference", ref.kvBytesPerToken() * 16, 1),
                 results.find("restore", "engine", "prefill (recompute)", ref.kvBytesPerToken() * 16, 1), 1.0, "tokens/s");
+        results.ratioOps("KV save vs restore, Llama-3-8B geometry",
+                results.find("restore", "kvpool", "save llama3-8b", 128 * 1024 * 16, 1),
+                results.find("restore", "kvpool", "restore llama3-8b", 128 * 1024 * 16, 1), 0.5, "tokens/s");
+    }
+
+    /** Restore and save slices, alternating. */
+    private static final int RESTORE_SLICES = 3;
+
+    private void restoreAndSave(KvPoolClient c, String geometry, String label, long bytesPerToken, int layers,
+                                int restorePrompts, int savePrompts, int prompt, double seconds) {
+        RestoreBench.Result restored = null;
+        SaveBench.Result saved = null;
+        try (SaveBench engine = new SaveBench(c, geometry, bytesPerToken, layers, prompt)) {
+            for (int i = 0; i < RESTORE_SLICES; i++) {
+                bar.setExtraMessage(" restore: " + label);
+                RestoreBench.Result r = RestoreBench.restore(c, geometry, bytesPerToken, restorePrompts, prompt,
+                        seconds / RESTORE_SLICES);
+                restored = restored == null ? r : restored.plus(r);
+                bar.setExtraMessage(" save: " + label);
+                SaveBench.Result s = engine.save(savePrompts, seconds / RESTORE_SLICES, i == 0);
+                saved = saved == null ? s : saved.plus(s);
+            }
+        }
+        results.add(row(restored));
+        bar.step();
+        results.add(saveRow(saved, restored));
+        bar.step();
+    }
+
+    private Results.Row saveRow(SaveBench.Result r, RestoreBench.Result restore) {
+        String store = results.find("store", "kvpool-shm", "put x" + PUT_BATCH, 1 << 20, 1)
+                .map(s -> String.format(Locale.ROOT, "; store section's same-machine 1 MiB put x%d, 1 client: %.2f GB/s",
+                        PUT_BATCH, s.gbPerSec())).orElse("");
+        return new Results.Row("restore", "kvpool", "save " + r.geometry(), r.bytesPerToken() * r.blockSize(), 1,
+                r.gbPerSecond(), r.tokensPerSecond(), Double.NaN, Double.NaN, String.format(Locale.ROOT,
+                "%.0f tokens/s (%.2fx restore), %d-token prompts through PoolConnector (%d-token steps, engine cache of"
+                        + " %d prompts), %d prompts in %d rounds, every block checked present (skipped %d, dropped %d)%s",
+                r.tokensPerSecond(), r.tokensPerSecond() / restore.tokensPerSecond(), r.promptTokens(),
+                SaveBench.STEP_TOKENS, r.cachePrompts(), r.promptsSaved(), r.rounds(), r.skipped(), r.dropped(), store));
     }
 
     private static Results.Row row(RestoreBench.Result r) {

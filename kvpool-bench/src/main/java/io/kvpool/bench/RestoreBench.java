@@ -31,12 +31,60 @@ import java.util.SplittableRandom;
  */
 final class RestoreBench {
 
-    /** What one geometry measured. */
-    record Result(String geometry, long bytesPerToken, int blockSize, double tokensPerSecond, double gbPerSecond,
-                  int prompts, int promptTokens) {
+    /** What one geometry measured: {@code tokens} restored in {@code seconds}. */
+    record Result(String geometry, long bytesPerToken, int blockSize, long tokens, double seconds, int prompts,
+                  int promptTokens) implements Rate {
+
+        /** This measurement and a later slice of the same one, as one. */
+        Result plus(Result o) {
+            return new Result(o.geometry, o.bytesPerToken, o.blockSize, tokens + o.tokens, seconds + o.seconds,
+                    o.prompts, o.promptTokens);
+        }
+    }
+
+    /** Tokens moved in some seconds, at some bytes a token. */
+    interface Rate {
+        long tokens();
+
+        double seconds();
+
+        long bytesPerToken();
+
+        default double tokensPerSecond() {
+            return tokens() / seconds();
+        }
+
+        default double gbPerSecond() {
+            return tokens() * bytesPerToken() / seconds() / 1e9;
+        }
     }
 
     private RestoreBench() {
+    }
+
+    /** An engine's paged KV memory as one contiguous region of {@code blockBytes}-byte blocks. */
+    static PagedKv contiguous(MemorySegment cache, int blockSize, int layers, long blockBytes) {
+        return new PagedKv() {
+            @Override
+            public int blockSize() {
+                return blockSize;
+            }
+
+            @Override
+            public int numLayers() {
+                return layers;
+            }
+
+            @Override
+            public long blockBytes() {
+                return blockBytes;
+            }
+
+            @Override
+            public MemorySegment block(int id) {
+                return cache.asSlice(id * blockBytes, blockBytes);
+            }
+        };
     }
 
     /** Restores {@code prompts} prompts of {@code promptTokens} with {@code bytesPerToken} of KV per token. */
@@ -50,27 +98,7 @@ final class RestoreBench {
         try (Arena arena = Arena.ofShared();
              PoolConnector conn = new PoolConnector(client, hasher, keys, PoolConnector.ResetScope.MODEL)) {
             MemorySegment cache = arena.allocate(blockBytes * blocks, 4096);
-            PagedKv kv = new PagedKv() {
-                @Override
-                public int blockSize() {
-                    return bs;
-                }
-
-                @Override
-                public int numLayers() {
-                    return 1;
-                }
-
-                @Override
-                public long blockBytes() {
-                    return blockBytes;
-                }
-
-                @Override
-                public MemorySegment block(int id) {
-                    return cache.asSlice(id * blockBytes, blockBytes);
-                }
-            };
+            PagedKv kv = contiguous(cache, bs, 1, blockBytes);
             List<int[]> all = new ArrayList<>();
             SplittableRandom r = new SplittableRandom(geometry.hashCode());
             MemorySegment src = arena.allocate(blockBytes, 64);
@@ -123,8 +151,7 @@ final class RestoreBench {
             } while (System.nanoTime() < deadline);
             double secs = (System.nanoTime() - t0) / 1e9;
             client.removeByPrefix(KeyFormat.modelPrefix("bench-" + geometry));
-            return new Result(geometry, bytesPerToken, bs, tokens / secs, tokens * bytesPerToken / secs / 1e9, prompts,
-                    promptTokens);
+            return new Result(geometry, bytesPerToken, bs, tokens, secs, prompts, promptTokens);
         }
     }
 
