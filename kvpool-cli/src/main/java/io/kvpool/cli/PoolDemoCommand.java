@@ -113,7 +113,7 @@ final class PoolDemoCommand implements Callable<Integer> {
             try (KvPoolClient c = KvPoolClient.connect(pool.masterAddress())) {
                 stats = c.stats();
             }
-            long evictedKeys = pool.master().service().evictedKeyCount();
+            long evictedKeys = pool.master().service().eviction().evictedKeyCount();
             printSummary(secs, latencies, stats, evictedKeys);
         }
         return corrupt.get() == 0 ? 0 : 1;

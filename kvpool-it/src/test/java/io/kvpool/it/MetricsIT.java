@@ -74,8 +74,8 @@ class MetricsIT {
             assertThat(value(m, "master_request_misses_total{op=\"get_replica_list\"}")).isEqualTo(1);
             assertThat(value(m, "master_request_items_total{op=\"batch_get_replica_list\"}")).isEqualTo(3);
             assertThat(value(m, "master_requests_total{op=\"exist_key\"}")).isEqualTo(1);
-            assertThat(value(m, "master_request_items_total{op=\"batch_exist_key\"}")).isEqualTo(3);
-            assertThat(value(m, "master_request_items_total{op=\"prefix_match\"}")).isEqualTo(4);
+            assertThat(value(m, "master_request_items_total{op=\"batch_exist_digest\"}")).isEqualTo(3);
+            assertThat(value(m, "master_request_items_total{op=\"prefix_match_digest\"}")).isEqualTo(4);
             assertThat(value(m, "master_requests_total{op=\"remove\"}")).isEqualTo(1);
             assertThat(m).contains("master_requests_total{op=\"remove_all\"}").contains("master_requests_total{op=\"ping\"}")
                     .contains("master_requests_total{op=\"put_revoke\"}");

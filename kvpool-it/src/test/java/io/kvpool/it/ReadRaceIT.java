@@ -135,10 +135,10 @@ class ReadRaceIT {
                 t.join();
             }
             String ctx = "seed=" + seed + " hits=" + hits + " misses=" + misses + " removals=" + removals + " upserts="
-                    + upserts + " evicted=" + cluster.master.service().evictedKeyCount();
+                    + upserts + " evicted=" + cluster.master.service().eviction().evictedKeyCount();
             assertThat(errors).as(ctx).isEmpty();
             assertThat(hits.get()).as("the race must have read something: " + ctx).isPositive();
-            assertThat(cluster.master.service().evictedKeyCount()).as("eviction must have reused space: " + ctx).isPositive();
+            assertThat(cluster.master.service().eviction().evictedKeyCount()).as("eviction must have reused space: " + ctx).isPositive();
             assertThat(removals.get() + upserts.get()).as("removal and replacement must have happened: " + ctx).isPositive();
         }
     }

@@ -245,10 +245,10 @@ class ReferenceModelIT {
                 w.join();
             }
             String summary = "seed=" + seed + " own hits=" + ownHits + " shared hits=" + sharedHits + " resets="
-                    + resets.size() + " evicted=" + cluster.master.service().evictedKeyCount();
+                    + resets.size() + " evicted=" + cluster.master.service().eviction().evictedKeyCount();
             assertThat(errors).as(summary).isEmpty();
             assertThat(ownHits.get() + sharedHits.get()).as(summary).isPositive();
-            assertThat(cluster.master.service().evictedKeyCount()).as("eviction must have run: " + summary).isPositive();
+            assertThat(cluster.master.service().eviction().evictedKeyCount()).as("eviction must have run: " + summary).isPositive();
         }
     }
 }

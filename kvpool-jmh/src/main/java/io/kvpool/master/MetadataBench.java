@@ -127,9 +127,9 @@ public class MetadataBench {
         public void setUp() {
             InstantSource clock = InstantSource.fixed(Instant.ofEpochMilli(1_700_000_000_000L));
             svc = new MasterService(MasterConfig.defaults(), clock, new SplittableRandom(7), NodeNotifier.NONE);
-            RegisterReply reg = svc.registerNode(new RegisterNode("bench:1", "10.0.0.1", 50052, SEGMENT, svc.epoch(),
+            RegisterReply reg = svc.membership().registerNode(new RegisterNode("bench:1", "10.0.0.1", 50052, SEGMENT, svc.epoch(),
                     1, 0, ""));
-            svc.inventory(new Inventory(reg.segmentId(), 1, true, List.of()));
+            svc.membership().inventory(new Inventory(reg.segmentId(), 1, true, List.of()));
 
             SplittableRandom rnd = new SplittableRandom(1);
             byte[][] stored = new byte[objects][];

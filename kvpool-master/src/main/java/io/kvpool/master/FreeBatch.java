@@ -1,5 +1,9 @@
 package io.kvpool.master;
 
+import io.kvpool.protocol.Tier;
+
+import java.util.Arrays;
+
 /**
  * Regions freed by a bulk removal (removeByPrefix, removeAll without force, an eviction round),
  * collected first and returned to the allocators in (segment, offset) order. Freed in key-hash order,
@@ -8,6 +12,16 @@ package io.kvpool.master;
  * before it and the free list stays short.
  */
 final class FreeBatch {
+
+    /** Whether a memory copy about to be freed goes to its node's SSD tier instead of being dropped. */
+    @FunctionalInterface
+    interface SpillChoice {
+        /** Decides for the copy on {@code segmentId} of the object in {@code slot} (under its shard's lock). */
+        boolean spills(ObjectTable objects, int slot, int segmentId);
+
+        /** Drops every copy (an explicit removal). */
+        SpillChoice NEVER = (objects, slot, segmentId) -> false;
+    }
 
     private int[] segments = new int[1024];
     private long[] offsets = new long[1024];
@@ -20,17 +34,17 @@ final class FreeBatch {
     void add(int segment, long offset, long length, long generation, int tier, boolean spill) {
         if (size == segments.length) {
             int cap = size * 2;
-            segments = java.util.Arrays.copyOf(segments, cap);
-            offsets = java.util.Arrays.copyOf(offsets, cap);
-            lengths = java.util.Arrays.copyOf(lengths, cap);
-            generations = java.util.Arrays.copyOf(generations, cap);
-            flags = java.util.Arrays.copyOf(flags, cap);
+            segments = Arrays.copyOf(segments, cap);
+            offsets = Arrays.copyOf(offsets, cap);
+            lengths = Arrays.copyOf(lengths, cap);
+            generations = Arrays.copyOf(generations, cap);
+            flags = Arrays.copyOf(flags, cap);
         }
         segments[size] = segment;
         offsets[size] = offset;
         lengths[size] = length;
         generations[size] = generation;
-        flags[size] = (byte) ((tier == io.kvpool.protocol.Tier.DISK ? 1 : 0) | (spill ? 2 : 0));
+        flags[size] = (byte) ((tier == Tier.DISK ? 1 : 0) | (spill ? 2 : 0));
         size++;
     }
 
@@ -39,28 +53,50 @@ final class FreeBatch {
     }
 
     /**
+     * Queues every copy of the complete object in {@code slot}: disk copies to be dropped, memory copies
+     * to be freed or, where {@code spill} says so, moved to their node's SSD tier. Returns the memory
+     * bytes the batch will free.
+     */
+    @GuardedBy("shard lock")
+    long addObject(ObjectTable objects, int slot, SpillChoice spill) {
+        long len = objects.regionLength(slot);
+        long generation = objects.generation(slot);
+        long memory = 0;
+        for (int i = 0, n = objects.replicas(slot); i < n; i++) {
+            int stored = objects.segment(slot, i);
+            if (ObjectTable.onDisk(stored)) {
+                add(ObjectTable.segmentId(stored), objects.offset(slot, i), 0, generation, Tier.DISK, false);
+            } else {
+                add(stored, objects.offset(slot, i), len, generation, Tier.MEMORY, spill.spills(objects, slot, stored));
+                memory += len;
+            }
+        }
+        return memory;
+    }
+
+    /**
      * Frees every collected region on its segment (skipping segments that are gone) and tells the
      * nodes. Returns the memory bytes freed.
      */
-    long apply(java.util.Map<Integer, Segment> live, NodeNotifier nodes) {
+    long apply(Segments live, NodeNotifier nodes) {
         notifyNodes(live, nodes);
         return freeAllocators(live);
     }
 
     /** Queues the frees (and spills) for the nodes, in (segment, offset) order. */
-    void notifyNodes(java.util.Map<Integer, Segment> live, NodeNotifier nodes) {
+    void notifyNodes(Segments live, NodeNotifier nodes) {
         sort(0, size - 1);
         for (int i = 0; i < size; i++) {
             Segment s = live.get(segments[i]);
             if (s != null) {
-                int tier = (flags[i] & 1) != 0 ? io.kvpool.protocol.Tier.DISK : io.kvpool.protocol.Tier.MEMORY;
+                int tier = (flags[i] & 1) != 0 ? Tier.DISK : Tier.MEMORY;
                 nodes.free(s, offsets[i], generations[i], tier, (flags[i] & 2) != 0);
             }
         }
     }
 
     /** Returns the memory regions to their allocators (after the nodes were told); empties the batch. */
-    long freeAllocators(java.util.Map<Integer, Segment> live) {
+    long freeAllocators(Segments live) {
         sort(0, size - 1);
         long freed = 0;
         for (int i = 0; i < size; i++) {

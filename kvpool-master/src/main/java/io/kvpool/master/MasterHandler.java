@@ -185,26 +185,26 @@ final class MasterHandler implements RequestHandler {
                 case REGISTER_NODE -> {
                     MasterMessages.RegisterNode r = MasterMessages.RegisterNode.read(body);
                     end(body, op);
-                    service.registerNode(r).write(out);
+                    service.membership().registerNode(r).write(out);
                     metrics.record(op, 1, 0, 0, false);
                 }
                 case NODE_HEARTBEAT -> {
                     MasterMessages.Heartbeat hb = MasterMessages.Heartbeat.read(body);
                     end(body, op);
-                    service.heartbeat(hb.segmentId(), hb.nodeIncarnation(), hb.tiers()).write(out);
+                    service.membership().heartbeat(hb.segmentId(), hb.nodeIncarnation(), hb.tiers()).write(out);
                     metrics.record(op, 1, 0, 0, false);
                 }
                 case NODE_DISK_ADD, NODE_DISK_DROP -> {
                     MasterMessages.Inventory inv = MasterMessages.Inventory.read(body);
                     end(body, op);
-                    List<ResultCode> codes = op == Opcode.NODE_DISK_ADD ? service.diskAdd(inv) : service.diskDrop(inv);
+                    List<ResultCode> codes = op == Opcode.NODE_DISK_ADD ? service.membership().diskAdd(inv) : service.membership().diskDrop(inv);
                     new Codes(codes).write(out);
                     metrics.record(op, codes.size(), countNot(codes, ResultCode.OK), 0, false);
                 }
                 case NODE_INVENTORY -> {
                     MasterMessages.Inventory inv = MasterMessages.Inventory.read(body);
                     end(body, op);
-                    List<ResultCode> codes = service.inventory(inv);
+                    List<ResultCode> codes = service.membership().inventory(inv);
                     new Codes(codes).write(out);
                     metrics.record(op, codes.size(), countNot(codes, ResultCode.OK), 0, false);
                 }

@@ -101,14 +101,14 @@ public final class MasterMetrics {
         perOp("master_request_items_total", "Items carried by batch requests, by operation", items, true);
         perOp("master_request_failed_items_total", "Items of batch requests that were not carried out", failedItems, true);
         perOp("master_request_misses_total", "Keys looked up or removed that were not present", misses, false);
-        counter("master_eviction_attempts_total", "Eviction rounds started", service.evictionAttempts::get);
-        counter("master_eviction_successes_total", "Eviction rounds that freed something", service.evictionSuccesses::get);
-        counter("master_evicted_keys_total", "Objects evicted", service.evictedKeys::get);
-        counter("master_evicted_bytes_total", "Bytes freed by eviction", service.evictedBytes::get);
+        counter("master_eviction_attempts_total", "Eviction rounds started", service.eviction().attempts::get);
+        counter("master_eviction_successes_total", "Eviction rounds that freed something", service.eviction().successes::get);
+        counter("master_evicted_keys_total", "Objects evicted", service.eviction().evictedKeys::get);
+        counter("master_evicted_bytes_total", "Bytes freed by eviction", service.eviction().evictedBytes::get);
         counter("master_expired_puts_total", "Puts reclaimed because their writer never completed them",
                 service.expiredPuts::get);
         counter("master_dropped_segments_total", "Segments dropped for silence or replaced by a re-registration",
-                service.droppedSegments::get);
+                service.membership().droppedSegments::get);
         // read leases: removals, resets and upserts wait until every client dropped what they invalidate
         gauge("master_read_lease_sessions", "Clients holding a read lease (reading from remembered locations)",
                 service::leaseSessions);
@@ -259,8 +259,8 @@ public final class MasterMetrics {
             sb.append(" no requests");
         }
         sb.append(" ops/s ok/total | ");
-        long ek = service.evictedKeys.get();
-        long eb = service.evictedBytes.get();
+        long ek = service.eviction().evictedKeys.get();
+        long eb = service.eviction().evictedBytes.get();
         sb.append("evicted ").append(ek - lastEvictedKeys).append(" keys (").append(Size.human(eb - lastEvictedBytes))
                 .append(")");
         lastEvictedKeys = ek;

@@ -1,8 +1,11 @@
 package io.kvpool.master;
 
+import io.kvpool.protocol.BadRequestException;
+
 import java.util.HashMap;
 import java.util.List;
 import java.util.concurrent.locks.ReentrantLock;
+import java.util.function.Consumer;
 import java.util.function.Function;
 
 /**
@@ -20,9 +23,12 @@ import java.util.function.Function;
  * change the index, {@link #lookupEach} for reads and probes, which looks up all of a shard's keys
  * together ({@link ObjectTable#findAll}) so that their cache misses overlap.
  *
- * <p>Locking: a shard's lock guards both of its maps and every field of the entries in them. It is
- * held for map operations and allocator calls only, never for I/O, and never together with another
- * shard's lock.
+ * <p>Locking: a shard's lock guards both of its maps and every field of the entries in them. Only
+ * this class takes it: code elsewhere works on a shard inside {@link #withShard} (one key), the batch
+ * visits above, or {@link #forEachShard} (every shard in turn), and is handed the shard only while
+ * its lock is held. It is held for map operations, allocator calls and queueing notices to nodes
+ * only, never for I/O, and never together with another shard's lock. It is the innermost of the
+ * master's locks: taken under the epoch lock and the eviction lock, never the other way round.
  */
 final class ObjectIndex {
 
@@ -53,14 +59,43 @@ final class ObjectIndex {
         }
     }
 
+    /** One shard: its complete objects and its pending puts, under one lock that only the index takes. */
     static final class Shard {
-        final ReentrantLock lock = new ReentrantLock();
+        private final ReentrantLock lock = new ReentrantLock();
+        @GuardedBy("lock")
         final ObjectTable objects = new ObjectTable();
+        @GuardedBy("lock")
         final HashMap<Key, PendingPut> pending = new HashMap<>();
 
         /** The pending put of {@code key}, if any. Allocates only when some put is pending in this shard. */
+        @GuardedBy("lock")
         PendingPut pending(byte[] key, int hash) {
             return pending.isEmpty() ? null : pending.get(new Key(key, hash));
+        }
+
+        /**
+         * Whether the key is taken: a complete object, or a put in flight in epoch {@code epoch} (one
+         * from before a reset no longer holds its key).
+         */
+        @GuardedBy("lock")
+        boolean taken(byte[] key, int hash, long epoch) {
+            if (objects.find(key, hash) >= 0) {
+                return true;
+            }
+            PendingPut p = pending(key, hash);
+            return p != null && p.epoch == epoch;
+        }
+
+        /** True if the key's complete object has this generation (a conditional upsert's precondition). */
+        @GuardedBy("lock")
+        boolean holds(byte[] key, int hash, long generation) {
+            int slot = objects.find(key, hash);
+            return slot >= 0 && objects.generation(slot) == generation;
+        }
+
+        /** For assertions: whether the calling thread holds this shard's lock. */
+        boolean heldByCurrentThread() {
+            return lock.isHeldByCurrentThread();
         }
     }
 
@@ -109,8 +144,30 @@ final class ObjectIndex {
         return hash >>> (32 - SHARD_BITS);
     }
 
-    Shard shard(int hash) {
+    private Shard shard(int hash) {
         return shards[shardOf(hash)];
+    }
+
+    /**
+     * Refuses a key the index cannot hold before anything is reserved. The wire already limits keys to
+     * {@value io.kvpool.protocol.Keys#MAX_KEY_BYTES} bytes; this guards direct callers.
+     */
+    static void checkKeyLength(byte[] key) {
+        if (key.length > ObjectTable.MAX_KEY) {
+            throw new BadRequestException("key of " + key.length + " bytes; the index holds keys of at most "
+                    + ObjectTable.MAX_KEY);
+        }
+    }
+
+    /** Runs {@code body} on the shard of a key whose hash is {@code hash}, under that shard's lock. */
+    <T> T withShard(int hash, Function<? super Shard, T> body) {
+        Shard s = shard(hash);
+        s.lock.lock();
+        try {
+            return body.apply(s);
+        } finally {
+            s.lock.unlock();
+        }
     }
 
     /** A batch's keys, their hashes, and their positions ordered by shard (a stable counting sort). */
@@ -267,7 +324,7 @@ final class ObjectIndex {
     }
 
     /** Runs {@code body} on every shard in turn, each under its own lock. */
-    void forEachShard(java.util.function.Consumer<Shard> body) {
+    void forEachShard(Consumer<Shard> body) {
         for (Shard s : shards) {
             s.lock.lock();
             try {

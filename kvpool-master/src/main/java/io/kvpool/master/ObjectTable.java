@@ -1,6 +1,7 @@
 package io.kvpool.master;
 
 import io.kvpool.protocol.KeyDigest;
+import io.kvpool.protocol.ObjectLayout;
 
 import java.util.Arrays;
 import java.util.HashMap;
@@ -326,6 +327,47 @@ final class ObjectTable {
             return word(slot, OFFSET);
         }
         return extras.get(slot)[2 * (replica - 1) + 1];
+    }
+
+    // ================================================================== replicas by tier
+
+    /**
+     * A replica's stored segment: the segment id, with {@code DISK_BIT} set for a copy in that node's
+     * SSD tier (found there by generation; its offset is 0).
+     */
+    static final int DISK_BIT = 1 << 30;
+
+    static boolean onDisk(int storedSegment) {
+        return (storedSegment & DISK_BIT) != 0;
+    }
+
+    static int segmentId(int storedSegment) {
+        return storedSegment & ~DISK_BIT;
+    }
+
+    /** Which replica of the object in {@code slot} is on segment {@code segmentId} (either tier), or -1. */
+    int replicaOn(int slot, int segmentId) {
+        for (int i = 0, n = replicas(slot); i < n; i++) {
+            if (segmentId(segment(slot, i)) == segmentId) {
+                return i;
+            }
+        }
+        return -1;
+    }
+
+    /** True when every copy of the object is in an SSD tier: it takes no memory. */
+    boolean diskOnly(int slot) {
+        for (int i = 0, n = replicas(slot); i < n; i++) {
+            if (!onDisk(segment(slot, i))) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    /** The region the object takes on each of its memory replicas (header, key and value). */
+    long regionLength(int slot) {
+        return ObjectLayout.regionLength(keyLength(slot), valueLength(slot));
     }
 
     // ================================================================== mutation

@@ -47,8 +47,8 @@ public final class IndexFootprint {
 
         ManualClock clock = new ManualClock(1_700_000_000_000L);
         MasterService svc = new MasterService(MasterConfig.defaults(), clock, new SplittableRandom(7), NodeNotifier.NONE);
-        RegisterReply r = svc.registerNode(new RegisterNode("a:1", "10.0.0.1", 50052, 4L << 40, svc.epoch(), 1, 0, ""));
-        svc.inventory(new Inventory(r.segmentId(), 1, true, List.of()));
+        RegisterReply r = svc.membership().registerNode(new RegisterNode("a:1", "10.0.0.1", 50052, 4L << 40, svc.epoch(), 1, 0, ""));
+        svc.membership().inventory(new Inventory(r.segmentId(), 1, true, List.of()));
         long before = usedAfterGc(mem);
 
         long t0 = System.nanoTime();

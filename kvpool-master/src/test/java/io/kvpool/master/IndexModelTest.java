@@ -61,8 +61,8 @@ class IndexModelTest {
         MasterService svc = new MasterService(MasterConfig.defaults(), clock, new SplittableRandom(seed), NodeNotifier.NONE,
                 new ObjectIndex(hashMask));
         for (int i = 1; i <= 3; i++) {
-            RegisterReply r = svc.registerNode(new RegisterNode("n" + i + ":1", "10.0.0." + i, 1, 1L << 32, svc.epoch(), i, 0, ""));
-            svc.inventory(new Inventory(r.segmentId(), i, true, List.of()));
+            RegisterReply r = svc.membership().registerNode(new RegisterNode("n" + i + ":1", "10.0.0." + i, 1, 1L << 32, svc.epoch(), i, 0, ""));
+            svc.membership().inventory(new Inventory(r.segmentId(), i, true, List.of()));
         }
         List<byte[]> keys = keys(rnd, 250);
         Map<String, Obj> complete = new HashMap<>();
@@ -227,10 +227,10 @@ class IndexModelTest {
                 int[] last = {-1};
                 ObjectIndex.Shard[] current = {null};
                 index.forEachKey(batch, (shard, i, key, hash) -> {
-                    assertThat(shard.lock.isHeldByCurrentThread()).as(at).isTrue();
+                    assertThat(shard.heldByCurrentThread()).as(at).isTrue();
                     assertThat(key).as(at).isSameAs(batch.get(i));
                     assertThat(hash).as(at).isEqualTo(Key.hash(key) & mask);
-                    assertThat(shard).as(at).isSameAs(index.shard(hash));
+                    assertThat(shard).as(at).isSameAs(index.withShard(hash, x -> x));
                     if (shard != current[0]) {
                         assertThat(shardsSeen).as("each shard's lock once per batch, %s", at).doesNotContain(shard);
                         shardsSeen.add(shard);

@@ -65,8 +65,8 @@ class MasterServiceTest {
     /** Registers a segment with no inventory and activates it; returns its id. */
     private int join(MasterService s, String name, long capacity) {
         long inc = ++incarnations;
-        RegisterReply r = s.registerNode(new RegisterNode(name, "10.0.0." + inc, 50052, capacity, s.epoch(), inc, 0, ""));
-        s.inventory(new Inventory(r.segmentId(), inc, true, List.of()));
+        RegisterReply r = s.membership().registerNode(new RegisterNode(name, "10.0.0." + inc, 50052, capacity, s.epoch(), inc, 0, ""));
+        s.membership().inventory(new Inventory(r.segmentId(), inc, true, List.of()));
         joined.add(new int[]{r.segmentId(), (int) inc});
         return r.segmentId();
     }
@@ -76,7 +76,7 @@ class MasterServiceTest {
         for (long t = 0; t < d.toSeconds(); t++) {
             clock.advance(Duration.ofSeconds(1));
             for (int[] seg : joined) {
-                s.heartbeat(seg[0], seg[1]);
+                s.membership().heartbeat(seg[0], seg[1]);
             }
             s.tick();
         }
@@ -226,14 +226,14 @@ class MasterServiceTest {
         assertThat(onB).isNotEmpty();
         for (int s = 0; s < 9; s++) {
             clock.advance(Duration.ofSeconds(1));
-            svc.heartbeat(a, 1);
-            svc.heartbeat(b, 2);
+            svc.membership().heartbeat(a, 1);
+            svc.membership().heartbeat(b, 2);
             svc.tick();
         }
         // b goes silent past the TTL; a keeps beating
         for (int s = 0; s < 11; s++) {
             clock.advance(Duration.ofSeconds(1));
-            svc.heartbeat(a, 1);
+            svc.membership().heartbeat(a, 1);
             svc.tick();
         }
         assertThat(svc.segmentInfos()).extracting(x -> x.id()).containsExactly(a);
@@ -243,7 +243,7 @@ class MasterServiceTest {
         for (String key : onA) {
             assertThat(exists(svc, key)).as(key).isTrue();
         }
-        assertThat(svc.heartbeat(b, 2).code()).as("b must register again").isEqualTo(ResultCode.NOT_FOUND);
+        assertThat(svc.membership().heartbeat(b, 2).code()).as("b must register again").isEqualTo(ResultCode.NOT_FOUND);
     }
 
     @Test
@@ -268,7 +268,7 @@ class MasterServiceTest {
         clock.advance(Duration.ofSeconds(1));
         // the pool is full: this put must evict (a quarter of capacity), not fail
         assertThat(put(s, "key-99")).isEqualTo(ResultCode.OK);
-        assertThat(s.evictedKeys.get()).isGreaterThanOrEqualTo(10);
+        assertThat(s.eviction().evictedKeys.get()).isGreaterThanOrEqualTo(10);
         for (int i = 0; i < 20; i++) {
             assertThat(exists(s, "key-" + (10 + i))).as("read recently: kept").isTrue();
         }
@@ -290,9 +290,9 @@ class MasterServiceTest {
         s.tick();
         assertThat(s.allocated()).as("a round brings usage down to watermark - ratio").isLessThanOrEqualTo(85 * REGION);
         assertThat(s.allocated()).as("and not much further").isGreaterThanOrEqualTo(80 * REGION);
-        assertThat(s.evictionSuccesses.get()).isEqualTo(1);
+        assertThat(s.eviction().successes.get()).isEqualTo(1);
         s.tick();
-        assertThat(s.evictionAttempts.get()).as("below the watermark now: no more rounds").isEqualTo(1);
+        assertThat(s.eviction().attempts.get()).as("below the watermark now: no more rounds").isEqualTo(1);
     }
 
     @Test
@@ -433,19 +433,19 @@ class MasterServiceTest {
     void restartedMasterRebuildsFromInventories() {
         MasterService fresh = service(MasterConfig.defaults());
         long epoch = 7;
-        RegisterReply a = fresh.registerNode(new RegisterNode("a:1", "10.0.0.1", 1, 1 << 20, epoch, 11, 3, ""));
+        RegisterReply a = fresh.membership().registerNode(new RegisterNode("a:1", "10.0.0.1", 1, 1 << 20, epoch, 11, 3, ""));
         assertThat(a.keepInventory()).isTrue();
         assertThat(a.epoch()).as("a fresh master adopts the epoch nodes report").isEqualTo(epoch);
         assertThat(fresh.putStart(new PutStart(false, 1, "", List.of(new PutStartItem(k("new"), VALUE))))
                 .results().getFirst().code()).as("joining segments take no puts").isEqualTo(ResultCode.NO_SEGMENT);
-        List<ResultCode> codes = fresh.inventory(new Inventory(a.segmentId(), 11, true, List.of(
+        List<ResultCode> codes = fresh.membership().inventory(new Inventory(a.segmentId(), 11, true, List.of(
                 new InventoryItem(0, 500, epoch, k("key-01"), VALUE),
                 new InventoryItem(REGION, 501, epoch, k("key-02"), VALUE),
                 new InventoryItem(2 * REGION, 502, epoch - 1, k("key-03"), VALUE))));
         assertThat(codes).containsExactly(ResultCode.OK, ResultCode.OK, ResultCode.ALREADY_EXISTS);
         // a second node holding a replica of key-01 (same generation) and an older copy of key-02
-        RegisterReply b = fresh.registerNode(new RegisterNode("b:1", "10.0.0.2", 1, 1 << 20, epoch, 12, 2, ""));
-        assertThat(fresh.inventory(new Inventory(b.segmentId(), 12, true, List.of(
+        RegisterReply b = fresh.membership().registerNode(new RegisterNode("b:1", "10.0.0.2", 1, 1 << 20, epoch, 12, 2, ""));
+        assertThat(fresh.membership().inventory(new Inventory(b.segmentId(), 12, true, List.of(
                 new InventoryItem(0, 500, epoch, k("key-01"), VALUE),
                 new InventoryItem(REGION, 480, epoch, k("key-02"), VALUE)))))
                 .containsExactly(ResultCode.OK, ResultCode.ALREADY_EXISTS);
@@ -458,7 +458,7 @@ class MasterServiceTest {
         assertThat(p.replicas().getFirst().offset()).isGreaterThanOrEqualTo(2 * REGION);
         assertThat(p.generation()).isGreaterThan(501);
         // a node that missed a reset (older epoch) must drop its objects
-        RegisterReply c = fresh.registerNode(new RegisterNode("c:1", "10.0.0.3", 1, 1 << 20, epoch - 2, 13, 5, ""));
+        RegisterReply c = fresh.membership().registerNode(new RegisterNode("c:1", "10.0.0.3", 1, 1 << 20, epoch - 2, 13, 5, ""));
         assertThat(c.keepInventory()).isFalse();
         assertThat(c.epoch()).isEqualTo(epoch);
     }
@@ -466,11 +466,11 @@ class MasterServiceTest {
     @Test
     void rebuildKeepsTheNewestVersionOfAKey() {
         MasterService fresh = service(MasterConfig.defaults());
-        RegisterReply a = fresh.registerNode(new RegisterNode("a:1", "10.0.0.1", 1, 1 << 20, 0, 11, 1, ""));
-        fresh.inventory(new Inventory(a.segmentId(), 11, true, List.of(new InventoryItem(0, 600, 0, k("key-04"), VALUE))));
-        RegisterReply b = fresh.registerNode(new RegisterNode("b:1", "10.0.0.2", 1, 1 << 20, 0, 12, 1, ""));
+        RegisterReply a = fresh.membership().registerNode(new RegisterNode("a:1", "10.0.0.1", 1, 1 << 20, 0, 11, 1, ""));
+        fresh.membership().inventory(new Inventory(a.segmentId(), 11, true, List.of(new InventoryItem(0, 600, 0, k("key-04"), VALUE))));
+        RegisterReply b = fresh.membership().registerNode(new RegisterNode("b:1", "10.0.0.2", 1, 1 << 20, 0, 12, 1, ""));
         // an upsert wrote generation 700 on b; the free of 600 on a never arrived before the restart
-        assertThat(fresh.inventory(new Inventory(b.segmentId(), 12, true,
+        assertThat(fresh.membership().inventory(new Inventory(b.segmentId(), 12, true,
                 List.of(new InventoryItem(0, 700, 0, k("key-04"), VALUE))))).containsExactly(ResultCode.OK);
         ReplicaList rl = fresh.getReplicaList(List.of(k("key-04"))).getFirst();
         assertThat(rl.generation()).isEqualTo(700);
@@ -481,10 +481,10 @@ class MasterServiceTest {
     @Test
     void nodeReportingNewerEpochVoidsWhatWasRebuilt() {
         MasterService fresh = service(MasterConfig.defaults());
-        RegisterReply a = fresh.registerNode(new RegisterNode("a:1", "10.0.0.1", 1, 1 << 20, 3, 11, 1, ""));
-        fresh.inventory(new Inventory(a.segmentId(), 11, true, List.of(new InventoryItem(0, 500, 3, k("key-01"), VALUE))));
+        RegisterReply a = fresh.membership().registerNode(new RegisterNode("a:1", "10.0.0.1", 1, 1 << 20, 3, 11, 1, ""));
+        fresh.membership().inventory(new Inventory(a.segmentId(), 11, true, List.of(new InventoryItem(0, 500, 3, k("key-01"), VALUE))));
         assertThat(fresh.keyCount()).isEqualTo(1);
-        RegisterReply b = fresh.registerNode(new RegisterNode("b:1", "10.0.0.2", 1, 1 << 20, 4, 12, 0, ""));
+        RegisterReply b = fresh.membership().registerNode(new RegisterNode("b:1", "10.0.0.2", 1, 1 << 20, 4, 12, 0, ""));
         assertThat(b.epoch()).isEqualTo(4);
         assertThat(fresh.keyCount()).as("objects from epoch 3 are stale once a node saw epoch 4").isZero();
         assertThat(fresh.allocated()).isZero();
@@ -494,7 +494,7 @@ class MasterServiceTest {
     void reRegistrationReplacesTheOldSegment() {
         int a = join(svc, "a:1", 1 << 20);
         assertThat(put(svc, "key-01")).isEqualTo(ResultCode.OK);
-        RegisterReply again = svc.registerNode(new RegisterNode("a:1", "10.0.0.1", 1, 1 << 20, svc.epoch(), 99, 0, ""));
+        RegisterReply again = svc.membership().registerNode(new RegisterNode("a:1", "10.0.0.1", 1, 1 << 20, svc.epoch(), 99, 0, ""));
         assertThat(again.segmentId()).isNotEqualTo(a);
         assertThat(exists(svc, "key-01")).as("objects come back only through the inventory").isFalse();
         assertThat(svc.segmentInfos()).hasSize(1);
@@ -552,10 +552,10 @@ class MasterServiceTest {
         List<Freed> freed = recording.freed;
         MasterService s = new MasterService(MasterConfig.defaults(), clock, new SplittableRandom(7), recording);
         long inc = ++incarnations;
-        int seg = s.registerNode(new RegisterNode("a:1", "10.0.0.1", 50052, 16 * REGION, 0, inc, 0, "")).segmentId();
-        s.inventory(new Inventory(seg, inc, true, List.of()));
+        int seg = s.membership().registerNode(new RegisterNode("a:1", "10.0.0.1", 50052, 16 * REGION, 0, inc, 0, "")).segmentId();
+        s.membership().inventory(new Inventory(seg, inc, true, List.of()));
         MasterMessages.TierStats disk = new MasterMessages.TierStats(0, 0, 0, 1L << 30, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
-        assertThat(s.heartbeat(seg, inc, disk).code()).isEqualTo(ResultCode.OK);
+        assertThat(s.membership().heartbeat(seg, inc, disk).code()).isEqualTo(ResultCode.OK);
 
         java.util.Map<String, Long> generations = new java.util.HashMap<>();
         for (int i = 0; i < 24; i++) {
@@ -576,28 +576,28 @@ class MasterServiceTest {
         java.util.function.Function<String, Inventory> report = key -> new Inventory(seg, inc, true,
                 List.of(new InventoryItem(0, generations.get(key), s.epoch(), k(key), VALUE, Tier.DISK)));
 
-        assertThat(s.diskAdd(report.apply(a))).containsExactly(ResultCode.OK);
+        assertThat(s.membership().diskAdd(report.apply(a))).containsExactly(ResultCode.OK);
         ReplicaList rl = s.getReplicaList(List.of(k(a))).getFirst();
         assertThat(rl.code()).isEqualTo(ResultCode.OK);
         assertThat(rl.generation()).isEqualTo(generations.get(a));
         assertThat(rl.replicas()).singleElement().matches(r -> r.onDisk() && r.segmentId() == seg);
-        assertThat(s.diskAdd(report.apply(a))).as("a repeated report (its reply was lost): a no-op")
+        assertThat(s.membership().diskAdd(report.apply(a))).as("a repeated report (its reply was lost): a no-op")
                 .containsExactly(ResultCode.OK);
         assertThat(s.getReplicaList(List.of(k(a))).getFirst().replicas()).hasSize(1);
 
         freed.clear();
         assertThat(s.remove(List.of(k(b)))).containsExactly(ResultCode.OK); // removed while on its way to disk
         assertThat(freed).containsExactly(new Freed(seg, generations.get(b), Tier.DISK, false));
-        assertThat(s.diskAdd(report.apply(b))).containsExactly(ResultCode.EXPIRED);
+        assertThat(s.membership().diskAdd(report.apply(b))).containsExactly(ResultCode.EXPIRED);
         assertThat(exists(s, b)).isFalse();
 
         String live = generations.keySet().stream().filter(k -> exists(s, k) && !k.equals(a)).findFirst().orElseThrow();
-        assertThat(s.diskAdd(report.apply(live))).as("never spilled").containsExactly(ResultCode.EXPIRED);
+        assertThat(s.membership().diskAdd(report.apply(live))).as("never spilled").containsExactly(ResultCode.EXPIRED);
         assertThat(s.getReplicaList(List.of(k(live))).getFirst().replicas()).noneMatch(r -> r.onDisk());
 
-        assertThat(s.diskDrop(report.apply(a))).containsExactly(ResultCode.OK);
+        assertThat(s.membership().diskDrop(report.apply(a))).containsExactly(ResultCode.OK);
         assertThat(exists(s, a)).isFalse();
-        assertThat(s.diskDrop(report.apply(a))).containsExactly(ResultCode.NOT_FOUND);
+        assertThat(s.membership().diskDrop(report.apply(a))).containsExactly(ResultCode.NOT_FOUND);
     }
 
     /** Without a disk tier, eviction frees without the spill flag and keeps nothing for later. */
@@ -606,8 +606,8 @@ class MasterServiceTest {
         RecordingNotifier recording = new RecordingNotifier();
         MasterService s = new MasterService(MasterConfig.defaults(), clock, new SplittableRandom(7), recording);
         long inc = ++incarnations;
-        int seg = s.registerNode(new RegisterNode("a:1", "10.0.0.1", 50052, 16 * REGION, 0, inc, 0, "")).segmentId();
-        s.inventory(new Inventory(seg, inc, true, List.of()));
+        int seg = s.membership().registerNode(new RegisterNode("a:1", "10.0.0.1", 50052, 16 * REGION, 0, inc, 0, "")).segmentId();
+        s.membership().inventory(new Inventory(seg, inc, true, List.of()));
         for (int i = 0; i < 24; i++) {
             assertThat(put(s, "key-%02d".formatted(i))).isEqualTo(ResultCode.OK);
         }

@@ -1,0 +1,88 @@
+package io.kvpool.master;
+
+import java.util.concurrent.locks.Lock;
+import java.util.concurrent.locks.ReentrantReadWriteLock;
+
+/**
+ * The cluster epoch and the lock that fences it (see "Epoch fencing" in {@link MasterService}).
+ *
+ * <p>Owns the epoch number, whether it is known yet, and the read-write lock. Every operation that
+ * allocates, completes or adopts objects holds the lock {@link #shared()}; what moves the epoch or
+ * changes the set of segments holds it {@link #exclusive()}: a forced removeAll, a node's
+ * registration and inventory, and dropping a node. So each of those happens entirely before or
+ * entirely after the others.
+ *
+ * <p>Invariants: the epoch only rises. After {@link #reset} no object, allocation or spill of an
+ * older epoch is left (pending puts stay, so that their PUT_END can be answered FENCED). A restarted
+ * master does not know the epoch until the first node registers, and then adopts the one it reports.
+ *
+ * <p>Locks: this is the outermost of the master's locks, taken before the eviction lock and before
+ * any shard's lock, never under them.
+ */
+final class Epoch {
+
+    private final ReentrantReadWriteLock lock = new ReentrantReadWriteLock();
+    /** Read without the lock (it is volatile); written only under the write lock. */
+    private volatile long value;
+    /** False until the first node registers after a (re)start: then we adopt the epoch nodes report. */
+    @GuardedBy("epoch write lock")
+    private boolean known;
+
+    private final ObjectIndex index;
+    private final Segments segments;
+    private final SpillLedger spills;
+
+    Epoch(ObjectIndex index, Segments segments, SpillLedger spills) {
+        this.index = index;
+        this.segments = segments;
+        this.spills = spills;
+    }
+
+    long current() {
+        return value;
+    }
+
+    /** The read lock: held by whatever must happen entirely before or entirely after a reset. */
+    Lock shared() {
+        return lock.readLock();
+    }
+
+    /** The write lock: held to move the epoch or change the set of segments. */
+    Lock exclusive() {
+        return lock.writeLock();
+    }
+
+    /**
+     * Drops every object and spill in flight, resets every allocator and moves to {@code newEpoch}.
+     * Returns the number of objects dropped.
+     */
+    @GuardedBy("epoch write lock")
+    long reset(long newEpoch) {
+        spills.clear();
+        long n = index.objectCount();
+        // pending puts stay, so their PUT_END can be answered FENCED; their space is void
+        index.forEachShard(shard -> shard.objects.clear());
+        segments.resetAllocators();
+        value = newEpoch;
+        return n;
+    }
+
+    /**
+     * Takes in the epoch a registering node reports: the first node after a (re)start sets it; a node
+     * that saw a later reset than ours (we restarted since) voids what was rebuilt from older epochs.
+     * Returns true when that {@link #reset} happened.
+     */
+    @GuardedBy("epoch write lock")
+    boolean adopt(long reported) {
+        if (!known) {
+            value = Math.max(value, reported);
+            known = true;
+            return false;
+        }
+        if (reported > value) {
+            reset(reported);
+            return true;
+        }
+        return false;
+    }
+}

@@ -1,0 +1,178 @@
+package io.kvpool.master;
+
+import java.time.InstantSource;
+import java.util.List;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.locks.ReentrantLock;
+import java.util.random.RandomGenerator;
+
+/**
+ * Eviction: which complete objects leave memory when it runs short, and where they go.
+ *
+ * <p>Approximate LRU by last <em>read</em>: a read stamps the object with the coarse {@link #accessTick};
+ * existence probes (exists, prefixMatch, size) do not, so they never keep an object alive. A round
+ * started by the high watermark ({@link #onTick}) brings usage down to (watermark - ratio) of
+ * capacity; one started because a put cannot be placed ({@link #place}) frees {@code evictionRatio}
+ * of capacity. A round finds the access tick below which enough bytes lie ({@link LruCut}) and removes
+ * those objects. Reads in flight are protected where the bytes are: a node does not let a new write
+ * into a region while a read of it is streaming.
+ *
+ * <p>Owns the access tick (the LRU's clock), the eviction lock and the eviction counters.
+ *
+ * <p>Invariants: objects whose copies are all in an SSD tier take no memory and are never taken. A
+ * memory copy on a node with an SSD tier is spilled there rather than dropped, and recorded in the
+ * {@link SpillLedger} until the node reports it. The nodes are told of a round's frees and spills, and
+ * acknowledge them, before the allocators get the space back: a node copies what it spills before the
+ * space can be handed to anyone else.
+ *
+ * <p>Locks: the eviction lock serializes rounds, and a put's place-and-evict retries, so two puts that
+ * cannot be placed do not both evict for the same shortage. Callers hold the epoch read lock and no
+ * shard lock; a round takes each shard's lock in turn, through the index.
+ */
+public final class Eviction {
+
+    /** Access ticks are milliseconds since start divided by this (16 ms resolution, ~1 year range in an int). */
+    private static final int TICK_MILLIS = 16;
+    /**
+     * Eviction rounds a single put may trigger before reporting POOL_FULL. LRU victims are rarely
+     * neighbours, so an object a little larger than the ones evicted may need several rounds before
+     * freed ranges merge into one that fits.
+     */
+    private static final int MAX_ROUNDS_PER_PUT = 16;
+
+    private final MasterConfig config;
+    private final InstantSource clock;
+    private final long startMillis;
+    private final RandomGenerator random;
+    private final ObjectIndex index;
+    private final Segments segments;
+    private final SpillLedger spills;
+    private final NodeNotifier nodes;
+    private final ReentrantLock lock = new ReentrantLock();
+
+    final AtomicLong attempts = new AtomicLong();
+    final AtomicLong successes = new AtomicLong();
+    final AtomicLong evictedKeys = new AtomicLong();
+    final AtomicLong evictedBytes = new AtomicLong();
+
+    Eviction(MasterConfig config, InstantSource clock, long startMillis, RandomGenerator random, ObjectIndex index,
+             Segments segments, SpillLedger spills, NodeNotifier nodes) {
+        this.config = config;
+        this.clock = clock;
+        this.startMillis = startMillis;
+        this.random = random;
+        this.index = index;
+        this.segments = segments;
+        this.spills = spills;
+        this.nodes = nodes;
+    }
+
+    /** The LRU's clock: what a read (or an object's arrival) stamps on the object. */
+    int accessTick() {
+        return (int) ((clock.millis() - startMillis) / TICK_MILLIS);
+    }
+
+    /** Objects evicted since start. */
+    public long evictedKeyCount() {
+        return evictedKeys.get();
+    }
+
+    /**
+     * Reserves {@code replicas} regions on distinct active segments ({@link Placement}); evicts and
+     * retries when nothing fits. Caller holds the epoch read lock.
+     */
+    List<Placement.Placed> place(long regionLength, int replicas, String preferred) {
+        List<Placement.Placed> got = tryPlace(regionLength, replicas, preferred);
+        if (!got.isEmpty() || segments.capacity() == 0) {
+            return got;
+        }
+        lock.lock();
+        try {
+            for (int round = 0; round < MAX_ROUNDS_PER_PUT; round++) {
+                // another put may have evicted while we waited for the lock
+                got = tryPlace(regionLength, replicas, preferred);
+                if (!got.isEmpty()) {
+                    return got;
+                }
+                long target = Math.max((long) (segments.capacity() * config.evictionRatio()), regionLength);
+                if (evict(target) == 0) {
+                    return got;
+                }
+            }
+            return tryPlace(regionLength, replicas, preferred);
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    private List<Placement.Placed> tryPlace(long regionLength, int replicas, String preferred) {
+        return Placement.choose(segments.all(), regionLength, replicas, preferred, random);
+    }
+
+    /** The timer's round: evicts when usage is at the high watermark. Caller holds the epoch read lock. */
+    void onTick() {
+        long cap = segments.capacity();
+        long used = segments.allocated();
+        if (cap > 0 && used >= config.highWatermark() * cap) {
+            // one round brings usage to (watermark - ratio), and frees at least ratio of capacity
+            long toLowMark = used - (long) ((config.highWatermark() - config.evictionRatio()) * cap);
+            evict(Math.max((long) (config.evictionRatio() * cap), toLowMark));
+        }
+    }
+
+    /**
+     * One eviction round: frees at least {@code targetBytes} (if that much is evictable) by removing
+     * the least recently read complete objects. Returns bytes freed. Caller holds the epoch read lock.
+     */
+    long evict(long targetBytes) {
+        lock.lock();
+        try {
+            attempts.incrementAndGet();
+            LruCut cut = LruCut.find(index, targetBytes, Eviction::memoryWeight);
+            if (cut == null) {
+                return 0;
+            }
+            // evict buckets below the cutoff entirely, and the cutoff bucket until the target is met
+            long[] freedAndKeys = {0, 0};
+            FreeBatch frees = new FreeBatch();
+            FreeBatch.SpillChoice spill = spills::begin;
+            index.forEachShard(shard -> {
+                if (freedAndKeys[0] >= targetBytes) {
+                    return;
+                }
+                ObjectTable objects = shard.objects;
+                objects.removeIf(slot -> {
+                    if (objects.diskOnly(slot)) {
+                        return false;
+                    }
+                    if (!cut.takes(objects.lastAccess(slot), freedAndKeys[0] >= targetBytes)) {
+                        return false;
+                    }
+                    // nodes with an SSD tier keep the object there; it comes back as a disk replica (NODE_DISK_ADD)
+                    freedAndKeys[0] += frees.addObject(objects, slot, spill);
+                    freedAndKeys[1]++;
+                    return true;
+                });
+            });
+            // nodes copy what they spill before the space can be handed to anyone else: tell them, wait, then free
+            frees.notifyNodes(segments, nodes);
+            nodes.flush();
+            frees.freeAllocators(segments);
+            long freed = freedAndKeys[0];
+            long keys = freedAndKeys[1];
+            if (keys > 0) {
+                successes.incrementAndGet();
+                evictedKeys.addAndGet(keys);
+                evictedBytes.addAndGet(freed);
+            }
+            return freed;
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    /** What an object weighs for memory eviction: its regions in memory, or -1 if it has none (disk only). */
+    private static long memoryWeight(ObjectTable objects, int slot) {
+        return objects.diskOnly(slot) ? -1 : objects.regionLength(slot) * objects.replicas(slot);
+    }
+}

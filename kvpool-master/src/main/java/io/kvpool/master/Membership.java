@@ -1,0 +1,376 @@
+package io.kvpool.master;
+
+import io.kvpool.config.HostPort;
+import io.kvpool.protocol.BadRequestException;
+import io.kvpool.protocol.ObjectLayout;
+import io.kvpool.protocol.ResultCode;
+import io.kvpool.protocol.Tier;
+import io.kvpool.protocol.msg.MasterMessages.HeartbeatReply;
+import io.kvpool.protocol.msg.MasterMessages.Inventory;
+import io.kvpool.protocol.msg.MasterMessages.InventoryItem;
+import io.kvpool.protocol.msg.MasterMessages.RegisterNode;
+import io.kvpool.protocol.msg.MasterMessages.RegisterReply;
+import io.kvpool.protocol.msg.MasterMessages.TierStats;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.time.InstantSource;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.function.IntSupplier;
+
+/**
+ * Membership: nodes register, beat, list what they hold, report what their SSD tier took in and let
+ * go, and are lost.
+ *
+ * <p>A node registers, lists its objects (each verified from its self-describing header) and then
+ * takes puts. A node silent for the TTL is dropped: its replicas vanish, so its objects become misses.
+ * A restarted master starts empty and rebuilds from the inventories nodes send when they re-register;
+ * it adopts the newest epoch a node reports, and refuses objects from older epochs.
+ *
+ * <p>Owns the node-facing flow and the count of dropped segments; the segments themselves are in
+ * {@link Segments}, the epoch in {@link Epoch}, spills in flight in the {@link SpillLedger}.
+ *
+ * <p>Invariants:
+ * <ul>
+ *   <li>A segment takes puts only once its inventory is in (it is JOINING until then). A node that
+ *       registers again replaces its segment: the old one is dropped with every replica on it, and its
+ *       objects come back only through the new inventory.</li>
+ *   <li>An adopted memory copy reserves its region at the offset the node reports, so new puts never
+ *       overlap it. Of two copies of a key, the newer generation wins and the older one is freed; a
+ *       copy from another epoch, or of a key with a put in flight, is refused (ALREADY_EXISTS tells the
+ *       node to drop it).</li>
+ *   <li>A spilled object comes back as a disk replica only through its spill still in the ledger.</li>
+ *   <li>Generations handed out after a rebuild are above every generation adopted.</li>
+ * </ul>
+ *
+ * <p>Locks: registration, inventory and dropping a node hold the epoch write lock (they change the
+ * set of segments, or what a reset would have to undo); disk reports hold the read lock; a heartbeat
+ * takes none. The index is reached through {@link ObjectIndex#withShard} and
+ * {@link ObjectIndex#forEachShard}.
+ */
+public final class Membership {
+
+    private static final Logger log = LoggerFactory.getLogger(Membership.class);
+
+    private final MasterConfig config;
+    private final InstantSource clock;
+    private final Epoch epoch;
+    private final ObjectIndex index;
+    private final Segments segments;
+    private final SpillLedger spills;
+    private final ReadLeases leases;
+    private final NodeNotifier nodes;
+    private final AtomicLong generations;
+    /** The LRU clock (eviction's access tick): adopted objects count as just read. */
+    private final IntSupplier accessTick;
+
+    final AtomicLong droppedSegments = new AtomicLong();
+
+    Membership(MasterConfig config, InstantSource clock, Epoch epoch, ObjectIndex index, Segments segments,
+               SpillLedger spills, ReadLeases leases, NodeNotifier nodes, AtomicLong generations, IntSupplier accessTick) {
+        this.config = config;
+        this.clock = clock;
+        this.epoch = epoch;
+        this.index = index;
+        this.segments = segments;
+        this.spills = spills;
+        this.leases = leases;
+        this.nodes = nodes;
+        this.generations = generations;
+        this.accessTick = accessTick;
+    }
+
+    // ================================================================== joining
+
+    /** REGISTER_NODE: admit a node's segment (JOINING until its inventory is in). */
+    public RegisterReply registerNode(RegisterNode r) {
+        HostPort address = new HostPort(r.host(), r.port());
+        List<Segment> toReset = List.of();
+        long newEpoch;
+        Segment seg;
+        boolean keep;
+        epoch.exclusive().lock();
+        try {
+            for (Segment existing : new ArrayList<>(segments.all())) {
+                if (existing.name.equals(r.name())) {
+                    drop(existing, existing.nodeIncarnation == r.nodeIncarnation()
+                            ? "it registered again" : "its node restarted");
+                }
+            }
+            long ours = epoch.current();
+            if (epoch.adopt(r.epoch())) {
+                // a node saw a reset we do not know about (we restarted since): what we rebuilt is older
+                log.warn("segment {} reports epoch {} > ours {}; dropped objects from the older epoch", r.name(),
+                        r.epoch(), ours);
+                toReset = new ArrayList<>(segments.all());
+            }
+            newEpoch = epoch.current();
+            keep = r.epoch() == newEpoch;
+            seg = segments.add(r.name(), address, r.capacity(), r.nodeIncarnation(), r.shmPath(), clock.millis());
+        } finally {
+            epoch.exclusive().unlock();
+        }
+        if (!toReset.isEmpty()) {
+            // objects rebuilt from an older epoch were dropped: as absolute as any reset
+            long seq = leases.publishAll();
+            nodes.reset(toReset, newEpoch);
+            leases.await(seq);
+        }
+        log.info("{} registered at {} with {} bytes; {} objects offered{}", seg, address, r.capacity(),
+                r.inventoryCount(), keep ? "" : " (older epoch " + r.epoch() + ": dropped)");
+        return new RegisterReply(seg.id, newEpoch, keep);
+    }
+
+    /** NODE_INVENTORY: take over objects a node already holds. ALREADY_EXISTS tells the node to drop one. */
+    public List<ResultCode> inventory(Inventory inv) {
+        for (InventoryItem it : inv.items()) {
+            ObjectIndex.checkKeyLength(it.key());
+        }
+        epoch.exclusive().lock();
+        try {
+            List<ResultCode> out = eachItem(inv, "node_inventory", this::adopt);
+            if (inv.last()) {
+                // still registered: nothing drops a segment while we hold the write lock
+                Segment seg = segments.get(inv.segmentId());
+                seg.active = true;
+                log.info("{} active: {} objects, {} bytes used", seg, seg.allocator.allocations(), seg.allocator.used());
+            }
+            return out;
+        } finally {
+            epoch.exclusive().unlock();
+        }
+    }
+
+    /** What a node's report asks for one item, on the reporting node's segment. */
+    private interface ItemAction {
+        /** {@code tick} is the access tick the report is handled at. */
+        ResultCode apply(Segment seg, InventoryItem it, int tick);
+    }
+
+    /**
+     * Applies {@code action} to each item of a node's report, in order, on the node's segment; refused
+     * whole if the node is not (or no longer) registered. Caller holds the epoch lock.
+     */
+    private List<ResultCode> eachItem(Inventory inv, String op, ItemAction action) {
+        Segment seg = segments.get(inv.segmentId());
+        if (seg == null || seg.nodeIncarnation != inv.nodeIncarnation()) {
+            throw new BadRequestException(op + " for segment id " + inv.segmentId()
+                    + ", which is not registered (register again)");
+        }
+        int tick = accessTick.getAsInt();
+        List<ResultCode> out = new ArrayList<>(inv.items().size());
+        for (InventoryItem it : inv.items()) {
+            out.add(action.apply(seg, it, tick));
+        }
+        return out;
+    }
+
+    /** One item of an inventory. Caller holds the epoch write lock. */
+    private ResultCode adopt(Segment seg, InventoryItem it, int tick) {
+        if (it.epoch() != epoch.current()) {
+            return ResultCode.ALREADY_EXISTS;
+        }
+        if (it.tier() == Tier.DISK) {
+            return adoptDisk(seg, it, tick);
+        }
+        byte[] key = it.key();
+        int hash = index.hash(key);
+        long regionLength = ObjectLayout.regionLength(key.length, it.valueLength());
+        return index.withShard(hash, shard -> {
+            if (shard.pending(key, hash) != null) {
+                return ResultCode.ALREADY_EXISTS;
+            }
+            ObjectTable objects = shard.objects;
+            int slot = objects.find(key, hash);
+            if (slot >= 0 && objects.generation(slot) == it.generation() && objects.valueLength(slot) == it.valueLength()) {
+                // another replica of the same object version: keep it as one more replica
+                if (objects.replicaOn(slot, seg.id) >= 0 || !seg.allocator.reserve(it.offset(), regionLength)) {
+                    return ResultCode.ALREADY_EXISTS;
+                }
+                objects.addReplica(slot, seg.id, it.offset());
+                return ResultCode.OK;
+            }
+            if (slot >= 0 && objects.generation(slot) >= it.generation()) {
+                // an older version (an upsert replaced it), or a copy that disagrees with the one held
+                return ResultCode.ALREADY_EXISTS;
+            }
+            if (!seg.allocator.reserve(it.offset(), regionLength)) {
+                return ResultCode.ALREADY_EXISTS;
+            }
+            int[] segs = {seg.id};
+            long[] offs = {it.offset()};
+            if (slot >= 0) {
+                // this copy is newer than the one listed first: it wins, the older one is freed
+                segments.release(objects, slot);
+                objects.replace(slot, it.valueLength(), it.generation(), tick, segs, offs, 1);
+            } else {
+                objects.insert(key, hash, it.valueLength(), it.generation(), tick, segs, offs, 1);
+            }
+            generations.accumulateAndGet(it.generation() + 1, Math::max);
+            return ResultCode.OK;
+        });
+    }
+
+    /**
+     * An object in a node's SSD tier (from its inventory, or just spilled there): listed as a disk
+     * replica unless the key is held by something else (a newer version, a put in flight).
+     * Caller holds the epoch lock (either mode).
+     */
+    private ResultCode adoptDisk(Segment seg, InventoryItem it, int tick) {
+        byte[] key = it.key();
+        int hash = index.hash(key);
+        long ep = epoch.current();
+        return index.withShard(hash, shard -> {
+            if (shard.taken(key, hash, ep)) {
+                ObjectTable objects = shard.objects;
+                int slot = objects.find(key, hash);
+                if (slot >= 0 && objects.generation(slot) == it.generation() && objects.replicaOn(slot, seg.id) < 0) {
+                    objects.addReplica(slot, seg.id | ObjectTable.DISK_BIT, 0);
+                    return ResultCode.OK;
+                }
+                return ResultCode.ALREADY_EXISTS;
+            }
+            shard.objects.insert(key, hash, it.valueLength(), it.generation(), tick,
+                    new int[]{seg.id | ObjectTable.DISK_BIT}, new long[]{0}, 1);
+            generations.accumulateAndGet(it.generation() + 1, Math::max);
+            return ResultCode.OK;
+        });
+    }
+
+    // ================================================================== the SSD tier
+
+    /** NODE_DISK_ADD: objects a node just spilled to its SSD tier become visible again, as disk replicas. */
+    public List<ResultCode> diskAdd(Inventory inv) {
+        epoch.shared().lock();
+        try {
+            return eachItem(inv, "node_disk_add", (seg, it, tick) -> {
+                if (it.epoch() != epoch.current()) {
+                    return ResultCode.FENCED;
+                }
+                if (spills.land(new Key(it.key(), index.hash(it.key())), it.generation(), seg.id)) {
+                    return adoptDisk(seg, it, tick);
+                }
+                // already listed (a report repeated after a lost reply, or the node's inventory listed it
+                // after a re-registration): nothing to do; else removed or replaced on its way to disk
+                return listedOnDisk(seg, it) ? ResultCode.OK : ResultCode.EXPIRED;
+            });
+        } finally {
+            epoch.shared().unlock();
+        }
+    }
+
+    /** NODE_DISK_DROP: a node's SSD tier let objects go; their disk replicas (that generation only) leave the index. */
+    public List<ResultCode> diskDrop(Inventory inv) {
+        epoch.shared().lock();
+        try {
+            return eachItem(inv, "node_disk_drop", (seg, it, tick) -> withDiskReplica(seg, it, (objects, slot, r) -> {
+                if (r < 0) {
+                    return ResultCode.NOT_FOUND;
+                }
+                if (objects.replicas(slot) == 1) {
+                    objects.remove(slot);
+                } else {
+                    objects.removeReplica(slot, r);
+                }
+                return ResultCode.OK;
+            }));
+        } finally {
+            epoch.shared().unlock();
+        }
+    }
+
+    /** What to do, under its shard's lock, with an object's disk replica on a segment. */
+    private interface DiskReplicaAction {
+        /** {@code replica} is the replica's index, or -1 if the object has no disk replica there at that generation. */
+        ResultCode apply(ObjectTable objects, int slot, int replica);
+    }
+
+    /** Finds the disk replica of {@code it}'s key and generation on {@code seg} and applies {@code action}. */
+    private ResultCode withDiskReplica(Segment seg, InventoryItem it, DiskReplicaAction action) {
+        byte[] key = it.key();
+        int hash = index.hash(key);
+        return index.withShard(hash, shard -> {
+            ObjectTable objects = shard.objects;
+            int slot = objects.find(key, hash);
+            int r = slot < 0 || objects.generation(slot) != it.generation() ? -1 : objects.replicaOn(slot, seg.id);
+            return action.apply(objects, slot, r >= 0 && ObjectTable.onDisk(objects.segment(slot, r)) ? r : -1);
+        });
+    }
+
+    /** Whether the key is listed at this generation with a disk replica on {@code seg}. */
+    private boolean listedOnDisk(Segment seg, InventoryItem it) {
+        return withDiskReplica(seg, it, (objects, slot, r) -> r >= 0 ? ResultCode.OK : ResultCode.NOT_FOUND)
+                == ResultCode.OK;
+    }
+
+    // ================================================================== liveness
+
+    /** NODE_HEARTBEAT: NOT_FOUND tells the node to register again. */
+    public HeartbeatReply heartbeat(int segmentId, long nodeIncarnation) {
+        return heartbeat(segmentId, nodeIncarnation, null);
+    }
+
+    /** NODE_HEARTBEAT with the node's per-tier counters (kept for metrics and status). */
+    public HeartbeatReply heartbeat(int segmentId, long nodeIncarnation, TierStats tiers) {
+        Segment seg = segments.get(segmentId);
+        if (seg == null || seg.nodeIncarnation != nodeIncarnation) {
+            return new HeartbeatReply(ResultCode.NOT_FOUND, epoch.current());
+        }
+        if (tiers != null) {
+            seg.tiers = tiers;
+        }
+        seg.lastHeartbeatMillis = clock.millis();
+        return new HeartbeatReply(ResultCode.OK, epoch.current());
+    }
+
+    /** Drops the nodes silent past the TTL (the timer's part; takes the epoch write lock only if there is one). */
+    void dropSilent(long nowMillis) {
+        long ttl = config.nodeTtl().toMillis();
+        List<Segment> silent = new ArrayList<>();
+        for (Segment s : segments.all()) {
+            if (nowMillis - s.lastHeartbeatMillis > ttl) {
+                silent.add(s);
+            }
+        }
+        if (silent.isEmpty()) {
+            return;
+        }
+        epoch.exclusive().lock();
+        try {
+            for (Segment s : silent) {
+                if (segments.get(s.id) == s && nowMillis - s.lastHeartbeatMillis > ttl) {
+                    drop(s, "no heartbeat for " + (nowMillis - s.lastHeartbeatMillis) + " ms");
+                }
+            }
+        } finally {
+            epoch.exclusive().unlock();
+        }
+    }
+
+    /** Removes a segment and every replica on it; objects left with no replica are gone. */
+    @GuardedBy("epoch write lock")
+    private void drop(Segment seg, String why) {
+        segments.remove(seg);
+        long[] lost = {0};
+        index.forEachShard(shard -> {
+            ObjectTable objects = shard.objects;
+            objects.removeIf(slot -> {
+                int idx = objects.replicaOn(slot, seg.id);
+                if (idx < 0) {
+                    return false;
+                }
+                if (objects.replicas(slot) == 1) {
+                    lost[0]++;
+                    return true;
+                }
+                objects.removeReplica(slot, idx);
+                return false;
+            });
+        });
+        nodes.forget(seg);
+        droppedSegments.incrementAndGet();
+        log.warn("{} dropped ({}): {} objects lost with it", seg, why, lost[0]);
+    }
+}

@@ -1,0 +1,129 @@
+package io.kvpool.master;
+
+import io.kvpool.config.HostPort;
+import io.kvpool.protocol.Tier;
+import io.kvpool.protocol.msg.MasterMessages.SegmentInfo;
+
+import java.util.ArrayList;
+import java.util.Collection;
+import java.util.Comparator;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.function.ToLongFunction;
+
+/**
+ * The registered segments, by id, and their space: what puts are placed on, what capacity and usage
+ * add up to, and giving an object's regions back.
+ *
+ * <p>Owns the segments by id and the id counter. A segment gets a new id at every registration, so a
+ * stale reference to an earlier registration (a pending put, a replica in the index) finds nothing
+ * rather than the new one. {@link Membership} adds and removes segments, under the epoch write lock;
+ * everyone else only reads them, and a lookup that finds nothing means the segment is gone.
+ *
+ * <p>Locks: none of its own. The map is concurrent and each segment's allocator is synchronized;
+ * {@link #release} runs under the object's shard lock, {@link #resetAllocators} under the epoch write
+ * lock.
+ */
+final class Segments {
+
+    private final Map<Integer, Segment> byId = new ConcurrentHashMap<>();
+    private final AtomicInteger nextId = new AtomicInteger(1);
+    private final NodeNotifier nodes;
+
+    Segments(NodeNotifier nodes) {
+        this.nodes = nodes;
+    }
+
+    /** The segment with this id, or null if it is gone. */
+    Segment get(int id) {
+        return byId.get(id);
+    }
+
+    /** Every registered segment, active or joining (a live view). */
+    Collection<Segment> all() {
+        return byId.values();
+    }
+
+    /** Admits a node's segment under a fresh id, JOINING until its inventory is in. Caller holds the epoch write lock. */
+    Segment add(String name, HostPort address, long capacity, long nodeIncarnation, String shmPath, long nowMillis) {
+        Segment seg = new Segment(nextId.getAndIncrement(), name, address, capacity, nodeIncarnation, shmPath, nowMillis);
+        byId.put(seg.id, seg);
+        return seg;
+    }
+
+    /** Forgets a segment. Caller holds the epoch write lock. */
+    void remove(Segment seg) {
+        byId.remove(seg.id);
+    }
+
+    /** Capacity of the active segments. */
+    long capacity() {
+        return sumActive(RangeAllocator::capacity);
+    }
+
+    /** Bytes allocated on the active segments. */
+    long allocated() {
+        return sumActive(RangeAllocator::used);
+    }
+
+    private long sumActive(ToLongFunction<RangeAllocator> figure) {
+        long n = 0;
+        for (Segment s : byId.values()) {
+            if (s.active) {
+                n += figure.applyAsLong(s.allocator);
+            }
+        }
+        return n;
+    }
+
+    /** One row per segment, ordered by id. */
+    List<SegmentInfo> infos(long nowMillis) {
+        List<SegmentInfo> out = new ArrayList<>();
+        List<Segment> sorted = new ArrayList<>(byId.values());
+        sorted.sort(Comparator.comparingInt(s -> s.id));
+        for (Segment s : sorted) {
+            out.add(new SegmentInfo(s.id, s.name, s.address.host(), s.address.port(), s.allocator.capacity(),
+                    s.allocator.used(), s.allocator.allocations(),
+                    s.active ? SegmentInfo.STATE_ACTIVE : SegmentInfo.STATE_JOINING, nowMillis - s.lastHeartbeatMillis,
+                    s.shmPath, s.tiers));
+        }
+        return out;
+    }
+
+    /**
+     * Frees a complete object's regions and tells their nodes (memory copies and disk copies alike).
+     * Returns the memory bytes freed.
+     */
+    @GuardedBy("shard lock")
+    long release(ObjectTable objects, int slot) {
+        long len = objects.regionLength(slot);
+        long generation = objects.generation(slot);
+        long freed = 0;
+        for (int i = 0, n = objects.replicas(slot); i < n; i++) {
+            int stored = objects.segment(slot, i);
+            Segment s = byId.get(ObjectTable.segmentId(stored));
+            if (s == null) {
+                continue;
+            }
+            long offset = objects.offset(slot, i);
+            if (ObjectTable.onDisk(stored)) {
+                nodes.free(s, offset, generation, Tier.DISK, false);
+            } else {
+                s.allocator.free(offset, len);
+                nodes.free(s, offset, generation, Tier.MEMORY, false);
+                freed += len;
+            }
+        }
+        return freed;
+    }
+
+    /** Empties every allocator (a reset reclaims all space wholesale). */
+    @GuardedBy("epoch write lock")
+    void resetAllocators() {
+        for (Segment seg : byId.values()) {
+            seg.allocator.reset();
+        }
+    }
+}

@@ -1,0 +1,117 @@
+package io.kvpool.master;
+
+import io.kvpool.protocol.Keys;
+import io.kvpool.protocol.Tier;
+
+import java.time.InstantSource;
+import java.util.ArrayList;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+
+/**
+ * Objects on their way from memory to a node's SSD tier: evicted with the spill flag, and not yet
+ * reported back by the node (NODE_DISK_ADD). Until then such an object is a miss; once reported it
+ * is listed again, as a disk replica.
+ *
+ * <p>Owns the spills in flight, by key: the generation spilled, the segment, and a deadline.
+ *
+ * <p>Invariants:
+ * <ul>
+ *   <li>A node's report is accepted only for a spill still here, of that generation on that segment
+ *       ({@link #land}). A removal of the key in between {@link #cancel}s the spill and tells the
+ *       node to drop the disk copy, so a removed object cannot come back from disk.</li>
+ *   <li>A reset forgets every spill ({@link #clear}): what was spilled before it belongs to an older
+ *       epoch.</li>
+ *   <li>A spill whose report never comes (the node's queue was full) is forgotten after
+ *       {@value #TIMEOUT_MILLIS} ms ({@link #expire}).</li>
+ * </ul>
+ *
+ * <p>Locks: none of its own (a concurrent map). {@link #begin} runs under the object's shard lock,
+ * during an eviction round; {@link #land}, {@link #cancel} and {@link #cancelByPrefix} under the epoch
+ * lock (either mode), {@link #clear} under the epoch write lock.
+ */
+final class SpillLedger {
+
+    /** How long a spill may take to be reported before it is forgotten. */
+    static final long TIMEOUT_MILLIS = 60_000;
+
+    /** A spill in flight: which version of the object, to which segment's SSD tier, reported by when. */
+    private record Spill(long generation, int segmentId, long deadlineMillis) {
+    }
+
+    private final Map<Key, Spill> inFlight = new ConcurrentHashMap<>();
+    private final Segments segments;
+    private final NodeNotifier nodes;
+    private final InstantSource clock;
+
+    SpillLedger(Segments segments, NodeNotifier nodes, InstantSource clock) {
+        this.segments = segments;
+        this.nodes = nodes;
+        this.clock = clock;
+    }
+
+    /**
+     * Whether the memory copy on {@code segmentId} of the object in {@code slot}, about to be evicted,
+     * goes to that node's SSD tier: yes when the node has one, and then the spill is recorded. A
+     * {@link FreeBatch.SpillChoice}.
+     */
+    @GuardedBy("shard lock")
+    boolean begin(ObjectTable objects, int slot, int segmentId) {
+        Segment s = segments.get(segmentId);
+        if (s == null || !s.tiers.hasDisk()) {
+            return false;
+        }
+        inFlight.put(new Key(objects.key(slot), objects.hash(slot)),
+                new Spill(objects.generation(slot), segmentId, clock.millis() + TIMEOUT_MILLIS));
+        return true;
+    }
+
+    /**
+     * A node reports {@code key} at {@code generation} durable in its SSD tier: true (and the spill is
+     * done) if that is the spill in flight to {@code segmentId}; false if there is none (removed or
+     * replaced on its way to disk, reported twice, or never spilled).
+     */
+    boolean land(Key key, long generation, int segmentId) {
+        Spill s = inFlight.get(key);
+        if (s == null || s.generation != generation || s.segmentId != segmentId) {
+            return false;
+        }
+        inFlight.remove(key, s);
+        return true;
+    }
+
+    /** Forgets a spill in flight and tells its node to drop the disk copy if it made it there. */
+    boolean cancel(Key key) {
+        Spill s = inFlight.remove(key);
+        if (s == null) {
+            return false;
+        }
+        Segment seg = segments.get(s.segmentId);
+        if (seg != null) {
+            nodes.free(seg, 0, s.generation, Tier.DISK, false);
+        }
+        return true;
+    }
+
+    /** {@link #cancel}s every spill in flight whose key starts with {@code prefix}; returns how many. */
+    long cancelByPrefix(byte[] prefix) {
+        long n = 0;
+        for (Key k : new ArrayList<>(inFlight.keySet())) {
+            if (Keys.hasPrefix(k.bytes, prefix) && cancel(k)) {
+                n++;
+            }
+        }
+        return n;
+    }
+
+    /** Forgets the spills not reported by their deadline. */
+    void expire(long nowMillis) {
+        inFlight.values().removeIf(s -> s.deadlineMillis < nowMillis);
+    }
+
+    /** Forgets every spill (a reset). */
+    @GuardedBy("epoch write lock")
+    void clear() {
+        inFlight.clear();
+    }
+}
