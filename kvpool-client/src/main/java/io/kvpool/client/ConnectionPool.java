@@ -6,14 +6,23 @@ import io.kvpool.protocol.Limits;
 
 import java.io.IOException;
 import java.time.Duration;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ConcurrentLinkedDeque;
 import java.util.concurrent.Semaphore;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
 
 /**
  * Connections to one peer, at most {@code max} at a time. A caller borrows one, runs one exchange,
  * and gives it back; a connection that failed is closed instead of returned. Borrowing blocks (up to
  * the request timeout) when all {@code max} are busy: that is the back-pressure on one peer.
+ *
+ * <p>Connections a virtual thread used are kept apart: the JDK switches a socket a virtual thread
+ * reads or writes to non-blocking mode for good, after which every blocking read by a platform
+ * thread costs a read that fails, a poll and a read again. So platform threads take connections no
+ * virtual thread used (opening one while fewer than {@code max} are open), and virtual threads (the
+ * client's keep-alive and lease threads, callers on virtual threads) take the others first.
  */
 final class ConnectionPool implements AutoCloseable {
 
@@ -23,15 +32,23 @@ final class ConnectionPool implements AutoCloseable {
     }
 
     private final HostPort peer;
+    private final int max;
     private final Duration connectTimeout;
     private final Limits limits;
     private final Initializer initializer;
     private final Semaphore permits;
+    /** Idle connections no virtual thread used: their sockets block. */
     private final ConcurrentLinkedDeque<FrameConnection> idle = new ConcurrentLinkedDeque<>();
+    /** Idle connections a virtual thread used: their sockets are non-blocking. */
+    private final ConcurrentLinkedDeque<FrameConnection> idleNonBlocking = new ConcurrentLinkedDeque<>();
+    private final Set<FrameConnection> nonBlocking = ConcurrentHashMap.newKeySet();
+    /** Connections opened and not closed yet. */
+    private final AtomicInteger open = new AtomicInteger();
     private volatile boolean closed;
 
     ConnectionPool(HostPort peer, int max, Duration connectTimeout, Limits limits, Initializer initializer) {
         this.peer = peer;
+        this.max = max;
         this.connectTimeout = connectTimeout;
         this.limits = limits;
         this.initializer = initializer;
@@ -59,26 +76,43 @@ final class ConnectionPool implements AutoCloseable {
             Thread.currentThread().interrupt();
             throw new IOException("interrupted waiting for a connection to " + peer);
         }
+        boolean virtual = Thread.currentThread().isVirtual();
+        FrameConnection c = virtual ? takeIdle(idleNonBlocking) : takeIdle(idle);
+        if (c == null && (virtual || open.get() >= max)) {
+            c = takeIdle(virtual ? idle : idleNonBlocking);
+        }
+        if (c == null) {
+            try {
+                open.incrementAndGet();
+                c = FrameConnection.connect(peer, connectTimeout, limits);
+                if (initializer != null) {
+                    initializer.init(c);
+                }
+            } catch (IOException | RuntimeException e) {
+                if (c != null) {
+                    closeQuietly(c);
+                } else {
+                    open.decrementAndGet();
+                }
+                permits.release();
+                throw e;
+            }
+        }
+        if (virtual) {
+            nonBlocking.add(c);
+        }
+        return c;
+    }
+
+    private FrameConnection takeIdle(ConcurrentLinkedDeque<FrameConnection> from) {
         FrameConnection c;
-        while ((c = idle.pollFirst()) != null) {
+        while ((c = from.pollFirst()) != null) {
             if (!c.isBroken()) {
                 return c;
             }
             closeQuietly(c);
         }
-        try {
-            c = FrameConnection.connect(peer, connectTimeout, limits);
-            if (initializer != null) {
-                initializer.init(c);
-            }
-            return c;
-        } catch (IOException | RuntimeException e) {
-            if (c != null) {
-                closeQuietly(c);
-            }
-            permits.release();
-            throw e;
-        }
+        return null;
     }
 
     /** Returns a borrowed connection; broken ones are closed. */
@@ -87,7 +121,7 @@ final class ConnectionPool implements AutoCloseable {
             closeQuietly(c);
         } else {
             c.trim();
-            idle.addFirst(c);
+            (nonBlocking.contains(c) ? idleNonBlocking : idle).addFirst(c);
         }
         permits.release();
     }
@@ -98,9 +132,24 @@ final class ConnectionPool implements AutoCloseable {
         while ((c = idle.pollFirst()) != null) {
             closeQuietly(c);
         }
+        while ((c = idleNonBlocking.pollFirst()) != null) {
+            closeQuietly(c);
+        }
     }
 
-    private static void closeQuietly(FrameConnection c) {
+    /** Connections open now, idle or borrowed. */
+    int openConnections() {
+        return open.get();
+    }
+
+    /** Idle connections: [no virtual thread used them, one did]. */
+    int[] idleConnections() {
+        return new int[]{idle.size(), idleNonBlocking.size()};
+    }
+
+    private void closeQuietly(FrameConnection c) {
+        nonBlocking.remove(c);
+        open.decrementAndGet();
         try {
             c.close();
         } catch (IOException ignored) {

@@ -22,18 +22,24 @@ import java.util.Arrays;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.atomic.AtomicLongArray;
 
 /**
  * The put path. A put is two-phase: PUT_START reserves regions at the master (one round trip for
- * the batch), the values go straight to the nodes (one NODE_WRITE per node, in parallel; or, for a
- * segment on this host, NODE_SHM_WRITE_BEGIN, a memory copy, NODE_SHM_WRITE_END), and PUT_END makes
- * what landed at least once visible; PUT_REVOKE gives back what landed nowhere. Values are sent
- * from the caller's memory, never copied. Node failures are values (FAILED, FENCED), never
- * exceptions.
+ * the batch), the values go straight to the nodes (NODE_WRITE frames, nodes in parallel and a
+ * node's share of a large batch over a few connections at once; or, for a segment on this host,
+ * NODE_SHM_WRITE_BEGIN, a memory copy, NODE_SHM_WRITE_END), and PUT_END makes what landed at least
+ * once visible; PUT_REVOKE gives back what landed nowhere. Values are sent from the caller's memory,
+ * never copied. Node failures are values (FAILED, FENCED), never exceptions.
  */
 final class ObjectWrites {
 
     private static final Logger log = LoggerFactory.getLogger(ObjectWrites.class);
+
+    /** Most threads and connections one segment's share of a batch is written with. */
+    static final int MAX_LANES = 4;
+    /** Smallest frame a segment's share is cut into for writing in parallel. */
+    static final long MIN_PART_BYTES = 1L << 20;
 
     private final ClientConfig config;
     private final MasterChannel master;
@@ -94,14 +100,12 @@ final class ObjectWrites {
 
         // group replica writes by segment
         Map<Integer, List<WriteSlot>> bySegment = new LinkedHashMap<>();
-        int[] crcs = new int[to - from];
         List<MasterMessages.PutStartResult> results = reply.results();
         for (int j = 0; j < results.size(); j++) {
             MasterMessages.PutStartResult r = results.get(j);
             int i = from + j;
             switch (r.code()) {
                 case OK -> {
-                    crcs[j] = ObjectLayout.valueCrc(values.get(i));
                     for (int rep = 0; rep < r.replicas().size(); rep++) {
                         Replica replica = r.replicas().get(rep);
                         bySegment.computeIfAbsent(replica.segmentId(), x -> new ArrayList<>())
@@ -122,8 +126,10 @@ final class ObjectWrites {
         // write every replica; failed[j] has a bit per replica whose write failed
         long[] failed = new long[to - from];
         boolean[] fenced = new boolean[to - from];
-        tasks.run(bySegment, PerSegment.shareable(values.subList(from, to)), (segId, slots) -> {
-            ResultCode[] codes = writeToSegment(segId, slots, k, values, from, crcs, reply.epoch());
+        boolean parallelOk = PerSegment.shareable(values.subList(from, to));
+        Batch b = new Batch(k, values, from, to, reply.epoch(), parallelOk);
+        tasks.run(bySegment, parallelOk, (segId, slots) -> {
+            ResultCode[] codes = writeToSegment(segId, slots, b);
             synchronized (failed) {
                 for (int s = 0; s < slots.size(); s++) {
                     if (codes[s] != ResultCode.OK) {
@@ -177,9 +183,63 @@ final class ObjectWrites {
         }
     }
 
-    /** Writes the given replica slots to one segment; returns a code per slot. Never throws for node failures. */
-    private ResultCode[] writeToSegment(int segId, List<WriteSlot> slots, byte[][] k, List<MemorySegment> values,
-                                        int from, int[] crcs, long epoch) {
+    /**
+     * What the node writes of one chunk share: keys, values (item j is {@code values.get(from + j)}),
+     * the epoch of the reservation, and each value's CRC32C, computed the first time a frame needs it
+     * (by the thread that sends that frame; a value with replicas on several segments is checksummed
+     * once, or at worst once per racing thread, with the same result).
+     */
+    private static final class Batch {
+        final byte[][] keys;
+        final List<MemorySegment> values;
+        final int from;
+        final long epoch;
+        final boolean parallelOk;
+        /** 0: not computed yet; else 1 << 32 | crc. */
+        private final AtomicLongArray crcs;
+
+        Batch(byte[][] keys, List<MemorySegment> values, int from, int to, long epoch, boolean parallelOk) {
+            this.keys = keys;
+            this.values = values;
+            this.from = from;
+            this.epoch = epoch;
+            this.parallelOk = parallelOk;
+            this.crcs = new AtomicLongArray(to - from);
+        }
+
+        byte[] key(int item) {
+            return keys[from + item];
+        }
+
+        MemorySegment value(int item) {
+            return values.get(from + item);
+        }
+
+        int crc(int item) {
+            long c = crcs.get(item);
+            if (c == 0) {
+                c = 1L << 32 | (ObjectLayout.valueCrc(value(item)) & 0xFFFF_FFFFL);
+                crcs.set(item, c);
+            }
+            return (int) c;
+        }
+    }
+
+    /**
+     * Writes the given replica slots to one segment; returns a code per slot. Never throws for node
+     * failures.
+     *
+     * <p>The share is cut into frames (at most {@link PerSegment#MAX_ITEMS_PER_NODE_FRAME} items and
+     * the payload limit, and, when the caller's memory may be touched by other threads, into parts of
+     * about {@code 1/(2 * lanes)} of the share, at least {@link #MIN_PART_BYTES}), sent by up to
+     * {@link #MAX_LANES} threads on as many pooled connections, each frame checksummed by the thread
+     * that sends it: the checksums of one frame overlap the sending of another, and the node receives
+     * several frames at once. A frame that fails fails only its own slots.
+     *
+     * <p>A segment mapped into this process takes the same-machine path for each frame
+     * (NODE_SHM_WRITE_BEGIN, a memory copy, NODE_SHM_WRITE_END on one connection).
+     */
+    private ResultCode[] writeToSegment(int segId, List<WriteSlot> slots, Batch b) {
         ResultCode[] codes = new ResultCode[slots.size()];
         Arrays.fill(codes, ResultCode.FAILED);
         SegmentDirectory.Entry seg = segments.resolve(segId);
@@ -187,104 +247,116 @@ final class ObjectWrites {
             return codes;
         }
         MemorySegment shm = segments.mapping(seg);
-        if (shm != null) {
-            writeShared(seg, shm, slots, k, values, from, crcs, epoch, codes);
-            return codes;
-        }
         ConnectionPool pool = segments.pool(seg.address());
-        int start = 0;
-        while (start < slots.size()) {
-            int end = PerSegment.frameEnd(slots, start, slot -> values.get(from + slot.item).byteSize(),
-                    config.limits().maxPayloadBytes());
-            List<NodeMessages.WriteItem> items = new ArrayList<>(end - start);
-            List<ByteBuffer> views = new ArrayList<>(end - start);
-            for (int s = start; s < end; s++) {
-                WriteSlot slot = slots.get(s);
-                MemorySegment v = values.get(from + slot.item);
-                items.add(new NodeMessages.WriteItem(slot.offset, slot.generation, k[from + slot.item], v.byteSize(),
-                        crcs[slot.item]));
-                Channels.addViews(views, v);
+        long maxBytes = config.limits().maxPayloadBytes();
+        int lanes = b.parallelOk ? Math.min(MAX_LANES, config.maxConnections()) : 1;
+        if (lanes > 1) {
+            long total = 0;
+            for (WriteSlot slot : slots) {
+                total += b.value(slot.item).byteSize();
             }
-            BodyWriter w = new BodyWriter(16 + items.size() * 64);
-            new NodeMessages.Write(epoch, items).write(w);
-            FrameConnection c = null;
-            try {
-                c = pool.borrow(config.requestTimeout());
-                MasterMessages.Codes reply = MasterMessages.Codes.read(
-                        c.call(Opcode.NODE_WRITE, w, config.requestTimeout(), views.toArray(ByteBuffer[]::new)).body());
-                for (int s = start; s < end; s++) {
-                    codes[s] = reply.codes().get(s - start);
-                }
-            } catch (IOException | RemoteException e) {
-                log.debug("write to {} failed: {}", seg.name(), e.getMessage());
-            } finally {
-                if (c != null) {
-                    pool.release(c);
-                }
-            }
+            maxBytes = Math.min(maxBytes, Math.max(MIN_PART_BYTES, (total + 2L * lanes - 1) / (2L * lanes)));
+        }
+        List<int[]> frames = new ArrayList<>();
+        for (int start = 0; start < slots.size(); ) {
+            int end = PerSegment.frameEnd(slots, start, slot -> b.value(slot.item).byteSize(), maxBytes);
+            frames.add(new int[]{start, end});
             start = end;
         }
+        tasks.runParts(frames.size(), lanes, f -> {
+            int start = frames.get(f)[0];
+            int end = frames.get(f)[1];
+            if (shm != null) {
+                writeShared(seg, pool, shm, slots, start, end, b, codes);
+            } else {
+                writeOverTcp(seg, pool, slots, start, end, b, codes);
+            }
+        });
         return codes;
     }
 
-    /**
-     * The same-machine write: the node admits the writes (NODE_SHM_WRITE_BEGIN), this thread copies
-     * the values into the mapped segment, and NODE_SHM_WRITE_END makes them readable. See
-     * {@link SharedSegments}.
-     */
-    private void writeShared(SegmentDirectory.Entry seg, MemorySegment shm, List<WriteSlot> slots, byte[][] k,
-                             List<MemorySegment> values, int from, int[] crcs, long epoch, ResultCode[] codes) {
-        ConnectionPool pool = segments.pool(seg.address());
-        int start = 0;
-        while (start < slots.size()) {
-            int end = PerSegment.frameEnd(slots, start, slot -> values.get(from + slot.item).byteSize(),
-                    config.limits().maxPayloadBytes());
-            List<NodeMessages.WriteItem> items = new ArrayList<>(end - start);
+    private NodeMessages.Write frame(List<WriteSlot> slots, int start, int end, Batch b) {
+        List<NodeMessages.WriteItem> items = new ArrayList<>(end - start);
+        for (int s = start; s < end; s++) {
+            WriteSlot slot = slots.get(s);
+            items.add(new NodeMessages.WriteItem(slot.offset, slot.generation, b.key(slot.item),
+                    b.value(slot.item).byteSize(), b.crc(slot.item)));
+        }
+        return new NodeMessages.Write(b.epoch, items);
+    }
+
+    /** One NODE_WRITE of slots [start, end): the header, then the values straight from the caller's memory. */
+    private void writeOverTcp(SegmentDirectory.Entry seg, ConnectionPool pool, List<WriteSlot> slots, int start,
+                              int end, Batch b, ResultCode[] codes) {
+        NodeMessages.Write frame = frame(slots, start, end, b);
+        List<ByteBuffer> views = new ArrayList<>(end - start);
+        for (int s = start; s < end; s++) {
+            Channels.addViews(views, b.value(slots.get(s).item));
+        }
+        BodyWriter w = new BodyWriter(16 + (end - start) * 64);
+        frame.write(w);
+        FrameConnection c = null;
+        try {
+            c = pool.borrow(config.requestTimeout());
+            List<ResultCode> reply = MasterMessages.Codes.read(
+                    c.call(Opcode.NODE_WRITE, w, config.requestTimeout(), views.toArray(ByteBuffer[]::new)).body()).codes();
             for (int s = start; s < end; s++) {
+                codes[s] = reply.get(s - start);
+            }
+        } catch (IOException | RemoteException e) {
+            log.debug("write to {} failed: {}", seg.name(), e.getMessage());
+        } finally {
+            if (c != null) {
+                pool.release(c);
+            }
+        }
+    }
+
+    /**
+     * The same-machine write of slots [start, end): the node admits the writes
+     * (NODE_SHM_WRITE_BEGIN), this thread copies the values into the mapped segment, and
+     * NODE_SHM_WRITE_END makes them readable, all on one connection. See {@link SharedSegments}.
+     */
+    private void writeShared(SegmentDirectory.Entry seg, ConnectionPool pool, MemorySegment shm, List<WriteSlot> slots,
+                             int start, int end, Batch b, ResultCode[] codes) {
+        NodeMessages.Write frame = frame(slots, start, end, b);
+        FrameConnection c = null;
+        try {
+            c = pool.borrow(config.requestTimeout());
+            BodyWriter w = new BodyWriter(16 + (end - start) * 64);
+            frame.write(w);
+            List<ResultCode> begun = MasterMessages.Codes.read(
+                    c.call(Opcode.NODE_SHM_WRITE_BEGIN, w, config.requestTimeout()).body()).codes();
+            List<NodeMessages.ShmWriteEndItem> ends = new ArrayList<>(end - start);
+            int[] endSlots = new int[end - start];
+            for (int s = start; s < end; s++) {
+                ResultCode r = begun.get(s - start);
+                if (r != ResultCode.OK) {
+                    codes[s] = r;
+                    continue;
+                }
                 WriteSlot slot = slots.get(s);
-                items.add(new NodeMessages.WriteItem(slot.offset, slot.generation, k[from + slot.item],
-                        values.get(from + slot.item).byteSize(), crcs[slot.item]));
+                SharedSegments.write(shm, slot.offset + ObjectLayout.valueOffset(b.key(slot.item).length),
+                        b.value(slot.item));
+                endSlots[ends.size()] = s;
+                ends.add(new NodeMessages.ShmWriteEndItem(slot.offset, slot.generation, true));
             }
-            FrameConnection c = null;
-            try {
-                c = pool.borrow(config.requestTimeout());
-                BodyWriter w = new BodyWriter(16 + items.size() * 64);
-                new NodeMessages.Write(epoch, items).write(w);
-                List<ResultCode> begun = MasterMessages.Codes.read(
-                        c.call(Opcode.NODE_SHM_WRITE_BEGIN, w, config.requestTimeout()).body()).codes();
-                List<NodeMessages.ShmWriteEndItem> ends = new ArrayList<>(items.size());
-                List<Integer> endSlots = new ArrayList<>(items.size());
-                for (int s = start; s < end; s++) {
-                    ResultCode b = begun.get(s - start);
-                    if (b != ResultCode.OK) {
-                        codes[s] = b;
-                        continue;
-                    }
-                    WriteSlot slot = slots.get(s);
-                    MemorySegment v = values.get(from + slot.item);
-                    long at = slot.offset + ObjectLayout.valueOffset(k[from + slot.item].length);
-                    MemorySegment.copy(v, 0, shm, at, v.byteSize());
-                    ends.add(new NodeMessages.ShmWriteEndItem(slot.offset, slot.generation, true));
-                    endSlots.add(s);
-                }
-                if (!ends.isEmpty()) {
-                    BodyWriter ew = new BodyWriter(16 + ends.size() * 17);
-                    new NodeMessages.ShmWriteEnd(ends).write(ew);
-                    List<ResultCode> done = MasterMessages.Codes.read(
-                            c.call(Opcode.NODE_SHM_WRITE_END, ew, config.requestTimeout()).body()).codes();
-                    for (int e = 0; e < endSlots.size(); e++) {
-                        codes[endSlots.get(e)] = done.get(e);
-                    }
-                }
-            } catch (IOException | RemoteException e) {
-                // begun writes of a connection that fails are dropped by the node when it closes
-                log.debug("same-machine write to {} failed: {}", seg.name(), e.getMessage());
-            } finally {
-                if (c != null) {
-                    pool.release(c);
+            if (!ends.isEmpty()) {
+                BodyWriter ew = new BodyWriter(16 + ends.size() * 17);
+                new NodeMessages.ShmWriteEnd(ends).write(ew);
+                List<ResultCode> done = MasterMessages.Codes.read(
+                        c.call(Opcode.NODE_SHM_WRITE_END, ew, config.requestTimeout()).body()).codes();
+                for (int e = 0; e < ends.size(); e++) {
+                    codes[endSlots[e]] = done.get(e);
                 }
             }
-            start = end;
+        } catch (IOException | RemoteException e) {
+            // begun writes of a connection that fails are dropped by the node when it closes
+            log.debug("same-machine write to {} failed: {}", seg.name(), e.getMessage());
+        } finally {
+            if (c != null) {
+                pool.release(c);
+            }
         }
     }
 }

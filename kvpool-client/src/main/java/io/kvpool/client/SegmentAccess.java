@@ -120,5 +120,6 @@ final class SegmentAccess implements AutoCloseable {
         for (ConnectionPool p : nodes.values()) {
             p.close();
         }
+        shared.close();
     }
 }
