@@ -475,17 +475,18 @@ public final class MasterService {
                     }
                     n[0] += objects.size();
                     objects.clear();
-                    return;
+                } else {
+                    n[0] += objects.removeIf(slot -> {
+                        if (!objects.keyStartsWith(slot, prefix)) {
+                            return false;
+                        }
+                        frees.addObject(objects, slot, FreeBatch.SpillChoice.NEVER);
+                        return true;
+                    });
                 }
-                n[0] += objects.removeIf(slot -> {
-                    if (!objects.keyStartsWith(slot, prefix)) {
-                        return false;
-                    }
-                    frees.addObject(objects, slot, FreeBatch.SpillChoice.NEVER);
-                    return true;
-                });
+                // this shard's spills, under its lock, as NODE_DISK_ADD checks them (Membership.diskAdd)
+                n[0] += spills.cancelByPrefix(prefix, key -> index.inShard(key.hashCode(), shard));
             });
-            n[0] += spills.cancelByPrefix(prefix);
             // still under the epoch lock: a reset cannot slip in and free these regions first
             frees.apply(segments, nodes);
         } finally {

@@ -249,12 +249,18 @@ public final class Membership {
                 if (it.epoch() != epoch.current()) {
                     return ResultCode.FENCED;
                 }
-                if (spills.land(new Key(it.key(), index.hash(it.key())), it.generation(), seg.id)) {
-                    return adoptDisk(seg, it, tick);
-                }
-                // already listed (a report repeated after a lost reply, or the node's inventory listed it
-                // after a re-registration): nothing to do; else removed or replaced on its way to disk
-                return listedOnDisk(seg, it) ? ResultCode.OK : ResultCode.EXPIRED;
+                int hash = index.hash(it.key());
+                // the ledger check and the adoption under the key's shard lock, which a removal of the key
+                // holds while it cancels the spill: the removal comes wholly before (the spill is gone:
+                // EXPIRED) or wholly after (it removes the disk copy), never in between
+                return index.withShard(hash, shard -> {
+                    if (spills.land(new Key(it.key(), hash), it.generation(), seg.id)) {
+                        return adoptDisk(seg, it, tick); // re-enters the same shard lock
+                    }
+                    // already listed (a report repeated after a lost reply, or the node's inventory listed
+                    // it after a re-registration): nothing to do; else removed or replaced on its way to disk
+                    return listedOnDisk(seg, it) ? ResultCode.OK : ResultCode.EXPIRED;
+                });
             });
         } finally {
             epoch.shared().unlock();

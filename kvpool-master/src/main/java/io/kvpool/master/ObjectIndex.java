@@ -144,6 +144,11 @@ final class ObjectIndex {
         return hash >>> (32 - SHARD_BITS);
     }
 
+    /** True if a key with this hash lives in {@code shard} (for work done shard by shard). */
+    boolean inShard(int hash, Shard shard) {
+        return shard(hash) == shard;
+    }
+
     private Shard shard(int hash) {
         return shards[shardOf(hash)];
     }

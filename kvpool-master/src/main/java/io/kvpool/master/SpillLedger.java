@@ -27,7 +27,8 @@ import java.util.concurrent.ConcurrentHashMap;
  * </ul>
  *
  * <p>Locks: none of its own (a concurrent map). {@link #begin} runs under the object's shard lock,
- * during an eviction round; {@link #land}, {@link #cancel} and {@link #cancelByPrefix} under the epoch
+ * during an eviction round; {@link #land}, {@link #cancel} and {@link #cancelByPrefix} under the key's shard
+ * lock (so a removal and a disk report of one key never interleave) and the epoch
  * lock (either mode), {@link #clear} under the epoch write lock.
  */
 final class SpillLedger {
@@ -94,10 +95,10 @@ final class SpillLedger {
     }
 
     /** {@link #cancel}s every spill in flight whose key starts with {@code prefix}; returns how many. */
-    long cancelByPrefix(byte[] prefix) {
+    long cancelByPrefix(byte[] prefix, java.util.function.Predicate<Key> which) {
         long n = 0;
         for (Key k : new ArrayList<>(inFlight.keySet())) {
-            if (Keys.hasPrefix(k.bytes, prefix) && cancel(k)) {
+            if (Keys.hasPrefix(k.bytes, prefix) && which.test(k) && cancel(k)) {
                 n++;
             }
         }

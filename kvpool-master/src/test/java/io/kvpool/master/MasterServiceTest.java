@@ -600,6 +600,58 @@ class MasterServiceTest {
         assertThat(s.membership().diskDrop(report.apply(a))).containsExactly(ResultCode.NOT_FOUND);
     }
 
+    /**
+     * A removal racing the node's report that the object landed on disk: whichever goes first, the
+     * removal succeeds and the key is gone afterwards (the report must never re-adopt a copy the
+     * removal already missed). Many rounds on two threads released together; passes whatever the
+     * interleaving, fails only if some interleaving resurrects the key.
+     */
+    @Test
+    void aRemovalRacingADiskReportNeverLeavesTheKeyBehind() throws Exception {
+        java.util.concurrent.ExecutorService pool = java.util.concurrent.Executors.newFixedThreadPool(2);
+        try {
+            for (int round = 0; round < 60; round++) {
+                boolean byPrefix = round % 2 == 1;
+                MasterService s = new MasterService(MasterConfig.defaults(), clock, new SplittableRandom(round),
+                        new RecordingNotifier());
+                long inc = ++incarnations;
+                int seg = s.membership().registerNode(new RegisterNode("a:1", "10.0.0.1", 50052, 16 * REGION, 0, inc, 0, ""))
+                        .segmentId();
+                s.membership().inventory(new Inventory(seg, inc, true, List.of()));
+                MasterMessages.TierStats disk = new MasterMessages.TierStats(0, 0, 0, 1L << 30, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+                s.membership().heartbeat(seg, inc, disk);
+                java.util.Map<String, Long> generations = new java.util.HashMap<>();
+                for (int i = 0; i < 24; i++) {
+                    String key = "key-%02d".formatted(i);
+                    PutStartResult r = start(s, key, false, "", 1);
+                    end(s, key, r.generation());
+                    generations.put(key, r.generation());
+                }
+                List<String> spilling = generations.keySet().stream().filter(k -> !exists(s, k)).sorted().toList();
+                assertThat(spilling).isNotEmpty();
+                for (String key : spilling) {
+                    java.util.concurrent.CyclicBarrier go = new java.util.concurrent.CyclicBarrier(2);
+                    var report = pool.submit(() -> {
+                        go.await();
+                        return s.membership().diskAdd(new Inventory(seg, inc, true,
+                                List.of(new InventoryItem(0, generations.get(key), s.epoch(), k(key), VALUE, Tier.DISK))));
+                    });
+                    var removal = pool.submit(() -> {
+                        go.await();
+                        return byPrefix ? s.removeByPrefix(k(key)) : (s.remove(List.of(k(key))).getFirst() == ResultCode.OK ? 1L : 0L);
+                    });
+                    report.get();
+                    assertThat(removal.get()).as("round %d, %s: the removal found the object or its spill", round, key)
+                            .isEqualTo(1L);
+                    assertThat(exists(s, key)).as("round %d, %s: removed, and not adopted from disk after", round, key)
+                            .isFalse();
+                }
+            }
+        } finally {
+            pool.shutdownNow();
+        }
+    }
+
     /** Without a disk tier, eviction frees without the spill flag and keeps nothing for later. */
     @Test
     void withoutADiskTierEvictionDoesNotSpill() {
