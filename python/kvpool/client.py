@@ -40,7 +40,7 @@ from .config import master_from_environment
 from .crc import crc32c
 from .errors import KvPoolError, MasterTimeout, MasterUnreachable
 from .protocol import Opcode, PoolStats, ResultCode, SegmentStats
-from .shm import SharedSegments, is_local_host
+from .shm import SharedSegments
 
 log = logging.getLogger("kvpool")
 
@@ -215,7 +215,7 @@ class Client:
         if len(replicas) < 2:
             return replicas
         local = tuple(r for r in replicas if (s := self._segments.get(r.segment_id)) is not None
-                      and is_local_host(s.host))
+                      and self._shm.is_local(s.host))
         return local + tuple(r for r in replicas if r not in local)
 
     def _preferred(self, preferred: str | None) -> str:

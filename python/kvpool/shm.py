@@ -157,14 +157,15 @@ class SharedSegments:
                     self._mapped[seg.id] = m
             return m
 
-    def _is_local(self, host: str) -> bool:
+    def is_local(self, host: str) -> bool:
+        """``is_local_host``, remembered per host name (it resolves and binds a socket)."""
         v = self._local.get(host)
         if v is None:
             v = self._local[host] = is_local_host(host)
         return v
 
     def _map(self, seg: SegmentStats) -> Mapping | None:
-        if not self._is_local(seg.host):
+        if not self.is_local(seg.host):
             return None
         path = seg.shm_path
         try:
