@@ -1,4 +1,4 @@
-"""kvpool's wire protocol, version 4, as docs/protocol.md draws it.
+"""kvpool's wire protocol, version 5, as docs/protocol.md draws it.
 
 This module is the Python side of the contract: the 32-byte frame header, the body primitives, the
 opcode, result-code and frame-status tables, and an encoder or decoder for every body the client
@@ -26,7 +26,7 @@ from typing import Iterable, Sequence
 
 from .errors import KvPoolError
 
-VERSION = 4
+VERSION = 5
 MAGIC = 0x504B
 HEADER = struct.Struct("<HBBBBHQIIQ")
 HEADER_BYTES = HEADER.size  # 32
@@ -80,6 +80,9 @@ class Opcode(enum.IntEnum):
     BATCH_PUT_END = 0x13
     PUT_REVOKE = 0x14
     BATCH_PUT_REVOKE = 0x15
+    WRITE_LEASE = 0x16
+    COMMIT = 0x17
+    RELEASE = 0x18
     GET_REPLICA_LIST = 0x20
     BATCH_GET_REPLICA_LIST = 0x21
     EXIST_KEY = 0x22
@@ -328,6 +331,7 @@ class HelloReply:
     epoch: int
     max_key_bytes: int
     max_value_bytes: int
+    default_replicas: int
 
 
 def encode_hello(client_id: tuple[int, int], host: str, pid: int) -> bytes:
@@ -338,7 +342,7 @@ def encode_hello(client_id: tuple[int, int], host: str, pid: int) -> bytes:
 def decode_hello_reply(body: bytes) -> HelloReply:
     r = BodyReader(body, "HELLO reply")
     out = HelloReply(r.i64("master incarnation"), r.i64("cluster epoch"), r.i32("max key bytes"),
-                     r.i64("max value bytes"))
+                     r.i64("max value bytes"), r.u8("default replicas"))
     r.done()
     return out
 
@@ -430,6 +434,55 @@ def encode_put_end(items: Sequence[tuple[bytes, int, int]]) -> bytes:
 
 
 _CODES = list(ResultCode)
+
+
+# Write leases (version 5, section 4.27). This client keeps the two-phase put; the codecs are here so
+# that the wire vectors check both languages agree on the frames, and for a client that adopts them.
+
+
+def encode_write_lease(preferred: str, least_bytes: int, wanted_bytes: int, generations: int) -> bytes:
+    """WRITE_LEASE: a range of one segment of ``least_bytes`` to about ``wanted_bytes``."""
+    return BodyWriter().string(preferred).i64(least_bytes).i64(wanted_bytes).i32(generations).bytes()
+
+
+@dataclass(frozen=True, slots=True)
+class WriteLease:
+    """A WRITE_LEASE reply; ``code`` is OK or why none was granted (the other fields are then 0)."""
+
+    code: ResultCode
+    lease_id: int = 0
+    epoch: int = 0
+    segment_id: int = 0
+    offset: int = 0
+    length: int = 0
+    first_generation: int = 0
+    generation_count: int = 0
+    idle_millis: int = 0
+
+
+def decode_write_lease(body: bytes) -> WriteLease:
+    r = BodyReader(body, "WRITE_LEASE reply")
+    code = _code(r)
+    if code != ResultCode.OK:
+        r.done()
+        return WriteLease(code)
+    out = WriteLease(code, r.i64("lease id"), r.i64("epoch"), r.i32("segment id"), r.i64("offset"),
+                     r.i64("length"), r.i64("first generation"), r.i32("generation count"), r.i32("idle millis"))
+    r.done()
+    return out
+
+
+def encode_commit(lease_id: int, upsert: bool, items: Sequence[tuple[bytes, int, int, int]]) -> bytes:
+    """COMMIT: (key, offset, value length, generation) per object written in the lease, in order."""
+    w = BodyWriter().i64(lease_id).boolean(upsert).i32(len(items))
+    for key, offset, length, generation in items:
+        w.bstr(key).i64(offset).i64(length).i64(generation)
+    return w.bytes()
+
+
+def encode_release(lease_id: int) -> bytes:
+    """RELEASE: the writer is done with the lease."""
+    return BodyWriter().i64(lease_id).bytes()
 
 
 def decode_codes(body: bytes, what: str) -> list[ResultCode]:

@@ -75,10 +75,17 @@ def test_request_bodies_equal_java(java_vectors: dict[str, str]) -> None:
                                    p.WriteItem(0, 1, K2, 0, 0)]) == vec(java_vectors, "node_write")
     assert p.encode_node_read([(4096, 1234, 1 << 20, 0), (0, 7, 9, 1)]) == vec(java_vectors, "node_read")
     assert p.encode_shm_write_end([(4096, 1234, True), (64, 5, False)]) == vec(java_vectors, "shm_write_end")
+    assert p.encode_write_lease("127.0.0.1:50052", 1 << 20, 64 << 20, 16) == vec(java_vectors, "write_lease")
+    assert p.encode_commit(0x0102030405, True, [(K1, 4096, 1 << 20, 5000), (K2, 4096 + (2 << 20), 0, 5001)]) \
+        == vec(java_vectors, "commit")
+    assert p.encode_release(0x0102030405) == vec(java_vectors, "release")
 
 
 def test_reply_bodies_decode(java_vectors: dict[str, str]) -> None:
-    assert p.decode_hello_reply(vec(java_vectors, "hello_reply")) == p.HelloReply(77, 3, 512, 256 << 20)
+    assert p.decode_hello_reply(vec(java_vectors, "hello_reply")) == p.HelloReply(77, 3, 512, 256 << 20, 2)
+    assert p.decode_write_lease(vec(java_vectors, "write_lease_reply")) == p.WriteLease(
+        p.ResultCode.OK, 0x0102030405, 7, 3, 4096, 64 << 20, 5000, 16, 30_000)
+    assert p.decode_write_lease(vec(java_vectors, "write_lease_refused")) == p.WriteLease(p.ResultCode.POOL_FULL)
     epoch, results = p.decode_put_start_reply(vec(java_vectors, "put_start_reply"))
     assert epoch == 9
     assert results == [p.PutStartResult(p.ResultCode.OK, 1234, (p.Replica(1, 0, 4096), p.Replica(2, 1, 0))),
@@ -104,6 +111,7 @@ def test_reply_bodies_decode(java_vectors: dict[str, str]) -> None:
     ("replica_lists", p.decode_replica_lists),
     ("cluster_stats", p.decode_cluster_stats),
     ("sizes", p.decode_sizes),
+    ("write_lease_reply", p.decode_write_lease),
 ])
 def test_truncated_and_padded_bodies_are_rejected(java_vectors: dict[str, str], name: str, decode) -> None:  # type: ignore[no-untyped-def]
     good = vec(java_vectors, name)

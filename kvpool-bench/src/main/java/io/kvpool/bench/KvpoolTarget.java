@@ -23,20 +23,28 @@ final class KvpoolTarget implements StoreTarget {
 
     private final String masterAddress;
     private final boolean sharedMemory;
+    private final boolean writeLeases;
     private int run;
 
     KvpoolTarget(String masterAddress, boolean sharedMemory) {
+        this(masterAddress, sharedMemory, true);
+    }
+
+    /** With {@code writeLeases} false, puts take the two-phase path (the put of protocol version 4). */
+    KvpoolTarget(String masterAddress, boolean sharedMemory, boolean writeLeases) {
         this.masterAddress = masterAddress;
         this.sharedMemory = sharedMemory;
+        this.writeLeases = writeLeases;
     }
 
     @Override
     public String name() {
-        return sharedMemory ? "kvpool-shm" : "kvpool-tcp";
+        return (sharedMemory ? "kvpool-shm" : "kvpool-tcp") + (writeLeases ? "" : "-2phase");
     }
 
     private KvPoolClient connect() {
-        return KvPoolClient.connect(ClientConfig.forMaster(masterAddress).withSharedMemory(sharedMemory));
+        return KvPoolClient.connect(ClientConfig.forMaster(masterAddress).withSharedMemory(sharedMemory)
+                .withWriteLeases(writeLeases));
     }
 
     private static MemorySegment value(Arena arena, int size, long seed) {

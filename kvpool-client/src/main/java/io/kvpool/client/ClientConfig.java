@@ -30,11 +30,13 @@ import java.time.Duration;
  *                           for room (back-pressure); a single larger object takes the whole budget
  * @param tierLog            log one line per batch load: keys and bytes by tier, misses, failures
  *                           (also turned on by the environment variable {@value #TIER_LOG_ENV}=1)
+ * @param writeLeases        put single-copy objects under write leases (a node write and a batched
+ *                           COMMIT; see docs/architecture.md) instead of the two-phase put; on by default
  */
 public record ClientConfig(HostPort master, String preferredSegment, boolean autoDetectLocal, int replicas,
                            Duration connectTimeout, Duration requestTimeout, int maxConnections,
                            Duration pingInterval, Limits limits, boolean sharedMemory, int locationCache,
-                           long diskLoadBudget, boolean tierLog) {
+                           long diskLoadBudget, boolean tierLog, boolean writeLeases) {
 
     /** Environment variable naming the preferred segment, set by launchers for node-local placement. */
     public static final String PREFERRED_SEGMENT_ENV = "KVPOOL_PREFERRED_SEGMENT";
@@ -84,63 +86,69 @@ public record ClientConfig(HostPort master, String preferredSegment, boolean aut
     public static ClientConfig forMaster(HostPort master) {
         return new ClientConfig(master, null, true, 0, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT,
                 DEFAULT_MAX_CONNECTIONS, DEFAULT_PING_INTERVAL, Limits.DEFAULT, true, DEFAULT_LOCATION_CACHE,
-                DEFAULT_DISK_LOAD_BUDGET, "1".equals(System.getenv(TIER_LOG_ENV)));
+                DEFAULT_DISK_LOAD_BUDGET, "1".equals(System.getenv(TIER_LOG_ENV)), true);
     }
 
     public ClientConfig withPreferredSegment(String segment) {
         return new ClientConfig(master, segment, autoDetectLocal, replicas, connectTimeout, requestTimeout,
-                maxConnections, pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog);
+                maxConnections, pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog, writeLeases);
     }
 
     public ClientConfig withAutoDetectLocal(boolean on) {
         return new ClientConfig(master, preferredSegment, on, replicas, connectTimeout, requestTimeout, maxConnections,
-                pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog);
+                pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog, writeLeases);
     }
 
     public ClientConfig withReplicas(int n) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, n, connectTimeout, requestTimeout,
-                maxConnections, pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog);
+                maxConnections, pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog, writeLeases);
     }
 
     public ClientConfig withRequestTimeout(Duration d) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, d, maxConnections,
-                pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog);
+                pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog, writeLeases);
     }
 
     public ClientConfig withConnectTimeout(Duration d) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, d, requestTimeout, maxConnections,
-                pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog);
+                pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog, writeLeases);
     }
 
     public ClientConfig withMaxConnections(int n) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, requestTimeout, n,
-                pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog);
+                pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog, writeLeases);
     }
 
     /** Turns the same-machine shared-memory path on or off (on by default; off forces TCP everywhere). */
     public ClientConfig withSharedMemory(boolean on) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, requestTimeout,
-                maxConnections, pingInterval, limits, on, locationCache, diskLoadBudget, tierLog);
+                maxConnections, pingInterval, limits, on, locationCache, diskLoadBudget, tierLog, writeLeases);
     }
 
     /** Locations to remember for repeated reads; 0 asks the master on every read. */
     public ClientConfig withLocationCache(int entries) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, requestTimeout,
-                maxConnections, pingInterval, limits, sharedMemory, entries, diskLoadBudget, tierLog);
+                maxConnections, pingInterval, limits, sharedMemory, entries, diskLoadBudget, tierLog, writeLeases);
     }
 
     public ClientConfig withDiskLoadBudget(long bytes) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, requestTimeout,
-                maxConnections, pingInterval, limits, sharedMemory, locationCache, bytes, tierLog);
+                maxConnections, pingInterval, limits, sharedMemory, locationCache, bytes, tierLog, writeLeases);
     }
 
     public ClientConfig withTierLog(boolean on) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, requestTimeout,
-                maxConnections, pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, on);
+                maxConnections, pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, on, writeLeases);
     }
 
     public ClientConfig withLimits(Limits l) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, requestTimeout,
-                maxConnections, pingInterval, l, sharedMemory, locationCache, diskLoadBudget, tierLog);
+                maxConnections, pingInterval, l, sharedMemory, locationCache, diskLoadBudget, tierLog, writeLeases);
+    }
+
+    /** Puts under write leases (the default) or through the two-phase put (PUT_START, write, PUT_END). */
+    public ClientConfig withWriteLeases(boolean on) {
+        return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, requestTimeout,
+                maxConnections, pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog, on);
     }
 }

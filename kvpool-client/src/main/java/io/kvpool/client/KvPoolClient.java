@@ -70,6 +70,8 @@ public final class KvPoolClient implements AutoCloseable {
     private final LeaseKeeper lease;
     private final ObjectReads reads;
     private final ObjectWrites writes;
+    /** Write leases this client holds between puts; null when puts are two-phase only. */
+    private final WriteLeasePool writeLeases;
     private final String envPreferred;
     private final Thread pinger;
     private volatile boolean closed;
@@ -84,7 +86,13 @@ public final class KvPoolClient implements AutoCloseable {
         this.segments = new SegmentAccess(config, master);
         this.lease = locations.enabled() ? new LeaseKeeper(config, locations, clientId, master) : null;
         this.reads = new ObjectReads(config, master, segments, tasks, locations, lease);
-        this.writes = new ObjectWrites(config, master, segments, tasks, locations);
+        // write leases need the read lease: it is how a removeAll reaches this client before it returns
+        this.writeLeases = lease != null && config.writeLeases() ? new WriteLeasePool(master,
+                System::nanoTime, () -> locations.leaseValid(System.nanoTime())) : null;
+        if (writeLeases != null) {
+            locations.onDropAll(writeLeases::doom);
+        }
+        this.writes = new ObjectWrites(config, master, segments, tasks, locations, writeLeases);
         this.pinger = Thread.ofVirtual().name("kvpool-client-ping").unstarted(this::pingLoop);
     }
 
@@ -126,6 +134,9 @@ public final class KvPoolClient implements AutoCloseable {
     private void masterRestarted() {
         segments.clear();
         locations.masterRestarted();
+        if (writeLeases != null) {
+            writeLeases.forgetAll();
+        }
     }
 
     // ================================================================== put
@@ -411,6 +422,9 @@ public final class KvPoolClient implements AutoCloseable {
         }
         if (lease != null) {
             lease.close(); // first: it tells the master, through an ordinary connection, that the lease ended
+        }
+        if (writeLeases != null) {
+            writeLeases.close(); // before the master channel closes: gives back the space leased and not used
         }
         closed = true;
         pinger.interrupt();

@@ -195,6 +195,8 @@ final class LocationCache {
         leased = false;
     }
 
+    private Runnable dropAllListener;
+
     private void applyOne(Invalidation inv) {
         switch (inv.kind()) {
             case KEYS -> {
@@ -215,7 +217,19 @@ final class LocationCache {
         }
     }
 
+    /**
+     * Runs {@code r} whenever everything remembered is dropped (an ALL invalidation, which every
+     * removeAll publishes, a resync, a master restart): the write leases use it to stop placing new
+     * puts in leases granted before a reset. {@code r} must not block.
+     */
+    synchronized void onDropAll(Runnable r) {
+        dropAllListener = r;
+    }
+
     private void dropAll() {
+        if (dropAllListener != null) {
+            dropAllListener.run();
+        }
         map.clear();
         touched.clear();
         recent.clear();

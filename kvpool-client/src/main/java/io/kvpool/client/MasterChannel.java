@@ -37,6 +37,7 @@ final class MasterChannel implements AutoCloseable {
     private final ConnectionPool pool;
     private volatile long incarnation;
     private volatile long maxValueBytes = Long.MAX_VALUE;
+    private volatile int defaultReplicas;
     private volatile boolean closed;
 
     MasterChannel(ClientConfig config, UUID clientId, Runnable onRestart) {
@@ -52,11 +53,17 @@ final class MasterChannel implements AutoCloseable {
         return maxValueBytes;
     }
 
+    /** Copies the master makes of an object when a put asks for 0 (from its HELLO reply; 0 until the first connection). */
+    int defaultReplicas() {
+        return defaultReplicas;
+    }
+
     private void hello(FrameConnection c) throws IOException {
         BodyWriter w = new BodyWriter();
         new MasterMessages.Hello(MasterMessages.Role.CLIENT, clientId, localHost, ProcessHandle.current().pid()).write(w);
         MasterMessages.HelloReply r = MasterMessages.HelloReply.read(c.call(Opcode.HELLO, w, config.requestTimeout()).body());
         maxValueBytes = r.maxValueBytes();
+        defaultReplicas = r.defaultReplicas();
         if (incarnation != 0 && incarnation != r.incarnation()) {
             log.info("master {} restarted; refreshing the segment table and forgetting remembered locations",
                     config.master());

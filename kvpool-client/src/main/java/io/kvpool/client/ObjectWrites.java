@@ -11,6 +11,7 @@ import io.kvpool.protocol.ResultCode;
 import io.kvpool.protocol.msg.MasterMessages;
 import io.kvpool.protocol.msg.NodeMessages;
 import io.kvpool.protocol.msg.Replica;
+import io.kvpool.protocol.msg.WriteLeaseMessages;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -25,7 +26,9 @@ import java.util.Map;
 import java.util.concurrent.atomic.AtomicLongArray;
 
 /**
- * The put path. A put is two-phase: PUT_START reserves regions at the master (one round trip for
+ * The put path. A single-copy put goes under a write lease ({@link #putLeased}): the bytes go to the
+ * node at once, into a region of a range the master leased to this client, and one COMMIT per lease
+ * and batch makes them visible. Otherwise a put is two-phase: PUT_START reserves regions at the master (one round trip for
  * the batch), the values go straight to the nodes (NODE_WRITE frames, nodes in parallel and a
  * node's share of a large batch over a few connections at once; or, for a segment on this host,
  * NODE_SHM_WRITE_BEGIN, a memory copy, NODE_SHM_WRITE_END), and PUT_END makes what landed at least
@@ -46,14 +49,17 @@ final class ObjectWrites {
     private final SegmentAccess segments;
     private final PerSegment tasks;
     private final LocationCache locations;
+    /** Null when puts are two-phase only (write leases off, or no read lease to hear of removals by). */
+    private final WriteLeasePool leases;
 
     ObjectWrites(ClientConfig config, MasterChannel master, SegmentAccess segments, PerSegment tasks,
-                 LocationCache locations) {
+                 LocationCache locations, WriteLeasePool leases) {
         this.config = config;
         this.master = master;
         this.segments = segments;
         this.tasks = tasks;
         this.locations = locations;
+        this.leases = leases;
     }
 
     /** One replica write: which item (index within the chunk), which of its replicas, where, which version. */
@@ -80,11 +86,133 @@ final class ObjectWrites {
             locations.invalidate(key);
         }
         PutStatus[] status = new PutStatus[n];
+        boolean leased = leases != null && (replicas == 1 || replicas == 0 && master.defaultReplicas() == 1);
         for (int from = 0; from < n; from += KvPoolClient.MAX_KEYS_PER_FRAME) {
             int to = Math.min(n, from + KvPoolClient.MAX_KEYS_PER_FRAME);
-            putChunk(k, values, from, to, preferred, replicas, upsert, batch, status);
+            if (leased) {
+                putLeased(k, values, from, to, preferred, upsert, status);
+            } else {
+                putChunk(k, values, from, to, preferred, replicas, upsert, batch, status);
+            }
         }
         return Arrays.asList(status);
+    }
+
+    /**
+     * Puts items [from, to) under write leases: each item gets the next region and generation of a
+     * lease this client holds (a new one when none has room), the values go to the node as in
+     * {@link #putChunk}, and one COMMIT per lease makes what landed visible. No master exchange
+     * before the bytes move, and none at all while a kept lease has room.
+     *
+     * <p>Items whose COMMIT finds the lease gone (EXPIRED: the master restarted, or the segment left),
+     * and items of a lease none of whose writes landed (its node unknown or unreachable), are written
+     * once more under a fresh lease, provided it is of the same epoch: a put is never
+     * carried across a removeAll(force) that way (a fresh lease of a later epoch makes them FENCED).
+     */
+    private void putLeased(byte[][] k, List<MemorySegment> values, int from, int to, String preferred,
+                           boolean upsert, PutStatus[] status) {
+        int[] all = new int[to - from];
+        Arrays.setAll(all, j -> j);
+        Batch b = new Batch(k, values, from, to, 0, PerSegment.shareable(values.subList(from, to)));
+        List<Integer> expired = new ArrayList<>();
+        long epoch = putLeased(b, all, preferred == null ? "" : preferred, upsert, status, expired, -1);
+        if (!expired.isEmpty()) {
+            putLeased(b, expired.stream().mapToInt(Integer::intValue).toArray(), preferred == null ? "" : preferred,
+                    upsert, status, new ArrayList<>(), epoch);
+        }
+    }
+
+    /**
+     * One pass over {@code items} (indices within {@code b}); adds to {@code expired} the items whose
+     * lease the master no longer knew. With {@code onlyEpoch} >= 0, items that would go under a lease
+     * of another epoch are FENCED instead. Returns the epoch of the last lease used.
+     */
+    private long putLeased(Batch b, int[] items, String pref, boolean upsert, PutStatus[] status,
+                           List<Integer> expired, long onlyEpoch) {
+        long[] region = new long[items.length];
+        long remaining = 0;
+        for (int j = 0; j < items.length; j++) {
+            region[j] = ObjectLayout.regionLength(b.key(items[j]).length, b.value(items[j]).byteSize());
+            remaining += region[j];
+        }
+        ResultCode[] refusal = new ResultCode[1];
+        long epoch = onlyEpoch;
+        for (int j = 0; j < items.length; ) {
+            WriteLeasePool.Lease lease = leases.take(pref, region[j], remaining, items.length - j, refusal);
+            if (lease == null) {
+                PutStatus refused = refusal[0] == ResultCode.NO_SEGMENT ? PutStatus.NO_SEGMENT : PutStatus.POOL_FULL;
+                for (; j < items.length; j++) {
+                    status[b.from + items[j]] = refused;
+                }
+                break;
+            }
+            List<WriteSlot> slots = new ArrayList<>();
+            while (j < items.length && lease.fits(region[j])) {
+                slots.add(new WriteSlot(items[j], 0, lease.next, lease.nextGeneration++));
+                lease.next += region[j];
+                remaining -= region[j];
+                j++;
+            }
+            if (onlyEpoch >= 0 && lease.epoch != onlyEpoch) {
+                for (WriteSlot slot : slots) {
+                    status[b.from + slot.item] = PutStatus.FENCED;
+                }
+                leases.giveBack(lease);
+                continue;
+            }
+            epoch = lease.epoch;
+            writeAndCommit(lease, slots, b.withEpoch(lease.epoch), upsert, status, expired);
+        }
+        return epoch;
+    }
+
+    /** Writes one lease's slots to its segment and commits what landed; gives the lease back or drops it. */
+    private void writeAndCommit(WriteLeasePool.Lease lease, List<WriteSlot> slots, Batch b, boolean upsert,
+                                PutStatus[] status, List<Integer> expired) {
+        ResultCode[] written = writeToSegment(lease.segmentId, slots, b);
+        List<WriteLeaseMessages.CommitItem> items = new ArrayList<>(slots.size());
+        int[] itemOf = new int[slots.size()];
+        for (int s = 0; s < slots.size(); s++) {
+            WriteSlot slot = slots.get(s);
+            if (written[s] == ResultCode.OK) {
+                itemOf[items.size()] = slot.item;
+                items.add(new WriteLeaseMessages.CommitItem(b.key(slot.item), slot.offset,
+                        b.value(slot.item).byteSize(), slot.generation));
+            } else {
+                status[b.from + slot.item] = written[s] == ResultCode.FENCED ? PutStatus.FENCED : PutStatus.FAILED;
+            }
+        }
+        if (items.isEmpty()) {
+            // nothing landed: this lease is of no further use. Unless the node fenced the writes (a reset
+            // came after the lease), its segment may be gone: a fresh lease may find another one
+            leases.release(lease);
+            for (int s = 0; s < slots.size(); s++) {
+                if (written[s] != ResultCode.FENCED) {
+                    expired.add(slots.get(s).item);
+                }
+            }
+            return;
+        }
+        BodyWriter w = new BodyWriter(32 + items.size() * 64);
+        new WriteLeaseMessages.Commit(lease.id, upsert, items).write(w);
+        List<ResultCode> codes = master.call(Opcode.COMMIT, w, MasterMessages.Codes::read).codes();
+        boolean lost = false;
+        for (int c = 0; c < items.size(); c++) {
+            ResultCode code = codes.get(c);
+            lost |= code == ResultCode.EXPIRED || code == ResultCode.FENCED;
+            if (code == ResultCode.EXPIRED) {
+                expired.add(itemOf[c]);
+            }
+            status[b.from + itemOf[c]] = switch (code) {
+                case OK -> PutStatus.OK;
+                case ALREADY_EXISTS -> PutStatus.ALREADY_EXISTS;
+                case FENCED -> PutStatus.FENCED;
+                default -> PutStatus.FAILED;
+            };
+        }
+        if (!lost) {
+            leases.giveBack(lease);
+        }
     }
 
     private void putChunk(byte[][] k, List<MemorySegment> values, int from, int to, String preferred, int replicas,
@@ -199,12 +327,22 @@ final class ObjectWrites {
         private final AtomicLongArray crcs;
 
         Batch(byte[][] keys, List<MemorySegment> values, int from, int to, long epoch, boolean parallelOk) {
+            this(keys, values, from, epoch, parallelOk, new AtomicLongArray(to - from));
+        }
+
+        private Batch(byte[][] keys, List<MemorySegment> values, int from, long epoch, boolean parallelOk,
+                      AtomicLongArray crcs) {
             this.keys = keys;
             this.values = values;
             this.from = from;
             this.epoch = epoch;
             this.parallelOk = parallelOk;
-            this.crcs = new AtomicLongArray(to - from);
+            this.crcs = crcs;
+        }
+
+        /** The same items and checksums, written under another epoch (a lease's). */
+        Batch withEpoch(long e) {
+            return new Batch(keys, values, from, e, parallelOk, crcs);
         }
 
         byte[] key(int item) {

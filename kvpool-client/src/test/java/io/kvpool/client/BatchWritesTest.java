@@ -161,7 +161,7 @@ class BatchWritesTest {
         private void handle(Request req) throws IOException {
             BodyWriter out = new BodyWriter();
             switch (req.opcode()) {
-                case HELLO -> new MasterMessages.HelloReply(1, 0, 512, 1L << 30).write(out);
+                case HELLO -> new MasterMessages.HelloReply(1, 0, 512, 1L << 30, 1).write(out);
                 case PING -> out.i64(0);
                 case CLUSTER_STATS -> {
                     List<MasterMessages.SegmentInfo> segs = new ArrayList<>();

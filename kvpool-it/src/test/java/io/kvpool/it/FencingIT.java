@@ -118,6 +118,21 @@ class FencingIT {
     }
 
     @Test
+    void aResetByOneClientRetiresTheWriteLeasesOfAnother() {
+        try (KvPoolClient writer = cluster.client(); KvPoolClient trainer = cluster.client()) {
+            byte[] value = Payloads.make("lease/a", 1, 5000);
+            assertThat(writer.put("lease/a", value)).isEqualTo(PutStatus.OK);
+            // the writer now keeps a lease with room for many more puts, granted in this epoch
+            trainer.removeAll(true);
+            assertThat(writer.exists("lease/a")).isFalse();
+            // removeAll returned: the writer's next put goes under a lease of the new epoch, not FENCED
+            assertThat(writer.put("lease/b", value)).isEqualTo(PutStatus.OK);
+            assertThat(trainer.get("lease/b")).hasValueSatisfying(b -> assertThat(b).isEqualTo(value));
+            assertThat(writer.put("lease/a", value)).isEqualTo(PutStatus.OK);
+        }
+    }
+
+    @Test
     void resetsRacingWholePuts() throws Exception {
         AtomicLong clock = new AtomicLong();
         // a reset's [start, end] stamps; a put's [start, end] stamps and its status
@@ -168,6 +183,21 @@ class FencingIT {
         int mustBeGone = 0;
         int mustBePresent = 0;
         int fenced = 0;
+        int clear = 0;
+        for (Map.Entry<String, long[]> e : puts.entrySet()) {
+            long[] q = e.getValue();
+            boolean overlapsAReset = false;
+            for (long[] r : resets) {
+                overlapsAReset |= r[0] < q[1] && q[0] < r[1];
+            }
+            if (!overlapsAReset) {
+                // began after a reset returned and ended before the next began: a write lease granted
+                // before that reset must not have been used for it
+                clear++;
+                assertThat(PutStatus.values()[(int) q[2]]).as(e.getKey() + " overlapped no reset").isEqualTo(PutStatus.OK);
+            }
+        }
+        assertThat(clear).as("some puts overlapped no reset").isPositive();
         for (Map.Entry<String, long[]> e : puts.entrySet()) {
             long[] p = e.getValue();
             boolean ok = p[2] == PutStatus.OK.ordinal();

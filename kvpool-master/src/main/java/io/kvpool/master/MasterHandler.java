@@ -15,6 +15,7 @@ import io.kvpool.protocol.msg.KeyList;
 import io.kvpool.protocol.msg.LeaseMessages;
 import io.kvpool.protocol.msg.MasterMessages;
 import io.kvpool.protocol.msg.MasterMessages.Codes;
+import io.kvpool.protocol.msg.WriteLeaseMessages;
 
 import java.io.IOException;
 import java.util.List;
@@ -51,7 +52,7 @@ final class MasterHandler implements RequestHandler {
                         service.clientSeen(h.clientId());
                     }
                     new MasterMessages.HelloReply(service.incarnation(), service.epoch(), Keys.MAX_KEY_BYTES,
-                            service.config().maxValueSize().bytes()).write(out);
+                            service.config().maxValueSize().bytes(), service.config().defaultReplicas()).write(out);
                     metrics.record(op, 1, 0, 0, false);
                 }
                 case PING -> {
@@ -88,6 +89,26 @@ final class MasterHandler implements RequestHandler {
                     List<ResultCode> codes = end ? service.putEnd(pe.items()) : service.putRevoke(pe.items());
                     new Codes(codes).write(out);
                     recordCodes(op, codes.size(), countNot(codes, ResultCode.OK), 0);
+                }
+                case WRITE_LEASE -> {
+                    WriteLeaseMessages.Grant g = WriteLeaseMessages.Grant.read(body);
+                    end(body, op);
+                    WriteLeaseMessages.Granted reply = service.writeLease(g);
+                    reply.write(out);
+                    recordCodes(op, 1, reply.code() == ResultCode.OK ? 0 : 1, 0);
+                }
+                case COMMIT -> {
+                    WriteLeaseMessages.Commit c = WriteLeaseMessages.Commit.read(body);
+                    end(body, op);
+                    List<ResultCode> codes = service.commit(c);
+                    new Codes(codes).write(out);
+                    recordCodes(op, codes.size(), countNot(codes, ResultCode.OK), 0);
+                }
+                case RELEASE -> {
+                    WriteLeaseMessages.Release r = WriteLeaseMessages.Release.read(body);
+                    end(body, op);
+                    service.release(r.leaseId());
+                    metrics.record(op, 1, 0, 0, false);
                 }
                 case GET_REPLICA_LIST, BATCH_GET_REPLICA_LIST -> {
                     KeyList kl = KeyList.read(body);

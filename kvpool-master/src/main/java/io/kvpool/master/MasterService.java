@@ -14,6 +14,7 @@ import io.kvpool.protocol.msg.MasterMessages.PutStartResult;
 import io.kvpool.protocol.msg.MasterMessages.ReplicaList;
 import io.kvpool.protocol.msg.MasterMessages.SegmentInfo;
 import io.kvpool.protocol.msg.Replica;
+import io.kvpool.protocol.msg.WriteLeaseMessages;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -47,6 +48,7 @@ import java.util.random.RandomGenerator;
  *       ({@link #membership()}).</li>
  *   <li>{@link Probes}: exists, prefixMatch and sizes ({@link #probes()}).</li>
  *   <li>{@link ReadLeases}: what makes removals absolute.</li>
+ *   <li>{@link WriteLeases}: ranges writers fill without asking, made visible by COMMIT.</li>
  * </ul>
  *
  * <h2>Two-phase put</h2>
@@ -101,6 +103,8 @@ public final class MasterService {
     private final Eviction eviction;
     private final Membership membership;
     private final Probes probes;
+    /** Write leases: ranges writers place objects in without asking, made visible by COMMIT. */
+    final WriteLeases writeLeases;
     /** Generations handed to puts; rebuilt objects raise it past theirs ({@link Membership}). */
     private final AtomicLong generations;
     private final Map<UUID, Long> clients = new ConcurrentHashMap<>();
@@ -144,6 +148,7 @@ public final class MasterService {
         this.membership = new Membership(config, clock, epoch, index, segments, spills, leases, nodes, generations,
                 eviction::accessTick);
         this.probes = new Probes(index);
+        this.writeLeases = new WriteLeases(config, clock, epoch, index, segments, eviction, nodes, generations);
     }
 
     /** The master as a server runs it: leases on the monotonic clock, with the start grace. */
@@ -409,6 +414,47 @@ public final class MasterService {
         }
     }
 
+    // ================================================================== put under a write lease
+
+    /** WRITE_LEASE: a range of a segment for one writer (see {@link WriteLeases}). */
+    public WriteLeaseMessages.Granted writeLease(WriteLeaseMessages.Grant req) {
+        epoch.shared().lock();
+        try {
+            return writeLeases.grant(req);
+        } finally {
+            epoch.shared().unlock();
+        }
+    }
+
+    /** COMMIT: objects written inside a lease become visible; an upsert's invalidation is published first. */
+    public List<ResultCode> commit(WriteLeaseMessages.Commit req) {
+        for (WriteLeaseMessages.CommitItem item : req.items()) {
+            ObjectIndex.checkKeyLength(item.key());
+        }
+        List<byte[]> upserted = new ArrayList<>();
+        List<ResultCode> out;
+        epoch.shared().lock();
+        try {
+            out = writeLeases.commit(req, upserted);
+        } finally {
+            epoch.shared().unlock();
+        }
+        if (!upserted.isEmpty()) {
+            settle(leases.publishKeys(upserted));
+        }
+        return out;
+    }
+
+    /** RELEASE: gives back what a lease did not use. */
+    public void release(long leaseId) {
+        epoch.shared().lock();
+        try {
+            writeLeases.release(leaseId);
+        } finally {
+            epoch.shared().unlock();
+        }
+    }
+
     // ================================================================== read side
 
     /** GET_REPLICA_LIST: where to read each object. Counts as a read for LRU. */
@@ -563,6 +609,7 @@ public final class MasterService {
                 expiredPuts.incrementAndGet();
                 return true;
             }));
+            writeLeases.expire(now);
             eviction.onTick();
         } finally {
             epoch.shared().unlock();

@@ -199,15 +199,11 @@ public final class Membership {
             if (!seg.allocator.reserve(it.offset(), regionLength)) {
                 return ResultCode.ALREADY_EXISTS;
             }
-            int[] segs = {seg.id};
-            long[] offs = {it.offset()};
             if (slot >= 0) {
                 // this copy is newer than the one listed first: it wins, the older one is freed
                 segments.release(objects, slot);
-                objects.replace(slot, it.valueLength(), it.generation(), tick, segs, offs, 1);
-            } else {
-                objects.insert(key, hash, it.valueLength(), it.generation(), tick, segs, offs, 1);
             }
+            objects.storeOneCopy(slot, key, hash, it.valueLength(), it.generation(), tick, seg.id, it.offset());
             generations.accumulateAndGet(it.generation() + 1, Math::max);
             return ResultCode.OK;
         });

@@ -112,6 +112,16 @@ final class RangeAllocator {
 
     /** Returns a range to the free pool, merging it with free neighbours. */
     synchronized void free(long offset, long length) {
+        freePart(offset, length);
+        allocations--;
+    }
+
+    /**
+     * Frees part of an allocation without counting an allocation gone: a write lease's range is one
+     * allocation that its objects are carved from ({@code WriteLeases}), and what they do not use comes
+     * back piece by piece.
+     */
+    synchronized void freePart(long offset, long length) {
         long len = units(length);
         if (offset < 0 || offset + len > capacity) {
             throw new IllegalStateException("free of [" + offset + ", " + (offset + len) + ") outside a segment of "
@@ -139,7 +149,11 @@ final class RangeAllocator {
         }
         addFree(start, end - start);
         used -= len;
-        allocations--;
+    }
+
+    /** Counts allocations carved out of a write lease's range: +1 per object, -1 for the range itself. */
+    synchronized void recount(int delta) {
+        allocations += delta;
     }
 
     /** Frees everything at once. */

@@ -54,9 +54,10 @@ public final class FrameHeader {
      * NODE_READ, NODE_FREE and inventory items, {@code ifGeneration} in PUT_START items, tier
      * statistics in heartbeats and CLUSTER_STATS, NODE_DISK_ADD and NODE_DISK_DROP); 3 added LEASE
      * (read leases and the invalidations that come with them); 4 added the lookups by key digest
-     * (PREFIX_MATCH_DIGEST, BATCH_EXIST_DIGEST).
+     * (PREFIX_MATCH_DIGEST, BATCH_EXIST_DIGEST); 5 added write leases (WRITE_LEASE, COMMIT, RELEASE)
+     * and the master's default replica count in the HELLO reply.
      */
-    public static final byte VERSION = 4;
+    public static final byte VERSION = 5;
     public static final byte FLAG_REPLY = 0x01;
 
     public static final int MAGIC_OFFSET = 0;

@@ -23,6 +23,13 @@ public enum Opcode {
     BATCH_PUT_END(0x13, "batch_put_end"),
     PUT_REVOKE(0x14, "put_revoke"),
     BATCH_PUT_REVOKE(0x15, "batch_put_revoke"),
+    // ---- master: writes under a write lease (version 5; docs/architecture.md, "Write leases") ----
+    /** A range of one segment for a writer to place objects in. Body: {@code WriteLeaseMessages.Grant} / {@code Granted}. */
+    WRITE_LEASE(0x16, "write_lease"),
+    /** Objects written inside a lease become visible. Body: {@code WriteLeaseMessages.Commit} / {@code Codes}. */
+    COMMIT(0x17, "commit"),
+    /** The writer gives back what it did not use of a lease. Body: {@code WriteLeaseMessages.Release} / empty. */
+    RELEASE(0x18, "release"),
 
     // ---- master: reads and probes ----
     GET_REPLICA_LIST(0x20, "get_replica_list"),
@@ -89,7 +96,7 @@ public enum Opcode {
     /** True for the forms that carry many items in one round trip. */
     public boolean isBatch() {
         return metricName.startsWith("batch_") || this == PREFIX_MATCH || this == PREFIX_MATCH_DIGEST
-                || this == OBJECT_SIZE;
+                || this == OBJECT_SIZE || this == COMMIT;
     }
 
     /** True for operations served by nodes rather than the master. */

@@ -5,6 +5,7 @@ import io.kvpool.protocol.msg.KeyList;
 import io.kvpool.protocol.msg.MasterMessages;
 import io.kvpool.protocol.msg.NodeMessages;
 import io.kvpool.protocol.msg.Replica;
+import io.kvpool.protocol.msg.WriteLeaseMessages;
 
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
@@ -38,7 +39,7 @@ public final class WireVectors {
         byte[] k1 = "model@0@abc".getBytes(StandardCharsets.UTF_8);
         byte[] k2 = "ключ-é".getBytes(StandardCharsets.UTF_8);
         out.put("hello", body(w -> new MasterMessages.Hello(MasterMessages.Role.CLIENT, id, "host-1", 4242).write(w)));
-        out.put("hello_reply", body(w -> new MasterMessages.HelloReply(77, 3, 512, 256L << 20).write(w)));
+        out.put("hello_reply", body(w -> new MasterMessages.HelloReply(77, 3, 512, 256L << 20, 2).write(w)));
         out.put("ping", body(w -> new MasterMessages.Ping(id).write(w)));
         out.put("put_start", body(w -> new MasterMessages.PutStart(true, 2, "127.0.0.1:50052", List.of(
                 new MasterMessages.PutStartItem(k1, 1 << 20, 0), new MasterMessages.PutStartItem(k2, 0, 0))).write(w)));
@@ -48,6 +49,15 @@ public final class WireVectors {
                 new MasterMessages.PutStartResult(ResultCode.POOL_FULL, 0, List.of()))).write(w)));
         out.put("put_end", body(w -> new MasterMessages.PutEnd(List.of(new MasterMessages.PutEndItem(k1, 1234, 2),
                 new MasterMessages.PutEndItem(k2, -5, -1))).write(w)));
+        out.put("write_lease", body(w -> new WriteLeaseMessages.Grant("127.0.0.1:50052", 1 << 20, 64L << 20, 16)
+                .write(w)));
+        out.put("write_lease_reply", body(w -> new WriteLeaseMessages.Granted(ResultCode.OK, 0x0102030405L, 7, 3,
+                4096, 64L << 20, 5000, 16, 30_000).write(w)));
+        out.put("write_lease_refused", body(w -> WriteLeaseMessages.Granted.refused(ResultCode.POOL_FULL).write(w)));
+        out.put("commit", body(w -> new WriteLeaseMessages.Commit(0x0102030405L, true, List.of(
+                new WriteLeaseMessages.CommitItem(k1, 4096, 1 << 20, 5000),
+                new WriteLeaseMessages.CommitItem(k2, 4096 + (2L << 20), 0, 5001))).write(w)));
+        out.put("release", body(w -> new WriteLeaseMessages.Release(0x0102030405L).write(w)));
         out.put("codes", body(w -> new MasterMessages.Codes(List.of(ResultCode.values())).write(w)));
         out.put("keys", body(w -> new KeyList(List.of(k1, k2)).write(w)));
         out.put("replica_lists", body(w -> new MasterMessages.ReplicaListReply(List.of(

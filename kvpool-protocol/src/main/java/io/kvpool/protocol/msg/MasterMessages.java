@@ -58,14 +58,17 @@ public final class MasterMessages {
      *
      * @param incarnation random per master process: a change tells a client the master restarted and
      *                    its cached segment table is void
+     * @param defaultReplicas copies per object when a put asks for 0 (since version 5: a client puts under a
+     *                        write lease only when one copy is wanted)
      */
-    public record HelloReply(long incarnation, long epoch, int maxKeyBytes, long maxValueBytes) {
+    public record HelloReply(long incarnation, long epoch, int maxKeyBytes, long maxValueBytes, int defaultReplicas) {
         public void write(BodyWriter w) {
-            w.i64(incarnation).i64(epoch).i32(maxKeyBytes).i64(maxValueBytes);
+            w.i64(incarnation).i64(epoch).i32(maxKeyBytes).i64(maxValueBytes).u8(defaultReplicas);
         }
 
         public static HelloReply read(BodyReader r) {
-            return new HelloReply(r.i64("incarnation"), r.i64("epoch"), r.i32("max key bytes"), r.i64("max value bytes"));
+            return new HelloReply(r.i64("incarnation"), r.i64("epoch"), r.i32("max key bytes"), r.i64("max value bytes"),
+                    r.u8("default replicas"));
         }
     }
 

@@ -164,8 +164,8 @@ class MessageRoundTripTest {
 
     @Test
     void helloReplyAndPing() {
-        roundTrip(new HelloReply(rnd.nextLong(), 7, Keys.MAX_KEY_BYTES, 1L << 40), HelloReply::write, HelloReply::read);
-        roundTrip(new HelloReply(Long.MIN_VALUE, Long.MAX_VALUE, -1, 0), HelloReply::write, HelloReply::read);
+        roundTrip(new HelloReply(rnd.nextLong(), 7, Keys.MAX_KEY_BYTES, 1L << 40, 3), HelloReply::write, HelloReply::read);
+        roundTrip(new HelloReply(Long.MIN_VALUE, Long.MAX_VALUE, -1, 0, 255), HelloReply::write, HelloReply::read);
         roundTrip(new Ping(UUID.randomUUID()), Ping::write, Ping::read);
     }
 
@@ -181,6 +181,36 @@ class MessageRoundTripTest {
         roundTrip(new PutStart(true, 255, "seg-\u00e9", items), PutStart::write, PutStart::read);
         roundTrip(new PutStart(false, 0, "node-1", List.of(new PutStartItem(key("k"), 1))), PutStart::write,
                 PutStart::read);
+    }
+
+    @Test
+    void writeLeaseMessages() {
+        roundTrip(new WriteLeaseMessages.Grant("", 64, 1L << 26, 1), WriteLeaseMessages.Grant::write,
+                WriteLeaseMessages.Grant::read);
+        roundTrip(new WriteLeaseMessages.Grant("seg-\u00e9", 0, Long.MAX_VALUE, Integer.MAX_VALUE),
+                WriteLeaseMessages.Grant::write, WriteLeaseMessages.Grant::read);
+        roundTrip(new WriteLeaseMessages.Granted(ResultCode.OK, rnd.nextLong(), 3, 7, 4096, 1L << 26, rnd.nextLong(),
+                64, 30_000), WriteLeaseMessages.Granted::write, WriteLeaseMessages.Granted::read);
+        for (ResultCode c : List.of(ResultCode.POOL_FULL, ResultCode.NO_SEGMENT, ResultCode.TOO_LARGE)) {
+            roundTrip(WriteLeaseMessages.Granted.refused(c), WriteLeaseMessages.Granted::write,
+                    WriteLeaseMessages.Granted::read);
+        }
+        List<WriteLeaseMessages.CommitItem> items = new ArrayList<>();
+        for (int i = 0; i < 20; i++) {
+            items.add(new WriteLeaseMessages.CommitItem(randomKey(), i * 4096L, rnd.nextLong() & Long.MAX_VALUE,
+                    rnd.nextLong()));
+        }
+        roundTrip(new WriteLeaseMessages.Commit(9, true, items), WriteLeaseMessages.Commit::write,
+                WriteLeaseMessages.Commit::read);
+        roundTrip(new WriteLeaseMessages.Commit(-1, false, List.of()), WriteLeaseMessages.Commit::write,
+                WriteLeaseMessages.Commit::read);
+        roundTrip(new WriteLeaseMessages.Release(rnd.nextLong()), WriteLeaseMessages.Release::write,
+                WriteLeaseMessages.Release::read);
+        // a negative offset is refused by name, before it reaches the lease checks
+        BodyWriter w = new BodyWriter();
+        new WriteLeaseMessages.Commit(1, false, List.of(new WriteLeaseMessages.CommitItem(key("k"), -64, 1, 1))).write(w);
+        assertThatThrownBy(() -> WriteLeaseMessages.Commit.read(new BodyReader(w.buffer())))
+                .isInstanceOf(MalformedFrameException.class).hasMessageContaining("offset");
     }
 
     @Test

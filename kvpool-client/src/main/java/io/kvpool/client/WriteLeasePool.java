@@ -1,0 +1,188 @@
+package io.kvpool.client;
+
+import io.kvpool.protocol.BodyWriter;
+import io.kvpool.protocol.Opcode;
+import io.kvpool.protocol.ResultCode;
+import io.kvpool.protocol.msg.WriteLeaseMessages;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.function.BooleanSupplier;
+import java.util.function.LongSupplier;
+
+/**
+ * The write leases this client holds (see docs/architecture.md, "Write leases"). A put takes a lease
+ * with room for its first object out of the pool (one put at a time per lease: offsets and
+ * generations must rise through a lease's commits), places objects in it with a bump pointer, and
+ * gives it back after its COMMIT. A lease that is nearly full, out of generations, or idle for half
+ * of the master's idle timeout is released instead of kept, so an idle client holds no space for
+ * long; {@link #forgetAll} drops every lease when the master restarted (the new one knows none).
+ *
+ * <p>A removeAll(force) moves the cluster epoch, and writes under a lease granted before it are
+ * refused (FENCED). The removal returns only once every client holding a read lease applied its
+ * invalidation (or its read lease ran out), and applying it calls {@link #doom} here: every lease
+ * granted until then is released instead of used again. A kept lease is reused only while the read
+ * lease is valid. So a put that begins after the removal returned always takes a fresh lease.
+ * Clients without a read lease (the location cache off) do not hear of removals, so they do not
+ * use write leases at all.
+ *
+ * <p>Leases are kept per preferred segment, so a put that prefers this host's segment never lands in
+ * a lease on another one.
+ */
+final class WriteLeasePool implements AutoCloseable {
+
+    private static final Logger log = LoggerFactory.getLogger(WriteLeasePool.class);
+
+    /** Bytes a lease is asked for when the batch needs less: later puts fill the rest. */
+    static final long WANTED_BYTES = 32L << 20;
+    /** Generations asked for with a lease when the batch needs fewer. */
+    static final int WANTED_GENERATIONS = 1024;
+    /** A lease with less room than this left is released after its commit rather than kept. */
+    static final long KEEP_MIN_BYTES = 64L << 10;
+
+    /** One lease: the master's grant, and how far this client has filled it. Owned by one put at a time. */
+    static final class Lease {
+        final long id;
+        final long epoch;
+        final int segmentId;
+        final long end;
+        final long lastGeneration;
+        final long idleNanos;
+        final String preference;
+        /** The pool's era when granted: a lease of an earlier era is never used again. */
+        final int era;
+        long next;
+        long nextGeneration;
+        long lastUsedNanos;
+
+        Lease(WriteLeaseMessages.Granted g, String preference, int era, long nowNanos) {
+            this.era = era;
+            this.id = g.leaseId();
+            this.epoch = g.epoch();
+            this.segmentId = g.segmentId();
+            this.end = g.offset() + g.length();
+            this.lastGeneration = g.firstGeneration() + g.generationCount() - 1;
+            this.idleNanos = g.idleMillis() * 1_000_000L;
+            this.preference = preference;
+            this.next = g.offset();
+            this.nextGeneration = g.firstGeneration();
+            this.lastUsedNanos = nowNanos;
+        }
+
+        /** Whether one more object with a region of {@code regionLength} bytes fits. */
+        boolean fits(long regionLength) {
+            return next + regionLength <= end && nextGeneration <= lastGeneration;
+        }
+
+        boolean stale(long nowNanos) {
+            return nowNanos - lastUsedNanos > idleNanos / 2;
+        }
+    }
+
+    private final MasterChannel master;
+    private final LongSupplier nanos;
+    /** Whether this client's read lease is valid now: only then does a removeAll wait for it (see above). */
+    private final BooleanSupplier heard;
+    private final Map<String, ArrayDeque<Lease>> idle = new HashMap<>();
+    private final AtomicInteger era = new AtomicInteger();
+    private boolean closed;
+
+    WriteLeasePool(MasterChannel master, LongSupplier nanos, BooleanSupplier heard) {
+        this.master = master;
+        this.nanos = nanos;
+        this.heard = heard;
+    }
+
+    /**
+     * A lease with room for an object of {@code firstRegion} bytes: a kept one, or a new grant of at
+     * least that and about {@code wantedBytes}. Returns null with {@code refusal[0]} set when the
+     * master refused (POOL_FULL, NO_SEGMENT).
+     */
+    Lease take(String preference, long firstRegion, long wantedBytes, int generations, ResultCode[] refusal) {
+        long now = nanos.getAsLong();
+        int currentEra = era.get();
+        List<Lease> stale = new ArrayList<>();
+        Lease found = null;
+        boolean reuse = heard.getAsBoolean();
+        synchronized (this) {
+            ArrayDeque<Lease> q = idle.get(preference);
+            while (q != null && !q.isEmpty()) {
+                Lease l = q.pollFirst();
+                if (reuse && !l.stale(now) && l.era == currentEra && l.fits(firstRegion)) {
+                    found = l;
+                    break;
+                }
+                stale.add(l);
+            }
+        }
+        stale.forEach(this::release);
+        if (found != null) {
+            return found;
+        }
+        BodyWriter w = new BodyWriter(64);
+        new WriteLeaseMessages.Grant(preference, firstRegion, Math.max(WANTED_BYTES, wantedBytes),
+                Math.max(WANTED_GENERATIONS, generations)).write(w);
+        WriteLeaseMessages.Granted g = master.call(Opcode.WRITE_LEASE, w, WriteLeaseMessages.Granted::read);
+        if (g.code() != ResultCode.OK) {
+            refusal[0] = g.code();
+            return null;
+        }
+        return new Lease(g, preference, currentEra, now);
+    }
+
+    /** Back after a commit: kept while it has room, time and generations left, else released. */
+    void giveBack(Lease l) {
+        l.lastUsedNanos = nanos.getAsLong();
+        boolean keep = l.end - l.next >= KEEP_MIN_BYTES && l.nextGeneration <= l.lastGeneration
+                && l.era == era.get();
+        if (keep) {
+            synchronized (this) {
+                if (!closed) {
+                    idle.computeIfAbsent(l.preference, p -> new ArrayDeque<>()).addFirst(l);
+                    return;
+                }
+            }
+        }
+        release(l);
+    }
+
+    /** A removal may have moved the epoch: no lease granted so far is used again (each is released when next met). */
+    void doom() {
+        era.incrementAndGet();
+    }
+
+    /** The master restarted: none of our leases exists any more. */
+    synchronized void forgetAll() {
+        idle.clear();
+    }
+
+    /** Gives the lease back to the master (best effort: one it does not hear of idles out there). */
+    void release(Lease l) {
+        BodyWriter w = new BodyWriter(16);
+        new WriteLeaseMessages.Release(l.id).write(w);
+        try {
+            master.call(Opcode.RELEASE, w, r -> null);
+        } catch (RuntimeException e) {
+            log.debug("release of write lease {} failed; the master reclaims it when it idles out: {}", l.id,
+                    e.getMessage());
+        }
+    }
+
+    /** Releases every kept lease (the client is closing). */
+    @Override
+    public void close() {
+        List<Lease> all = new ArrayList<>();
+        synchronized (this) {
+            closed = true;
+            idle.values().forEach(all::addAll);
+            idle.clear();
+        }
+        all.forEach(this::release);
+    }
+}

@@ -1,0 +1,344 @@
+package io.kvpool.master;
+
+import io.kvpool.protocol.ObjectLayout;
+import io.kvpool.protocol.ResultCode;
+import io.kvpool.protocol.Tier;
+import io.kvpool.protocol.msg.WriteLeaseMessages.Commit;
+import io.kvpool.protocol.msg.WriteLeaseMessages.CommitItem;
+import io.kvpool.protocol.msg.WriteLeaseMessages.Grant;
+import io.kvpool.protocol.msg.WriteLeaseMessages.Granted;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.time.InstantSource;
+import java.util.Arrays;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ThreadLocalRandom;
+import java.util.concurrent.atomic.AtomicLong;
+
+/**
+ * Write leases: ranges of a segment handed to one writer, which places objects in them without
+ * asking the master, and makes them visible with COMMIT (see docs/architecture.md, "Write leases").
+ *
+ * <h2>What a lease is</h2>
+ * One contiguous range {@code [start, end)} taken from a segment's allocator in one piece, a block of
+ * generations {@code [firstGeneration, firstGeneration + count)}, the epoch it was granted in and an
+ * idle deadline. The range counts as allocated: eviction makes room for it and never takes it back.
+ * Inside it the writer lays objects out upwards. Each COMMIT item must start at or after the end of
+ * the lease's last accepted item ({@link Lease#next}), be 64-byte aligned, end inside the range, and
+ * carry a generation of the block above the last accepted one. So regions never overlap and every
+ * generation names one region.
+ *
+ * <h2>Where the bytes go</h2>
+ * An accepted item becomes an object of the index with its own region, exactly as a PUT_END would
+ * make it; from then on it is freed, evicted and spilled like any object. The allocator's single
+ * range is cut up as the lease goes: the gap before an accepted item (a write that failed, or was
+ * never committed) and the region of an item refused at the index (ALREADY_EXISTS) are freed at once;
+ * the rest ({@code [next, end)}) at release or expiry. Nothing is freed twice, because {@code next}
+ * only rises. The allocator counts each accepted object as one allocation, and the lease as none.
+ *
+ * <h2>Epochs and segments</h2>
+ * A lease granted in an epoch that has since moved is void (the reset reclaimed its range wholesale):
+ * every COMMIT to it is FENCED and it is dropped without freeing anything. A lease whose segment left
+ * (its node was lost or registered again, under a new id) is dropped the same way.
+ *
+ * <h2>Locks</h2>
+ * Callers hold the epoch read lock. A lease's monitor is taken before any shard's lock and the
+ * allocator's monitor, never the other way round.
+ */
+final class WriteLeases {
+
+    private static final Logger log = LoggerFactory.getLogger(WriteLeases.class);
+
+    /** Most generations one lease hands out. */
+    static final int MAX_GENERATIONS = 1 << 16;
+    /** A lease takes at most this fraction of an average segment (unless one batch needs more). */
+    static final int SEGMENT_FRACTION = 8;
+
+    static final class Lease {
+        final long id;
+        final Segment segment;
+        final long start;
+        final long end;
+        final long epoch;
+        final long firstGeneration;
+        final int generationCount;
+        /** End of the last accepted item: everything below it is either an object or freed already. */
+        @GuardedBy("this")
+        long next;
+        @GuardedBy("this")
+        long lastGeneration;
+        @GuardedBy("this")
+        long deadlineMillis;
+        @GuardedBy("this")
+        boolean closed;
+
+        Lease(long id, Segment segment, long start, long end, long epoch, long firstGeneration, int generationCount,
+              long deadlineMillis) {
+            this.id = id;
+            this.segment = segment;
+            this.start = start;
+            this.end = end;
+            this.epoch = epoch;
+            this.firstGeneration = firstGeneration;
+            this.generationCount = generationCount;
+            this.next = start;
+            this.lastGeneration = firstGeneration - 1;
+            this.deadlineMillis = deadlineMillis;
+        }
+
+        /** Why item {@code it} cannot be accepted next, or null if it can. Caller holds the lease's monitor. */
+        @GuardedBy("this")
+        String misfit(CommitItem it) {
+            long region = ObjectLayout.regionLength(it.key().length, it.valueLength());
+            if (it.offset() % ObjectLayout.ALIGNMENT != 0) {
+                return "offset " + it.offset() + " is not " + ObjectLayout.ALIGNMENT + "-byte aligned";
+            }
+            if (it.offset() < next || it.offset() + region > end || it.offset() + region < it.offset()) {
+                return "region [" + it.offset() + ", +" + region + ") is not inside the lease's unused range ["
+                        + next + ", " + end + ")";
+            }
+            if (it.generation() <= lastGeneration || it.generation() >= firstGeneration + generationCount) {
+                return "generation " + it.generation() + " is not in the lease's block above " + lastGeneration;
+            }
+            return null;
+        }
+    }
+
+    private final MasterConfig config;
+    private final InstantSource clock;
+    private final Epoch epoch;
+    private final ObjectIndex index;
+    private final Segments segments;
+    private final Eviction eviction;
+    private final NodeNotifier nodes;
+    private final AtomicLong generations;
+    private final Map<Long, Lease> live = new ConcurrentHashMap<>();
+    /** Ids start at random, so a writer's lease from a previous master process names none of this one's. */
+    private final AtomicLong ids = new AtomicLong(ThreadLocalRandom.current().nextLong() >>> 2);
+    final AtomicLong granted = new AtomicLong();
+    final AtomicLong expired = new AtomicLong();
+    final AtomicLong committed = new AtomicLong();
+
+    WriteLeases(MasterConfig config, InstantSource clock, Epoch epoch, ObjectIndex index, Segments segments,
+                Eviction eviction, NodeNotifier nodes, AtomicLong generations) {
+        this.config = config;
+        this.clock = clock;
+        this.epoch = epoch;
+        this.index = index;
+        this.segments = segments;
+        this.eviction = eviction;
+        this.nodes = nodes;
+        this.generations = generations;
+    }
+
+    /** How long a lease lives without a COMMIT: the put timeout, as for a two-phase put. */
+    long idleMillis() {
+        return config.putTimeout().toMillis();
+    }
+
+    /**
+     * WRITE_LEASE: places one range of between {@code leastBytes} and {@code wantedBytes} (capped at
+     * {@code 1/SEGMENT_FRACTION} of an average segment, but never below {@code leastBytes}), evicting
+     * to make room as a put does. Caller holds the epoch read lock.
+     */
+    Granted grant(Grant req) {
+        long least = ObjectLayout.align(Math.max(1, req.leastBytes()));
+        long cap = Math.max(least, ObjectLayout.align(averageSegment() / SEGMENT_FRACTION));
+        long length = Math.max(least, Math.min(ObjectLayout.align(req.wantedBytes()), cap));
+        List<Placement.Placed> placed = eviction.place(length, 1, req.preferredSegment());
+        if (placed.isEmpty() && length > least) {
+            length = least;
+            placed = eviction.place(length, 1, req.preferredSegment());
+        }
+        if (placed.isEmpty()) {
+            return Granted.refused(segments.capacity() == 0 ? ResultCode.NO_SEGMENT : ResultCode.POOL_FULL);
+        }
+        Placement.Placed p = placed.getFirst();
+        p.segment().allocator.recount(-1); // the range is no object: its objects count as they are committed
+        int count = Math.clamp(req.generations(), 1, MAX_GENERATIONS);
+        long first = generations.getAndAdd(count) + 1;
+        long ep = epoch.current();
+        long idle = idleMillis();
+        Lease l = new Lease(ids.incrementAndGet(), p.segment(), p.offset(), p.offset() + length, ep, first, count,
+                clock.millis() + idle);
+        live.put(l.id, l);
+        granted.incrementAndGet();
+        return new Granted(ResultCode.OK, l.id, ep, p.segment().id, l.start, length, first, count,
+                (int) Math.min(Integer.MAX_VALUE, idle));
+    }
+
+    private long averageSegment() {
+        int n = 0;
+        for (Segment s : segments.all()) {
+            n += s.active ? 1 : 0;
+        }
+        return n == 0 ? 0 : segments.capacity() / n;
+    }
+
+    /**
+     * COMMIT: each item that fits the lease (see the class comment) becomes an object, as PUT_END makes
+     * one; an item that does not fit the lease is answered FAILED and changes nothing, unless its key
+     * already holds its generation (the same COMMIT sent twice: OK, as PUT_END is idempotent). A
+     * lease from an older epoch answers FENCED, an unknown or closed one EXPIRED. Upserts that replaced
+     * or created an object are added to {@code upserted} (their invalidation is published by the
+     * caller). Caller holds the epoch read lock.
+     */
+    List<ResultCode> commit(Commit req, List<byte[]> upserted) {
+        List<CommitItem> items = req.items();
+        ResultCode[] out = new ResultCode[items.size()];
+        Lease l = live.get(req.leaseId());
+        if (l == null) {
+            Arrays.fill(out, ResultCode.EXPIRED);
+            return Arrays.asList(out);
+        }
+        synchronized (l) {
+            if (l.closed) {
+                Arrays.fill(out, ResultCode.EXPIRED);
+                return Arrays.asList(out);
+            }
+            boolean valid = valid(l);
+            if (!valid) {
+                close(l, false);
+                Arrays.fill(out, l.epoch != epoch.current() ? ResultCode.FENCED : ResultCode.EXPIRED);
+                return Arrays.asList(out);
+            }
+            l.deadlineMillis = clock.millis() + idleMillis();
+            // the checks, in order: each accepted item moves next and lastGeneration past it
+            boolean[] fits = new boolean[items.size()];
+            for (int i = 0; i < items.size(); i++) {
+                CommitItem it = items.get(i);
+                String misfit = it.valueLength() > config.maxValueSize().bytes()
+                        ? "value of " + it.valueLength() + " bytes exceeds the max value size" : l.misfit(it);
+                if (misfit != null) {
+                    log.debug("lease {}: item {} refused: {}", l.id, i, misfit);
+                    out[i] = ResultCode.FAILED;
+                    continue;
+                }
+                fits[i] = true;
+                freePart(l.segment, l.next, it.offset());
+                l.next = it.offset() + ObjectLayout.regionLength(it.key().length, it.valueLength());
+                l.lastGeneration = it.generation();
+            }
+            int tick = eviction.accessTick();
+            int segId = l.segment.id;
+            index.forEachKey(items, CommitItem::key, (shard, i, key, hash) -> {
+                if (!fits[i]) {
+                    // a COMMIT sent again (its reply was lost) finds its own objects: answered OK again
+                    if (shard.holds(key, hash, items.get(i).generation())) {
+                        out[i] = ResultCode.OK;
+                    }
+                    return;
+                }
+                CommitItem it = items.get(i);
+                ObjectTable objects = shard.objects;
+                int slot = objects.find(key, hash);
+                if (!req.upsert() && shard.taken(key, hash, l.epoch)) {
+                    // refused: its region goes back now, and the node drops what was written there
+                    freePart(l.segment, it.offset(), it.offset() + ObjectLayout.regionLength(key.length, it.valueLength()));
+                    nodes.free(l.segment, it.offset(), it.generation(), Tier.MEMORY, false);
+                    out[i] = ResultCode.ALREADY_EXISTS;
+                    return;
+                }
+                if (slot >= 0) {
+                    segments.release(objects, slot);
+                }
+                objects.storeOneCopy(slot, key, hash, it.valueLength(), it.generation(), tick, segId, it.offset());
+                l.segment.allocator.recount(1);
+                if (req.upsert()) {
+                    upserted.add(key);
+                }
+                out[i] = ResultCode.OK;
+            });
+            committed.addAndGet(countOk(out));
+        }
+        return Arrays.asList(out);
+    }
+
+    private static int countOk(ResultCode[] codes) {
+        int n = 0;
+        for (ResultCode c : codes) {
+            n += c == ResultCode.OK ? 1 : 0;
+        }
+        return n;
+    }
+
+    private static void freePart(Segment s, long from, long to) {
+        if (to > from) {
+            s.allocator.freePart(from, to - from);
+        }
+    }
+
+    /** Whether the lease's range is still its own: same epoch, and its segment still registered. */
+    private boolean valid(Lease l) {
+        return l.epoch == epoch.current() && segments.get(l.segment.id) == l.segment;
+    }
+
+    /** RELEASE: frees what the lease did not use. Unknown ids are ignored (it expired, or the master restarted). */
+    void release(long leaseId) {
+        Lease l = live.get(leaseId);
+        if (l != null) {
+            close(l, valid(l));
+        }
+    }
+
+    /**
+     * Closes the lease: frees its unused range (unless {@code valid} is false: its epoch moved or its
+     * segment left, and the space was reclaimed wholesale). Idempotent.
+     */
+    private void close(Lease l, boolean valid) {
+        synchronized (l) {
+            if (l.closed) {
+                return;
+            }
+            l.closed = true;
+            live.remove(l.id);
+            if (valid) {
+                freePart(l.segment, l.next, l.end);
+            }
+            l.next = l.end;
+        }
+    }
+
+    /**
+     * Closes every lease idle past its deadline, and every lease made void by a reset or a segment
+     * leaving. Caller holds the epoch read lock.
+     */
+    void expire(long nowMillis) {
+        for (Lease l : live.values()) {
+            boolean valid = valid(l);
+            boolean due;
+            synchronized (l) {
+                due = l.deadlineMillis < nowMillis;
+            }
+            if (due || !valid) {
+                close(l, valid);
+                if (due) {
+                    expired.incrementAndGet();
+                }
+            }
+        }
+    }
+
+    int size() {
+        return live.size();
+    }
+
+    /** Whether lease {@code id} is open. */
+    boolean live(long id) {
+        return live.containsKey(id);
+    }
+
+    /** Bytes held by live leases and not committed yet. */
+    long unusedBytes() {
+        long n = 0;
+        for (Lease l : live.values()) {
+            synchronized (l) {
+                n += l.end - l.next;
+            }
+        }
+        return n;
+    }
+}

@@ -1,0 +1,271 @@
+package io.kvpool.master;
+
+import io.kvpool.protocol.ObjectLayout;
+import io.kvpool.protocol.ResultCode;
+import io.kvpool.protocol.msg.MasterMessages.Inventory;
+import io.kvpool.protocol.msg.MasterMessages.RegisterNode;
+import io.kvpool.protocol.msg.MasterMessages.RegisterReply;
+import io.kvpool.protocol.msg.MasterMessages.ReplicaList;
+import io.kvpool.protocol.msg.WriteLeaseMessages.Commit;
+import io.kvpool.protocol.msg.WriteLeaseMessages.CommitItem;
+import io.kvpool.protocol.msg.WriteLeaseMessages.Grant;
+import io.kvpool.protocol.msg.WriteLeaseMessages.Granted;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.SplittableRandom;
+
+import static org.assertj.core.api.Assertions.assertThat;
+
+/**
+ * Write leases on the master alone, with a manual clock: visibility only at COMMIT, the lease's
+ * bounds, fencing by removeAll(force), and the space accounting (nothing leaked, nothing freed twice)
+ * against a model.
+ */
+class WriteLeasesTest {
+
+    private static final int VALUE = 1000;
+    /** Region of a 6-byte key and a 1000-byte value. */
+    private static final long REGION = ObjectLayout.regionLength(6, VALUE);
+
+    private ManualClock clock;
+    private MasterService svc;
+    private int segment;
+    private long incarnation;
+
+    @BeforeEach
+    void setUp() {
+        clock = new ManualClock(1_700_000_000_000L);
+        svc = new MasterService(MasterConfig.defaults(), clock, new SplittableRandom(3), NodeNotifier.NONE);
+        segment = join("a:1", 8 << 20);
+    }
+
+    private int join(String name, long capacity) {
+        long inc = ++incarnation;
+        RegisterReply r = svc.membership().registerNode(new RegisterNode(name, "10.0.0." + inc, 50052, capacity,
+                svc.epoch(), inc, 0, ""));
+        svc.membership().inventory(new Inventory(r.segmentId(), inc, true, List.of()));
+        return r.segmentId();
+    }
+
+    private static byte[] k(String s) {
+        return s.getBytes(StandardCharsets.UTF_8);
+    }
+
+    private Granted lease(long least, long wanted, int generations) {
+        Granted g = svc.writeLease(new Grant("", least, wanted, generations));
+        assertThat(g.code()).isEqualTo(ResultCode.OK);
+        return g;
+    }
+
+    private ResultCode commit(Granted g, boolean upsert, String key, long offset, long generation) {
+        return svc.commit(new Commit(g.leaseId(), upsert, List.of(new CommitItem(k(key), offset, VALUE, generation))))
+                .getFirst();
+    }
+
+    private ReplicaList where(String key) {
+        return svc.getReplicaList(List.of(k(key))).getFirst();
+    }
+
+    @Test
+    void anObjectIsVisibleOnlyOnceCommittedWhereTheWriterPutIt() {
+        Granted g = lease(REGION, 1 << 20, 4);
+        assertThat(g.segmentId()).isEqualTo(segment);
+        assertThat(g.length()).isEqualTo(1 << 20);
+        assertThat(g.generationCount()).isEqualTo(4);
+        // written but not committed: nobody sees it
+        assertThat(where("key-01").code()).isEqualTo(ResultCode.NOT_FOUND);
+        assertThat(svc.keyCount()).isZero();
+        assertThat(commit(g, false, "key-01", g.offset(), g.firstGeneration())).isEqualTo(ResultCode.OK);
+        ReplicaList rl = where("key-01");
+        assertThat(rl.code()).isEqualTo(ResultCode.OK);
+        assertThat(rl.generation()).isEqualTo(g.firstGeneration());
+        assertThat(rl.replicas()).singleElement().satisfies(r -> {
+            assertThat(r.segmentId()).isEqualTo(segment);
+            assertThat(r.offset()).isEqualTo(g.offset());
+        });
+        assertThat(svc.segmentInfos().getFirst().objects()).isEqualTo(1);
+        // the same COMMIT again (a retry after a lost reply) is answered OK and changes nothing
+        assertThat(commit(g, false, "key-01", g.offset(), g.firstGeneration())).isEqualTo(ResultCode.OK);
+        assertThat(svc.keyCount()).isEqualTo(1);
+        assertThat(svc.segmentInfos().getFirst().objects()).isEqualTo(1);
+    }
+
+    @Test
+    void itemsOutsideTheLeaseOrItsGenerationsAreRefusedAndChangeNothing() {
+        Granted g = lease(REGION, 4 * REGION, 3);
+        long gen = g.firstGeneration();
+        assertThat(commit(g, false, "key-a1", g.offset() + 1, gen)).as("misaligned").isEqualTo(ResultCode.FAILED);
+        assertThat(commit(g, false, "key-a2", g.offset() + g.length() - 64, gen)).as("past the end")
+                .isEqualTo(ResultCode.FAILED);
+        assertThat(commit(g, false, "key-a3", g.offset(), gen + 3)).as("generation outside the block")
+                .isEqualTo(ResultCode.FAILED);
+        assertThat(commit(g, false, "key-a4", g.offset(), gen - 1)).as("generation below the block")
+                .isEqualTo(ResultCode.FAILED);
+        assertThat(svc.keyCount()).isZero();
+        assertThat(commit(g, false, "key-b1", g.offset() + REGION, gen + 1)).isEqualTo(ResultCode.OK);
+        // below what was committed, or a generation not above the last one: refused
+        assertThat(commit(g, false, "key-b2", g.offset(), gen + 2)).as("offset below the last commit")
+                .isEqualTo(ResultCode.FAILED);
+        assertThat(commit(g, false, "key-b3", g.offset() + 2 * REGION, gen + 1)).as("generation reused")
+                .isEqualTo(ResultCode.FAILED);
+        assertThat(commit(g, false, "key-b4", g.offset() + 2 * REGION, gen + 2)).isEqualTo(ResultCode.OK);
+        assertThat(svc.keyCount()).isEqualTo(2);
+        // the gap before key-b1 was freed at its commit; the rest of the range goes back at release
+        svc.release(g.leaseId());
+        assertThat(svc.allocated()).isEqualTo(2 * REGION);
+        assertThat(commit(g, false, "key-b5", g.offset() + 3 * REGION, gen + 2)).isEqualTo(ResultCode.EXPIRED);
+    }
+
+    @Test
+    void aForcedRemoveAllFencesEveryLeaseGrantedBeforeIt() {
+        Granted g = lease(REGION, 1 << 20, 8);
+        assertThat(commit(g, false, "key-01", g.offset(), g.firstGeneration())).isEqualTo(ResultCode.OK);
+        svc.removeAll(true);
+        assertThat(svc.epoch()).isEqualTo(g.epoch() + 1);
+        // a write planned in the old epoch never becomes visible after the reset
+        assertThat(commit(g, false, "key-02", g.offset() + REGION, g.firstGeneration() + 1))
+                .isEqualTo(ResultCode.FENCED);
+        assertThat(where("key-02").code()).isEqualTo(ResultCode.NOT_FOUND);
+        assertThat(where("key-01").code()).isEqualTo(ResultCode.NOT_FOUND);
+        // the lease is gone, and its space was reclaimed by the reset, not freed a second time
+        assertThat(svc.writeLeases.size()).isZero();
+        assertThat(svc.allocated()).isZero();
+        svc.release(g.leaseId());
+        svc.tick();
+        assertThat(svc.allocated()).isZero();
+        Granted fresh = lease(REGION, 1 << 20, 8);
+        assertThat(fresh.epoch()).isEqualTo(svc.epoch());
+        assertThat(commit(fresh, false, "key-02", fresh.offset(), fresh.firstGeneration())).isEqualTo(ResultCode.OK);
+    }
+
+    @Test
+    void anIdleLeaseIsReclaimedAndTheWriterLosesOnlyWhatItDidNotCommit() {
+        Granted g = lease(REGION, 1 << 20, 8);
+        assertThat(commit(g, false, "key-01", g.offset(), g.firstGeneration())).isEqualTo(ResultCode.OK);
+        assertThat(svc.allocated()).isEqualTo(1 << 20);
+        // the writer dies: nothing commits or releases for longer than the put timeout
+        for (int s = 0; s <= MasterConfig.DEFAULT_PUT_TIMEOUT.toSeconds() + 1; s++) {
+            clock.advance(Duration.ofSeconds(1));
+            svc.membership().heartbeat(segment, incarnation);
+            svc.tick();
+        }
+        assertThat(svc.writeLeases.size()).isZero();
+        assertThat(svc.allocated()).isEqualTo(REGION);
+        assertThat(where("key-01").code()).isEqualTo(ResultCode.OK);
+        assertThat(commit(g, false, "key-02", g.offset() + REGION, g.firstGeneration() + 1))
+                .isEqualTo(ResultCode.EXPIRED);
+        // the committed object is an ordinary one: removing it frees its region exactly once
+        assertThat(svc.remove(List.of(k("key-01")))).containsExactly(ResultCode.OK);
+        assertThat(svc.allocated()).isZero();
+        assertThat(svc.segmentInfos().getFirst().objects()).isZero();
+    }
+
+    @Test
+    void aTakenKeyIsRefusedUnlessUpsertedAndARefusedRegionGoesBackAtOnce() {
+        Granted g = lease(REGION, 1 << 20, 8);
+        long gen = g.firstGeneration();
+        assertThat(commit(g, false, "key-01", g.offset(), gen)).isEqualTo(ResultCode.OK);
+        assertThat(commit(g, false, "key-01", g.offset() + REGION, gen + 1)).isEqualTo(ResultCode.ALREADY_EXISTS);
+        assertThat(where("key-01").generation()).isEqualTo(gen);
+        assertThat(commit(g, true, "key-01", g.offset() + 2 * REGION, gen + 2)).isEqualTo(ResultCode.OK);
+        ReplicaList rl = where("key-01");
+        assertThat(rl.generation()).isEqualTo(gen + 2);
+        assertThat(rl.replicas().getFirst().offset()).isEqualTo(g.offset() + 2 * REGION);
+        svc.release(g.leaseId());
+        // the first version was freed when the upsert replaced it, the refused one at its commit
+        assertThat(svc.allocated()).isEqualTo(REGION);
+        assertThat(svc.keyCount()).isEqualTo(1);
+    }
+
+    @Test
+    void aLeaseOnASegmentThatLeftIsVoid() {
+        Granted g = lease(REGION, 1 << 20, 8);
+        // the node falls silent past its TTL and is dropped
+        for (int s = 0; s <= MasterConfig.DEFAULT_NODE_TTL.toSeconds() + 1; s++) {
+            clock.advance(Duration.ofSeconds(1));
+            svc.tick();
+        }
+        assertThat(svc.segmentInfos()).isEmpty();
+        assertThat(commit(g, false, "key-01", g.offset(), g.firstGeneration())).isEqualTo(ResultCode.EXPIRED);
+        assertThat(svc.keyCount()).isZero();
+    }
+
+    @Test
+    void aLeaseNeverTakesMoreThanAnEighthOfASegmentUnlessOneBatchNeedsIt() {
+        Granted small = lease(REGION, 1L << 40, 8);
+        assertThat(small.length()).isEqualTo((8 << 20) / WriteLeases.SEGMENT_FRACTION);
+        Granted big = lease(3 << 20, 1L << 40, 8);
+        assertThat(big.length()).isEqualTo(3 << 20);
+        assertThat(svc.writeLease(new Grant("", 16 << 20, 16 << 20, 1)).code()).isEqualTo(ResultCode.POOL_FULL);
+    }
+
+    /**
+     * Random grants, commits (good and bad items), releases, removals and expiries. After every step
+     * the allocator's use equals the model's: the regions of live objects plus the unused part of live
+     * leases. A leak or a double free (which the allocator refuses loudly) fails it.
+     */
+    @Test
+    void spaceAccountingMatchesAModelThroughRandomOperations() {
+        SplittableRandom rnd = new SplittableRandom(11);
+        record Held(Granted g, long[] next, long[] gen) {
+        }
+        List<Held> held = new ArrayList<>();
+        Map<String, Long> objects = new HashMap<>();
+        for (int step = 0; step < 3000; step++) {
+            int op = rnd.nextInt(10);
+            if ((op < 2 || held.isEmpty()) && held.size() < 20) {
+                Granted g = svc.writeLease(new Grant("", REGION, rnd.nextLong(REGION, 64 * REGION), 1 + rnd.nextInt(20)));
+                if (g.code() == ResultCode.OK) {
+                    held.add(new Held(g, new long[]{g.offset()}, new long[]{g.firstGeneration()}));
+                }
+            } else if (op < 7 && !held.isEmpty()) {
+                Held h = held.get(rnd.nextInt(held.size()));
+                List<CommitItem> items = new ArrayList<>();
+                int n = 1 + rnd.nextInt(4);
+                for (int i = 0; i < n; i++) {
+                    long skip = rnd.nextInt(4) == 0 ? REGION : 0; // a write that failed leaves a gap
+                    boolean bad = rnd.nextInt(10) == 0;
+                    long off = bad ? h.next[0] - 64 : h.next[0] + skip;
+                    String key = "k" + rnd.nextInt(2000);
+                    items.add(new CommitItem(k(key), off, VALUE, h.gen[0]));
+                    if (!bad) {
+                        h.next[0] = off + ObjectLayout.regionLength(key.length(), VALUE);
+                        h.gen[0]++;
+                    }
+                }
+                List<ResultCode> codes = svc.commit(new Commit(h.g.leaseId(), false, items));
+                for (int i = 0; i < n; i++) {
+                    if (codes.get(i) == ResultCode.OK) {
+                        objects.put(new String(items.get(i).key(), StandardCharsets.UTF_8),
+                                ObjectLayout.regionLength(items.get(i).key().length, VALUE));
+                    }
+                }
+                if (codes.contains(ResultCode.EXPIRED)) {
+                    held.remove(h);
+                }
+            } else if (op < 8 && !held.isEmpty()) {
+                Held h = held.remove(rnd.nextInt(held.size()));
+                svc.release(h.g.leaseId());
+            } else if (op < 9 && !objects.isEmpty()) {
+                String key = objects.keySet().iterator().next();
+                svc.remove(List.of(k(key)));
+                objects.remove(key);
+            } else {
+                clock.advance(Duration.ofSeconds(rnd.nextInt(4)));
+                svc.membership().heartbeat(segment, incarnation);
+                svc.tick();
+                held.removeIf(h -> !svc.writeLeases.live(h.g.leaseId()));
+            }
+            long model = objects.values().stream().mapToLong(Long::longValue).sum() + svc.writeLeases.unusedBytes();
+            assertThat(svc.allocated()).as("step %d", step).isEqualTo(model);
+            assertThat(svc.keyCount()).as("step %d", step).isEqualTo(objects.size());
+        }
+    }
+}
