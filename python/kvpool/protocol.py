@@ -100,6 +100,8 @@ class Opcode(enum.IntEnum):
     NODE_READ = 0x81
     NODE_SHM_WRITE_BEGIN = 0x84
     NODE_SHM_WRITE_END = 0x85
+    NODE_SHM_LEASE = 0x86
+    NODE_SHM_LEASE_WRITE = 0x87
 
 
 class ResultCode(enum.IntEnum):
@@ -483,6 +485,15 @@ def encode_commit(lease_id: int, upsert: bool, items: Sequence[tuple[bytes, int,
 def encode_release(lease_id: int) -> bytes:
     """RELEASE: the writer is done with the lease."""
     return BodyWriter().i64(lease_id).bytes()
+
+
+def encode_shm_lease(epoch: int, offset: int, length: int) -> bytes:
+    """NODE_SHM_LEASE: a same-machine writer sets [offset, offset + length) of its lease aside on the node.
+
+    The objects copied there are then recorded with NODE_SHM_LEASE_WRITE, whose body is NODE_WRITE's
+    (:func:`encode_node_write`) without payload.
+    """
+    return BodyWriter().i64(epoch).i64(offset).i64(length).bytes()
 
 
 def decode_codes(body: bytes, what: str) -> list[ResultCode]:

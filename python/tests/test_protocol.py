@@ -79,6 +79,7 @@ def test_request_bodies_equal_java(java_vectors: dict[str, str]) -> None:
     assert p.encode_commit(0x0102030405, True, [(K1, 4096, 1 << 20, 5000), (K2, 4096 + (2 << 20), 0, 5001)]) \
         == vec(java_vectors, "commit")
     assert p.encode_release(0x0102030405) == vec(java_vectors, "release")
+    assert p.encode_shm_lease(7, 4096, 64 << 20) == vec(java_vectors, "shm_lease")
 
 
 def test_reply_bodies_decode(java_vectors: dict[str, str]) -> None:

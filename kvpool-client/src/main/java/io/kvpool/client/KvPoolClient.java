@@ -264,11 +264,10 @@ public final class KvPoolClient implements AutoCloseable {
      * {@link io.kvpool.protocol.KeyDigest}), and a read by key is exact either way.
      */
     public boolean[] batchExists(List<String> keys) {
-        List<byte[]> k = Keys.encodeAll(keys);
-        boolean[] out = new boolean[k.size()];
-        for (int from = 0; from < k.size(); from += MAX_KEYS_PER_FRAME) {
-            int to = Math.min(k.size(), from + MAX_KEYS_PER_FRAME);
-            boolean[] part = master.call(Opcode.BATCH_EXIST_DIGEST, digests(k, from, to),
+        boolean[] out = new boolean[keys.size()];
+        for (int from = 0; from < keys.size(); from += MAX_KEYS_PER_FRAME) {
+            int to = Math.min(keys.size(), from + MAX_KEYS_PER_FRAME);
+            boolean[] part = master.call(Opcode.BATCH_EXIST_DIGEST, digests(keys, from, to),
                     MasterMessages.Flags::read).values();
             System.arraycopy(part, 0, out, from, part.length);
         }
@@ -282,11 +281,10 @@ public final class KvPoolClient implements AutoCloseable {
      * as a read for eviction.
      */
     public int prefixMatch(List<String> keys) {
-        List<byte[]> k = Keys.encodeAll(keys);
         int matched = 0;
-        for (int from = 0; from < k.size(); from += MAX_KEYS_PER_FRAME) {
-            int to = Math.min(k.size(), from + MAX_KEYS_PER_FRAME);
-            int m = master.call(Opcode.PREFIX_MATCH_DIGEST, digests(k, from, to), r -> r.i32("matched"));
+        for (int from = 0; from < keys.size(); from += MAX_KEYS_PER_FRAME) {
+            int to = Math.min(keys.size(), from + MAX_KEYS_PER_FRAME);
+            int m = master.call(Opcode.PREFIX_MATCH_DIGEST, digests(keys, from, to), r -> r.i32("matched"));
             matched += m;
             if (m < to - from) {
                 break;
@@ -295,9 +293,9 @@ public final class KvPoolClient implements AutoCloseable {
         return matched;
     }
 
-    private static BodyWriter digests(List<byte[]> keys, int from, int to) {
+    private static BodyWriter digests(List<String> keys, int from, int to) {
         BodyWriter w = new BodyWriter(4 + (to - from) * KeyDigest.BYTES);
-        DigestList.of(keys, from, to).write(w);
+        DigestList.ofStrings(keys, from, to).write(w);
         return w;
     }
 
@@ -396,6 +394,9 @@ public final class KvPoolClient implements AutoCloseable {
             }
             try {
                 reads.reportCachedReads();
+                if (writeLeases != null) {
+                    writeLeases.sweep();
+                }
                 BodyWriter w = new BodyWriter(16);
                 new MasterMessages.Ping(clientId).write(w);
                 master.call(Opcode.PING, w, r -> r.i64("epoch"));

@@ -70,7 +70,7 @@ final class ObjectReads {
     }
 
     /** One object read: which item, from which replica, how long. */
-    private record ReadSlot(int item, long offset, long generation, long length, int tier) {
+    private record ReadSlot(int item, long offset, long generation, long length, Tier tier) {
     }
 
     /**

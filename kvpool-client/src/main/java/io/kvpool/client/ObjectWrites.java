@@ -27,8 +27,10 @@ import java.util.concurrent.atomic.AtomicLongArray;
 
 /**
  * The put path. A single-copy put goes under a write lease ({@link #putLeased}): the bytes go to the
- * node at once, into a region of a range the master leased to this client, and one COMMIT per lease
- * and batch makes them visible. Otherwise a put is two-phase: PUT_START reserves regions at the master (one round trip for
+ * node at once, into a region of a range the master leased to this client (NODE_WRITE over TCP; on
+ * the same machine a copy into the shared segment and one NODE_SHM_LEASE_WRITE, see
+ * {@link #writeLeased}), and one COMMIT per lease and batch makes them visible. Otherwise a put is
+ * two-phase: PUT_START reserves regions at the master (one round trip for
  * the batch), the values go straight to the nodes (NODE_WRITE frames, nodes in parallel and a
  * node's share of a large batch over a few connections at once; or, for a segment on this host,
  * NODE_SHM_WRITE_BEGIN, a memory copy, NODE_SHM_WRITE_END), and PUT_END makes what landed at least
@@ -161,7 +163,12 @@ final class ObjectWrites {
                 continue;
             }
             epoch = lease.epoch;
-            writeAndCommit(lease, slots, b.withEpoch(lease.epoch), upsert, status, expired);
+            try {
+                writeAndCommit(lease, slots, b.withEpoch(lease.epoch), upsert, status, expired);
+            } catch (RuntimeException e) {
+                WriteLeasePool.closeNode(lease); // not used again: let its range go on the node
+                throw e;
+            }
         }
         return epoch;
     }
@@ -169,7 +176,7 @@ final class ObjectWrites {
     /** Writes one lease's slots to its segment and commits what landed; gives the lease back or drops it. */
     private void writeAndCommit(WriteLeasePool.Lease lease, List<WriteSlot> slots, Batch b, boolean upsert,
                                 PutStatus[] status, List<Integer> expired) {
-        ResultCode[] written = writeToSegment(lease.segmentId, slots, b);
+        ResultCode[] written = writeLeased(lease, slots, b);
         List<WriteLeaseMessages.CommitItem> items = new ArrayList<>(slots.size());
         int[] itemOf = new int[slots.size()];
         for (int s = 0; s < slots.size(); s++) {
@@ -210,7 +217,9 @@ final class ObjectWrites {
                 default -> PutStatus.FAILED;
             };
         }
-        if (!lost) {
+        if (lost) {
+            WriteLeasePool.closeNode(lease); // gone at the master: its range on the node goes too
+        } else {
             leases.giveBack(lease);
         }
     }
@@ -411,6 +420,76 @@ final class ObjectWrites {
             }
         });
         return codes;
+    }
+
+    /**
+     * Writes one lease's slots: over TCP as {@link #writeToSegment} does; on the same machine by
+     * copying every value into the lease's range (in parallel lanes, each checksumming what it copies)
+     * and recording them all with NODE_SHM_LEASE_WRITE on the lease's own node connection, which set
+     * the range aside once (NODE_SHM_LEASE). A failure of that connection fails the slots and ends the
+     * range (the lease is then released by the caller).
+     */
+    private ResultCode[] writeLeased(WriteLeasePool.Lease lease, List<WriteSlot> slots, Batch b) {
+        SegmentDirectory.Entry seg = segments.resolve(lease.segmentId);
+        MemorySegment shm = seg == null ? null : segments.mapping(seg);
+        if (shm == null) {
+            return writeToSegment(lease.segmentId, slots, b);
+        }
+        ResultCode[] codes = new ResultCode[slots.size()];
+        Arrays.fill(codes, ResultCode.FAILED);
+        try {
+            if (lease.node == null) {
+                FrameConnection c = FrameConnection.connect(seg.address(), config.connectTimeout(), config.limits());
+                lease.node = c;
+                long from = slots.getFirst().offset;
+                BodyWriter w = new BodyWriter(32);
+                new NodeMessages.ShmLease(b.epoch, from, lease.end - from).write(w);
+                ResultCode set = MasterMessages.Codes.read(c.call(Opcode.NODE_SHM_LEASE, w, config.requestTimeout())
+                        .body()).codes().getFirst();
+                if (set != ResultCode.OK) {
+                    WriteLeasePool.closeNode(lease);
+                    Arrays.fill(codes, set);
+                    return codes;
+                }
+            }
+            List<int[]> frames = new ArrayList<>();
+            long part = Math.max(MIN_PART_BYTES, totalBytes(slots, b) / (2L * MAX_LANES) + 1);
+            for (int start = 0; start < slots.size(); ) {
+                int end = PerSegment.frameEnd(slots, start, slot -> b.value(slot.item).byteSize(), part);
+                frames.add(new int[]{start, end});
+                start = end;
+            }
+            tasks.runParts(frames.size(), b.parallelOk ? Math.min(MAX_LANES, config.maxConnections()) : 1, f -> {
+                for (int s = frames.get(f)[0]; s < frames.get(f)[1]; s++) {
+                    WriteSlot slot = slots.get(s);
+                    SharedSegments.write(shm, slot.offset + ObjectLayout.valueOffset(b.key(slot.item).length),
+                            b.value(slot.item));
+                    b.crc(slot.item);
+                }
+            });
+            for (int start = 0; start < slots.size(); start += PerSegment.MAX_ITEMS_PER_NODE_FRAME) {
+                int end = Math.min(slots.size(), start + PerSegment.MAX_ITEMS_PER_NODE_FRAME);
+                BodyWriter w = new BodyWriter(16 + (end - start) * 64);
+                frame(slots, start, end, b).write(w);
+                List<ResultCode> got = MasterMessages.Codes.read(lease.node.call(Opcode.NODE_SHM_LEASE_WRITE, w,
+                        config.requestTimeout()).body()).codes();
+                for (int s = start; s < end; s++) {
+                    codes[s] = got.get(s - start);
+                }
+            }
+        } catch (IOException | RemoteException e) {
+            log.debug("same-machine lease write to {} failed: {}", seg.name(), e.getMessage());
+            WriteLeasePool.closeNode(lease);
+        }
+        return codes;
+    }
+
+    private static long totalBytes(List<WriteSlot> slots, Batch b) {
+        long total = 0;
+        for (WriteSlot slot : slots) {
+            total += b.value(slot.item).byteSize();
+        }
+        return total;
     }
 
     private NodeMessages.Write frame(List<WriteSlot> slots, int start, int end, Batch b) {

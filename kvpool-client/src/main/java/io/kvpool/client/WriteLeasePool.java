@@ -1,12 +1,14 @@
 package io.kvpool.client;
 
 import io.kvpool.protocol.BodyWriter;
+import io.kvpool.protocol.FrameConnection;
 import io.kvpool.protocol.Opcode;
 import io.kvpool.protocol.ResultCode;
 import io.kvpool.protocol.msg.WriteLeaseMessages;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
+import java.io.IOException;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.HashMap;
@@ -60,6 +62,11 @@ final class WriteLeasePool implements AutoCloseable {
         long next;
         long nextGeneration;
         long lastUsedNanos;
+        /**
+         * On the same-machine path, the connection to the node that holds this lease's unwritten range
+         * set aside (NODE_SHM_LEASE); closing it ends that. Null until first needed, or over TCP.
+         */
+        volatile FrameConnection node;
 
         Lease(WriteLeaseMessages.Granted g, String preference, int era, long nowNanos) {
             this.era = era;
@@ -152,18 +159,71 @@ final class WriteLeasePool implements AutoCloseable {
         release(l);
     }
 
-    /** A removal may have moved the epoch: no lease granted so far is used again (each is released when next met). */
+    /**
+     * A removal may have moved the epoch: no lease granted so far is used again. Kept leases let go of
+     * their range on the node at once (a reset lets the master place new writes there, and the node
+     * holds the range for this client until its connection closes); they are released at the master
+     * by the next {@link #sweep} or take. Called with the location cache's lock held: does no I/O but
+     * closing sockets.
+     */
     void doom() {
         era.incrementAndGet();
+        List<Lease> kept = new ArrayList<>();
+        synchronized (this) {
+            idle.values().forEach(kept::addAll);
+        }
+        kept.forEach(WriteLeasePool::closeNode);
+    }
+
+    /**
+     * Releases kept leases that went idle for half the master's idle timeout or were doomed, so an
+     * idle client holds no space, at the master or on a node, for long. Run by the client's ping loop.
+     */
+    void sweep() {
+        long now = nanos.getAsLong();
+        int current = era.get();
+        List<Lease> due = new ArrayList<>();
+        synchronized (this) {
+            for (ArrayDeque<Lease> q : idle.values()) {
+                q.removeIf(l -> {
+                    boolean go = l.stale(now) || l.era != current;
+                    if (go) {
+                        due.add(l);
+                    }
+                    return go;
+                });
+            }
+        }
+        due.forEach(this::release);
     }
 
     /** The master restarted: none of our leases exists any more. */
-    synchronized void forgetAll() {
-        idle.clear();
+    void forgetAll() {
+        List<Lease> all = new ArrayList<>();
+        synchronized (this) {
+            idle.values().forEach(all::addAll);
+            idle.clear();
+        }
+        all.forEach(WriteLeasePool::closeNode);
+    }
+
+    /** Ends the lease's range on its node (same-machine path), if it holds one. */
+    static void closeNode(Lease l) {
+        FrameConnection c = l.node;
+        l.node = null;
+        if (c != null) {
+            try {
+                c.close();
+            } catch (IOException e) {
+                log.debug("closing the node connection of write lease {}: {}", l.id, e.getMessage());
+            }
+        }
     }
 
     /** Gives the lease back to the master (best effort: one it does not hear of idles out there). */
     void release(Lease l) {
+        closeNode(l); // first: the node lets the range go before the master can place anything there
+
         BodyWriter w = new BodyWriter(16);
         new WriteLeaseMessages.Release(l.id).write(w);
         try {

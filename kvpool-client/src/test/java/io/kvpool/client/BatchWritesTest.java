@@ -7,6 +7,7 @@ import io.kvpool.protocol.ObjectLayout;
 import io.kvpool.protocol.Opcode;
 import io.kvpool.protocol.Request;
 import io.kvpool.protocol.ResultCode;
+import io.kvpool.protocol.Tier;
 import io.kvpool.protocol.msg.MasterMessages;
 import io.kvpool.protocol.msg.NodeMessages;
 import io.kvpool.protocol.msg.Replica;
@@ -180,7 +181,7 @@ class BatchWritesTest {
                         long offset = nextOffset.getAndAdd((len + 4095) & ~4095L);
                         List<Replica> reps = new ArrayList<>();
                         for (int r = 0; r < ps.replicas(); r++) {
-                            reps.add(new Replica(nodes.get(r).id, 0, offset));
+                            reps.add(new Replica(nodes.get(r).id, Tier.MEMORY, offset));
                         }
                         placed.put(new String(it.key(), StandardCharsets.UTF_8), reps);
                         results.add(new MasterMessages.PutStartResult(ResultCode.OK, generation.incrementAndGet(), reps));

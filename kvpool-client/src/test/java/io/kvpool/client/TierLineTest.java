@@ -13,7 +13,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 /** The tier log line counts each key once, by the tier it was listed in and whether it was read. */
 class TierLineTest {
 
-    private static ReplicaList listed(long length, int tier) {
+    private static ReplicaList listed(long length, Tier tier) {
         return new ReplicaList(ResultCode.OK, length, 7, List.of(new Replica(1, tier, 0)));
     }
 

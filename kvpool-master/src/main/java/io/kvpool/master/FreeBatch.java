@@ -31,7 +31,7 @@ final class FreeBatch {
     private byte[] flags = new byte[1024];
     private int size;
 
-    void add(int segment, long offset, long length, long generation, int tier, boolean spill) {
+    void add(int segment, long offset, long length, long generation, Tier tier, boolean spill) {
         if (size == segments.length) {
             int cap = size * 2;
             segments = Arrays.copyOf(segments, cap);
@@ -89,7 +89,7 @@ final class FreeBatch {
         for (int i = 0; i < size; i++) {
             Segment s = live.get(segments[i]);
             if (s != null) {
-                int tier = (flags[i] & 1) != 0 ? Tier.DISK : Tier.MEMORY;
+                Tier tier = (flags[i] & 1) != 0 ? Tier.DISK : Tier.MEMORY;
                 nodes.free(s, offsets[i], generations[i], tier, (flags[i] & 2) != 0);
             }
         }

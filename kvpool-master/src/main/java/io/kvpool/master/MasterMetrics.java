@@ -2,6 +2,7 @@ package io.kvpool.master;
 
 import io.kvpool.config.Size;
 import io.kvpool.protocol.Opcode;
+import io.kvpool.protocol.Tier;
 import io.kvpool.protocol.msg.MasterMessages.SegmentInfo;
 import io.prometheus.metrics.core.metrics.CounterWithCallback;
 import io.prometheus.metrics.core.metrics.GaugeWithCallback;
@@ -77,16 +78,18 @@ public final class MasterMetrics {
                 }).register(registry);
         // per node and tier, from the nodes' heartbeats
         tierGauge("node_tier_capacity_bytes", "Capacity of a node's tier (memory: its segment; disk: its SSD tier)",
-                (s, t) -> t == 0 ? s.capacity() : s.tiers().diskCapacity());
-        tierGauge("node_tier_used_bytes", "Bytes in use in a node's tier", (s, t) -> t == 0 ? s.used() : s.tiers().diskUsed());
-        tierGauge("node_tier_objects", "Objects in a node's tier", (s, t) -> t == 0 ? s.objects() : s.tiers().diskObjects());
+                (s, t) -> t == Tier.MEMORY ? s.capacity() : s.tiers().diskCapacity());
+        tierGauge("node_tier_used_bytes", "Bytes in use in a node's tier",
+                (s, t) -> t == Tier.MEMORY ? s.used() : s.tiers().diskUsed());
+        tierGauge("node_tier_objects", "Objects in a node's tier",
+                (s, t) -> t == Tier.MEMORY ? s.objects() : s.tiers().diskObjects());
         tierCounter("node_tier_read_bytes_total", "Value bytes a node served from a tier over TCP (same-machine reads of"
-                + " memory bypass the node and are not counted)", (s, t) -> t == 0 ? s.tiers().memoryReadBytes()
-                : s.tiers().diskReadBytes());
+                + " memory bypass the node and are not counted)",
+                (s, t) -> t == Tier.MEMORY ? s.tiers().memoryReadBytes() : s.tiers().diskReadBytes());
         tierCounter("node_tier_written_bytes_total", "Value bytes a node wrote into a tier",
-                (s, t) -> t == 0 ? s.tiers().memoryWrittenBytes() : s.tiers().diskWrittenBytes());
+                (s, t) -> t == Tier.MEMORY ? s.tiers().memoryWrittenBytes() : s.tiers().diskWrittenBytes());
         tierCounter("node_tier_hits_total", "Objects a node served from a tier",
-                (s, t) -> t == 0 ? s.tiers().memoryReads() : s.tiers().diskHits());
+                (s, t) -> t == Tier.MEMORY ? s.tiers().memoryReads() : s.tiers().diskHits());
         diskGauge("node_disk_queue_bytes", "Bytes waiting in a node's spill queue", m -> m.diskQueueBytes());
         diskCounter("node_disk_drops_total", "Spills dropped because the queue was full or the object did not fit",
                 m -> m.diskDrops());
@@ -109,6 +112,14 @@ public final class MasterMetrics {
                 service.expiredPuts::get);
         counter("master_dropped_segments_total", "Segments dropped for silence or replaced by a re-registration",
                 service.membership().droppedSegments::get);
+        // write leases: ranges writers fill without asking, made visible by COMMIT
+        gauge("master_write_leases", "Write leases open", service.writeLeases::size);
+        gauge("master_write_lease_unused_bytes", "Bytes of open write leases not committed yet (allocated, not objects)",
+                service.writeLeases::unusedBytes);
+        counter("master_write_leases_granted_total", "Write leases granted", service.writeLeases.granted::get);
+        counter("master_write_leases_expired_total", "Write leases reclaimed because their writer went idle or away",
+                service.writeLeases.expired::get);
+        counter("master_write_lease_commits_total", "Objects made visible by COMMIT", service.writeLeases.committed::get);
         // read leases: removals, resets and upserts wait until every client dropped what they invalidate
         gauge("master_read_lease_sessions", "Clients holding a read lease (reading from remembered locations)",
                 service::leaseSessions);
@@ -130,15 +141,16 @@ public final class MasterMetrics {
     }
 
     private interface TierValue {
-        double of(SegmentInfo segment, int tier);
+        double of(SegmentInfo segment, Tier tier);
     }
 
     private void tierGauge(String name, String help, TierValue value) {
         GaugeWithCallback.builder().name(name).help(help).labelNames("segment", "tier").callback(cb -> {
             for (SegmentInfo s : service.segmentInfos()) {
-                cb.call(value.of(s, 0), s.name(), "memory");
-                if (s.tiers().hasDisk()) {
-                    cb.call(value.of(s, 1), s.name(), "disk");
+                for (Tier t : Tier.values()) {
+                    if (t == Tier.MEMORY || s.tiers().hasDisk()) {
+                        cb.call(value.of(s, t), s.name(), t.label());
+                    }
                 }
             }
         }).register(registry);
@@ -147,9 +159,10 @@ public final class MasterMetrics {
     private void tierCounter(String name, String help, TierValue value) {
         CounterWithCallback.builder().name(name).help(help).labelNames("segment", "tier").callback(cb -> {
             for (SegmentInfo s : service.segmentInfos()) {
-                cb.call(value.of(s, 0), s.name(), "memory");
-                if (s.tiers().hasDisk()) {
-                    cb.call(value.of(s, 1), s.name(), "disk");
+                for (Tier t : Tier.values()) {
+                    if (t == Tier.MEMORY || s.tiers().hasDisk()) {
+                        cb.call(value.of(s, t), s.name(), t.label());
+                    }
                 }
             }
         }).register(registry);

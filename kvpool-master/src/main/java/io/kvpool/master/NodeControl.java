@@ -4,6 +4,7 @@ import io.kvpool.protocol.BodyWriter;
 import io.kvpool.protocol.FrameConnection;
 import io.kvpool.protocol.Limits;
 import io.kvpool.protocol.Opcode;
+import io.kvpool.protocol.Tier;
 import io.kvpool.protocol.msg.NodeMessages;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -68,7 +69,7 @@ final class NodeControl implements NodeNotifier {
     }
 
     @Override
-    public void free(Segment segment, long offset, long generation, int tier, boolean spill) {
+    public void free(Segment segment, long offset, long generation, Tier tier, boolean spill) {
         channel(segment).queue.add(new NodeMessages.FreeItem(offset, generation, tier, spill));
     }
 

@@ -1,5 +1,7 @@
 package io.kvpool.master;
 
+import io.kvpool.protocol.Tier;
+
 import java.util.Collection;
 
 /**
@@ -14,7 +16,7 @@ interface NodeNotifier extends AutoCloseable {
      * (generation). With {@code spill} the node moves a memory object to its SSD tier instead of
      * dropping it. May be delivered later, in a batch.
      */
-    void free(Segment segment, long offset, long generation, int tier, boolean spill);
+    void free(Segment segment, long offset, long generation, Tier tier, boolean spill);
 
     /**
      * Delivers every free queued so far and returns once nodes acknowledged them (or timed out). Called
@@ -48,7 +50,7 @@ interface NodeNotifier extends AutoCloseable {
     /** For tests of the master alone: delivers nothing. */
     NodeNotifier NONE = new NodeNotifier() {
         @Override
-        public void free(Segment segment, long offset, long generation, int tier, boolean spill) {
+        public void free(Segment segment, long offset, long generation, Tier tier, boolean spill) {
         }
 
         @Override

@@ -148,10 +148,13 @@ final class WriteLeases {
         long least = ObjectLayout.align(Math.max(1, req.leastBytes()));
         long cap = Math.max(least, ObjectLayout.align(averageSegment() / SEGMENT_FRACTION));
         long length = Math.max(least, Math.min(ObjectLayout.align(req.wantedBytes()), cap));
-        List<Placement.Placed> placed = eviction.place(length, 1, req.preferredSegment());
+        // a lease holds many objects, so placement decides per lease: without a preference each goes to the
+        // segment with the most room, which spreads one writer's leases over every segment in turn
+        String preferred = req.preferredSegment().isEmpty() ? mostFree() : req.preferredSegment();
+        List<Placement.Placed> placed = eviction.place(length, 1, preferred);
         if (placed.isEmpty() && length > least) {
             length = least;
-            placed = eviction.place(length, 1, req.preferredSegment());
+            placed = eviction.place(length, 1, preferred);
         }
         if (placed.isEmpty()) {
             return Granted.refused(segments.capacity() == 0 ? ResultCode.NO_SEGMENT : ResultCode.POOL_FULL);
@@ -168,6 +171,17 @@ final class WriteLeases {
         granted.incrementAndGet();
         return new Granted(ResultCode.OK, l.id, ep, p.segment().id, l.start, length, first, count,
                 (int) Math.min(Integer.MAX_VALUE, idle));
+    }
+
+    /** The name of the active segment with the most free bytes, or "" when there is none. */
+    private String mostFree() {
+        Segment best = null;
+        for (Segment s : segments.all()) {
+            if (s.active && (best == null || s.allocator.free() > best.allocator.free())) {
+                best = s;
+            }
+        }
+        return best == null ? "" : best.name;
     }
 
     private long averageSegment() {

@@ -510,7 +510,7 @@ class MasterServiceTest {
     }
 
     /** A free as a recording notifier saw it. */
-    private record Freed(int segment, long generation, int tier, boolean spill) {
+    private record Freed(int segment, long generation, Tier tier, boolean spill) {
     }
 
     /** Records frees; delivers nothing. */
@@ -518,7 +518,7 @@ class MasterServiceTest {
         final List<Freed> freed = new ArrayList<>();
 
         @Override
-        public void free(Segment segment, long offset, long generation, int tier, boolean spill) {
+        public void free(Segment segment, long offset, long generation, Tier tier, boolean spill) {
             freed.add(new Freed(segment.id, generation, tier, spill));
         }
 

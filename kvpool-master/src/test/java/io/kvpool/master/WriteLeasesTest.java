@@ -198,6 +198,19 @@ class WriteLeasesTest {
     }
 
     @Test
+    void leasesWithoutAPreferenceGoToTheSegmentWithTheMostRoomInTurn() {
+        int second = join("b:1", 8 << 20);
+        int third = join("c:1", 8 << 20);
+        java.util.Set<Integer> used = new java.util.HashSet<>();
+        for (int i = 0; i < 3; i++) {
+            used.add(lease(REGION, 1 << 20, 4).segmentId());
+        }
+        assertThat(used).containsExactlyInAnyOrder(segment, second, third);
+        // a named segment is honoured
+        assertThat(svc.writeLease(new Grant("b:1", REGION, 1 << 20, 4)).segmentId()).isEqualTo(second);
+    }
+
+    @Test
     void aLeaseNeverTakesMoreThanAnEighthOfASegmentUnlessOneBatchNeedsIt() {
         Granted small = lease(REGION, 1L << 40, 8);
         assertThat(small.length()).isEqualTo((8 << 20) / WriteLeases.SEGMENT_FRACTION);

@@ -6,6 +6,7 @@ import io.kvpool.protocol.ObjectLayout;
 import io.kvpool.protocol.Opcode;
 import io.kvpool.protocol.RemoteException;
 import io.kvpool.protocol.ResultCode;
+import io.kvpool.protocol.Tier;
 import io.kvpool.protocol.msg.MasterMessages;
 import io.kvpool.protocol.msg.MasterMessages.Heartbeat;
 import io.kvpool.protocol.msg.MasterMessages.HeartbeatReply;
@@ -206,8 +207,7 @@ final class MasterLink implements AutoCloseable {
                 List<io.kvpool.node.disk.DiskStore.Entry> chunk = onDisk.subList(from, Math.min(onDisk.size(), from + INVENTORY_CHUNK));
                 List<InventoryItem> items = new ArrayList<>(chunk.size());
                 for (io.kvpool.node.disk.DiskStore.Entry e : chunk) {
-                    items.add(new InventoryItem(0, e.generation(), e.epoch(), e.key(), e.valueLength(),
-                            io.kvpool.protocol.Tier.DISK));
+                    items.add(new InventoryItem(0, e.generation(), e.epoch(), e.key(), e.valueLength(), Tier.DISK));
                 }
                 BodyWriter dw = new BodyWriter(64 + items.size() * 128);
                 new Inventory(id, incarnation, false, items).write(dw);
@@ -329,7 +329,7 @@ final class MasterLink implements AutoCloseable {
     private List<ResultCode> sendDisk(Opcode op, List<io.kvpool.node.disk.DiskStore.Entry> batch) throws IOException {
         List<InventoryItem> items = new ArrayList<>(batch.size());
         for (io.kvpool.node.disk.DiskStore.Entry e : batch) {
-            items.add(new InventoryItem(0, e.generation(), e.epoch(), e.key(), e.valueLength(), io.kvpool.protocol.Tier.DISK));
+            items.add(new InventoryItem(0, e.generation(), e.epoch(), e.key(), e.valueLength(), Tier.DISK));
         }
         BodyWriter w = new BodyWriter(64 + items.size() * 128);
         new Inventory(segmentId, incarnation, false, items).write(w);

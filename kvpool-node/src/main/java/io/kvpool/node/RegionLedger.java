@@ -196,6 +196,59 @@ final class RegionLedger {
         }
     }
 
+    /**
+     * Sets a same-machine writer's lease range aside: admitted as a write is (waiting for readers and
+     * writers of the space, dropping what overlaps, fencing old epochs), then held as one region being
+     * written that no read can name (generation -1). Objects are carved from its front with
+     * {@link #carve}; the writer's connection closing ends it ({@link #endWrite} with false).
+     */
+    WriteAdmission beginLease(long offset, long length, long writeEpoch, Duration maxWait) throws InterruptedException {
+        return beginWrite(offset, length, -1, writeEpoch, new byte[0], 0, maxWait);
+    }
+
+    /** What {@link #carve} did: the object's code, and the lease region left (null when nothing is left). */
+    record Carved(ResultCode code, Region rest) {
+    }
+
+    /**
+     * Records an object the lease's writer copied into {@code [offset, offset + length)}: it must lie
+     * in the lease region, at or after its start. The object becomes complete and readable (its header
+     * stamped {@code COMPLETE} with the fields given); the lease region shrinks to what follows it (what
+     * lay before it was never an object). Refused with FENCED when a reset since voided the lease, and
+     * FAILED when the range is not the lease's; then the lease region is unchanged.
+     */
+    Carved carve(Region lease, long offset, long length, long generation, long writeEpoch, byte[] key,
+                 long valueLength, int valueCrc) {
+        lock.lock();
+        try {
+            if (lease.dead || writeEpoch < epoch || lease.epoch < epoch) {
+                return new Carved(ResultCode.FENCED, lease);
+            }
+            if (regions.get(lease.offset) != lease || offset < lease.offset || offset + length > lease.end()
+                    || length <= 0) {
+                return new Carved(ResultCode.FAILED, lease);
+            }
+            regions.remove(lease.offset);
+            Region obj = new Region(offset, length, generation, writeEpoch, key, valueLength);
+            ObjectLayout.writeHeader(memory, offset, ObjectLayout.STATE_COMPLETE, key, valueLength, generation,
+                    writeEpoch, valueCrc);
+            obj.complete = true;
+            completeCount++;
+            completeBytes += length;
+            regions.put(offset, obj);
+            Region rest = null;
+            if (obj.end() < lease.end()) {
+                rest = new Region(obj.end(), lease.end() - obj.end(), -1, lease.epoch, lease.key, 0);
+                rest.writing = true;
+                regions.put(rest.offset, rest);
+            }
+            changed.signalAll();
+            return new Carved(ResultCode.OK, rest);
+        } finally {
+            lock.unlock();
+        }
+    }
+
     /** Pins a complete region for reading, or returns null when (offset, generation) names no readable object. */
     Region beginRead(long offset, long generation) {
         lock.lock();

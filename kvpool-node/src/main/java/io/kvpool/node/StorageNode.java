@@ -15,6 +15,7 @@ import io.kvpool.protocol.Opcode;
 import io.kvpool.protocol.Request;
 import io.kvpool.protocol.RequestHandler;
 import io.kvpool.protocol.ResultCode;
+import io.kvpool.protocol.Tier;
 import io.kvpool.protocol.msg.MasterMessages.Codes;
 import io.kvpool.protocol.msg.NodeMessages;
 import org.slf4j.Logger;
@@ -61,8 +62,8 @@ public final class StorageNode implements AutoCloseable {
     private final AtomicLong memoryReads = new AtomicLong();
     /** The SSD tier, or null when none is configured (then no disk thread, file or buffer exists). */
     private final DiskTier disk;
-    /** Same-machine writes begun and not yet ended, by connection (peer address) and generation. */
-    private final Map<String, Map<Long, RegionLedger.Region>> shmWrites = new ConcurrentHashMap<>();
+    /** Writes by clients on this machine, which copy the values themselves. */
+    private final SameMachineWrites sameMachine;
     private volatile boolean closed;
 
     public StorageNode(NodeConfig config) throws IOException {
@@ -81,6 +82,7 @@ public final class StorageNode implements AutoCloseable {
         }
         this.segment = memory.segment();
         this.ledger = new RegionLedger(segment);
+        this.sameMachine = new SameMachineWrites(this, ledger, segment, config);
         DiskTier d = null;
         try {
             d = config.diskDir() == null ? null : new DiskTier(this, config);
@@ -217,8 +219,10 @@ public final class StorageNode implements AutoCloseable {
                 case NODE_READ -> read(req);
                 case NODE_FREE -> free(req);
                 case NODE_RESET -> reset(req);
-                case NODE_SHM_WRITE_BEGIN -> shmWriteBegin(req);
-                case NODE_SHM_WRITE_END -> shmWriteEnd(req);
+                case NODE_SHM_WRITE_BEGIN -> sameMachine.begin(req);
+                case NODE_SHM_WRITE_END -> sameMachine.end(req);
+                case NODE_SHM_LEASE -> sameMachine.lease(req);
+                case NODE_SHM_LEASE_WRITE -> sameMachine.leaseWrite(req);
                 default -> throw new MalformedFrameException(FrameStatus.UNKNOWN_OPCODE, req.requestId(),
                         req.opcode().metricName + " is not served by nodes");
             }
@@ -227,87 +231,26 @@ public final class StorageNode implements AutoCloseable {
         @Override
         public void connectionClosed(String peer) {
             // a same-machine writer that went away leaves its begun writes: they never become readable
-            Map<Long, RegionLedger.Region> open = shmWrites.remove(peer);
-            if (open != null) {
-                for (RegionLedger.Region r : open.values()) {
-                    ledger.endWrite(r, false);
-                }
-            }
+            sameMachine.connectionClosed(peer);
         }
     }
 
-    /**
-     * NODE_SHM_WRITE_BEGIN: admits writes exactly as NODE_WRITE does (waiting for readers of the space,
-     * fencing old epochs) and stamps their headers, but the client then copies the values into the
-     * shared segment itself. The regions stay "being written" until NODE_SHM_WRITE_END from the same
-     * connection, or until that connection closes (then they are dropped).
-     */
-    private void shmWriteBegin(Request req) throws IOException {
+    /** Refuses a same-machine write when the segment is not in shared memory. */
+    void requireShared() {
         if (memory.file() == null) {
             throw new BadRequestException("segment " + name + " is not in shared memory; use node_write");
         }
-        BodyReader body = req.body();
-        NodeMessages.Write w = NodeMessages.Write.read(body);
-        body.end("node_shm_write_begin");
-        for (NodeMessages.WriteItem it : w.items()) {
-            checkRegion(it.offset(), ObjectLayout.regionLength(it.key().length, it.valueLength()), it.generation());
-        }
-        Map<Long, RegionLedger.Region> open = shmWrites.computeIfAbsent(req.peer(), p -> new ConcurrentHashMap<>());
-        List<ResultCode> codes = new ArrayList<>(w.items().size());
-        long waitDeadline = System.nanoTime() + config.regionWait().toNanos();
-        for (NodeMessages.WriteItem it : w.items()) {
-            RegionLedger.WriteAdmission adm = admit(it, w.epoch(), waitDeadline);
-            if (adm.region() == null) {
-                refusedWrites.incrementAndGet();
-                codes.add(adm.refusal());
-                continue;
-            }
-            ObjectLayout.writeHeader(segment, it.offset(), ObjectLayout.STATE_WRITING, it.key(), it.valueLength(),
-                    it.generation(), w.epoch(), it.valueCrc());
-            RegionLedger.Region previous = open.put(it.generation(), adm.region());
-            if (previous != null) {
-                ledger.endWrite(previous, false);
-            }
-            codes.add(ResultCode.OK);
-        }
-        BodyWriter out = new BodyWriter(8 + codes.size());
-        new Codes(codes).write(out);
-        req.reply(out);
     }
 
-    /** NODE_SHM_WRITE_END: completes (or abandons) writes this connection began. */
-    private void shmWriteEnd(Request req) throws IOException {
-        BodyReader body = req.body();
-        NodeMessages.ShmWriteEnd end = NodeMessages.ShmWriteEnd.read(body);
-        body.end("node_shm_write_end");
-        Map<Long, RegionLedger.Region> open = shmWrites.getOrDefault(req.peer(), Map.of());
-        List<ResultCode> codes = new ArrayList<>(end.items().size());
-        for (NodeMessages.ShmWriteEndItem it : end.items()) {
-            RegionLedger.Region r = open.get(it.generation());
-            if (r == null || r.offset != it.offset()) {
-                codes.add(ResultCode.NOT_FOUND);
-                continue;
-            }
-            open.remove(it.generation());
-            boolean ok = it.copied();
-            if (ok && config.verifyWrites()) {
-                int crc = segment.get(java.lang.foreign.ValueLayout.JAVA_INT_UNALIGNED.withOrder(java.nio.ByteOrder.LITTLE_ENDIAN),
-                        r.offset + ObjectLayout.VALUE_CRC_OFFSET);
-                ok = ObjectLayout.valueCrc(segment.asSlice(r.valueOffset(), r.valueLength)) == crc;
-            }
-            if (ledger.endWrite(r, ok)) {
-                bytesWritten.addAndGet(r.valueLength);
-                codes.add(ResultCode.OK);
-            } else {
-                codes.add(ledger.epoch() > r.epoch ? ResultCode.FENCED : ResultCode.FAILED);
-            }
-        }
-        BodyWriter out = new BodyWriter(8 + codes.size());
-        new Codes(codes).write(out);
-        req.reply(out);
+    void refusedWrite() {
+        refusedWrites.incrementAndGet();
     }
 
-    private RegionLedger.WriteAdmission admit(NodeMessages.WriteItem it, long epoch, long waitDeadline) throws IOException {
+    void wrote(long valueBytes) {
+        bytesWritten.addAndGet(valueBytes);
+    }
+
+    RegionLedger.WriteAdmission admit(NodeMessages.WriteItem it, long epoch, long waitDeadline) throws IOException {
         try {
             return ledger.beginWrite(it.offset(), ObjectLayout.regionLength(it.key().length, it.valueLength()),
                     it.generation(), epoch, it.key(), it.valueLength(),
@@ -381,7 +324,7 @@ public final class StorageNode implements AutoCloseable {
             long total = 0;
             long fromDisk = 0;
             for (NodeMessages.ReadItem it : rd.items()) {
-                if (it.tier() == io.kvpool.protocol.Tier.DISK) {
+                if (it.tier() == Tier.DISK) {
                     DiskTier.Staged st = disk == null ? null : disk.read(it.generation(), it.valueLength());
                     if (st == null) {
                         codes.add(ResultCode.NOT_FOUND);
@@ -441,7 +384,7 @@ public final class StorageNode implements AutoCloseable {
         body.end("node_free");
         long n = 0;
         for (NodeMessages.FreeItem it : f.items()) {
-            if (it.tier() == io.kvpool.protocol.Tier.DISK) {
+            if (it.tier() == Tier.DISK) {
                 n += disk != null && disk.remove(it.generation()) ? 1 : 0;
                 continue;
             }
@@ -481,7 +424,7 @@ public final class StorageNode implements AutoCloseable {
         req.reply(new BodyWriter(8).i64(n));
     }
 
-    private void checkRegion(long offset, long length, long generation) {
+    void checkRegion(long offset, long length, long generation) {
         if (offset % ObjectLayout.ALIGNMENT != 0 || offset < 0 || length < 0 || offset + length > segment.byteSize()
                 || offset + length < 0) {
             throw new BadRequestException("region at offset " + offset + " of " + length + " bytes (generation "

@@ -69,6 +69,69 @@ class RegionLedgerTest {
         return r;
     }
 
+    /** Sets a lease region aside, with no wait. */
+    private RegionLedger.Region lease(long offset, long length, long epoch) throws InterruptedException {
+        RegionLedger.WriteAdmission a = ledger.beginLease(offset, length, epoch, NO_WAIT);
+        assertThat(a.refusal()).isNull();
+        return a.region();
+    }
+
+    @Test
+    void aLeaseRegionIsCarvedFromItsFrontAndOnlyCarvedObjectsAreReadable() throws InterruptedException {
+        store(1024, 256, 3);
+        RegionLedger.Region pinned = ledger.beginRead(1024, 3);
+        // the old object under the lease is pinned by a reader: the lease waits for it, then gives up
+        assertThat(ledger.beginLease(0, 4096, 0, SHORT).refusal()).isEqualTo(ResultCode.FAILED);
+        ledger.endRead(pinned);
+        RegionLedger.Region l = lease(0, 4096, 0);
+        // the old object's header is dead the moment the lease takes its space: no reader gets it after
+        assertThat(ObjectLayout.state(memory, 1024)).isEqualTo(ObjectLayout.STATE_DEAD);
+        assertThat(ledger.beginRead(1024, 3)).isNull();
+        assertThat(ledger.beginRead(0, -1)).as("the lease region itself is never readable").isNull();
+        // nothing else may be written in the lease meanwhile: it is being written
+        assertThat(ledger.beginWrite(2048, 128, 9, 0, KEY, 64, SHORT).refusal()).isEqualTo(ResultCode.FAILED);
+
+        RegionLedger.Carved a = ledger.carve(l, 128, 256, 10, 0, KEY, 192, 0x1234);
+        assertThat(a.code()).isEqualTo(ResultCode.OK);
+        assertThat(a.rest().offset).isEqualTo(384);
+        assertThat(a.rest().end()).isEqualTo(4096);
+        assertThat(ObjectLayout.state(memory, 128)).isEqualTo(ObjectLayout.STATE_COMPLETE);
+        RegionLedger.Region r = ledger.beginRead(128, 10);
+        assertThat(r).isNotNull();
+        assertThat(r.valueLength).isEqualTo(192);
+        ledger.endRead(r);
+        // below the lease region's start (the part before the carved object went with it), or past its end
+        assertThat(ledger.carve(a.rest(), 0, 128, 11, 0, KEY, 64, 0).code()).isEqualTo(ResultCode.FAILED);
+        assertThat(ledger.carve(a.rest(), 4032, 128, 11, 0, KEY, 64, 0).code()).isEqualTo(ResultCode.FAILED);
+        assertThat(ledger.carve(l, 512, 128, 11, 0, KEY, 64, 0).code()).as("a stale handle").isEqualTo(ResultCode.FAILED);
+        RegionLedger.Carved last = ledger.carve(a.rest(), 3968, 128, 12, 0, KEY, 64, 0);
+        assertThat(last.code()).isEqualTo(ResultCode.OK);
+        assertThat(last.rest()).as("nothing left").isNull();
+        assertThat(ledger.objectCount()).isEqualTo(2);
+        assertThat(ledger.completeRegions()).extracting(x -> x.generation).containsExactly(10L, 12L);
+        // the space between the objects is no one's: a write there is admitted at once
+        admit(384, 256, 13, 0);
+    }
+
+    @Test
+    void aLeaseRegionEndsWithItsConnectionAndIsFencedByAReset() throws InterruptedException {
+        RegionLedger.Region l = lease(0, 4096, 0);
+        RegionLedger.Carved a = ledger.carve(l, 0, 256, 1, 0, KEY, 192, 0);
+        assertThat(ledger.endWrite(a.rest(), false)).isFalse();
+        admit(1024, 256, 2, 0); // the rest is free again at the node
+        assertThat(ledger.beginRead(0, 1)).as("what was carved stays").isNotNull();
+
+        RegionLedger.Region m = lease(2048, 2048, 0);
+        assertThat(ledger.reset(1)).as("the object carved in epoch 0").isEqualTo(1);
+        assertThat(ledger.carve(m, 2048, 256, 3, 0, KEY, 192, 0).code()).isEqualTo(ResultCode.FENCED);
+        assertThat(ledger.beginLease(2048, 1024, 0, NO_WAIT).refusal()).as("an old epoch").isEqualTo(ResultCode.FENCED);
+        ledger.endWrite(m, false);
+        RegionLedger.Region n = lease(2048, 2048, 1);
+        assertThat(ledger.carve(n, 2048, 256, 4, 0, KEY, 192, 0).code()).as("an item of an old epoch")
+                .isEqualTo(ResultCode.FENCED);
+        assertThat(ledger.carve(n, 2048, 256, 4, 1, KEY, 192, 0).code()).isEqualTo(ResultCode.OK);
+    }
+
     @Test
     void unknownOffsetOrGenerationIsNotReadable() throws InterruptedException {
         assertThat(ledger.beginRead(0, 1)).isNull();

@@ -69,7 +69,11 @@ public enum Opcode {
     NODE_RESET(0x83, "node_reset"),
     // ---- node: same-machine writes (the client copies the bytes into the shared segment itself) ----
     NODE_SHM_WRITE_BEGIN(0x84, "node_shm_write_begin"),
-    NODE_SHM_WRITE_END(0x85, "node_shm_write_end");
+    NODE_SHM_WRITE_END(0x85, "node_shm_write_end"),
+    /** A same-machine writer sets the unwritten part of its write lease aside. Body: {@code NodeMessages.ShmLease}. */
+    NODE_SHM_LEASE(0x86, "node_shm_lease"),
+    /** Objects copied into that range become readable on the node. Body: {@code NodeMessages.Write}, no payload. */
+    NODE_SHM_LEASE_WRITE(0x87, "node_shm_lease_write");
 
     private static final Opcode[] BY_CODE = new Opcode[256];
 

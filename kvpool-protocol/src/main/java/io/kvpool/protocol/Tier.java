@@ -2,27 +2,40 @@ package io.kvpool.protocol;
 
 /**
  * Where a replica's bytes are on its node: in the memory segment, or in the node's SSD tier. On the
- * wire a tier is one byte.
+ * wire a tier is one byte, its {@link #code}.
  */
-public final class Tier {
-
+public enum Tier {
     /** In the node's memory segment, at a region offset. */
-    public static final int MEMORY = 0;
+    MEMORY(0, "memory"),
     /** In the node's SSD tier, found by generation (the offset is unused). */
-    public static final int DISK = 1;
+    DISK(1, "disk");
 
-    private Tier() {
+    /** By code: the codes are the ordinals. */
+    private static final Tier[] BY_CODE = values();
+
+    /** The tier's byte on the wire. */
+    public final int code;
+    private final String label;
+
+    Tier(int code, String label) {
+        this.code = code;
+        this.label = label;
     }
 
-    /** Validates a tier byte from the wire. */
-    public static int check(int tier) {
-        if (tier != MEMORY && tier != DISK) {
-            throw new MalformedFrameException(FrameStatus.MALFORMED_FRAME, "unknown tier " + tier);
+    /**
+     * The tier with this wire byte.
+     *
+     * @throws MalformedFrameException when the code is unknown
+     */
+    public static Tier of(int code) {
+        if (code < 0 || code >= BY_CODE.length) {
+            throw new MalformedFrameException(FrameStatus.MALFORMED_FRAME, "unknown tier " + code);
         }
-        return tier;
+        return BY_CODE[code];
     }
 
-    public static String name(int tier) {
-        return tier == DISK ? "disk" : "memory";
+    /** The tier's lowercase display name ("memory", "disk"), as in logs and metric labels. */
+    public String label() {
+        return label;
     }
 }

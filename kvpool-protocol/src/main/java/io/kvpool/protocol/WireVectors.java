@@ -44,8 +44,8 @@ public final class WireVectors {
         out.put("put_start", body(w -> new MasterMessages.PutStart(true, 2, "127.0.0.1:50052", List.of(
                 new MasterMessages.PutStartItem(k1, 1 << 20, 0), new MasterMessages.PutStartItem(k2, 0, 0))).write(w)));
         out.put("put_start_reply", body(w -> new MasterMessages.PutStartReply(9, List.of(
-                new MasterMessages.PutStartResult(ResultCode.OK, 1234, List.of(new Replica(1, 0, 4096),
-                        new Replica(2, 1, 0))),
+                new MasterMessages.PutStartResult(ResultCode.OK, 1234, List.of(new Replica(1, Tier.MEMORY, 4096),
+                        new Replica(2, Tier.DISK, 0))),
                 new MasterMessages.PutStartResult(ResultCode.POOL_FULL, 0, List.of()))).write(w)));
         out.put("put_end", body(w -> new MasterMessages.PutEnd(List.of(new MasterMessages.PutEndItem(k1, 1234, 2),
                 new MasterMessages.PutEndItem(k2, -5, -1))).write(w)));
@@ -57,11 +57,12 @@ public final class WireVectors {
         out.put("commit", body(w -> new WriteLeaseMessages.Commit(0x0102030405L, true, List.of(
                 new WriteLeaseMessages.CommitItem(k1, 4096, 1 << 20, 5000),
                 new WriteLeaseMessages.CommitItem(k2, 4096 + (2L << 20), 0, 5001))).write(w)));
+        out.put("shm_lease", body(w -> new NodeMessages.ShmLease(7, 4096, 64L << 20).write(w)));
         out.put("release", body(w -> new WriteLeaseMessages.Release(0x0102030405L).write(w)));
         out.put("codes", body(w -> new MasterMessages.Codes(List.of(ResultCode.values())).write(w)));
         out.put("keys", body(w -> new KeyList(List.of(k1, k2)).write(w)));
         out.put("replica_lists", body(w -> new MasterMessages.ReplicaListReply(List.of(
-                new MasterMessages.ReplicaList(ResultCode.OK, 1 << 20, 1234, List.of(new Replica(3, 0, 128))),
+                new MasterMessages.ReplicaList(ResultCode.OK, 1 << 20, 1234, List.of(new Replica(3, Tier.MEMORY, 128))),
                 new MasterMessages.ReplicaList(ResultCode.NOT_FOUND, 0, 0, List.of()))).write(w)));
         out.put("flags", body(w -> new MasterMessages.Flags(new boolean[] {true, false, true}).write(w)));
         out.put("sizes", body(w -> new MasterMessages.Sizes(new long[] {1 << 20, -1}).write(w)));
@@ -75,8 +76,9 @@ public final class WireVectors {
         out.put("node_write", body(w -> new NodeMessages.Write(3, List.of(
                 new NodeMessages.WriteItem(4096, 1234, k1, 1 << 20, 0xE3069283),
                 new NodeMessages.WriteItem(0, 1, k2, 0, 0))).write(w)));
-        out.put("node_read", body(w -> new NodeMessages.Read(List.of(new NodeMessages.ReadItem(4096, 1234, 1 << 20, 0),
-                new NodeMessages.ReadItem(0, 7, 9, 1))).write(w)));
+        out.put("node_read", body(w -> new NodeMessages.Read(List.of(
+                new NodeMessages.ReadItem(4096, 1234, 1 << 20, Tier.MEMORY),
+                new NodeMessages.ReadItem(0, 7, 9, Tier.DISK))).write(w)));
         out.put("shm_write_end", body(w -> new NodeMessages.ShmWriteEnd(List.of(
                 new NodeMessages.ShmWriteEndItem(4096, 1234, true), new NodeMessages.ShmWriteEndItem(64, 5, false)))
                 .write(w)));

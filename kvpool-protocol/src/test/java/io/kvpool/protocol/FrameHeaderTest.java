@@ -143,4 +143,21 @@ class FrameHeaderTest {
         assertThat(catchThrowableOfType(MalformedFrameException.class, () -> ResultCode.of(ResultCode.values().length)))
                 .isNotNull();
     }
+
+    @Test
+    void tierCodesAndLabels() {
+        // the wire bytes of protocol version 2: they must not change
+        assertThat(Tier.MEMORY.code).isZero();
+        assertThat(Tier.DISK.code).isEqualTo(1);
+        for (Tier t : Tier.values()) {
+            assertThat(Tier.of(t.code)).isSameAs(t);
+        }
+        assertThat(Tier.MEMORY.label()).isEqualTo("memory");
+        assertThat(Tier.DISK.label()).isEqualTo("disk");
+        for (int bad : new int[] {2, 255, -1}) {
+            MalformedFrameException e = catchThrowableOfType(MalformedFrameException.class, () -> Tier.of(bad));
+            assertThat(e).isNotNull().hasMessageContaining("unknown tier " + bad);
+            assertThat(e.status()).isEqualTo(FrameStatus.MALFORMED_FRAME);
+        }
+    }
 }

@@ -3,6 +3,7 @@ package io.kvpool.protocol.msg;
 import io.kvpool.protocol.BodyReader;
 import io.kvpool.protocol.BodyWriter;
 import io.kvpool.protocol.ResultCode;
+import io.kvpool.protocol.Tier;
 
 import java.util.ArrayList;
 import java.util.List;
@@ -491,9 +492,9 @@ public final class MasterMessages {
      * One object a node holds, as listed to the master at registration, in NODE_DISK_ADD (an object
      * the node just spilled to its SSD tier) and NODE_DISK_DROP (one its SSD tier let go of).
      */
-    public record InventoryItem(long offset, long generation, long epoch, byte[] key, long valueLength, int tier) {
+    public record InventoryItem(long offset, long generation, long epoch, byte[] key, long valueLength, Tier tier) {
         public InventoryItem(long offset, long generation, long epoch, byte[] key, long valueLength) {
-            this(offset, generation, epoch, key, valueLength, io.kvpool.protocol.Tier.MEMORY);
+            this(offset, generation, epoch, key, valueLength, Tier.MEMORY);
         }
     }
 
@@ -502,7 +503,7 @@ public final class MasterMessages {
         public void write(BodyWriter w) {
             w.i32(segmentId).i64(nodeIncarnation).bool(last).i32(items.size());
             for (InventoryItem it : items) {
-                w.i64(it.offset).i64(it.generation).i64(it.epoch).bytes(it.key).i64(it.valueLength).u8(it.tier);
+                w.i64(it.offset).i64(it.generation).i64(it.epoch).bytes(it.key).i64(it.valueLength).u8(it.tier.code);
             }
         }
 
@@ -514,7 +515,7 @@ public final class MasterMessages {
             List<InventoryItem> items = new ArrayList<>(n);
             for (int i = 0; i < n; i++) {
                 items.add(new InventoryItem(r.length("offset"), r.i64("generation"), r.i64("epoch"), KeyList.readKey(r),
-                        r.length("value length"), io.kvpool.protocol.Tier.check(r.u8("tier"))));
+                        r.length("value length"), Tier.of(r.u8("tier"))));
             }
             return new Inventory(seg, inc, last, items);
         }

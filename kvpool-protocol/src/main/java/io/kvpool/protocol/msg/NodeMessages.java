@@ -2,6 +2,7 @@ package io.kvpool.protocol.msg;
 
 import io.kvpool.protocol.BodyReader;
 import io.kvpool.protocol.BodyWriter;
+import io.kvpool.protocol.Tier;
 
 import java.util.ArrayList;
 import java.util.List;
@@ -52,9 +53,9 @@ public final class NodeMessages {
     }
 
     /** One object in a NODE_READ: a memory region at {@code offset}, or a disk-tier copy found by generation. */
-    public record ReadItem(long offset, long generation, long valueLength, int tier) {
+    public record ReadItem(long offset, long generation, long valueLength, Tier tier) {
         public ReadItem(long offset, long generation, long valueLength) {
-            this(offset, generation, valueLength, io.kvpool.protocol.Tier.MEMORY);
+            this(offset, generation, valueLength, Tier.MEMORY);
         }
     }
 
@@ -66,7 +67,7 @@ public final class NodeMessages {
         public void write(BodyWriter w) {
             w.i32(items.size());
             for (ReadItem it : items) {
-                w.i64(it.offset).i64(it.generation).i64(it.valueLength).u8(it.tier);
+                w.i64(it.offset).i64(it.generation).i64(it.valueLength).u8(it.tier.code);
             }
         }
 
@@ -75,7 +76,7 @@ public final class NodeMessages {
             List<ReadItem> items = new ArrayList<>(n);
             for (int i = 0; i < n; i++) {
                 items.add(new ReadItem(r.length("offset"), r.i64("generation"), r.length("value length"),
-                        io.kvpool.protocol.Tier.check(r.u8("tier"))));
+                        Tier.of(r.u8("tier"))));
             }
             return new Read(items);
         }
@@ -108,13 +109,29 @@ public final class NodeMessages {
     }
 
     /**
+     * NODE_SHM_LEASE: a same-machine writer asks the node to set {@code [offset, offset + length)} of
+     * its write lease aside for it, so that it can copy values there and have the node record each
+     * object with one NODE_SHM_LEASE_WRITE (whose body is a {@link Write} without payload). Reply:
+     * {@link MasterMessages.Codes} with one code.
+     */
+    public record ShmLease(long epoch, long offset, long length) {
+        public void write(BodyWriter w) {
+            w.i64(epoch).i64(offset).i64(length);
+        }
+
+        public static ShmLease read(BodyReader r) {
+            return new ShmLease(r.i64("epoch"), r.length("offset"), r.length("length"));
+        }
+    }
+
+    /**
      * One object in a NODE_FREE: a memory region (by offset and generation) or a disk-tier copy (by
      * generation). {@code spill}: the master evicted a memory object and wants it moved to this
      * node's SSD tier (if it has one) rather than dropped.
      */
-    public record FreeItem(long offset, long generation, int tier, boolean spill) {
+    public record FreeItem(long offset, long generation, Tier tier, boolean spill) {
         public FreeItem(long offset, long generation) {
-            this(offset, generation, io.kvpool.protocol.Tier.MEMORY, false);
+            this(offset, generation, Tier.MEMORY, false);
         }
     }
 
@@ -123,7 +140,7 @@ public final class NodeMessages {
         public void write(BodyWriter w) {
             w.i32(items.size());
             for (FreeItem it : items) {
-                w.i64(it.offset).i64(it.generation).u8(it.tier).bool(it.spill);
+                w.i64(it.offset).i64(it.generation).u8(it.tier.code).bool(it.spill);
             }
         }
 
@@ -132,7 +149,7 @@ public final class NodeMessages {
             List<FreeItem> items = new ArrayList<>(n);
             for (int i = 0; i < n; i++) {
                 items.add(new FreeItem(r.length("offset"), r.i64("generation"),
-                        io.kvpool.protocol.Tier.check(r.u8("tier")), r.bool("spill")));
+                        Tier.of(r.u8("tier")), r.bool("spill")));
             }
             return new Free(items);
         }

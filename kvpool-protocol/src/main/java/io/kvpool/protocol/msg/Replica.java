@@ -15,7 +15,7 @@ import io.kvpool.protocol.Tier;
  *  +-------------------+----------+---------------------------------------+
  * </pre>
  */
-public record Replica(int segmentId, int tier, long offset) {
+public record Replica(int segmentId, Tier tier, long offset) {
 
     public static final int WIRE_BYTES = 13;
 
@@ -29,10 +29,10 @@ public record Replica(int segmentId, int tier, long offset) {
     }
 
     public void write(BodyWriter w) {
-        w.i32(segmentId).u8(tier).i64(offset);
+        w.i32(segmentId).u8(tier.code).i64(offset);
     }
 
     public static Replica read(BodyReader r) {
-        return new Replica(r.i32("segment id"), Tier.check(r.u8("tier")), r.length("offset"));
+        return new Replica(r.i32("segment id"), Tier.of(r.u8("tier")), r.length("offset"));
     }
 }

@@ -7,6 +7,7 @@ import io.kvpool.protocol.FrameStatus;
 import io.kvpool.protocol.Keys;
 import io.kvpool.protocol.MalformedFrameException;
 import io.kvpool.protocol.ResultCode;
+import io.kvpool.protocol.Tier;
 import io.kvpool.protocol.msg.MasterMessages.ClusterStats;
 import io.kvpool.protocol.msg.MasterMessages.Codes;
 import io.kvpool.protocol.msg.MasterMessages.Flags;
@@ -141,7 +142,7 @@ class MessageRoundTripTest {
         roundTrip(new Replica(0, 0), Replica::write, Replica::read);
         roundTrip(new Replica(Integer.MAX_VALUE, Long.MAX_VALUE & -64), Replica::write, Replica::read);
         roundTrip(new Replica(-1, 64), Replica::write, Replica::read);
-        roundTrip(new Replica(7, io.kvpool.protocol.Tier.DISK, 0), Replica::write, Replica::read);
+        roundTrip(new Replica(7, Tier.DISK, 0), Replica::write, Replica::read);
         assertThat(new BodyWriter().i32(1).u8(0).i64(2).length()).isEqualTo(Replica.WIRE_BYTES);
         assertThatThrownBy(() -> Replica.read(new BodyReader(new BodyWriter().i32(1).u8(0).i64(-64).buffer())))
                 .isInstanceOf(MalformedFrameException.class).hasMessageContaining("offset");
@@ -337,6 +338,7 @@ class MessageRoundTripTest {
             items.add(new InventoryItem(64L * rnd.nextInt(1 << 20), rnd.nextLong(), rnd.nextLong(), randomKey(),
                     rnd.nextLong() & Long.MAX_VALUE));
         }
+        items.add(new InventoryItem(0, rnd.nextLong(), rnd.nextLong(), randomKey(), 9, Tier.DISK));
         roundTrip(new Inventory(7, rnd.nextLong(), false, items), Inventory::write, Inventory::read);
     }
 
@@ -362,12 +364,12 @@ class MessageRoundTripTest {
         roundTrip(new NodeMessages.Read(List.of()), NodeMessages.Read::write, NodeMessages.Read::read);
         roundTrip(new NodeMessages.Read(List.of(new NodeMessages.ReadItem(0, 1, 2),
                         new NodeMessages.ReadItem(Long.MAX_VALUE, Long.MIN_VALUE, Long.MAX_VALUE),
-                        new NodeMessages.ReadItem(0, 7, 9, io.kvpool.protocol.Tier.DISK))),
+                        new NodeMessages.ReadItem(0, 7, 9, Tier.DISK))),
                 NodeMessages.Read::write, NodeMessages.Read::read);
         roundTrip(new NodeMessages.Free(List.of()), NodeMessages.Free::write, NodeMessages.Free::read);
         roundTrip(new NodeMessages.Free(List.of(new NodeMessages.FreeItem(64, 9), new NodeMessages.FreeItem(0, -9),
-                new NodeMessages.FreeItem(0, 5, io.kvpool.protocol.Tier.DISK, false),
-                new NodeMessages.FreeItem(128, 6, io.kvpool.protocol.Tier.MEMORY, true))),
+                new NodeMessages.FreeItem(0, 5, Tier.DISK, false),
+                new NodeMessages.FreeItem(128, 6, Tier.MEMORY, true))),
                 NodeMessages.Free::write, NodeMessages.Free::read);
         roundTrip(new NodeMessages.Reset(0), NodeMessages.Reset::write, NodeMessages.Reset::read);
         roundTrip(new NodeMessages.Reset(Long.MAX_VALUE), NodeMessages.Reset::write, NodeMessages.Reset::read);

@@ -1,0 +1,227 @@
+package io.kvpool.node;
+
+import io.kvpool.protocol.BadRequestException;
+import io.kvpool.protocol.BodyReader;
+import io.kvpool.protocol.BodyWriter;
+import io.kvpool.protocol.ObjectLayout;
+import io.kvpool.protocol.Request;
+import io.kvpool.protocol.ResultCode;
+import io.kvpool.protocol.msg.MasterMessages.Codes;
+import io.kvpool.protocol.msg.NodeMessages;
+
+import java.io.IOException;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.nio.ByteOrder;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+
+/**
+ * Writes by clients on this machine, which copy values into the shared segment themselves: the node
+ * only admits the space and records the objects. Two forms (docs/protocol.md, sections 4.23 and 4.28):
+ *
+ * <ul>
+ *   <li><b>Per write</b>: NODE_SHM_WRITE_BEGIN admits each object's region as NODE_WRITE would and
+ *       stamps its header; the client copies; NODE_SHM_WRITE_END makes it readable.</li>
+ *   <li><b>Per lease</b>: NODE_SHM_LEASE admits the unwritten rest of the client's write lease once, as
+ *       one region no read can name; the client copies any number of values into it; each
+ *       NODE_SHM_LEASE_WRITE records objects, carving them from the front of that region
+ *       ({@link RegionLedger#carve}). So a put costs the copy and one exchange with the node, and the
+ *       admission (waiting for readers of space freed earlier) happens once per lease.</li>
+ * </ul>
+ *
+ * Both are tied to the writer's connection: when it closes, what was begun and not ended, and the
+ * lease region left, are dropped (never readable). The space a lease region holds is the writer's at
+ * the master until it releases the lease, so nothing else is placed there meanwhile; a writer that
+ * stalls past its lease's expiry holds the node's admission of that space until its connection
+ * closes, and writes placed there wait (bounded by the region wait) and fail as values.
+ */
+final class SameMachineWrites {
+
+    private final StorageNode node;
+    private final RegionLedger ledger;
+    private final MemorySegment segment;
+    private final NodeConfig config;
+    /** Writes begun with NODE_SHM_WRITE_BEGIN and not yet ended, by connection (peer) and generation. */
+    private final Map<String, Map<Long, RegionLedger.Region>> begun = new ConcurrentHashMap<>();
+    /** The lease region each connection holds, by connection (peer). */
+    private final Map<String, RegionLedger.Region> leases = new ConcurrentHashMap<>();
+
+    SameMachineWrites(StorageNode node, RegionLedger ledger, MemorySegment segment, NodeConfig config) {
+        this.node = node;
+        this.ledger = ledger;
+        this.segment = segment;
+        this.config = config;
+    }
+
+    /**
+     * NODE_SHM_WRITE_BEGIN: admits writes exactly as NODE_WRITE does (waiting for readers of the space,
+     * fencing old epochs) and stamps their headers, but the client then copies the values into the
+     * shared segment itself. The regions stay "being written" until NODE_SHM_WRITE_END from the same
+     * connection, or until that connection closes (then they are dropped).
+     */
+    void begin(Request req) throws IOException {
+        node.requireShared();
+        BodyReader body = req.body();
+        NodeMessages.Write w = NodeMessages.Write.read(body);
+        body.end("node_shm_write_begin");
+        for (NodeMessages.WriteItem it : w.items()) {
+            node.checkRegion(it.offset(), ObjectLayout.regionLength(it.key().length, it.valueLength()), it.generation());
+        }
+        Map<Long, RegionLedger.Region> open = begun.computeIfAbsent(req.peer(), p -> new ConcurrentHashMap<>());
+        List<ResultCode> codes = new ArrayList<>(w.items().size());
+        long waitDeadline = System.nanoTime() + config.regionWait().toNanos();
+        for (NodeMessages.WriteItem it : w.items()) {
+            RegionLedger.WriteAdmission adm = node.admit(it, w.epoch(), waitDeadline);
+            if (adm.region() == null) {
+                node.refusedWrite();
+                codes.add(adm.refusal());
+                continue;
+            }
+            ObjectLayout.writeHeader(segment, it.offset(), ObjectLayout.STATE_WRITING, it.key(), it.valueLength(),
+                    it.generation(), w.epoch(), it.valueCrc());
+            RegionLedger.Region previous = open.put(it.generation(), adm.region());
+            if (previous != null) {
+                ledger.endWrite(previous, false);
+            }
+            codes.add(ResultCode.OK);
+        }
+        reply(req, codes);
+    }
+
+    /** NODE_SHM_WRITE_END: completes (or abandons) writes this connection began. */
+    void end(Request req) throws IOException {
+        BodyReader body = req.body();
+        NodeMessages.ShmWriteEnd end = NodeMessages.ShmWriteEnd.read(body);
+        body.end("node_shm_write_end");
+        Map<Long, RegionLedger.Region> open = begun.getOrDefault(req.peer(), Map.of());
+        List<ResultCode> codes = new ArrayList<>(end.items().size());
+        for (NodeMessages.ShmWriteEndItem it : end.items()) {
+            RegionLedger.Region r = open.get(it.generation());
+            if (r == null || r.offset != it.offset()) {
+                codes.add(ResultCode.NOT_FOUND);
+                continue;
+            }
+            open.remove(it.generation());
+            boolean ok = it.copied() && crcHolds(r.valueOffset(), r.valueLength, storedCrc(r.offset));
+            if (ledger.endWrite(r, ok)) {
+                node.wrote(r.valueLength);
+                codes.add(ResultCode.OK);
+            } else {
+                codes.add(ledger.epoch() > r.epoch ? ResultCode.FENCED : ResultCode.FAILED);
+            }
+        }
+        reply(req, codes);
+    }
+
+    /**
+     * NODE_SHM_LEASE: sets {@code [offset, offset + length)} aside for this connection's lease writes,
+     * ending any lease region the connection held before. One code: OK, FENCED (an older epoch than
+     * the node's), or FAILED (the space stayed busy for the whole region wait).
+     */
+    void lease(Request req) throws IOException {
+        node.requireShared();
+        BodyReader body = req.body();
+        NodeMessages.ShmLease l = NodeMessages.ShmLease.read(body);
+        body.end("node_shm_lease");
+        node.checkRegion(l.offset(), l.length(), -1);
+        if (l.length() == 0) {
+            throw new BadRequestException("node_shm_lease of 0 bytes at offset " + l.offset());
+        }
+        RegionLedger.Region previous = leases.remove(req.peer());
+        if (previous != null) {
+            ledger.endWrite(previous, false);
+        }
+        RegionLedger.WriteAdmission adm;
+        try {
+            adm = ledger.beginLease(l.offset(), l.length(), l.epoch(), config.regionWait());
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new IOException("interrupted while waiting for a lease region of segment " + node.name());
+        }
+        ResultCode code = ResultCode.OK;
+        if (adm.region() == null) {
+            node.refusedWrite();
+            code = adm.refusal();
+        } else {
+            leases.put(req.peer(), adm.region());
+        }
+        reply(req, List.of(code));
+    }
+
+    /**
+     * NODE_SHM_LEASE_WRITE: the values of these objects are in place in this connection's lease
+     * region; each becomes a readable object (in order, each at or after the previous one). Codes per
+     * item: OK, FENCED (a reset voided the lease), FAILED (outside the lease region, or a checksum that
+     * does not hold when the node verifies writes), NOT_FOUND (the connection holds no lease region).
+     */
+    void leaseWrite(Request req) throws IOException {
+        BodyReader body = req.body();
+        NodeMessages.Write w = NodeMessages.Write.read(body);
+        body.end("node_shm_lease_write");
+        for (NodeMessages.WriteItem it : w.items()) {
+            node.checkRegion(it.offset(), ObjectLayout.regionLength(it.key().length, it.valueLength()), it.generation());
+        }
+        List<ResultCode> codes = new ArrayList<>(w.items().size());
+        for (NodeMessages.WriteItem it : w.items()) {
+            RegionLedger.Region lease = leases.get(req.peer());
+            if (lease == null) {
+                codes.add(ResultCode.NOT_FOUND);
+                continue;
+            }
+            long length = ObjectLayout.regionLength(it.key().length, it.valueLength());
+            long valueOffset = it.offset() + ObjectLayout.valueOffset(it.key().length);
+            if (it.offset() >= lease.offset && it.offset() + length <= lease.end()
+                    && !crcHolds(valueOffset, it.valueLength(), it.valueCrc())) {
+                codes.add(ResultCode.FAILED);
+                continue;
+            }
+            RegionLedger.Carved c = ledger.carve(lease, it.offset(), length, it.generation(), w.epoch(), it.key(),
+                    it.valueLength(), it.valueCrc());
+            if (c.code() == ResultCode.OK) {
+                node.wrote(it.valueLength());
+                if (c.rest() == null) {
+                    leases.remove(req.peer());
+                } else {
+                    leases.put(req.peer(), c.rest());
+                }
+            } else {
+                node.refusedWrite();
+            }
+            codes.add(c.code());
+        }
+        reply(req, codes);
+    }
+
+    /** A connection closed: what it began and did not end, and its lease region, are dropped. */
+    void connectionClosed(String peer) {
+        Map<Long, RegionLedger.Region> open = begun.remove(peer);
+        if (open != null) {
+            for (RegionLedger.Region r : open.values()) {
+                ledger.endWrite(r, false);
+            }
+        }
+        RegionLedger.Region lease = leases.remove(peer);
+        if (lease != null) {
+            ledger.endWrite(lease, false);
+        }
+    }
+
+    /** With {@code --verify-writes}, whether the value's CRC32C is {@code crc}; always true without it. */
+    private boolean crcHolds(long valueOffset, long valueLength, int crc) {
+        return !config.verifyWrites() || ObjectLayout.valueCrc(segment.asSlice(valueOffset, valueLength)) == crc;
+    }
+
+    private int storedCrc(long regionOffset) {
+        return segment.get(ValueLayout.JAVA_INT_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN),
+                regionOffset + ObjectLayout.VALUE_CRC_OFFSET);
+    }
+
+    private static void reply(Request req, List<ResultCode> codes) throws IOException {
+        BodyWriter out = new BodyWriter(8 + codes.size());
+        new Codes(codes).write(out);
+        req.reply(out);
+    }
+}
