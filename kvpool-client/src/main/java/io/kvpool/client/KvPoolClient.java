@@ -47,7 +47,8 @@ import java.util.UUID;
  * {@link MasterChannel} (connections to the master), {@link SegmentAccess} (the segment table, the
  * same-machine mappings, connections to nodes), {@link ObjectReads} (the read path),
  * {@link LocationCache} and {@link LeaseKeeper} (remembered locations and the read lease that makes
- * them safe), {@link ObjectWrites} (the put path), {@link PerSegment} (work split by segment). This
+ * them safe), {@link ObjectWrites} (the put path, with {@link WriteLeasePool} and {@link NodeWrites}),
+ * {@link PerSegment} (work split by segment). This
  * class holds the API, probes, removals and the keep-alive.
  *
  * <p>Thread-safe: share one client across an engine's threads.
@@ -264,10 +265,11 @@ public final class KvPoolClient implements AutoCloseable {
      * {@link io.kvpool.protocol.KeyDigest}), and a read by key is exact either way.
      */
     public boolean[] batchExists(List<String> keys) {
-        boolean[] out = new boolean[keys.size()];
-        for (int from = 0; from < keys.size(); from += MAX_KEYS_PER_FRAME) {
-            int to = Math.min(keys.size(), from + MAX_KEYS_PER_FRAME);
-            boolean[] part = master.call(Opcode.BATCH_EXIST_DIGEST, digests(keys, from, to),
+        List<byte[]> k = Keys.encodeAll(keys);
+        boolean[] out = new boolean[k.size()];
+        for (int from = 0; from < k.size(); from += MAX_KEYS_PER_FRAME) {
+            int to = Math.min(k.size(), from + MAX_KEYS_PER_FRAME);
+            boolean[] part = master.call(Opcode.BATCH_EXIST_DIGEST, digests(k, from, to),
                     MasterMessages.Flags::read).values();
             System.arraycopy(part, 0, out, from, part.length);
         }
@@ -281,10 +283,11 @@ public final class KvPoolClient implements AutoCloseable {
      * as a read for eviction.
      */
     public int prefixMatch(List<String> keys) {
+        List<byte[]> k = Keys.encodeAll(keys);
         int matched = 0;
-        for (int from = 0; from < keys.size(); from += MAX_KEYS_PER_FRAME) {
-            int to = Math.min(keys.size(), from + MAX_KEYS_PER_FRAME);
-            int m = master.call(Opcode.PREFIX_MATCH_DIGEST, digests(keys, from, to), r -> r.i32("matched"));
+        for (int from = 0; from < k.size(); from += MAX_KEYS_PER_FRAME) {
+            int to = Math.min(k.size(), from + MAX_KEYS_PER_FRAME);
+            int m = master.call(Opcode.PREFIX_MATCH_DIGEST, digests(k, from, to), r -> r.i32("matched"));
             matched += m;
             if (m < to - from) {
                 break;
@@ -293,9 +296,9 @@ public final class KvPoolClient implements AutoCloseable {
         return matched;
     }
 
-    private static BodyWriter digests(List<String> keys, int from, int to) {
+    private static BodyWriter digests(List<byte[]> keys, int from, int to) {
         BodyWriter w = new BodyWriter(4 + (to - from) * KeyDigest.BYTES);
-        DigestList.ofStrings(keys, from, to).write(w);
+        DigestList.of(keys, from, to).write(w);
         return w;
     }
 

@@ -1,35 +1,28 @@
 package io.kvpool.client;
 
 import io.kvpool.protocol.BodyWriter;
-import io.kvpool.protocol.Channels;
-import io.kvpool.protocol.FrameConnection;
 import io.kvpool.protocol.Keys;
 import io.kvpool.protocol.ObjectLayout;
 import io.kvpool.protocol.Opcode;
-import io.kvpool.protocol.RemoteException;
 import io.kvpool.protocol.ResultCode;
 import io.kvpool.protocol.msg.MasterMessages;
-import io.kvpool.protocol.msg.NodeMessages;
 import io.kvpool.protocol.msg.Replica;
 import io.kvpool.protocol.msg.WriteLeaseMessages;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
-import java.io.IOException;
 import java.lang.foreign.MemorySegment;
-import java.nio.ByteBuffer;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.concurrent.atomic.AtomicLongArray;
 
 /**
  * The put path. A single-copy put goes under a write lease ({@link #putLeased}): the bytes go to the
  * node at once, into a region of a range the master leased to this client (NODE_WRITE over TCP; on
- * the same machine a copy into the shared segment and one NODE_SHM_LEASE_WRITE, see
- * {@link #writeLeased}), and one COMMIT per lease and batch makes them visible. Otherwise a put is
+ * the same machine a copy into the shared segment and one NODE_SHM_LEASE_WRITE; see
+ * {@link NodeWrites#writeLeased}), and one COMMIT per lease and batch makes them visible. Otherwise a put is
  * two-phase: PUT_START reserves regions at the master (one round trip for
  * the batch), the values go straight to the nodes (NODE_WRITE frames, nodes in parallel and a
  * node's share of a large batch over a few connections at once; or, for a segment on this host,
@@ -41,32 +34,22 @@ final class ObjectWrites {
 
     private static final Logger log = LoggerFactory.getLogger(ObjectWrites.class);
 
-    /** Most threads and connections one segment's share of a batch is written with. */
-    static final int MAX_LANES = 4;
-    /** Smallest frame a segment's share is cut into for writing in parallel. */
-    static final long MIN_PART_BYTES = 1L << 20;
-
-    private final ClientConfig config;
     private final MasterChannel master;
-    private final SegmentAccess segments;
     private final PerSegment tasks;
     private final LocationCache locations;
+    private final NodeWrites nodes;
     /** Null when puts are two-phase only (write leases off, or no read lease to hear of removals by). */
     private final WriteLeasePool leases;
 
     ObjectWrites(ClientConfig config, MasterChannel master, SegmentAccess segments, PerSegment tasks,
                  LocationCache locations, WriteLeasePool leases) {
-        this.config = config;
         this.master = master;
-        this.segments = segments;
         this.tasks = tasks;
         this.locations = locations;
         this.leases = leases;
+        this.nodes = new NodeWrites(config, segments, tasks);
     }
 
-    /** One replica write: which item (index within the chunk), which of its replicas, where, which version. */
-    private record WriteSlot(int item, int replica, long offset, long generation) {
-    }
 
     /**
      * Stores the values (keys and values checked first, naming the key at fault); one status per key.
@@ -102,8 +85,8 @@ final class ObjectWrites {
 
     /**
      * Puts items [from, to) under write leases: each item gets the next region and generation of a
-     * lease this client holds (a new one when none has room), the values go to the node as in
-     * {@link #putChunk}, and one COMMIT per lease makes what landed visible. No master exchange
+     * lease this client holds (a new one when none has room), the values go to the node
+     * ({@link NodeWrites#writeLeased}), and one COMMIT per lease makes what landed visible. No master exchange
      * before the bytes move, and none at all while a kept lease has room.
      *
      * <p>Items whose COMMIT finds the lease gone (EXPIRED: the master restarted, or the segment left),
@@ -115,7 +98,7 @@ final class ObjectWrites {
                            boolean upsert, PutStatus[] status) {
         int[] all = new int[to - from];
         Arrays.setAll(all, j -> j);
-        Batch b = new Batch(k, values, from, to, 0, PerSegment.shareable(values.subList(from, to)));
+        NodeWrites.Batch b = new NodeWrites.Batch(k, values, from, to, 0, PerSegment.shareable(values.subList(from, to)));
         List<Integer> expired = new ArrayList<>();
         long epoch = putLeased(b, all, preferred == null ? "" : preferred, upsert, status, expired, -1);
         if (!expired.isEmpty()) {
@@ -129,7 +112,7 @@ final class ObjectWrites {
      * lease the master no longer knew. With {@code onlyEpoch} >= 0, items that would go under a lease
      * of another epoch are FENCED instead. Returns the epoch of the last lease used.
      */
-    private long putLeased(Batch b, int[] items, String pref, boolean upsert, PutStatus[] status,
+    private long putLeased(NodeWrites.Batch b, int[] items, String pref, boolean upsert, PutStatus[] status,
                            List<Integer> expired, long onlyEpoch) {
         long[] region = new long[items.length];
         long remaining = 0;
@@ -148,16 +131,16 @@ final class ObjectWrites {
                 }
                 break;
             }
-            List<WriteSlot> slots = new ArrayList<>();
+            List<NodeWrites.Slot> slots = new ArrayList<>();
             while (j < items.length && lease.fits(region[j])) {
-                slots.add(new WriteSlot(items[j], 0, lease.next, lease.nextGeneration++));
+                slots.add(new NodeWrites.Slot(items[j], 0, lease.next, lease.nextGeneration++));
                 lease.next += region[j];
                 remaining -= region[j];
                 j++;
             }
             if (onlyEpoch >= 0 && lease.epoch != onlyEpoch) {
-                for (WriteSlot slot : slots) {
-                    status[b.from + slot.item] = PutStatus.FENCED;
+                for (NodeWrites.Slot slot : slots) {
+                    status[b.from + slot.item()] = PutStatus.FENCED;
                 }
                 leases.giveBack(lease);
                 continue;
@@ -174,19 +157,19 @@ final class ObjectWrites {
     }
 
     /** Writes one lease's slots to its segment and commits what landed; gives the lease back or drops it. */
-    private void writeAndCommit(WriteLeasePool.Lease lease, List<WriteSlot> slots, Batch b, boolean upsert,
+    private void writeAndCommit(WriteLeasePool.Lease lease, List<NodeWrites.Slot> slots, NodeWrites.Batch b, boolean upsert,
                                 PutStatus[] status, List<Integer> expired) {
-        ResultCode[] written = writeLeased(lease, slots, b);
+        ResultCode[] written = nodes.writeLeased(lease, slots, b);
         List<WriteLeaseMessages.CommitItem> items = new ArrayList<>(slots.size());
         int[] itemOf = new int[slots.size()];
         for (int s = 0; s < slots.size(); s++) {
-            WriteSlot slot = slots.get(s);
+            NodeWrites.Slot slot = slots.get(s);
             if (written[s] == ResultCode.OK) {
-                itemOf[items.size()] = slot.item;
-                items.add(new WriteLeaseMessages.CommitItem(b.key(slot.item), slot.offset,
-                        b.value(slot.item).byteSize(), slot.generation));
+                itemOf[items.size()] = slot.item();
+                items.add(new WriteLeaseMessages.CommitItem(b.key(slot.item()), slot.offset(),
+                        b.value(slot.item()).byteSize(), slot.generation()));
             } else {
-                status[b.from + slot.item] = written[s] == ResultCode.FENCED ? PutStatus.FENCED : PutStatus.FAILED;
+                status[b.from + slot.item()] = written[s] == ResultCode.FENCED ? PutStatus.FENCED : PutStatus.FAILED;
             }
         }
         if (items.isEmpty()) {
@@ -195,7 +178,7 @@ final class ObjectWrites {
             leases.release(lease);
             for (int s = 0; s < slots.size(); s++) {
                 if (written[s] != ResultCode.FENCED) {
-                    expired.add(slots.get(s).item);
+                    expired.add(slots.get(s).item());
                 }
             }
             return;
@@ -236,7 +219,7 @@ final class ObjectWrites {
                 MasterMessages.PutStartReply::read);
 
         // group replica writes by segment
-        Map<Integer, List<WriteSlot>> bySegment = new LinkedHashMap<>();
+        Map<Integer, List<NodeWrites.Slot>> bySegment = new LinkedHashMap<>();
         List<MasterMessages.PutStartResult> results = reply.results();
         for (int j = 0; j < results.size(); j++) {
             MasterMessages.PutStartResult r = results.get(j);
@@ -246,7 +229,7 @@ final class ObjectWrites {
                     for (int rep = 0; rep < r.replicas().size(); rep++) {
                         Replica replica = r.replicas().get(rep);
                         bySegment.computeIfAbsent(replica.segmentId(), x -> new ArrayList<>())
-                                .add(new WriteSlot(j, rep, replica.offset(), r.generation()));
+                                .add(new NodeWrites.Slot(j, rep, replica.offset(), r.generation()));
                     }
                 }
                 case ALREADY_EXISTS -> status[i] = PutStatus.ALREADY_EXISTS;
@@ -264,14 +247,14 @@ final class ObjectWrites {
         long[] failed = new long[to - from];
         boolean[] fenced = new boolean[to - from];
         boolean parallelOk = PerSegment.shareable(values.subList(from, to));
-        Batch b = new Batch(k, values, from, to, reply.epoch(), parallelOk);
+        NodeWrites.Batch b = new NodeWrites.Batch(k, values, from, to, reply.epoch(), parallelOk);
         tasks.run(bySegment, parallelOk, (segId, slots) -> {
-            ResultCode[] codes = writeToSegment(segId, slots, b);
+            ResultCode[] codes = nodes.writeToSegment(segId, slots, b);
             synchronized (failed) {
                 for (int s = 0; s < slots.size(); s++) {
                     if (codes[s] != ResultCode.OK) {
-                        failed[slots.get(s).item] |= 1L << slots.get(s).replica;
-                        fenced[slots.get(s).item] |= codes[s] == ResultCode.FENCED;
+                        failed[slots.get(s).item()] |= 1L << slots.get(s).replica();
+                        fenced[slots.get(s).item()] |= codes[s] == ResultCode.FENCED;
                     }
                 }
             }
@@ -316,263 +299,6 @@ final class ObjectWrites {
                     case FENCED -> PutStatus.FENCED;
                     default -> PutStatus.FAILED;
                 };
-            }
-        }
-    }
-
-    /**
-     * What the node writes of one chunk share: keys, values (item j is {@code values.get(from + j)}),
-     * the epoch of the reservation, and each value's CRC32C, computed the first time a frame needs it
-     * (by the thread that sends that frame; a value with replicas on several segments is checksummed
-     * once, or at worst once per racing thread, with the same result).
-     */
-    private static final class Batch {
-        final byte[][] keys;
-        final List<MemorySegment> values;
-        final int from;
-        final long epoch;
-        final boolean parallelOk;
-        /** 0: not computed yet; else 1 << 32 | crc. */
-        private final AtomicLongArray crcs;
-
-        Batch(byte[][] keys, List<MemorySegment> values, int from, int to, long epoch, boolean parallelOk) {
-            this(keys, values, from, epoch, parallelOk, new AtomicLongArray(to - from));
-        }
-
-        private Batch(byte[][] keys, List<MemorySegment> values, int from, long epoch, boolean parallelOk,
-                      AtomicLongArray crcs) {
-            this.keys = keys;
-            this.values = values;
-            this.from = from;
-            this.epoch = epoch;
-            this.parallelOk = parallelOk;
-            this.crcs = crcs;
-        }
-
-        /** The same items and checksums, written under another epoch (a lease's). */
-        Batch withEpoch(long e) {
-            return new Batch(keys, values, from, e, parallelOk, crcs);
-        }
-
-        byte[] key(int item) {
-            return keys[from + item];
-        }
-
-        MemorySegment value(int item) {
-            return values.get(from + item);
-        }
-
-        int crc(int item) {
-            long c = crcs.get(item);
-            if (c == 0) {
-                c = 1L << 32 | (ObjectLayout.valueCrc(value(item)) & 0xFFFF_FFFFL);
-                crcs.set(item, c);
-            }
-            return (int) c;
-        }
-    }
-
-    /**
-     * Writes the given replica slots to one segment; returns a code per slot. Never throws for node
-     * failures.
-     *
-     * <p>The share is cut into frames (at most {@link PerSegment#MAX_ITEMS_PER_NODE_FRAME} items and
-     * the payload limit, and, when the caller's memory may be touched by other threads, into parts of
-     * about {@code 1/(2 * lanes)} of the share, at least {@link #MIN_PART_BYTES}), sent by up to
-     * {@link #MAX_LANES} threads on as many pooled connections, each frame checksummed by the thread
-     * that sends it: the checksums of one frame overlap the sending of another, and the node receives
-     * several frames at once. A frame that fails fails only its own slots.
-     *
-     * <p>A segment mapped into this process takes the same-machine path for each frame
-     * (NODE_SHM_WRITE_BEGIN, a memory copy, NODE_SHM_WRITE_END on one connection).
-     */
-    private ResultCode[] writeToSegment(int segId, List<WriteSlot> slots, Batch b) {
-        ResultCode[] codes = new ResultCode[slots.size()];
-        Arrays.fill(codes, ResultCode.FAILED);
-        SegmentDirectory.Entry seg = segments.resolve(segId);
-        if (seg == null) {
-            return codes;
-        }
-        MemorySegment shm = segments.mapping(seg);
-        ConnectionPool pool = segments.pool(seg.address());
-        long maxBytes = config.limits().maxPayloadBytes();
-        int lanes = b.parallelOk ? Math.min(MAX_LANES, config.maxConnections()) : 1;
-        if (lanes > 1) {
-            long total = 0;
-            for (WriteSlot slot : slots) {
-                total += b.value(slot.item).byteSize();
-            }
-            maxBytes = Math.min(maxBytes, Math.max(MIN_PART_BYTES, (total + 2L * lanes - 1) / (2L * lanes)));
-        }
-        List<int[]> frames = new ArrayList<>();
-        for (int start = 0; start < slots.size(); ) {
-            int end = PerSegment.frameEnd(slots, start, slot -> b.value(slot.item).byteSize(), maxBytes);
-            frames.add(new int[]{start, end});
-            start = end;
-        }
-        tasks.runParts(frames.size(), lanes, f -> {
-            int start = frames.get(f)[0];
-            int end = frames.get(f)[1];
-            if (shm != null) {
-                writeShared(seg, pool, shm, slots, start, end, b, codes);
-            } else {
-                writeOverTcp(seg, pool, slots, start, end, b, codes);
-            }
-        });
-        return codes;
-    }
-
-    /**
-     * Writes one lease's slots: over TCP as {@link #writeToSegment} does; on the same machine by
-     * copying every value into the lease's range (in parallel lanes, each checksumming what it copies)
-     * and recording them all with NODE_SHM_LEASE_WRITE on the lease's own node connection, which set
-     * the range aside once (NODE_SHM_LEASE). A failure of that connection fails the slots and ends the
-     * range (the lease is then released by the caller).
-     */
-    private ResultCode[] writeLeased(WriteLeasePool.Lease lease, List<WriteSlot> slots, Batch b) {
-        SegmentDirectory.Entry seg = segments.resolve(lease.segmentId);
-        MemorySegment shm = seg == null ? null : segments.mapping(seg);
-        if (shm == null) {
-            return writeToSegment(lease.segmentId, slots, b);
-        }
-        ResultCode[] codes = new ResultCode[slots.size()];
-        Arrays.fill(codes, ResultCode.FAILED);
-        try {
-            if (lease.node == null) {
-                FrameConnection c = FrameConnection.connect(seg.address(), config.connectTimeout(), config.limits());
-                lease.node = c;
-                long from = slots.getFirst().offset;
-                BodyWriter w = new BodyWriter(32);
-                new NodeMessages.ShmLease(b.epoch, from, lease.end - from).write(w);
-                ResultCode set = MasterMessages.Codes.read(c.call(Opcode.NODE_SHM_LEASE, w, config.requestTimeout())
-                        .body()).codes().getFirst();
-                if (set != ResultCode.OK) {
-                    WriteLeasePool.closeNode(lease);
-                    Arrays.fill(codes, set);
-                    return codes;
-                }
-            }
-            List<int[]> frames = new ArrayList<>();
-            long part = Math.max(MIN_PART_BYTES, totalBytes(slots, b) / (2L * MAX_LANES) + 1);
-            for (int start = 0; start < slots.size(); ) {
-                int end = PerSegment.frameEnd(slots, start, slot -> b.value(slot.item).byteSize(), part);
-                frames.add(new int[]{start, end});
-                start = end;
-            }
-            tasks.runParts(frames.size(), b.parallelOk ? Math.min(MAX_LANES, config.maxConnections()) : 1, f -> {
-                for (int s = frames.get(f)[0]; s < frames.get(f)[1]; s++) {
-                    WriteSlot slot = slots.get(s);
-                    SharedSegments.write(shm, slot.offset + ObjectLayout.valueOffset(b.key(slot.item).length),
-                            b.value(slot.item));
-                    b.crc(slot.item);
-                }
-            });
-            for (int start = 0; start < slots.size(); start += PerSegment.MAX_ITEMS_PER_NODE_FRAME) {
-                int end = Math.min(slots.size(), start + PerSegment.MAX_ITEMS_PER_NODE_FRAME);
-                BodyWriter w = new BodyWriter(16 + (end - start) * 64);
-                frame(slots, start, end, b).write(w);
-                List<ResultCode> got = MasterMessages.Codes.read(lease.node.call(Opcode.NODE_SHM_LEASE_WRITE, w,
-                        config.requestTimeout()).body()).codes();
-                for (int s = start; s < end; s++) {
-                    codes[s] = got.get(s - start);
-                }
-            }
-        } catch (IOException | RemoteException e) {
-            log.debug("same-machine lease write to {} failed: {}", seg.name(), e.getMessage());
-            WriteLeasePool.closeNode(lease);
-        }
-        return codes;
-    }
-
-    private static long totalBytes(List<WriteSlot> slots, Batch b) {
-        long total = 0;
-        for (WriteSlot slot : slots) {
-            total += b.value(slot.item).byteSize();
-        }
-        return total;
-    }
-
-    private NodeMessages.Write frame(List<WriteSlot> slots, int start, int end, Batch b) {
-        List<NodeMessages.WriteItem> items = new ArrayList<>(end - start);
-        for (int s = start; s < end; s++) {
-            WriteSlot slot = slots.get(s);
-            items.add(new NodeMessages.WriteItem(slot.offset, slot.generation, b.key(slot.item),
-                    b.value(slot.item).byteSize(), b.crc(slot.item)));
-        }
-        return new NodeMessages.Write(b.epoch, items);
-    }
-
-    /** One NODE_WRITE of slots [start, end): the header, then the values straight from the caller's memory. */
-    private void writeOverTcp(SegmentDirectory.Entry seg, ConnectionPool pool, List<WriteSlot> slots, int start,
-                              int end, Batch b, ResultCode[] codes) {
-        NodeMessages.Write frame = frame(slots, start, end, b);
-        List<ByteBuffer> views = new ArrayList<>(end - start);
-        for (int s = start; s < end; s++) {
-            Channels.addViews(views, b.value(slots.get(s).item));
-        }
-        BodyWriter w = new BodyWriter(16 + (end - start) * 64);
-        frame.write(w);
-        FrameConnection c = null;
-        try {
-            c = pool.borrow(config.requestTimeout());
-            List<ResultCode> reply = MasterMessages.Codes.read(
-                    c.call(Opcode.NODE_WRITE, w, config.requestTimeout(), views.toArray(ByteBuffer[]::new)).body()).codes();
-            for (int s = start; s < end; s++) {
-                codes[s] = reply.get(s - start);
-            }
-        } catch (IOException | RemoteException e) {
-            log.debug("write to {} failed: {}", seg.name(), e.getMessage());
-        } finally {
-            if (c != null) {
-                pool.release(c);
-            }
-        }
-    }
-
-    /**
-     * The same-machine write of slots [start, end): the node admits the writes
-     * (NODE_SHM_WRITE_BEGIN), this thread copies the values into the mapped segment, and
-     * NODE_SHM_WRITE_END makes them readable, all on one connection. See {@link SharedSegments}.
-     */
-    private void writeShared(SegmentDirectory.Entry seg, ConnectionPool pool, MemorySegment shm, List<WriteSlot> slots,
-                             int start, int end, Batch b, ResultCode[] codes) {
-        NodeMessages.Write frame = frame(slots, start, end, b);
-        FrameConnection c = null;
-        try {
-            c = pool.borrow(config.requestTimeout());
-            BodyWriter w = new BodyWriter(16 + (end - start) * 64);
-            frame.write(w);
-            List<ResultCode> begun = MasterMessages.Codes.read(
-                    c.call(Opcode.NODE_SHM_WRITE_BEGIN, w, config.requestTimeout()).body()).codes();
-            List<NodeMessages.ShmWriteEndItem> ends = new ArrayList<>(end - start);
-            int[] endSlots = new int[end - start];
-            for (int s = start; s < end; s++) {
-                ResultCode r = begun.get(s - start);
-                if (r != ResultCode.OK) {
-                    codes[s] = r;
-                    continue;
-                }
-                WriteSlot slot = slots.get(s);
-                SharedSegments.write(shm, slot.offset + ObjectLayout.valueOffset(b.key(slot.item).length),
-                        b.value(slot.item));
-                endSlots[ends.size()] = s;
-                ends.add(new NodeMessages.ShmWriteEndItem(slot.offset, slot.generation, true));
-            }
-            if (!ends.isEmpty()) {
-                BodyWriter ew = new BodyWriter(16 + ends.size() * 17);
-                new NodeMessages.ShmWriteEnd(ends).write(ew);
-                List<ResultCode> done = MasterMessages.Codes.read(
-                        c.call(Opcode.NODE_SHM_WRITE_END, ew, config.requestTimeout()).body()).codes();
-                for (int e = 0; e < ends.size(); e++) {
-                    codes[endSlots[e]] = done.get(e);
-                }
-            }
-        } catch (IOException | RemoteException e) {
-            // begun writes of a connection that fails are dropped by the node when it closes
-            log.debug("same-machine write to {} failed: {}", seg.name(), e.getMessage());
-        } finally {
-            if (c != null) {
-                pool.release(c);
             }
         }
     }

@@ -57,12 +57,12 @@ public final class Probes {
     }
 
     /**
-     * The number of leading present keys of {@code n}, looked up in chunks that grow fourfold (64,
-     * 256, 1024, 4096 ...), stopping after the chunk with the first miss: a cold chain costs at most
-     * 64 lookups, and a warm one of 1024 keys three rounds over the shards' locks.
+     * The number of leading present keys of {@code n}, looked up in chunks that double in size (16,
+     * 32, 64 ... 4096), stopping after the chunk with the first miss: a cold chain costs a few
+     * lookups, a long warm one few lock rounds.
      */
     private static int leading(int n, Chunk chunkLookup) {
-        for (int from = 0, chunk = 64; from < n; from += chunk, chunk = Math.min(chunk * 4, 4096)) {
+        for (int from = 0, chunk = 16; from < n; from += chunk, chunk = Math.min(chunk * 2, 4096)) {
             int to = Math.min(n, from + chunk);
             boolean[] present = new boolean[to - from];
             chunkLookup.lookup(from, to, present);

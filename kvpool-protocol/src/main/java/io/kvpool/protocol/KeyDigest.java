@@ -76,49 +76,6 @@ public final class KeyDigest {
         out[at + 1] = fmix(c ^ Long.rotateLeft(a, 17));
     }
 
-    /**
-     * The digest of {@code key}'s UTF-8 bytes into {@code out[at]} and {@code out[at + 1]}, checking the
-     * key as {@link Keys#encode} does. An ASCII key (every key the connector makes) is digested from
-     * its characters, with no byte array made: the lookups of a long prompt digest a thousand keys.
-     */
-    public static void digest(String key, long[] out, int at) {
-        int n = key.length();
-        if (n == 0 || n > Keys.MAX_KEY_BYTES || !ascii(key, n)) {
-            byte[] b = Keys.encode(key); // names the key in the error, or handles non-ASCII keys
-            digest(b, 0, b.length, out, at);
-            return;
-        }
-        long a = P3 + n * P1;
-        long c = P4 + n * P2;
-        int i = 0;
-        for (; i + 8 <= n; i += 8) {
-            long w = key.charAt(i) | (long) key.charAt(i + 1) << 8 | (long) key.charAt(i + 2) << 16
-                    | (long) key.charAt(i + 3) << 24 | (long) key.charAt(i + 4) << 32 | (long) key.charAt(i + 5) << 40
-                    | (long) key.charAt(i + 6) << 48 | (long) key.charAt(i + 7) << 56;
-            a = Long.rotateLeft(a ^ (w * P2), 31) * P1;
-            c = Long.rotateLeft(c ^ (w * P1), 27) * P2;
-        }
-        if (i < n) {
-            long w = 0;
-            for (int s = 0; i < n; i++, s += 8) {
-                w |= (long) key.charAt(i) << s;
-            }
-            a = Long.rotateLeft(a ^ (w * P3), 23) * P2;
-            c = Long.rotateLeft(c ^ (w * P4), 29) * P1;
-        }
-        out[at] = fmix(a + c);
-        out[at + 1] = fmix(c ^ Long.rotateLeft(a, 17));
-    }
-
-    private static boolean ascii(String s, int n) {
-        for (int i = 0; i < n; i++) {
-            if (s.charAt(i) >= 0x80) {
-                return false;
-            }
-        }
-        return true;
-    }
-
     /** The digest of a whole key as {lo, hi}. */
     public static long[] of(byte[] k) {
         long[] out = new long[2];

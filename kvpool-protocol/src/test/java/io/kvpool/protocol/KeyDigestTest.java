@@ -68,29 +68,4 @@ class KeyDigestTest {
         assertThat(back.count()).isEqualTo(1);
         assertThat(back.digests()).containsExactly(0x7846d57d4aa3da94L, 0x3cfbe60faba552f8L);
     }
-
-    /** The digest of a String (no byte array for ASCII keys) equals the digest of its UTF-8 bytes, for every length. */
-    @Test
-    void aStringDigestsLikeItsUtf8Bytes() {
-        java.util.SplittableRandom rnd = new java.util.SplittableRandom(5);
-        List<String> keys = new java.util.ArrayList<>(List.of("a", "12345678", "123456789", "ключ-é", "x\u00e9y", "\ud83d\ude00z"));
-        for (int len = 1; len <= Keys.MAX_KEY_BYTES; len += 1 + len / 16) {
-            StringBuilder b = new StringBuilder();
-            for (int i = 0; i < len; i++) {
-                b.append((char) (0x20 + rnd.nextInt(0x5f)));
-            }
-            keys.add(b.toString());
-        }
-        for (String k : keys) {
-            long[] out = new long[3];
-            KeyDigest.digest(k, out, 1);
-            assertThat(new long[] {out[1], out[2]}).as(k).containsExactly(d(k));
-        }
-        // checked as Keys.encode checks: empty, too long, and an unpaired surrogate are refused by name
-        for (String bad : List.of("", "k".repeat(Keys.MAX_KEY_BYTES + 1), "bad\ud800")) {
-            org.assertj.core.api.Assertions.assertThatThrownBy(() -> KeyDigest.digest(bad, new long[2], 0))
-                    .isInstanceOf(IllegalArgumentException.class);
-        }
-        assertThat(DigestList.ofStrings(List.of("a", "b"), 1, 2).digests()).containsExactly(d("b"));
-    }
 }

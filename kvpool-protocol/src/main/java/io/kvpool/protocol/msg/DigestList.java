@@ -29,15 +29,6 @@ public record DigestList(long[] digests, int count) {
         return new DigestList(d, to - from);
     }
 
-    /** The digests of {@code keys[from, to)}, each checked as {@link io.kvpool.protocol.Keys#encode} does. */
-    public static DigestList ofStrings(java.util.List<String> keys, int from, int to) {
-        long[] d = new long[2 * (to - from)];
-        for (int i = from; i < to; i++) {
-            KeyDigest.digest(keys.get(i), d, 2 * (i - from));
-        }
-        return new DigestList(d, to - from);
-    }
-
     public void write(BodyWriter w) {
         w.i32(count);
         for (int i = 0; i < 2 * count; i++) {

@@ -1,0 +1,310 @@
+package io.kvpool.client;
+
+import io.kvpool.protocol.BodyWriter;
+import io.kvpool.protocol.Channels;
+import io.kvpool.protocol.FrameConnection;
+import io.kvpool.protocol.ObjectLayout;
+import io.kvpool.protocol.Opcode;
+import io.kvpool.protocol.RemoteException;
+import io.kvpool.protocol.ResultCode;
+import io.kvpool.protocol.msg.MasterMessages;
+import io.kvpool.protocol.msg.NodeMessages;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.io.IOException;
+import java.lang.foreign.MemorySegment;
+import java.nio.ByteBuffer;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.concurrent.atomic.AtomicLongArray;
+
+/**
+ * Moves a put's values to one segment's node, for either put protocol ({@link ObjectWrites}): over
+ * TCP (NODE_WRITE, the values sent from the caller's memory), or on the node's machine by copying
+ * them into the mapped shared segment (per write: NODE_SHM_WRITE_BEGIN and END; under a write lease:
+ * NODE_SHM_LEASE once and NODE_SHM_LEASE_WRITE per call). A segment's share is cut into frames sent,
+ * or copied, by up to {@link #MAX_LANES} threads, each checksumming what it moves. Node failures are
+ * result codes, never exceptions.
+ */
+final class NodeWrites {
+
+    private static final Logger log = LoggerFactory.getLogger(NodeWrites.class);
+
+    /** Most threads and connections one segment's share of a batch is written with. */
+    static final int MAX_LANES = 4;
+    /** Smallest frame a segment's share is cut into for writing in parallel. */
+    static final long MIN_PART_BYTES = 1L << 20;
+
+    private final ClientConfig config;
+    private final SegmentAccess segments;
+    private final PerSegment tasks;
+
+    NodeWrites(ClientConfig config, SegmentAccess segments, PerSegment tasks) {
+        this.config = config;
+        this.segments = segments;
+        this.tasks = tasks;
+    }
+
+    /** One replica write: which item (index within the chunk), which of its replicas, where, which version. */
+    record Slot(int item, int replica, long offset, long generation) {
+    }
+
+    /**
+     * What the node writes of one chunk share: keys, values (item j is {@code values.get(from + j)}),
+     * the epoch of the reservation, and each value's CRC32C, computed the first time a frame needs it
+     * (by the thread that sends that frame; a value with replicas on several segments is checksummed
+     * once, or at worst once per racing thread, with the same result).
+     */
+    static final class Batch {
+        final byte[][] keys;
+        final List<MemorySegment> values;
+        final int from;
+        final long epoch;
+        final boolean parallelOk;
+        /** 0: not computed yet; else 1 << 32 | crc. */
+        private final AtomicLongArray crcs;
+
+        Batch(byte[][] keys, List<MemorySegment> values, int from, int to, long epoch, boolean parallelOk) {
+            this(keys, values, from, epoch, parallelOk, new AtomicLongArray(to - from));
+        }
+
+        private Batch(byte[][] keys, List<MemorySegment> values, int from, long epoch, boolean parallelOk,
+                      AtomicLongArray crcs) {
+            this.keys = keys;
+            this.values = values;
+            this.from = from;
+            this.epoch = epoch;
+            this.parallelOk = parallelOk;
+            this.crcs = crcs;
+        }
+
+        /** The same items and checksums, written under another epoch (a lease's). */
+        Batch withEpoch(long e) {
+            return new Batch(keys, values, from, e, parallelOk, crcs);
+        }
+
+        byte[] key(int item) {
+            return keys[from + item];
+        }
+
+        MemorySegment value(int item) {
+            return values.get(from + item);
+        }
+
+        int crc(int item) {
+            long c = crcs.get(item);
+            if (c == 0) {
+                c = 1L << 32 | (ObjectLayout.valueCrc(value(item)) & 0xFFFF_FFFFL);
+                crcs.set(item, c);
+            }
+            return (int) c;
+        }
+    }
+
+    /**
+     * Writes the given replica slots to one segment; returns a code per slot. Never throws for node
+     * failures.
+     *
+     * <p>The share is cut into frames (at most {@link PerSegment#MAX_ITEMS_PER_NODE_FRAME} items and
+     * the payload limit, and, when the caller's memory may be touched by other threads, into parts of
+     * about {@code 1/(2 * lanes)} of the share, at least {@link #MIN_PART_BYTES}), sent by up to
+     * {@link #MAX_LANES} threads on as many pooled connections, each frame checksummed by the thread
+     * that sends it: the checksums of one frame overlap the sending of another, and the node receives
+     * several frames at once. A frame that fails fails only its own slots.
+     *
+     * <p>A segment mapped into this process takes the same-machine path for each frame
+     * (NODE_SHM_WRITE_BEGIN, a memory copy, NODE_SHM_WRITE_END on one connection).
+     */
+    ResultCode[] writeToSegment(int segId, List<Slot> slots, Batch b) {
+        ResultCode[] codes = new ResultCode[slots.size()];
+        Arrays.fill(codes, ResultCode.FAILED);
+        SegmentDirectory.Entry seg = segments.resolve(segId);
+        if (seg == null) {
+            return codes;
+        }
+        MemorySegment shm = segments.mapping(seg);
+        ConnectionPool pool = segments.pool(seg.address());
+        long maxBytes = config.limits().maxPayloadBytes();
+        int lanes = b.parallelOk ? Math.min(MAX_LANES, config.maxConnections()) : 1;
+        if (lanes > 1) {
+            long total = 0;
+            for (Slot slot : slots) {
+                total += b.value(slot.item).byteSize();
+            }
+            maxBytes = Math.min(maxBytes, Math.max(MIN_PART_BYTES, (total + 2L * lanes - 1) / (2L * lanes)));
+        }
+        List<int[]> frames = new ArrayList<>();
+        for (int start = 0; start < slots.size(); ) {
+            int end = PerSegment.frameEnd(slots, start, slot -> b.value(slot.item).byteSize(), maxBytes);
+            frames.add(new int[]{start, end});
+            start = end;
+        }
+        tasks.runParts(frames.size(), lanes, f -> {
+            int start = frames.get(f)[0];
+            int end = frames.get(f)[1];
+            if (shm != null) {
+                writeShared(seg, pool, shm, slots, start, end, b, codes);
+            } else {
+                writeOverTcp(seg, pool, slots, start, end, b, codes);
+            }
+        });
+        return codes;
+    }
+
+    /**
+     * Writes one lease's slots: over TCP as {@link #writeToSegment} does; on the same machine by
+     * copying every value into the lease's range (in parallel lanes, each checksumming what it copies)
+     * and recording them all with NODE_SHM_LEASE_WRITE on the lease's own node connection, which set
+     * the range aside once (NODE_SHM_LEASE). A failure of that connection fails the slots and ends the
+     * range (the lease is then released by the caller).
+     */
+    ResultCode[] writeLeased(WriteLeasePool.Lease lease, List<Slot> slots, Batch b) {
+        SegmentDirectory.Entry seg = segments.resolve(lease.segmentId);
+        MemorySegment shm = seg == null ? null : segments.mapping(seg);
+        if (shm == null) {
+            return writeToSegment(lease.segmentId, slots, b);
+        }
+        ResultCode[] codes = new ResultCode[slots.size()];
+        Arrays.fill(codes, ResultCode.FAILED);
+        try {
+            if (lease.node == null) {
+                FrameConnection c = FrameConnection.connect(seg.address(), config.connectTimeout(), config.limits());
+                lease.node = c;
+                long from = slots.getFirst().offset;
+                BodyWriter w = new BodyWriter(32);
+                new NodeMessages.ShmLease(b.epoch, from, lease.end - from).write(w);
+                ResultCode set = MasterMessages.Codes.read(c.call(Opcode.NODE_SHM_LEASE, w, config.requestTimeout())
+                        .body()).codes().getFirst();
+                if (set != ResultCode.OK) {
+                    WriteLeasePool.closeNode(lease);
+                    Arrays.fill(codes, set);
+                    return codes;
+                }
+            }
+            List<int[]> frames = new ArrayList<>();
+            long part = Math.max(MIN_PART_BYTES, totalBytes(slots, b) / (2L * MAX_LANES) + 1);
+            for (int start = 0; start < slots.size(); ) {
+                int end = PerSegment.frameEnd(slots, start, slot -> b.value(slot.item).byteSize(), part);
+                frames.add(new int[]{start, end});
+                start = end;
+            }
+            tasks.runParts(frames.size(), b.parallelOk ? Math.min(MAX_LANES, config.maxConnections()) : 1, f -> {
+                for (int s = frames.get(f)[0]; s < frames.get(f)[1]; s++) {
+                    Slot slot = slots.get(s);
+                    SharedSegments.write(shm, slot.offset + ObjectLayout.valueOffset(b.key(slot.item).length),
+                            b.value(slot.item));
+                    b.crc(slot.item);
+                }
+            });
+            for (int start = 0; start < slots.size(); start += PerSegment.MAX_ITEMS_PER_NODE_FRAME) {
+                int end = Math.min(slots.size(), start + PerSegment.MAX_ITEMS_PER_NODE_FRAME);
+                BodyWriter w = new BodyWriter(16 + (end - start) * 64);
+                frame(slots, start, end, b).write(w);
+                List<ResultCode> got = MasterMessages.Codes.read(lease.node.call(Opcode.NODE_SHM_LEASE_WRITE, w,
+                        config.requestTimeout()).body()).codes();
+                for (int s = start; s < end; s++) {
+                    codes[s] = got.get(s - start);
+                }
+            }
+        } catch (IOException | RemoteException e) {
+            log.debug("same-machine lease write to {} failed: {}", seg.name(), e.getMessage());
+            WriteLeasePool.closeNode(lease);
+        }
+        return codes;
+    }
+
+    private static long totalBytes(List<Slot> slots, Batch b) {
+        long total = 0;
+        for (Slot slot : slots) {
+            total += b.value(slot.item).byteSize();
+        }
+        return total;
+    }
+
+    private NodeMessages.Write frame(List<Slot> slots, int start, int end, Batch b) {
+        List<NodeMessages.WriteItem> items = new ArrayList<>(end - start);
+        for (int s = start; s < end; s++) {
+            Slot slot = slots.get(s);
+            items.add(new NodeMessages.WriteItem(slot.offset, slot.generation, b.key(slot.item),
+                    b.value(slot.item).byteSize(), b.crc(slot.item)));
+        }
+        return new NodeMessages.Write(b.epoch, items);
+    }
+
+    /** One NODE_WRITE of slots [start, end): the header, then the values straight from the caller's memory. */
+    private void writeOverTcp(SegmentDirectory.Entry seg, ConnectionPool pool, List<Slot> slots, int start,
+                              int end, Batch b, ResultCode[] codes) {
+        NodeMessages.Write frame = frame(slots, start, end, b);
+        List<ByteBuffer> views = new ArrayList<>(end - start);
+        for (int s = start; s < end; s++) {
+            Channels.addViews(views, b.value(slots.get(s).item));
+        }
+        BodyWriter w = new BodyWriter(16 + (end - start) * 64);
+        frame.write(w);
+        FrameConnection c = null;
+        try {
+            c = pool.borrow(config.requestTimeout());
+            List<ResultCode> reply = MasterMessages.Codes.read(
+                    c.call(Opcode.NODE_WRITE, w, config.requestTimeout(), views.toArray(ByteBuffer[]::new)).body()).codes();
+            for (int s = start; s < end; s++) {
+                codes[s] = reply.get(s - start);
+            }
+        } catch (IOException | RemoteException e) {
+            log.debug("write to {} failed: {}", seg.name(), e.getMessage());
+        } finally {
+            if (c != null) {
+                pool.release(c);
+            }
+        }
+    }
+
+    /**
+     * The same-machine write of slots [start, end): the node admits the writes
+     * (NODE_SHM_WRITE_BEGIN), this thread copies the values into the mapped segment, and
+     * NODE_SHM_WRITE_END makes them readable, all on one connection. See {@link SharedSegments}.
+     */
+    private void writeShared(SegmentDirectory.Entry seg, ConnectionPool pool, MemorySegment shm, List<Slot> slots,
+                             int start, int end, Batch b, ResultCode[] codes) {
+        NodeMessages.Write frame = frame(slots, start, end, b);
+        FrameConnection c = null;
+        try {
+            c = pool.borrow(config.requestTimeout());
+            BodyWriter w = new BodyWriter(16 + (end - start) * 64);
+            frame.write(w);
+            List<ResultCode> begun = MasterMessages.Codes.read(
+                    c.call(Opcode.NODE_SHM_WRITE_BEGIN, w, config.requestTimeout()).body()).codes();
+            List<NodeMessages.ShmWriteEndItem> ends = new ArrayList<>(end - start);
+            int[] endSlots = new int[end - start];
+            for (int s = start; s < end; s++) {
+                ResultCode r = begun.get(s - start);
+                if (r != ResultCode.OK) {
+                    codes[s] = r;
+                    continue;
+                }
+                Slot slot = slots.get(s);
+                SharedSegments.write(shm, slot.offset + ObjectLayout.valueOffset(b.key(slot.item).length),
+                        b.value(slot.item));
+                endSlots[ends.size()] = s;
+                ends.add(new NodeMessages.ShmWriteEndItem(slot.offset, slot.generation, true));
+            }
+            if (!ends.isEmpty()) {
+                BodyWriter ew = new BodyWriter(16 + ends.size() * 17);
+                new NodeMessages.ShmWriteEnd(ends).write(ew);
+                List<ResultCode> done = MasterMessages.Codes.read(
+                        c.call(Opcode.NODE_SHM_WRITE_END, ew, config.requestTimeout()).body()).codes();
+                for (int e = 0; e < ends.size(); e++) {
+                    codes[endSlots[e]] = done.get(e);
+                }
+            }
+        } catch (IOException | RemoteException e) {
+            // begun writes of a connection that fails are dropped by the node when it closes
+            log.debug("same-machine write to {} failed: {}", seg.name(), e.getMessage());
+        } finally {
+            if (c != null) {
+                pool.release(c);
+            }
+        }
+    }
+}
