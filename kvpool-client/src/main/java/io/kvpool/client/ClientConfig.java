@@ -151,4 +151,10 @@ public record ClientConfig(HostPort master, String preferredSegment, boolean aut
         return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, requestTimeout,
                 maxConnections, pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog, on);
     }
+
+    /** How often the client pings the master (and releases idle write leases); default 2 s. */
+    public ClientConfig withPingInterval(Duration d) {
+        return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, requestTimeout,
+                maxConnections, d, limits, sharedMemory, locationCache, diskLoadBudget, tierLog, writeLeases);
+    }
 }
