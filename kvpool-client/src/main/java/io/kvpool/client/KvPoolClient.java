@@ -8,12 +8,11 @@ import io.kvpool.protocol.ResultCode;
 import io.kvpool.protocol.msg.DigestList;
 import io.kvpool.protocol.msg.KeyList;
 import io.kvpool.protocol.msg.MasterMessages;
-import org.slf4j.Logger;
-import org.slf4j.LoggerFactory;
 
 import java.lang.foreign.MemorySegment;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 import java.util.Optional;
 import java.util.OptionalLong;
@@ -48,14 +47,13 @@ import java.util.UUID;
  * same-machine mappings, connections to nodes), {@link ObjectReads} (the read path),
  * {@link LocationCache} and {@link LeaseKeeper} (remembered locations and the read lease that makes
  * them safe), {@link ObjectWrites} (the put path, with {@link WriteLeasePool} and {@link NodeWrites}),
- * {@link PerSegment} (work split by segment). This
- * class holds the API, probes, removals and the keep-alive.
+ * {@link PerSegment} (work split by segment), {@link KeepAlive} (pings and background upkeep). This
+ * class holds the API, probes and removals.
  *
  * <p>Thread-safe: share one client across an engine's threads.
  */
 public final class KvPoolClient implements AutoCloseable {
 
-    private static final Logger log = LoggerFactory.getLogger(KvPoolClient.class);
     /** Returned by {@link #getInto} for a miss. */
     public static final long MISS = -1;
     /** Most keys in one master frame; larger batches are split (a 512-byte-key batch this size is ~8.5 MiB). */
@@ -74,9 +72,8 @@ public final class KvPoolClient implements AutoCloseable {
     /** Write leases this client holds between puts; null when puts are two-phase only. */
     private final WriteLeasePool writeLeases;
     private final String envPreferred;
-    private final Thread pinger;
+    private final KeepAlive keepAlive;
     private volatile boolean closed;
-    private volatile boolean pingFailing;
 
     private KvPoolClient(ClientConfig config) {
         this.config = config;
@@ -94,7 +91,7 @@ public final class KvPoolClient implements AutoCloseable {
             locations.onDropAll(writeLeases::doom);
         }
         this.writes = new ObjectWrites(config, master, segments, tasks, locations, writeLeases);
-        this.pinger = Thread.ofVirtual().name("kvpool-client-ping").unstarted(this::pingLoop);
+        this.keepAlive = new KeepAlive(config, clientId, master, segments, reads, writeLeases);
     }
 
     /**
@@ -110,7 +107,7 @@ public final class KvPoolClient implements AutoCloseable {
             c.close();
             throw e;
         }
-        c.pinger.start();
+        c.keepAlive.start();
         if (c.lease != null) {
             c.lease.start();
         }
@@ -296,6 +293,31 @@ public final class KvPoolClient implements AutoCloseable {
         return matched;
     }
 
+    /**
+     * {@link #prefixMatch} of keys the caller digested already ({@link KeyDigest}): {@code digests}
+     * holds lo and hi of each key, and keys {@code [from, to)} are asked. For callers that ask about the
+     * same keys again and again, such as a connector answering the scheduler for a waiting request: the
+     * digests are computed once, not per call.
+     */
+    public int prefixMatchDigests(long[] digests, int from, int to) {
+        if (from < 0 || to < from || 2L * to > digests.length) {
+            throw new IllegalArgumentException("keys [" + from + ", " + to + ") are not in " + digests.length / 2
+                    + " digests");
+        }
+        int matched = 0;
+        for (int f = from; f < to; f += MAX_KEYS_PER_FRAME) {
+            int t = Math.min(to, f + MAX_KEYS_PER_FRAME);
+            BodyWriter w = new BodyWriter(4 + (t - f) * KeyDigest.BYTES);
+            new DigestList(Arrays.copyOfRange(digests, 2 * f, 2 * t), t - f).write(w);
+            int m = master.call(Opcode.PREFIX_MATCH_DIGEST, w, r -> r.i32("matched"));
+            matched += m;
+            if (m < t - f) {
+                break;
+            }
+        }
+        return matched;
+    }
+
     private static BodyWriter digests(List<byte[]> keys, int from, int to) {
         BodyWriter w = new BodyWriter(4 + (to - from) * KeyDigest.BYTES);
         DigestList.of(keys, from, to).write(w);
@@ -382,43 +404,6 @@ public final class KvPoolClient implements AutoCloseable {
                 config.autoDetectLocal(), segments::localSegmentNames, clientId);
     }
 
-    // ================================================================== background
-
-    private void pingLoop() {
-        int pings = 0;
-        while (!closed) {
-            try {
-                Thread.sleep(config.pingInterval());
-            } catch (InterruptedException e) {
-                return;
-            }
-            if (closed) {
-                return;
-            }
-            try {
-                reads.reportCachedReads();
-                if (writeLeases != null) {
-                    writeLeases.sweep();
-                }
-                BodyWriter w = new BodyWriter(16);
-                new MasterMessages.Ping(clientId).write(w);
-                master.call(Opcode.PING, w, r -> r.i64("epoch"));
-                if (++pings % 5 == 0) {
-                    segments.refresh();
-                }
-                if (pingFailing) {
-                    log.info("master {} reachable again", config.master());
-                    pingFailing = false;
-                }
-            } catch (RuntimeException e) {
-                if (!pingFailing && !closed) {
-                    log.warn("cannot reach master {}: {}", config.master(), e.getMessage());
-                    pingFailing = true;
-                }
-            }
-        }
-    }
-
     @Override
     public void close() {
         if (closed) {
@@ -431,7 +416,7 @@ public final class KvPoolClient implements AutoCloseable {
             writeLeases.close(); // before the master channel closes: gives back the space leased and not used
         }
         closed = true;
-        pinger.interrupt();
+        keepAlive.close();
         tasks.close();
         master.close();
         segments.close();

@@ -5,11 +5,13 @@ import io.kvpool.client.PutStatus;
 import io.kvpool.connector.hash.BlockHash;
 import io.kvpool.connector.hash.BlockHasher;
 import io.kvpool.connector.hash.KeyFormat;
+import io.kvpool.protocol.KeyDigest;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 import java.lang.foreign.MemorySegment;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.HashMap;
 import java.util.HashSet;
 import java.util.List;
@@ -86,6 +88,12 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
 
     // scheduler side (scheduler thread; guarded by this)
     private final Map<String, List<BlockHash>> hashes = new HashMap<>();
+    /** Per request: its blocks' key digests, under the key format they were made for (see {@link #digestsFor}). */
+    private final Map<String, Digests> digests = new HashMap<>();
+
+    /** The digests ({@link KeyDigest}: lo, hi) of a request's first {@code count} block keys in {@code format}. */
+    private record Digests(KeyFormat format, long[] values, int count) {
+    }
     /** Tokens the engine had when a request was last matched. */
     private final Map<String, Integer> matchedFrom = new HashMap<>();
     private final List<ConnectorMeta.Load> plannedLoads = new ArrayList<>();
@@ -154,6 +162,26 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
         return h;
     }
 
+    /**
+     * The key digests of the request's first {@code full} blocks in format {@code k}, computed once per
+     * block: the scheduler asks about a waiting request at every step, and digesting a long prompt's
+     * keys costs about as much as the lookup's round trip.
+     */
+    private synchronized long[] digestsFor(ConnectorRequest r, List<BlockHash> h, int full, KeyFormat k) {
+        Digests d = digests.get(r.id());
+        if (d != null && d.format == k && d.count >= full) {
+            return d.values;
+        }
+        int known = d != null && d.format == k ? d.count : 0;
+        long[] values = d != null && d.format == k ? Arrays.copyOf(d.values, 2 * full) : new long[2 * full];
+        for (int b = known; b < full; b++) {
+            byte[] key = k.key(h.get(b));
+            KeyDigest.digest(key, 0, key.length, values, 2 * b);
+        }
+        digests.put(r.id(), new Digests(k, values, full));
+        return values;
+    }
+
     @Override
     public Match getNumNewMatchedTokens(ConnectorRequest request, int numComputedTokens) {
         lookups.increment();
@@ -164,14 +192,10 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
         if (start >= full) {
             return Match.NONE;
         }
-        KeyFormat k = keys;
-        List<String> ask = new ArrayList<>(full - start);
-        for (int b = start; b < full; b++) {
-            ask.add(k.keyString(h.get(b)));
-        }
+        long[] d = digestsFor(request, h, full, keys);
         int present;
         try {
-            present = client.prefixMatch(ask);
+            present = client.prefixMatchDigests(d, start, full);
         } catch (RuntimeException e) {
             long now = System.nanoTime();
             if (now - lastLookupWarning > 10_000_000_000L) {
@@ -245,6 +269,7 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
     public boolean requestFinished(ConnectorRequest request, int[] blockIds) {
         synchronized (this) {
             hashes.remove(request.id());
+            digests.remove(request.id());
             matchedFrom.remove(request.id());
         }
         synchronized (saveLock) {
@@ -298,6 +323,7 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
                 plannedLoads.clear();
                 matchedFrom.clear();
                 hashes.clear();
+                digests.clear();
             }
             oldPrefix = old.versionPrefix();
         } finally {
