@@ -281,16 +281,7 @@ public final class KvPoolClient implements AutoCloseable {
      */
     public int prefixMatch(List<String> keys) {
         List<byte[]> k = Keys.encodeAll(keys);
-        int matched = 0;
-        for (int from = 0; from < k.size(); from += MAX_KEYS_PER_FRAME) {
-            int to = Math.min(k.size(), from + MAX_KEYS_PER_FRAME);
-            int m = master.call(Opcode.PREFIX_MATCH_DIGEST, digests(k, from, to), r -> r.i32("matched"));
-            matched += m;
-            if (m < to - from) {
-                break;
-            }
-        }
-        return matched;
+        return prefixMatchDigests(DigestList.of(k, 0, k.size()).digests(), 0, k.size());
     }
 
     /**

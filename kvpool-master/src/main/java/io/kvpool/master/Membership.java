@@ -203,7 +203,7 @@ public final class Membership {
                 // this copy is newer than the one listed first: it wins, the older one is freed
                 segments.release(objects, slot);
             }
-            objects.storeOneCopy(slot, key, hash, it.valueLength(), it.generation(), tick, seg.id, it.offset());
+            shard.storeOneCopy(slot, key, hash, it.valueLength(), it.generation(), tick, seg.id, it.offset());
             generations.accumulateAndGet(it.generation() + 1, Math::max);
             return ResultCode.OK;
         });

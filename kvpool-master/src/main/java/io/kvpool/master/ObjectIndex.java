@@ -67,6 +67,22 @@ final class ObjectIndex {
         @GuardedBy("lock")
         final HashMap<Key, PendingPut> pending = new HashMap<>();
 
+        /**
+         * Stores a one-copy object: replaces the version at {@code slot} (the key's slot, as looked up
+         * under this lock; the caller released the old version's regions) or, when {@code slot < 0}, inserts.
+         */
+        @GuardedBy("lock")
+        void storeOneCopy(int slot, byte[] key, int hash, long valueLength, long generation, int tick, int segment,
+                          long offset) {
+            int[] segs = {segment};
+            long[] offs = {offset};
+            if (slot >= 0) {
+                objects.replace(slot, valueLength, generation, tick, segs, offs, 1);
+            } else {
+                objects.insert(key, hash, valueLength, generation, tick, segs, offs, 1);
+            }
+        }
+
         /** The pending put of {@code key}, if any. Allocates only when some put is pending in this shard. */
         @GuardedBy("lock")
         PendingPut pending(byte[] key, int hash) {

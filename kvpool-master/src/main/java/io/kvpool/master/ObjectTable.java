@@ -398,21 +398,6 @@ final class ObjectTable {
         return slot;
     }
 
-    /**
-     * Stores a one-copy object: replaces the version at {@code slot} (the key's slot, as looked up under
-     * the same lock; the caller released the old version's regions) or, when {@code slot < 0}, inserts.
-     */
-    void storeOneCopy(int slot, byte[] key, int hash, long valueLength, long generation, int tick, int segment,
-                      long offset) {
-        int[] segs = {segment};
-        long[] offs = {offset};
-        if (slot >= 0) {
-            replace(slot, valueLength, generation, tick, segs, offs, 1);
-        } else {
-            insert(key, hash, valueLength, generation, tick, segs, offs, 1);
-        }
-    }
-
     /** Replaces an object's version in place (same key): value length, generation and replicas. */
     void replace(int slot, long valueLength, long generation, int tick, int[] segs, long[] offs, int n) {
         touch(slot, tick);

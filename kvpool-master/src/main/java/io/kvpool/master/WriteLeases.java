@@ -259,7 +259,7 @@ final class WriteLeases {
                 if (slot >= 0) {
                     segments.release(objects, slot);
                 }
-                objects.storeOneCopy(slot, key, hash, it.valueLength(), it.generation(), tick, segId, it.offset());
+                shard.storeOneCopy(slot, key, hash, it.valueLength(), it.generation(), tick, segId, it.offset());
                 l.segment.allocator.recount(1);
                 if (req.upsert()) {
                     upserted.add(key);
