@@ -287,7 +287,7 @@ class Client:
     def _write_chunk(self, kb: list[bytes], views: list[memoryview], lo: int, hi: int, upsert: bool, replicas: int,
                      preferred: str, batch: bool, status: list[PutStatus]) -> None:
         items = [(kb[i], views[i].nbytes) for i in range(lo, hi)]
-        epoch, results = self._call_master(Opcode.BATCH_PUT_START if batch else Opcode.PUT_START,
+        epoch, term, results = self._call_master(Opcode.BATCH_PUT_START if batch else Opcode.PUT_START,
                                            p.encode_put_start(upsert, replicas, preferred, items),
                                            p.decode_put_start_reply)
         if len(results) != hi - lo:
@@ -321,7 +321,7 @@ class Client:
 
         def task(sid: int, slots: list[tuple[int, int, p.WriteItem]]) -> Callable[[], None]:
             def run() -> None:
-                codes = self._write_segment(sid, epoch, slots, [views[lo + s[0]] for s in slots])
+                codes = self._write_segment(sid, epoch, term, slots, [views[lo + s[0]] for s in slots])
                 with guard:
                     for (j, rep_no, _), code in zip(slots, codes):
                         if code != ResultCode.OK:
@@ -356,7 +356,7 @@ class Client:
                 status[i] = PutStatus.OK if code == ResultCode.OK else \
                     PutStatus.FENCED if code == ResultCode.FENCED else PutStatus.FAILED
 
-    def _write_segment(self, sid: int, epoch: int, slots: list[tuple[int, int, p.WriteItem]],
+    def _write_segment(self, sid: int, epoch: int, term: int, slots: list[tuple[int, int, p.WriteItem]],
                        values: list[memoryview]) -> list[ResultCode]:
         """Writes the slots' values to one segment; a code per slot. Never raises for node failures."""
         codes = [ResultCode.FAILED] * len(slots)
@@ -375,7 +375,7 @@ class Client:
                 log.debug("kvpool: write to %s failed: %s", seg.name, e)
                 return codes
             try:
-                body = p.encode_node_write(epoch, items)
+                body = p.encode_node_write(epoch, term, items)
                 if mapping is not None and mapping.writable:
                     reply, _ = c.call(Opcode.NODE_SHM_WRITE_BEGIN, body, self.timeout)
                     begun = p.decode_codes(reply, "NODE_SHM_WRITE_BEGIN reply")

@@ -26,7 +26,7 @@ from typing import Iterable, Sequence
 
 from .errors import KvPoolError
 
-VERSION = 5
+VERSION = 6
 MAGIC = 0x504B
 HEADER = struct.Struct("<HBBBBHQIIQ")
 HEADER_BYTES = HEADER.size  # 32
@@ -334,6 +334,7 @@ class HelloReply:
     max_key_bytes: int
     max_value_bytes: int
     default_replicas: int
+    term: int = 0
 
 
 def encode_hello(client_id: tuple[int, int], host: str, pid: int) -> bytes:
@@ -344,7 +345,7 @@ def encode_hello(client_id: tuple[int, int], host: str, pid: int) -> bytes:
 def decode_hello_reply(body: bytes) -> HelloReply:
     r = BodyReader(body, "HELLO reply")
     out = HelloReply(r.i64("master incarnation"), r.i64("cluster epoch"), r.i32("max key bytes"),
-                     r.i64("max value bytes"), r.u8("default replicas"))
+                     r.i64("max value bytes"), r.u8("default replicas"), r.i64("master term"))
     r.done()
     return out
 
@@ -412,10 +413,11 @@ class PutStartResult:
     replicas: tuple[Replica, ...] = ()
 
 
-def decode_put_start_reply(body: bytes) -> tuple[int, list[PutStartResult]]:
-    """(epoch of the reservations, one result per item)."""
+def decode_put_start_reply(body: bytes) -> tuple[int, int, list[PutStartResult]]:
+    """(epoch and master term of the reservations, one result per item); node writes carry both."""
     r = BodyReader(body, "PUT_START reply")
     epoch = r.i64("epoch")
+    term = r.i64("master term")
     out = []
     for _ in range(r.count("result count", 1)):
         code = _code(r)
@@ -424,7 +426,7 @@ def decode_put_start_reply(body: bytes) -> tuple[int, list[PutStartResult]]:
         else:
             out.append(PutStartResult(code))
     r.done()
-    return epoch, out
+    return epoch, term, out
 
 
 def encode_put_end(items: Sequence[tuple[bytes, int, int]]) -> bytes:
@@ -454,6 +456,7 @@ class WriteLease:
     code: ResultCode
     lease_id: int = 0
     epoch: int = 0
+    term: int = 0
     segment_id: int = 0
     offset: int = 0
     length: int = 0
@@ -468,7 +471,7 @@ def decode_write_lease(body: bytes) -> WriteLease:
     if code != ResultCode.OK:
         r.done()
         return WriteLease(code)
-    out = WriteLease(code, r.i64("lease id"), r.i64("epoch"), r.i32("segment id"), r.i64("offset"),
+    out = WriteLease(code, r.i64("lease id"), r.i64("epoch"), r.i64("master term"), r.i32("segment id"), r.i64("offset"),
                      r.i64("length"), r.i64("first generation"), r.i32("generation count"), r.i32("idle millis"))
     r.done()
     return out
@@ -487,13 +490,13 @@ def encode_release(lease_id: int) -> bytes:
     return BodyWriter().i64(lease_id).bytes()
 
 
-def encode_shm_lease(epoch: int, offset: int, length: int) -> bytes:
+def encode_shm_lease(epoch: int, term: int, offset: int, length: int) -> bytes:
     """NODE_SHM_LEASE: a same-machine writer sets [offset, offset + length) of its lease aside on the node.
 
     The objects copied there are then recorded with NODE_SHM_LEASE_WRITE, whose body is NODE_WRITE's
     (:func:`encode_node_write`) without payload.
     """
-    return BodyWriter().i64(epoch).i64(offset).i64(length).bytes()
+    return BodyWriter().i64(epoch).i64(term).i64(offset).i64(length).bytes()
 
 
 def decode_codes(body: bytes, what: str) -> list[ResultCode]:
@@ -689,9 +692,10 @@ class WriteItem:
     crc: int
 
 
-def encode_node_write(epoch: int, items: Iterable[WriteItem]) -> bytes:
+def encode_node_write(epoch: int, term: int, items: Iterable[WriteItem]) -> bytes:
+    """NODE_WRITE / NODE_SHM_WRITE_BEGIN / NODE_SHM_LEASE_WRITE: the reservation's epoch and master term, then the items."""
     items = list(items)
-    w = BodyWriter().i64(epoch).i32(len(items))
+    w = BodyWriter().i64(epoch).i64(term).i32(len(items))
     for it in items:
         w.i64(it.offset).i64(it.generation).bstr(it.key).i64(it.length)
         w.buf += struct.pack("<I", it.crc & 0xFFFFFFFF)

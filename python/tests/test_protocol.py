@@ -71,7 +71,7 @@ def test_request_bodies_equal_java(java_vectors: dict[str, str]) -> None:
     assert p.encode_keys([K1, K2]) == vec(java_vectors, "keys")
     assert p.BodyWriter().bstr(K1).bytes() == vec(java_vectors, "prefix")
     assert p.BodyWriter().boolean(True).bytes() == vec(java_vectors, "remove_all")
-    assert p.encode_node_write(3, [p.WriteItem(4096, 1234, K1, 1 << 20, 0xE3069283),
+    assert p.encode_node_write(3, 0x0A0B0C0D, [p.WriteItem(4096, 1234, K1, 1 << 20, 0xE3069283),
                                    p.WriteItem(0, 1, K2, 0, 0)]) == vec(java_vectors, "node_write")
     assert p.encode_node_read([(4096, 1234, 1 << 20, 0), (0, 7, 9, 1)]) == vec(java_vectors, "node_read")
     assert p.encode_shm_write_end([(4096, 1234, True), (64, 5, False)]) == vec(java_vectors, "shm_write_end")
@@ -79,16 +79,21 @@ def test_request_bodies_equal_java(java_vectors: dict[str, str]) -> None:
     assert p.encode_commit(0x0102030405, True, [(K1, 4096, 1 << 20, 5000), (K2, 4096 + (2 << 20), 0, 5001)]) \
         == vec(java_vectors, "commit")
     assert p.encode_release(0x0102030405) == vec(java_vectors, "release")
-    assert p.encode_shm_lease(7, 4096, 64 << 20) == vec(java_vectors, "shm_lease")
+    assert p.encode_shm_lease(7, 0x0A0B0C0D, 4096, 64 << 20) == vec(java_vectors, "shm_lease")
+    # frames only masters send, checked so the documented layouts stay the ones Java writes
+    assert (p.BodyWriter().i64(0x0A0B0C0D).i32(3).i64(4096).i64(1234).u8(0).boolean(False)
+            .i64(0).i64(7).u8(1).boolean(False).i64(64).i64(9).u8(0).boolean(True).bytes()) == vec(java_vectors, "node_free")
+    assert p.BodyWriter().i64(4).i64(0x0A0B0C0D).bytes() == vec(java_vectors, "node_reset")
+    assert (p.BodyWriter().i32(3).i64(4).boolean(True).i64(0x0A0B0C0D).bytes()) == vec(java_vectors, "register_reply")
 
 
 def test_reply_bodies_decode(java_vectors: dict[str, str]) -> None:
-    assert p.decode_hello_reply(vec(java_vectors, "hello_reply")) == p.HelloReply(77, 3, 512, 256 << 20, 2)
+    assert p.decode_hello_reply(vec(java_vectors, "hello_reply")) == p.HelloReply(77, 3, 512, 256 << 20, 2, 0x0A0B0C0D)
     assert p.decode_write_lease(vec(java_vectors, "write_lease_reply")) == p.WriteLease(
-        p.ResultCode.OK, 0x0102030405, 7, 3, 4096, 64 << 20, 5000, 16, 30_000)
+        p.ResultCode.OK, 0x0102030405, 7, 0x0A0B0C0D, 3, 4096, 64 << 20, 5000, 16, 30_000)
     assert p.decode_write_lease(vec(java_vectors, "write_lease_refused")) == p.WriteLease(p.ResultCode.POOL_FULL)
-    epoch, results = p.decode_put_start_reply(vec(java_vectors, "put_start_reply"))
-    assert epoch == 9
+    epoch, term, results = p.decode_put_start_reply(vec(java_vectors, "put_start_reply"))
+    assert (epoch, term) == (9, 0x0A0B0C0D)
     assert results == [p.PutStartResult(p.ResultCode.OK, 1234, (p.Replica(1, 0, 4096), p.Replica(2, 1, 0))),
                        p.PutStartResult(p.ResultCode.POOL_FULL)]
     assert p.decode_codes(vec(java_vectors, "codes"), "codes") == list(p.ResultCode)

@@ -38,6 +38,7 @@ public final class Main implements Runnable {
         cl.registerConverter(Size.class, s -> convert(s, Size::parse));
         cl.registerConverter(Duration.class, s -> convert(s, io.kvpool.config.Durations::parse));
         cl.registerConverter(HostPort.class, s -> convert(s, HostPort::parse));
+        cl.registerConverter(io.kvpool.etcd.MasterAddress.class, s -> convert(s, io.kvpool.etcd.MasterAddress::parse));
         cl.setParameterExceptionHandler((ex, args) -> {
             CommandLine c = ex.getCommandLine();
             c.getErr().println("kvpool " + c.getCommandName() + ": " + ex.getMessage());

@@ -52,6 +52,6 @@ final class MasterOptions {
     MasterConfig toConfig(String listenHost) {
         MasterConfig d = MasterConfig.defaults();
         return new MasterConfig(listenHost, port, httpPort, nodeTtl, d.clientTtl(), readLease, putTimeout, highWatermark,
-                evictionRatio, maxValueSize, replicas, d.tickInterval(), summaryInterval, d.frameTimeout(), d.limits());
+                evictionRatio, maxValueSize, replicas, d.tickInterval(), summaryInterval, d.frameTimeout(), d.limits(), 0);
     }
 }

@@ -16,8 +16,9 @@ import java.util.concurrent.CountDownLatch;
         description = "Run a storage node that contributes an off-heap memory segment to the pool.")
 final class NodeCommand implements Callable<Integer> {
 
-    @Option(names = "--master", required = true, paramLabel = "HOST:PORT", description = "The master's address.")
-    HostPort master;
+    @Option(names = "--master", required = true, paramLabel = "HOST:PORT|etcd://HOST:PORT,...[/CLUSTER]",
+            description = "The master's address, or the etcd endpoints (and cluster name) that elect the masters.")
+    io.kvpool.etcd.MasterAddress master;
 
     @Option(names = "--host", paramLabel = "ADDRESS", description = "Address to listen on (default: ${DEFAULT-VALUE}).")
     String host = "0.0.0.0";

@@ -44,7 +44,7 @@ final class NodeOptions {
             description = "Disk hits after which an object moves back to memory; 0 never (default: ${DEFAULT-VALUE}).")
     int promoteAfter = NodeConfig.DEFAULT_PROMOTE_AFTER;
 
-    NodeConfig toConfig(HostPort master, String listenHost, int port, String advertiseHost) {
+    NodeConfig toConfig(io.kvpool.etcd.MasterAddress master, String listenHost, int port, String advertiseHost) {
         NodeConfig d = NodeConfig.defaults(master, segmentSize);
         Path shm = "none".equalsIgnoreCase(shmDir) ? null : Path.of(shmDir);
         return new NodeConfig(master, listenHost, port, advertiseHost, segmentSize, shm, heartbeatInterval,

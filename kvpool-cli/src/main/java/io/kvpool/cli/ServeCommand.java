@@ -32,7 +32,7 @@ final class ServeCommand implements Callable<Integer> {
     public Integer call() throws Exception {
         CountDownLatch stop = new CountDownLatch(1);
         EmbeddedPool pool = new EmbeddedPool(masterOptions.toConfig(host),
-                master -> nodeOptions.toConfig(master, host, nodePort, host));
+                master -> nodeOptions.toConfig(io.kvpool.etcd.MasterAddress.of(master), host, nodePort, host));
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
             pool.close();
             stop.countDown();

@@ -2,6 +2,7 @@ package io.kvpool.client;
 
 import io.kvpool.config.Durations;
 import io.kvpool.config.HostPort;
+import io.kvpool.etcd.MasterAddress;
 import io.kvpool.protocol.Limits;
 
 import java.time.Duration;
@@ -10,7 +11,7 @@ import java.time.Duration;
  * How a client reaches and uses the pool. Build one with {@link #forMaster(String)} and the
  * {@code with...} methods; every field has a default.
  *
- * @param master             the master's address
+ * @param master             the master's address, or the etcd endpoints that elect the masters
  * @param preferredSegment   segment to place puts in first ({@code host:port}); null defers to the
  *                           environment variable {@value #PREFERRED_SEGMENT_ENV}, then to a segment on
  *                           this host if there is one
@@ -33,7 +34,7 @@ import java.time.Duration;
  * @param writeLeases        put single-copy objects under write leases (a node write and a batched
  *                           COMMIT; see docs/architecture.md) instead of the two-phase put; on by default
  */
-public record ClientConfig(HostPort master, String preferredSegment, boolean autoDetectLocal, int replicas,
+public record ClientConfig(MasterAddress master, String preferredSegment, boolean autoDetectLocal, int replicas,
                            Duration connectTimeout, Duration requestTimeout, int maxConnections,
                            Duration pingInterval, Limits limits, boolean sharedMemory, int locationCache,
                            long diskLoadBudget, boolean tierLog, boolean writeLeases) {
@@ -78,12 +79,19 @@ public record ClientConfig(HostPort master, String preferredSegment, boolean aut
         }
     }
 
-    /** A config with defaults for the master at {@code host:port}. */
-    public static ClientConfig forMaster(String hostPort) {
-        return forMaster(HostPort.parse(hostPort));
+    /**
+     * A config with defaults for the master at {@code host:port}, or for the masters elected through
+     * etcd at {@code etcd://host:port[,host:port...][/cluster]} (the client follows the leader).
+     */
+    public static ClientConfig forMaster(String address) {
+        return forMaster(MasterAddress.parse(address));
     }
 
     public static ClientConfig forMaster(HostPort master) {
+        return forMaster(MasterAddress.of(master));
+    }
+
+    public static ClientConfig forMaster(MasterAddress master) {
         return new ClientConfig(master, null, true, 0, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT,
                 DEFAULT_MAX_CONNECTIONS, DEFAULT_PING_INTERVAL, Limits.DEFAULT, true, DEFAULT_LOCATION_CACHE,
                 DEFAULT_DISK_LOAD_BUDGET, "1".equals(System.getenv(TIER_LOG_ENV)), true);

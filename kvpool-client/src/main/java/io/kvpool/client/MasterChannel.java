@@ -1,6 +1,8 @@
 package io.kvpool.client;
 
+import io.kvpool.config.HostPort;
 import io.kvpool.config.LocalHost;
+import io.kvpool.etcd.MasterLocator;
 import io.kvpool.protocol.BodyReader;
 import io.kvpool.protocol.BodyWriter;
 import io.kvpool.protocol.FrameConnection;
@@ -25,6 +27,15 @@ import java.util.function.Function;
  *
  * <p>HELLO also tells whether the master restarted since the last connection (its incarnation
  * changed); {@code onRestart} then runs, before the new connection is used.
+ *
+ * <h2>Elected masters</h2>
+ * Given {@code etcd://...}, the channel talks to the leader that the leader record names once it is
+ * ready ({@link MasterLocator}). When a call to it fails at the connection level, the channel looks
+ * the leader up again (a new one may have been elected) and retries on a fresh connection until the
+ * call's deadline: a failover costs the calls in flight a wait, not an error. A new leader is a new
+ * master incarnation, so {@code onRestart} runs as after a restart. A call is sent again only when its
+ * connection failed; what the old leader did with it before failing is answered by the new one as any
+ * retry is (a PUT_END it never saw is EXPIRED, a COMMIT of a lease it never granted is EXPIRED).
  */
 final class MasterChannel implements AutoCloseable {
 
@@ -34,18 +45,24 @@ final class MasterChannel implements AutoCloseable {
     private final UUID clientId;
     private final String localHost = LocalHost.defaultAdvertiseAddress();
     private final Runnable onRestart;
-    private final ConnectionPool pool;
+    private final MasterLocator masters;
+    /** The master connected to and its pool; replaced when the leader changes. */
+    private volatile Current current;
     private volatile long incarnation;
     private volatile long maxValueBytes = Long.MAX_VALUE;
     private volatile int defaultReplicas;
+    private volatile long term;
     private volatile boolean closed;
+
+    /** One master's connections. */
+    private record Current(MasterLocator.Leader leader, ConnectionPool pool) {
+    }
 
     MasterChannel(ClientConfig config, UUID clientId, Runnable onRestart) {
         this.config = config;
         this.clientId = clientId;
         this.onRestart = onRestart;
-        this.pool = new ConnectionPool(config.master(), config.maxConnections(), config.connectTimeout(),
-                config.limits(), this::hello);
+        this.masters = MasterLocator.of(config.master(), config.connectTimeout());
     }
 
     /** Largest value the master accepts (from its HELLO reply; unbounded until the first connection). */
@@ -58,23 +75,100 @@ final class MasterChannel implements AutoCloseable {
         return defaultReplicas;
     }
 
+    /** The term of the master last connected to (0 when masters are not elected). */
+    long term() {
+        return term;
+    }
+
+    /** The master to talk to now (the leader, with an election), waiting up to the request timeout to learn it. */
+    HostPort address() {
+        return current(config.requestTimeout()).leader().address();
+    }
+
     private void hello(FrameConnection c) throws IOException {
         BodyWriter w = new BodyWriter();
         new MasterMessages.Hello(MasterMessages.Role.CLIENT, clientId, localHost, ProcessHandle.current().pid()).write(w);
         MasterMessages.HelloReply r = MasterMessages.HelloReply.read(c.call(Opcode.HELLO, w, config.requestTimeout()).body());
         maxValueBytes = r.maxValueBytes();
         defaultReplicas = r.defaultReplicas();
+        term = r.term();
         if (incarnation != 0 && incarnation != r.incarnation()) {
-            log.info("master {} restarted; refreshing the segment table and forgetting remembered locations",
-                    config.master());
+            log.info("master {} {}; refreshing the segment table and forgetting remembered locations",
+                    config.master(), masters.elected() ? "is a new leader (term " + r.term() + ")" : "restarted");
             onRestart.run();
         }
         incarnation = r.incarnation();
     }
 
+    /** The current master's pool, locating the master first if there is none yet. */
+    private Current current(Duration timeout) {
+        Current c = current;
+        if (c != null) {
+            return c;
+        }
+        synchronized (this) {
+            if (current == null) {
+                current = open(locate(timeout));
+            }
+            return current;
+        }
+    }
+
+    private MasterLocator.Leader locate(Duration timeout) {
+        try {
+            return masters.locate(timeout, true);
+        } catch (IOException e) {
+            throw new KvPoolException("no master to talk to: " + e.getMessage(), e);
+        }
+    }
+
+    private Current open(MasterLocator.Leader l) {
+        return new Current(l, new ConnectionPool(l.address(), config.maxConnections(), config.connectTimeout(),
+                config.limits(), this::hello));
+    }
+
+    /**
+     * After a connection-level failure talking to {@code failed}: moves to the leader etcd names now,
+     * waiting (up to {@code deadline}) for a ready one other than {@code failed}. False when none came.
+     */
+    private boolean relocate(Current failed, long deadline) {
+        while (!closed) {
+            long left = deadline - System.nanoTime();
+            if (left <= 0) {
+                return false;
+            }
+            MasterLocator.Leader l;
+            try {
+                l = masters.locate(Duration.ofNanos(left), true);
+            } catch (IOException e) {
+                return false;
+            }
+            if (!l.equals(failed.leader())) {
+                synchronized (this) {
+                    if (current == failed) {
+                        log.info("master: leader is now {} (term {}); was {}", l.address(), l.term(),
+                                failed.leader().address());
+                        current = open(l);
+                        failed.pool().close();
+                    }
+                }
+                return true;
+            }
+            // etcd still names the master that failed: its lease has not run out yet
+            try {
+                Thread.sleep(Math.min(100, Math.max(1, left / 1_000_000)));
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                return false;
+            }
+        }
+        return false;
+    }
+
     /**
      * One request to the master. A connection-level failure is retried once on a fresh connection
-     * (covers idle connections left dead by a master restart); a timeout is not retried.
+     * (covers idle connections left dead by a master restart), and with elected masters on the new
+     * leader until the timeout; a timeout is not retried.
      */
     <T> T call(Opcode op, BodyWriter body, Function<BodyReader, T> parse) {
         return call(op, body, parse, config.requestTimeout());
@@ -85,11 +179,13 @@ final class MasterChannel implements AutoCloseable {
         if (closed) {
             throw new IllegalStateException("client is closed");
         }
+        long deadline = System.nanoTime() + timeout.toNanos();
         IOException last = null;
-        for (int attempt = 0; attempt < 2; attempt++) {
+        Current cur = current(timeout);
+        for (int attempt = 0; ; attempt++) {
             FrameConnection c = null;
             try {
-                c = pool.borrow(timeout);
+                c = cur.pool().borrow(timeout);
                 FrameConnection.Reply reply = c.call(op, body, timeout);
                 return parse.apply(reply.body());
             } catch (RemoteException e) {
@@ -98,24 +194,35 @@ final class MasterChannel implements AutoCloseable {
                 }
                 throw new KvPoolException(e.getMessage(), e);
             } catch (SocketTimeoutException e) {
-                throw new KvPoolException("master " + config.master() + " did not answer " + op.metricName + " within "
-                        + timeout.toMillis() + " ms", e);
+                throw new KvPoolException("master " + cur.leader().address() + " did not answer " + op.metricName
+                        + " within " + timeout.toMillis() + " ms", e);
             } catch (IOException e) {
                 last = e;
-                pool.drainIdle();
+                cur.pool().drainIdle();
             } finally {
                 if (c != null) {
-                    pool.release(c);
+                    cur.pool().release(c);
                 }
             }
+            if (attempt == 0) {
+                continue; // once more on a fresh connection to the same master
+            }
+            if (!masters.elected() || closed || !relocate(cur, deadline)) {
+                break;
+            }
+            cur = current(timeout);
         }
-        throw new KvPoolException("master " + config.master() + " unreachable for " + op.metricName + ": "
-                + last.getMessage(), last);
+        throw new KvPoolException("master " + (masters.elected() ? config.master() : cur.leader().address())
+                + " unreachable for " + op.metricName + ": " + last.getMessage(), last);
     }
 
     @Override
     public void close() {
         closed = true;
-        pool.close();
+        Current c = current;
+        if (c != null) {
+            c.pool().close();
+        }
+        masters.close();
     }
 }

@@ -53,7 +53,7 @@ final class NodeWrites {
 
     /**
      * What the node writes of one chunk share: keys, values (item j is {@code values.get(from + j)}),
-     * the epoch of the reservation, and each value's CRC32C, computed the first time a frame needs it
+     * the epoch and master term of the reservation, and each value's CRC32C, computed the first time a frame needs it
      * (by the thread that sends that frame; a value with replicas on several segments is checksummed
      * once, or at worst once per racing thread, with the same result).
      */
@@ -62,27 +62,29 @@ final class NodeWrites {
         final List<MemorySegment> values;
         final int from;
         final long epoch;
+        final long term;
         final boolean parallelOk;
         /** 0: not computed yet; else 1 << 32 | crc. */
         private final AtomicLongArray crcs;
 
-        Batch(byte[][] keys, List<MemorySegment> values, int from, int to, long epoch, boolean parallelOk) {
-            this(keys, values, from, epoch, parallelOk, new AtomicLongArray(to - from));
+        Batch(byte[][] keys, List<MemorySegment> values, int from, int to, long epoch, long term, boolean parallelOk) {
+            this(keys, values, from, epoch, term, parallelOk, new AtomicLongArray(to - from));
         }
 
-        private Batch(byte[][] keys, List<MemorySegment> values, int from, long epoch, boolean parallelOk,
+        private Batch(byte[][] keys, List<MemorySegment> values, int from, long epoch, long term, boolean parallelOk,
                       AtomicLongArray crcs) {
             this.keys = keys;
             this.values = values;
             this.from = from;
             this.epoch = epoch;
+            this.term = term;
             this.parallelOk = parallelOk;
             this.crcs = crcs;
         }
 
-        /** The same items and checksums, written under another epoch (a lease's). */
-        Batch withEpoch(long e) {
-            return new Batch(keys, values, from, e, parallelOk, crcs);
+        /** The same items and checksums, written under another reservation (a lease's epoch and term). */
+        Batch under(long e, long t) {
+            return new Batch(keys, values, from, e, t, parallelOk, crcs);
         }
 
         byte[] key(int item) {
@@ -174,7 +176,7 @@ final class NodeWrites {
                 lease.node = c;
                 long from = slots.getFirst().offset;
                 BodyWriter w = new BodyWriter(32);
-                new NodeMessages.ShmLease(b.epoch, from, lease.end - from).write(w);
+                new NodeMessages.ShmLease(b.epoch, b.term, from, lease.end - from).write(w);
                 ResultCode set = MasterMessages.Codes.read(c.call(Opcode.NODE_SHM_LEASE, w, config.requestTimeout())
                         .body()).codes().getFirst();
                 if (set != ResultCode.OK) {
@@ -230,7 +232,7 @@ final class NodeWrites {
             items.add(new NodeMessages.WriteItem(slot.offset, slot.generation, b.key(slot.item),
                     b.value(slot.item).byteSize(), b.crc(slot.item)));
         }
-        return new NodeMessages.Write(b.epoch, items);
+        return new NodeMessages.Write(b.epoch, b.term, items);
     }
 
     /** One NODE_WRITE of slots [start, end): the header, then the values straight from the caller's memory. */

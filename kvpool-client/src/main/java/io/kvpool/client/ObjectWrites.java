@@ -98,7 +98,7 @@ final class ObjectWrites {
                            boolean upsert, PutStatus[] status) {
         int[] all = new int[to - from];
         Arrays.setAll(all, j -> j);
-        NodeWrites.Batch b = new NodeWrites.Batch(k, values, from, to, 0, PerSegment.shareable(values.subList(from, to)));
+        NodeWrites.Batch b = new NodeWrites.Batch(k, values, from, to, 0, 0, PerSegment.shareable(values.subList(from, to)));
         List<Integer> expired = new ArrayList<>();
         long epoch = putLeased(b, all, preferred == null ? "" : preferred, upsert, status, expired, -1);
         if (!expired.isEmpty()) {
@@ -147,7 +147,7 @@ final class ObjectWrites {
             }
             epoch = lease.epoch;
             try {
-                writeAndCommit(lease, slots, b.withEpoch(lease.epoch), upsert, status, expired);
+                writeAndCommit(lease, slots, b.under(lease.epoch, lease.term), upsert, status, expired);
             } catch (RuntimeException e) {
                 WriteLeasePool.closeNode(lease); // not used again: let its range go on the node
                 throw e;
@@ -247,7 +247,7 @@ final class ObjectWrites {
         long[] failed = new long[to - from];
         boolean[] fenced = new boolean[to - from];
         boolean parallelOk = PerSegment.shareable(values.subList(from, to));
-        NodeWrites.Batch b = new NodeWrites.Batch(k, values, from, to, reply.epoch(), parallelOk);
+        NodeWrites.Batch b = new NodeWrites.Batch(k, values, from, to, reply.epoch(), reply.term(), parallelOk);
         tasks.run(bySegment, parallelOk, (segId, slots) -> {
             ResultCode[] codes = nodes.writeToSegment(segId, slots, b);
             synchronized (failed) {

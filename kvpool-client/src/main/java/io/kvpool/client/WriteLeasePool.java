@@ -52,6 +52,8 @@ final class WriteLeasePool implements AutoCloseable {
     static final class Lease {
         final long id;
         final long epoch;
+        /** The term of the master that granted it (node writes carry it). */
+        final long term;
         final int segmentId;
         final long end;
         final long lastGeneration;
@@ -72,6 +74,7 @@ final class WriteLeasePool implements AutoCloseable {
             this.era = era;
             this.id = g.leaseId();
             this.epoch = g.epoch();
+            this.term = g.term();
             this.segmentId = g.segmentId();
             this.end = g.offset() + g.length();
             this.lastGeneration = g.firstGeneration() + g.generationCount() - 1;

@@ -162,7 +162,7 @@ class BatchWritesTest {
         private void handle(Request req) throws IOException {
             BodyWriter out = new BodyWriter();
             switch (req.opcode()) {
-                case HELLO -> new MasterMessages.HelloReply(1, 0, 512, 1L << 30, 1).write(out);
+                case HELLO -> new MasterMessages.HelloReply(1, 0, 512, 1L << 30, 1, 0).write(out);
                 case PING -> out.i64(0);
                 case CLUSTER_STATS -> {
                     List<MasterMessages.SegmentInfo> segs = new ArrayList<>();
@@ -186,7 +186,7 @@ class BatchWritesTest {
                         placed.put(new String(it.key(), StandardCharsets.UTF_8), reps);
                         results.add(new MasterMessages.PutStartResult(ResultCode.OK, generation.incrementAndGet(), reps));
                     }
-                    new MasterMessages.PutStartReply(0, results).write(out);
+                    new MasterMessages.PutStartReply(0, 0, results).write(out);
                 }
                 case PUT_END, BATCH_PUT_END, PUT_REVOKE, BATCH_PUT_REVOKE -> {
                     MasterMessages.PutEnd pe = MasterMessages.PutEnd.read(req.body());

@@ -73,7 +73,7 @@ class FencingIT {
     private ResultCode nodeWrite(Started s, byte[] key, byte[] value) throws Exception {
         try (FrameConnection node = FrameConnection.connect(s.node, T, Limits.DEFAULT)) {
             BodyWriter w = new BodyWriter();
-            new NodeMessages.Write(s.epoch, List.of(new NodeMessages.WriteItem(s.replica.offset(), s.generation, key,
+            new NodeMessages.Write(s.epoch, 0, List.of(new NodeMessages.WriteItem(s.replica.offset(), s.generation, key,
                     value.length, ObjectLayout.valueCrc(MemorySegment.ofArray(value))))).write(w);
             return MasterMessages.Codes.read(node.call(Opcode.NODE_WRITE, w, T, ByteBuffer.wrap(value)).body())
                     .codes().getFirst();

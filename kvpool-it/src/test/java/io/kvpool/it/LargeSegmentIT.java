@@ -53,7 +53,7 @@ class LargeSegmentIT {
                     offset &= -ObjectLayout.ALIGNMENT;
                 }
                 BodyWriter w = new BodyWriter();
-                new NodeMessages.Write(0, List.of(new NodeMessages.WriteItem(offset, 100 + i, key.getBytes(), value.length,
+                new NodeMessages.Write(0, 0, List.of(new NodeMessages.WriteItem(offset, 100 + i, key.getBytes(), value.length,
                         ObjectLayout.valueCrc(MemorySegment.ofArray(value))))).write(w);
                 assertThat(MasterMessages.Codes.read(c.call(Opcode.NODE_WRITE, w, Duration.ofSeconds(10),
                         ByteBuffer.wrap(value)).body()).codes()).containsExactly(ResultCode.OK);

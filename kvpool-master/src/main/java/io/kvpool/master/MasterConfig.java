@@ -26,11 +26,14 @@ import java.time.Duration;
  * @param summaryInterval   how often the one-line summary is logged; zero disables it
  * @param frameTimeout      how long a frame may take to arrive once it began
  * @param limits            frame size limits
+ * @param term              the leadership term this master serves (docs/architecture.md, "Masters
+ *                          elected through etcd"); 0 for a master that is not elected. Not a flag: the
+ *                          election sets it for each leadership.
  */
 public record MasterConfig(String listenHost, int port, int httpPort, Duration nodeTtl, Duration clientTtl,
                            Duration readLease, Duration putTimeout, double highWatermark, double evictionRatio, Size maxValueSize,
                            int defaultReplicas, Duration tickInterval, Duration summaryInterval, Duration frameTimeout,
-                           Limits limits) {
+                           Limits limits, long term) {
 
     public static final int DEFAULT_PORT = 50051;
     public static final int DEFAULT_HTTP_PORT = 9003;
@@ -75,6 +78,9 @@ public record MasterConfig(String listenHost, int port, int httpPort, Duration n
         if (summaryInterval == null || summaryInterval.isNegative()) {
             throw new IllegalArgumentException("master: summary interval (--summary-interval) must be zero (off) or positive");
         }
+        if (term < 0) {
+            throw new IllegalArgumentException("master: a leadership term is never negative, got " + term);
+        }
         if (!(highWatermark > 0 && highWatermark <= 1)) {
             throw new IllegalArgumentException("master: eviction high watermark (--eviction-high-watermark) must be in (0, 1], got " + highWatermark);
         }
@@ -96,51 +102,57 @@ public record MasterConfig(String listenHost, int port, int httpPort, Duration n
     public static MasterConfig defaults() {
         return new MasterConfig("0.0.0.0", DEFAULT_PORT, DEFAULT_HTTP_PORT, DEFAULT_NODE_TTL, DEFAULT_CLIENT_TTL, DEFAULT_READ_LEASE,
                 DEFAULT_PUT_TIMEOUT, DEFAULT_HIGH_WATERMARK, DEFAULT_EVICTION_RATIO, DEFAULT_MAX_VALUE_SIZE, 1,
-                DEFAULT_TICK, DEFAULT_SUMMARY_INTERVAL, Duration.ofSeconds(30), Limits.DEFAULT);
+                DEFAULT_TICK, DEFAULT_SUMMARY_INTERVAL, Duration.ofSeconds(30), Limits.DEFAULT, 0);
     }
 
     public MasterConfig withListen(String host, int rpcPort, int http) {
         return new MasterConfig(host, rpcPort, http, nodeTtl, clientTtl, readLease, putTimeout, highWatermark, evictionRatio,
-                maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits);
+                maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term);
+    }
+
+    /** The same configuration for the leadership of {@code t}. */
+    public MasterConfig withTerm(long t) {
+        return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, readLease, putTimeout, highWatermark,
+                evictionRatio, maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, t);
     }
 
     public MasterConfig withNodeTtl(Duration d) {
         return new MasterConfig(listenHost, port, httpPort, d, clientTtl, readLease, putTimeout, highWatermark, evictionRatio,
-                maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits);
+                maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term);
     }
 
     public MasterConfig withPutTimeout(Duration d) {
         return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, readLease, d, highWatermark, evictionRatio,
-                maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits);
+                maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term);
     }
 
     public MasterConfig withEviction(double watermark, double ratio) {
         return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, readLease, putTimeout, watermark, ratio,
-                maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits);
+                maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term);
     }
 
     public MasterConfig withReplicas(int n) {
         return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, readLease, putTimeout, highWatermark,
-                evictionRatio, maxValueSize, n, tickInterval, summaryInterval, frameTimeout, limits);
+                evictionRatio, maxValueSize, n, tickInterval, summaryInterval, frameTimeout, limits, term);
     }
 
     public MasterConfig withSummaryInterval(Duration d) {
         return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, readLease, putTimeout, highWatermark,
-                evictionRatio, maxValueSize, defaultReplicas, tickInterval, d, frameTimeout, limits);
+                evictionRatio, maxValueSize, defaultReplicas, tickInterval, d, frameTimeout, limits, term);
     }
 
     public MasterConfig withTickInterval(Duration d) {
         return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, readLease, putTimeout, highWatermark,
-                evictionRatio, maxValueSize, defaultReplicas, d, summaryInterval, frameTimeout, limits);
+                evictionRatio, maxValueSize, defaultReplicas, d, summaryInterval, frameTimeout, limits, term);
     }
 
     public MasterConfig withMaxValueSize(Size s) {
         return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, readLease, putTimeout, highWatermark,
-                evictionRatio, s, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits);
+                evictionRatio, s, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term);
     }
 
     public MasterConfig withReadLease(Duration d) {
         return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, d, putTimeout, highWatermark,
-                evictionRatio, maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits);
+                evictionRatio, maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term);
     }
 }

@@ -19,6 +19,7 @@ import io.kvpool.protocol.msg.WriteLeaseMessages;
 
 import java.io.IOException;
 import java.util.List;
+import java.util.function.BooleanSupplier;
 
 /**
  * Decodes master requests, runs them on the {@link MasterService}, encodes replies and counts them.
@@ -28,15 +29,21 @@ final class MasterHandler implements RequestHandler {
 
     private final MasterService service;
     private final MasterMetrics metrics;
+    private final BooleanSupplier leading;
 
-    MasterHandler(MasterService service, MasterMetrics metrics) {
+    MasterHandler(MasterService service, MasterMetrics metrics, BooleanSupplier leading) {
         this.service = service;
         this.metrics = metrics;
+        this.leading = leading;
     }
 
     @Override
     public void handle(Request req) throws IOException {
         Opcode op = req.opcode();
+        if (!leading.getAsBoolean()) {
+            // a deposed leader answers nothing: the connection closes and the peer looks for the leader
+            throw new IOException("master of term " + service.config().term() + " is no longer the leader");
+        }
         if (req.payloadLength() != 0) {
             throw new MalformedFrameException(FrameStatus.MALFORMED_FRAME, req.requestId(),
                     op.metricName + " carries " + req.payloadLength() + " payload bytes; object bytes never go to the master");
@@ -52,7 +59,8 @@ final class MasterHandler implements RequestHandler {
                         service.clientSeen(h.clientId());
                     }
                     new MasterMessages.HelloReply(service.incarnation(), service.epoch(), Keys.MAX_KEY_BYTES,
-                            service.config().maxValueSize().bytes(), service.config().defaultReplicas()).write(out);
+                            service.config().maxValueSize().bytes(), service.config().defaultReplicas(),
+                            service.config().term()).write(out);
                     metrics.record(op, 1, 0, 0, false);
                 }
                 case PING -> {

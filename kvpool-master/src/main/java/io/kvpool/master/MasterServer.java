@@ -15,6 +15,7 @@ import java.nio.charset.StandardCharsets;
 import java.time.InstantSource;
 import java.util.Locale;
 import java.util.concurrent.Executors;
+import java.util.function.BooleanSupplier;
 import java.util.random.RandomGenerator;
 
 /**
@@ -42,13 +43,23 @@ public final class MasterServer implements AutoCloseable {
     }
 
     public MasterServer(MasterConfig config, InstantSource clock, RandomGenerator random) throws IOException {
+        this(config, clock, random, () -> true);
+    }
+
+    /**
+     * A master that serves only while {@code leading} holds (an elected master: its leadership is
+     * valid): once it does not, every request closes its connection unanswered, so clients and nodes
+     * look for the leader again. See {@code ElectedMaster}.
+     */
+    public MasterServer(MasterConfig config, InstantSource clock, RandomGenerator random, BooleanSupplier leading)
+            throws IOException {
         this.config = config;
         // nodes get as long to acknowledge a removal or reset as a frozen client can make it wait
-        this.nodes = new NodeControl(config.limits(), config.readLease());
+        this.nodes = new NodeControl(config.limits(), config.readLease(), config.term());
         this.service = MasterService.serving(config, clock, random, nodes);
         this.metrics = new MasterMetrics(service);
         this.rpc = new FrameServer("master", new InetSocketAddress(config.listenHost(), config.port()), config.limits(),
-                config.frameTimeout(), op -> !op.isNodeOp(), new MasterHandler(service, metrics));
+                config.frameTimeout(), op -> !op.isNodeOp(), new MasterHandler(service, metrics, leading));
         HttpServer h = null;
         if (config.httpPort() >= 0) {
             try {

@@ -235,7 +235,7 @@ public final class MasterService {
             for (PutStartItem item : req.items()) {
                 results.add(putStartOne(item, req.upsert(), replicas, req.preferredSegment(), ep));
             }
-            return new PutStartReply(ep, results);
+            return new PutStartReply(ep, config.term(), results);
         } finally {
             epoch.shared().unlock();
         }

@@ -120,7 +120,7 @@ public final class Membership {
         }
         log.info("{} registered at {} with {} bytes; {} objects offered{}", seg, address, r.capacity(),
                 r.inventoryCount(), keep ? "" : " (older epoch " + r.epoch() + ": dropped)");
-        return new RegisterReply(seg.id, newEpoch, keep);
+        return new RegisterReply(seg.id, newEpoch, keep, config.term());
     }
 
     /** NODE_INVENTORY: take over objects a node already holds. ALREADY_EXISTS tells the node to drop one. */

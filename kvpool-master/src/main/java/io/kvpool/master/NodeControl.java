@@ -58,11 +58,15 @@ final class NodeControl implements NodeNotifier {
         }
     }
 
-    NodeControl(Limits limits, Duration ackWait) {
+    NodeControl(Limits limits, Duration ackWait, long term) {
         this.limits = limits;
+        this.term = term;
         this.ackWait = ackWait;
         this.flusher = Thread.ofPlatform().daemon().name("kvpool-master-free-flusher").start(this::flushLoop);
     }
+
+    /** The term every frame to a node carries: a node that knows a newer one refuses them. */
+    private final long term;
 
     private Channel channel(Segment s) {
         return channels.computeIfAbsent(s.id, id -> new Channel(s));
@@ -84,7 +88,7 @@ final class NodeControl implements NodeNotifier {
                     try {
                         c.queue.clear();
                         BodyWriter w = new BodyWriter(16);
-                        new NodeMessages.Reset(epoch).write(w);
+                        new NodeMessages.Reset(epoch, term).write(w);
                         call(c, Opcode.NODE_RESET, w);
                         c.stalled = false;
                     } finally {
@@ -200,7 +204,7 @@ final class NodeControl implements NodeNotifier {
                     batch.add(it);
                 }
                 BodyWriter w = new BodyWriter(8 + batch.size() * 16);
-                new NodeMessages.Free(batch).write(w);
+                new NodeMessages.Free(term, batch).write(w);
                 try {
                     call(c, Opcode.NODE_FREE, w);
                     c.stalled = false;

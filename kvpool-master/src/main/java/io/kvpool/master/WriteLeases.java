@@ -169,7 +169,7 @@ final class WriteLeases {
                 clock.millis() + idle);
         live.put(l.id, l);
         granted.incrementAndGet();
-        return new Granted(ResultCode.OK, l.id, ep, p.segment().id, l.start, length, first, count,
+        return new Granted(ResultCode.OK, l.id, ep, config.term(), p.segment().id, l.start, length, first, count,
                 (int) Math.min(Integer.MAX_VALUE, idle));
     }
 

@@ -1,5 +1,6 @@
 package io.kvpool.node;
 
+import io.kvpool.etcd.MasterLocator;
 import io.kvpool.node.disk.DiskStore;
 import io.kvpool.protocol.BodyWriter;
 import io.kvpool.protocol.FrameConnection;
@@ -54,8 +55,10 @@ final class DiskTier implements AutoCloseable {
     /** Most promotions waiting; more are skipped (an object keeps being served from disk). */
     static final int PROMOTION_QUEUE = 1024;
 
-    private final StorageNode node;
+    private final LocalSegment node;
     private final NodeConfig config;
+    /** Where promotions ask the master for space. */
+    private final MasterLocator masters;
     private final DiskStore store;
     private final Semaphore readBudget = new Semaphore((int) (READ_STAGING_BYTES >> 10));
     private final ConcurrentLinkedQueue<DiskStore.Entry> added = new ConcurrentLinkedQueue<>();
@@ -67,8 +70,9 @@ final class DiskTier implements AutoCloseable {
     private volatile Runnable onChange = () -> { };
     private volatile boolean closed;
 
-    DiskTier(StorageNode node, NodeConfig config) throws IOException {
+    DiskTier(LocalSegment node, NodeConfig config, MasterLocator masters) throws IOException {
         this.node = node;
+        this.masters = masters;
         this.config = config;
         this.store = new DiskStore(DiskStore.Config.defaults(config.diskDir(), config.diskSize().bytes()),
                 new DiskStore.Listener() {
@@ -228,7 +232,8 @@ final class DiskTier implements AutoCloseable {
             }
             try {
                 if (conn == null || conn.isBroken()) {
-                    conn = FrameConnection.connect(config.master(), Duration.ofSeconds(3), config.limits());
+                    conn = FrameConnection.connect(masters.locate(Duration.ofSeconds(3), true).address(),
+                            Duration.ofSeconds(3), config.limits());
                 }
                 if (promote(conn, generation)) {
                     promoted.incrementAndGet();
@@ -274,6 +279,7 @@ final class DiskTier implements AutoCloseable {
             }
             Replica rep = r.replicas().getFirst();
             boolean written = rep.segmentId() == node.segmentId() && rep.tier() == Tier.MEMORY
+                    && node.currentTerm(reply.term())
                     && node.writeLocal(rep.offset(), r.generation(), reply.epoch(), e.key(), value, e.valueCrc());
             BodyWriter end = new BodyWriter();
             new MasterMessages.PutEnd(List.of(new MasterMessages.PutEndItem(e.key(), r.generation(), 0))).write(end);

@@ -1,5 +1,6 @@
 package io.kvpool.node;
 
+import io.kvpool.etcd.MasterLocator;
 import io.kvpool.protocol.BodyWriter;
 import io.kvpool.protocol.FrameConnection;
 import io.kvpool.protocol.ObjectLayout;
@@ -41,15 +42,29 @@ import java.util.concurrent.locks.ReentrantLock;
  * Lost connection: retry every heartbeat interval, logging once per outage. A heartbeat answered
  * NOT_FOUND: register again at once. A heartbeat carrying a newer epoch than ours: we missed a
  * reset, so drop everything.
+ *
+ * <h2>Elected masters</h2>
+ * Given {@code etcd://...}, the link follows the leader record ({@link MasterLocator}): it connects to
+ * the leader even while that one is still rebuilding (it rebuilds from registrations like this one),
+ * and moves to a new leader as soon as the record names one, without waiting for the old connection
+ * to fail (an old leader paused past its lease can look alive). A registration answered with an
+ * older term than the node already follows is a deposed leader's: the link drops it and looks again.
  */
 final class MasterLink implements AutoCloseable {
 
     private static final Logger log = LoggerFactory.getLogger(MasterLink.class);
+    /** Longest wait before trying an elected leader again. */
+    static final Duration ELECTED_RETRY = Duration.ofMillis(100);
     /** Objects per NODE_INVENTORY frame. */
     static final int INVENTORY_CHUNK = 4096;
 
-    private final StorageNode node;
+    private final LocalSegment node;
+    /** The SSD tier, or null. */
+    private final DiskTier disk;
     private final NodeConfig config;
+    private final MasterLocator masters;
+    /** The master this link's connection goes to (null while not connected). */
+    private MasterLocator.Leader master;
     private final long incarnation = ThreadLocalRandom.current().nextLong();
     private final Thread thread;
     private final ReentrantLock lock = new ReentrantLock();
@@ -59,10 +74,17 @@ final class MasterLink implements AutoCloseable {
     private FrameConnection conn;
     private int segmentId = -1;
     private boolean outageLogged;
+    /** Guarded by {@code lock}: a wake that came while the loop was not sleeping. */
+    private boolean wakeRequested;
 
-    MasterLink(StorageNode node, NodeConfig config) {
+    MasterLink(LocalSegment node, DiskTier disk, NodeConfig config, MasterLocator masters) {
         this.node = node;
+        this.disk = disk;
         this.config = config;
+        this.masters = masters;
+        if (masters.elected()) {
+            masters.onChange(this::wake);
+        }
         this.thread = Thread.ofPlatform().daemon().name("kvpool-node-link").start(this::run);
     }
 
@@ -70,14 +92,14 @@ final class MasterLink implements AutoCloseable {
         return registered;
     }
 
-    int segmentId() {
-        return registered ? segmentId : -1;
-    }
-
-    /** Something to report (disk additions or drops): run the loop now instead of at the next heartbeat. */
+    /**
+     * Something to report (disk additions or drops, a new leader): run the loop now instead of at the
+     * next heartbeat. A wake while the loop is busy is kept and cuts its next sleep short.
+     */
     void wake() {
         lock.lock();
         try {
+            wakeRequested = true;
             state.signalAll();
         } finally {
             lock.unlock();
@@ -105,6 +127,7 @@ final class MasterLink implements AutoCloseable {
         lock.lock();
         try {
             registered = v;
+            node.segmentId(v ? segmentId : -1);
             state.signalAll();
         } finally {
             lock.unlock();
@@ -118,12 +141,23 @@ final class MasterLink implements AutoCloseable {
     private void run() {
         while (running) {
             try {
+                if (conn != null && masters.elected() && !sameLeader(masters.latest())) {
+                    log.info("node {}: the leader changed to {}; leaving {}", node.name(), masters.latest(), master);
+                    closeConn();
+                    segmentId = -1;
+                    setRegistered(false);
+                }
                 if (conn == null || conn.isBroken()) {
-                    conn = FrameConnection.connect(config.master(), Duration.ofSeconds(3), config.limits());
+                    closeConn();
+                    MasterLocator.Leader l = masters.locate(config.heartbeatInterval().multipliedBy(3), false);
+                    conn = FrameConnection.connect(l.address(), Duration.ofSeconds(3), config.limits());
+                    master = l;
                     hello();
                 }
-                if (segmentId < 0) {
-                    register();
+                if (segmentId < 0 && !register()) {
+                    closeConn();
+                    sleep(config.heartbeatInterval());
+                    continue;
                 }
                 // after a reconnect the heartbeat tells whether the master still knows us
                 HeartbeatReply hb = heartbeat();
@@ -140,7 +174,7 @@ final class MasterLink implements AutoCloseable {
                     log.warn("node {}: missed a reset; now at epoch {}, dropped {} objects", node.name(), hb.epoch(), n);
                 }
                 if (outageLogged) {
-                    log.info("node {}: master {} reachable again", node.name(), config.master());
+                    log.info("node {}: master {} reachable again", node.name(), master);
                     outageLogged = false;
                 }
                 reportDisk();
@@ -150,14 +184,15 @@ final class MasterLink implements AutoCloseable {
                     return;
                 }
                 if (!outageLogged) {
-                    log.warn("node {}: master {} unreachable ({}); retrying every {}", node.name(), config.master(),
-                            e.getMessage(), io.kvpool.config.Durations.format(config.heartbeatInterval()));
+                    log.warn("node {}: master {} unreachable ({}); retrying every {}", node.name(),
+                            master == null ? masters : master,
+                            e.getMessage(), io.kvpool.config.Durations.format(retryInterval()));
                     outageLogged = true;
                 }
                 closeConn();
                 // keep the segment id: if the master still knows us after the outage, a heartbeat resumes
                 setRegistered(false);
-                sleep(config.heartbeatInterval());
+                sleep(retryInterval());
             } catch (RuntimeException e) {
                 if (!running) {
                     return;
@@ -178,13 +213,35 @@ final class MasterLink implements AutoCloseable {
         conn.call(Opcode.HELLO, w, rpcTimeout());
     }
 
-    private void register() throws IOException {
+    /**
+     * How soon to try again after the master could not be reached: the heartbeat interval, or with
+     * elected masters at most {@link #ELECTED_RETRY} (a new leader publishes its address a moment
+     * before it listens, and its rebuild waits for this node).
+     */
+    private Duration retryInterval() {
+        return masters.elected() && config.heartbeatInterval().compareTo(ELECTED_RETRY) > 0
+                ? ELECTED_RETRY : config.heartbeatInterval();
+    }
+
+    /** Whether the leader record still names the master this link is connected to. */
+    private boolean sameLeader(io.kvpool.etcd.LeaderRecord r) {
+        return r == null || master == null
+                || (r.term() == master.term() && r.address().equals(master.address().toString()));
+    }
+
+    /** Registers and uploads the inventory; false when the master is a deposed leader (older term). */
+    private boolean register() throws IOException {
         RegionLedger ledger = node.ledger();
         List<RegionLedger.Region> regions = ledger.completeRegions();
         BodyWriter w = new BodyWriter();
         new RegisterNode(node.name(), node.advertiseHost(), node.port(), node.capacity(), ledger.epoch(), incarnation,
                 regions.size(), node.shmPath()).write(w);
         RegisterReply reply = RegisterReply.read(conn.call(Opcode.REGISTER_NODE, w, rpcTimeout()).body());
+        if (!node.currentTerm(reply.term())) {
+            log.warn("node {}: master {} answered with term {}, older than term {} this node follows; not registering",
+                    node.name(), master, reply.term(), node.term());
+            return false;
+        }
         // becomes our segment id only once the whole inventory is in; a failure midway registers afresh
         int id = reply.segmentId();
         if (!reply.keepInventory()) {
@@ -200,7 +257,6 @@ final class MasterLink implements AutoCloseable {
         long kept = 0;
         long dropped = 0;
         long corrupt = 0;
-        DiskTier disk = node.disk();
         if (disk != null && reply.keepInventory()) {
             List<io.kvpool.node.disk.DiskStore.Entry> onDisk = disk.entries();
             for (int from = 0; from < onDisk.size(); from += INVENTORY_CHUNK) {
@@ -255,8 +311,9 @@ final class MasterLink implements AutoCloseable {
         } while (i < regions.size());
         segmentId = id;
         setRegistered(true);
-        log.info("node {}: registered as segment {} at epoch {} ({} objects kept, {} dropped, {} failed verification)",
-                node.name(), id, reply.epoch(), kept, dropped, corrupt);
+        log.info("node {}: registered as segment {} at epoch {}{} ({} objects kept, {} dropped, {} failed verification)",
+                node.name(), id, reply.epoch(), reply.term() > 0 ? ", term " + reply.term() : "", kept, dropped, corrupt);
+        return true;
     }
 
     /**
@@ -287,9 +344,17 @@ final class MasterLink implements AutoCloseable {
         }
     }
 
+    /** Per-tier counters for the heartbeat. */
+    private MasterMessages.TierStats tierStats() {
+        return disk == null
+                ? new MasterMessages.TierStats(node.bytesRead(), node.bytesWritten(), node.memoryReads(),
+                0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+                : disk.stats(node.bytesRead(), node.bytesWritten(), node.memoryReads());
+    }
+
     private HeartbeatReply heartbeat() throws IOException {
         BodyWriter w = new BodyWriter(40);
-        new Heartbeat(segmentId, incarnation, node.ledger().epoch(), node.ledger().objectCount(), node.tierStats()).write(w);
+        new Heartbeat(segmentId, incarnation, node.ledger().epoch(), node.ledger().objectCount(), tierStats()).write(w);
         return HeartbeatReply.read(conn.call(Opcode.NODE_HEARTBEAT, w, rpcTimeout()).body());
     }
 
@@ -298,7 +363,6 @@ final class MasterLink implements AutoCloseable {
      * copies) and let go (NODE_DISK_DROP). Objects the master refuses to list are removed from disk.
      */
     private void reportDisk() throws IOException {
-        DiskTier disk = node.disk();
         if (disk == null) {
             return;
         }
@@ -339,9 +403,11 @@ final class MasterLink implements AutoCloseable {
     private void sleep(Duration d) {
         lock.lock();
         try {
-            if (running) {
-                state.awaitNanos(d.toNanos());
+            long left = d.toNanos();
+            while (running && !wakeRequested && left > 0) {
+                left = state.awaitNanos(left);
             }
+            wakeRequested = false;
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
             running = false;

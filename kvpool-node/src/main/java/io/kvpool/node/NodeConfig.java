@@ -2,6 +2,7 @@ package io.kvpool.node;
 
 import io.kvpool.config.Durations;
 import io.kvpool.config.HostPort;
+import io.kvpool.etcd.MasterAddress;
 import io.kvpool.config.Size;
 import io.kvpool.protocol.Limits;
 
@@ -11,7 +12,7 @@ import java.time.Duration;
 /**
  * Everything a storage node is configured with, typed, with defaults in one place.
  *
- * @param master            the master's address
+ * @param master            the master's address, or the etcd endpoints that elect it ({@code etcd://...})
  * @param listenHost        interface to listen on for reads, writes and master control
  * @param port              port to listen on; 0 picks a free one
  * @param advertiseHost     address clients use to reach this node; null detects one
@@ -28,7 +29,7 @@ import java.time.Duration;
  * @param diskSize          capacity of the SSD tier (required with a directory)
  * @param promoteAfter      disk hits after which an object moves back to memory; 0 never promotes
  */
-public record NodeConfig(HostPort master, String listenHost, int port, String advertiseHost, Size segmentSize,
+public record NodeConfig(MasterAddress master, String listenHost, int port, String advertiseHost, Size segmentSize,
                          Path shmDir, Duration heartbeatInterval, Duration regionWait, Duration frameTimeout,
                          boolean verifyWrites, Limits limits, boolean prefault, Path diskDir, Size diskSize,
                          int promoteAfter) {
@@ -50,7 +51,7 @@ public record NodeConfig(HostPort master, String listenHost, int port, String ad
 
     public NodeConfig {
         if (master == null) {
-            throw new IllegalArgumentException("node: master address is required (--master HOST:PORT)");
+            throw new IllegalArgumentException("node: master address is required (--master HOST:PORT or etcd://HOST:PORT,...)");
         }
         if (segmentSize == null || segmentSize.bytes() < 1 << 20) {
             throw new IllegalArgumentException("node: segment size (--segment-size) must be at least 1MiB, got " + segmentSize);
@@ -75,6 +76,11 @@ public record NodeConfig(HostPort master, String listenHost, int port, String ad
 
     /** A config with every default, for the given master and segment size. */
     public static NodeConfig defaults(HostPort master, Size segmentSize) {
+        return defaults(MasterAddress.of(master), segmentSize);
+    }
+
+    /** A config with every default, for the master (fixed or elected) and segment size. */
+    public static NodeConfig defaults(MasterAddress master, Size segmentSize) {
         return new NodeConfig(master, "0.0.0.0", DEFAULT_PORT, null, segmentSize, DEFAULT_SHM_DIR,
                 DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_REGION_WAIT, DEFAULT_FRAME_TIMEOUT, false, Limits.DEFAULT, true, null, null,
                 DEFAULT_PROMOTE_AFTER);

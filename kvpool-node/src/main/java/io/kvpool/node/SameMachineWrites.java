@@ -40,19 +40,21 @@ import java.util.concurrent.ConcurrentHashMap;
  */
 final class SameMachineWrites {
 
-    private final StorageNode node;
+    private final LocalSegment node;
     private final RegionLedger ledger;
     private final MemorySegment segment;
     private final NodeConfig config;
     /** Writes begun with NODE_SHM_WRITE_BEGIN and not yet ended, by connection (peer) and generation. */
     private final Map<String, Map<Long, RegionLedger.Region>> begun = new ConcurrentHashMap<>();
+    /** The master term of each connection's latest NODE_SHM_WRITE_BEGIN: its END is refused once a newer term is known. */
+    private final Map<String, Long> beginTerms = new ConcurrentHashMap<>();
     /** The lease region each connection holds, by connection (peer). */
     private final Map<String, RegionLedger.Region> leases = new ConcurrentHashMap<>();
 
-    SameMachineWrites(StorageNode node, RegionLedger ledger, MemorySegment segment, NodeConfig config) {
+    SameMachineWrites(LocalSegment node, NodeConfig config) {
         this.node = node;
-        this.ledger = ledger;
-        this.segment = segment;
+        this.ledger = node.ledger();
+        this.segment = node.segment();
         this.config = config;
     }
 
@@ -70,6 +72,11 @@ final class SameMachineWrites {
         for (NodeMessages.WriteItem it : w.items()) {
             node.checkRegion(it.offset(), ObjectLayout.regionLength(it.key().length, it.valueLength()), it.generation());
         }
+        if (!node.currentTerm(w.term())) {
+            reply(req, fenced(w.items().size()));
+            return;
+        }
+        beginTerms.put(req.peer(), w.term());
         Map<Long, RegionLedger.Region> open = begun.computeIfAbsent(req.peer(), p -> new ConcurrentHashMap<>());
         List<ResultCode> codes = new ArrayList<>(w.items().size());
         long waitDeadline = System.nanoTime() + config.regionWait().toNanos();
@@ -97,6 +104,8 @@ final class SameMachineWrites {
         NodeMessages.ShmWriteEnd end = NodeMessages.ShmWriteEnd.read(body);
         body.end("node_shm_write_end");
         Map<Long, RegionLedger.Region> open = begun.getOrDefault(req.peer(), Map.of());
+        // a master of a newer term took over since the begin: what the old one placed is not made readable
+        boolean current = node.currentTerm(beginTerms.getOrDefault(req.peer(), 0L));
         List<ResultCode> codes = new ArrayList<>(end.items().size());
         for (NodeMessages.ShmWriteEndItem it : end.items()) {
             RegionLedger.Region r = open.get(it.generation());
@@ -105,6 +114,11 @@ final class SameMachineWrites {
                 continue;
             }
             open.remove(it.generation());
+            if (!current) {
+                ledger.endWrite(r, false);
+                codes.add(ResultCode.FENCED);
+                continue;
+            }
             boolean ok = it.copied() && crcHolds(r.valueOffset(), r.valueLength, storedCrc(r.offset));
             if (ledger.endWrite(r, ok)) {
                 node.wrote(r.valueLength);
@@ -133,6 +147,11 @@ final class SameMachineWrites {
         RegionLedger.Region previous = leases.remove(req.peer());
         if (previous != null) {
             ledger.endWrite(previous, false);
+        }
+        if (!node.currentTerm(l.term())) {
+            node.refusedWrite();
+            reply(req, List.of(ResultCode.FENCED));
+            return;
         }
         RegionLedger.WriteAdmission adm;
         try {
@@ -163,6 +182,14 @@ final class SameMachineWrites {
         body.end("node_shm_lease_write");
         for (NodeMessages.WriteItem it : w.items()) {
             node.checkRegion(it.offset(), ObjectLayout.regionLength(it.key().length, it.valueLength()), it.generation());
+        }
+        if (!node.currentTerm(w.term())) {
+            RegionLedger.Region lease = leases.remove(req.peer());
+            if (lease != null) {
+                ledger.endWrite(lease, false);
+            }
+            reply(req, fenced(w.items().size()));
+            return;
         }
         List<ResultCode> codes = new ArrayList<>(w.items().size());
         for (NodeMessages.WriteItem it : w.items()) {
@@ -195,8 +222,13 @@ final class SameMachineWrites {
         reply(req, codes);
     }
 
+    private static List<ResultCode> fenced(int n) {
+        return java.util.Collections.nCopies(n, ResultCode.FENCED);
+    }
+
     /** A connection closed: what it began and did not end, and its lease region, are dropped. */
     void connectionClosed(String peer) {
+        beginTerms.remove(peer);
         Map<Long, RegionLedger.Region> open = begun.remove(peer);
         if (open != null) {
             for (RegionLedger.Region r : open.values()) {

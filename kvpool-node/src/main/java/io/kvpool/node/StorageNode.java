@@ -3,6 +3,7 @@ package io.kvpool.node;
 import io.kvpool.config.HostPort;
 import io.kvpool.config.LocalHost;
 import io.kvpool.config.Size;
+import io.kvpool.etcd.MasterLocator;
 import io.kvpool.protocol.BadRequestException;
 import io.kvpool.protocol.BodyReader;
 import io.kvpool.protocol.BodyWriter;
@@ -28,9 +29,6 @@ import java.nio.ByteBuffer;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
-import java.util.Map;
-import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.atomic.AtomicLong;
 
 /**
  * A storage node: contributes one off-heap segment to the pool, serves reads and writes of object
@@ -50,16 +48,15 @@ public final class StorageNode implements AutoCloseable {
 
     private final NodeConfig config;
     private final SegmentMemory memory;
+    /** The segment as this node's parts see it (memory, ledger, name, term, counters). */
+    private final LocalSegment local;
     private final MemorySegment segment;
     private final RegionLedger ledger;
     private final FrameServer server;
     private final MasterLink link;
+    /** Where the master is: fixed, or the leader elected through etcd. */
+    private final MasterLocator masters;
     private final String name;
-    private final String advertiseHost;
-    private final AtomicLong bytesWritten = new AtomicLong();
-    private final AtomicLong bytesRead = new AtomicLong();
-    private final AtomicLong refusedWrites = new AtomicLong();
-    private final AtomicLong memoryReads = new AtomicLong();
     /** The SSD tier, or null when none is configured (then no disk thread, file or buffer exists). */
     private final DiskTier disk;
     /** Writes by clients on this machine, which copy the values themselves. */
@@ -68,7 +65,7 @@ public final class StorageNode implements AutoCloseable {
 
     public StorageNode(NodeConfig config) throws IOException {
         this.config = config;
-        this.advertiseHost = config.advertiseHost() != null ? config.advertiseHost()
+        String advertiseHost = config.advertiseHost() != null ? config.advertiseHost()
                 : (!"0.0.0.0".equals(config.listenHost()) && !"::".equals(config.listenHost()) ? config.listenHost()
                 : LocalHost.defaultAdvertiseAddress());
         this.server = new FrameServer("node", new InetSocketAddress(config.listenHost(), config.port()), config.limits(),
@@ -80,23 +77,27 @@ public final class StorageNode implements AutoCloseable {
             server.close();
             throw e;
         }
-        this.segment = memory.segment();
-        this.ledger = new RegionLedger(segment);
-        this.sameMachine = new SameMachineWrites(this, ledger, segment, config);
+        this.local = new LocalSegment(config, memory, name, advertiseHost, server.port());
+        this.masters = MasterLocator.of(config.master(), Duration.ofSeconds(2));
+        this.segment = local.segment();
+        this.ledger = local.ledger();
+        this.sameMachine = new SameMachineWrites(local, config);
         DiskTier d = null;
         try {
-            d = config.diskDir() == null ? null : new DiskTier(this, config);
+            d = config.diskDir() == null ? null : new DiskTier(local, config, masters);
         } catch (IOException e) {
+            masters.close();
             memory.close();
             server.close();
             throw new IOException("disk tier at " + config.diskDir() + ": " + e.getMessage(), e);
         } catch (RuntimeException e) {
+            masters.close();
             memory.close();
             server.close();
             throw e;
         }
         this.disk = d;
-        this.link = new MasterLink(this, config);
+        this.link = new MasterLink(local, disk, config, masters);
         if (disk != null) {
             disk.onChange(link::wake);
         }
@@ -109,7 +110,7 @@ public final class StorageNode implements AutoCloseable {
     }
 
     public String advertiseHost() {
-        return advertiseHost;
+        return local.advertiseHost();
     }
 
     public int port() {
@@ -118,7 +119,7 @@ public final class StorageNode implements AutoCloseable {
 
     /** The shared-memory file backing the segment, or "" when it is anonymous memory. */
     public String shmPath() {
-        return memory.file() == null ? "" : memory.file().toAbsolutePath().toString();
+        return local.shmPath();
     }
 
     public long capacity() {
@@ -133,6 +134,11 @@ public final class StorageNode implements AutoCloseable {
         return ledger.epoch();
     }
 
+    /** The highest master term this node has heard of (0 with a single master). */
+    public long term() {
+        return local.term();
+    }
+
     /** True once the master has accepted this node's registration and inventory. */
     public boolean isRegistered() {
         return link.isRegistered();
@@ -143,68 +149,9 @@ public final class StorageNode implements AutoCloseable {
         return link.awaitRegistered(timeout);
     }
 
-    RegionLedger ledger() {
-        return ledger;
-    }
-
-    /** The SSD tier, or null. */
-    DiskTier disk() {
-        return disk;
-    }
-
     /** Whether this node runs an SSD tier (its store, writer thread and staging memory exist only then). */
     public boolean hasDiskTier() {
         return disk != null;
-    }
-
-    /** The segment id the master gave this node, or -1 while not registered. */
-    int segmentId() {
-        return link.segmentId();
-    }
-
-    /** Per-tier counters for the heartbeat. */
-    io.kvpool.protocol.msg.MasterMessages.TierStats tierStats() {
-        return disk == null
-                ? new io.kvpool.protocol.msg.MasterMessages.TierStats(bytesRead.get(), bytesWritten.get(), memoryReads.get(),
-                0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-                : disk.stats(bytesRead.get(), bytesWritten.get(), memoryReads.get());
-    }
-
-    /**
-     * Writes an object into this node's own segment (a promotion from the disk tier), with the same
-     * admission as a client's write. Returns true once it is readable.
-     */
-    boolean writeLocal(long offset, long generation, long epoch, byte[] key, MemorySegment value, int crc) {
-        long regionLength = ObjectLayout.regionLength(key.length, value.byteSize());
-        if (offset < 0 || offset % ObjectLayout.ALIGNMENT != 0 || offset + regionLength > segment.byteSize()) {
-            return false;
-        }
-        RegionLedger.WriteAdmission adm;
-        try {
-            adm = ledger.beginWrite(offset, regionLength, generation, epoch, key, value.byteSize(), config.regionWait());
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-            return false;
-        }
-        if (adm.region() == null) {
-            return false;
-        }
-        boolean ok = false;
-        try {
-            ObjectLayout.writeHeader(segment, offset, ObjectLayout.STATE_WRITING, key, value.byteSize(), generation, epoch, crc);
-            MemorySegment.copy(value, 0, segment, adm.region().valueOffset(), value.byteSize());
-            ok = true;
-        } finally {
-            ok = ledger.endWrite(adm.region(), ok);
-        }
-        if (ok) {
-            bytesWritten.addAndGet(value.byteSize());
-        }
-        return ok;
-    }
-
-    MemorySegment segment() {
-        return segment;
     }
 
     private final class Handler implements RequestHandler {
@@ -235,32 +182,6 @@ public final class StorageNode implements AutoCloseable {
         }
     }
 
-    /** Refuses a same-machine write when the segment is not in shared memory. */
-    void requireShared() {
-        if (memory.file() == null) {
-            throw new BadRequestException("segment " + name + " is not in shared memory; use node_write");
-        }
-    }
-
-    void refusedWrite() {
-        refusedWrites.incrementAndGet();
-    }
-
-    void wrote(long valueBytes) {
-        bytesWritten.addAndGet(valueBytes);
-    }
-
-    RegionLedger.WriteAdmission admit(NodeMessages.WriteItem it, long epoch, long waitDeadline) throws IOException {
-        try {
-            return ledger.beginWrite(it.offset(), ObjectLayout.regionLength(it.key().length, it.valueLength()),
-                    it.generation(), epoch, it.key(), it.valueLength(),
-                    Duration.ofNanos(Math.max(0, waitDeadline - System.nanoTime())));
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-            throw new IOException("interrupted while waiting for region " + it.offset() + " of segment " + name);
-        }
-    }
-
     private void write(Request req) throws IOException {
         BodyReader body = req.body();
         NodeMessages.Write w = NodeMessages.Write.read(body);
@@ -270,13 +191,22 @@ public final class StorageNode implements AutoCloseable {
                     + w.payloadLength() + " value bytes but the frame carries " + req.payloadLength());
         }
         for (NodeMessages.WriteItem it : w.items()) {
-            checkRegion(it.offset(), ObjectLayout.regionLength(it.key().length, it.valueLength()), it.generation());
+            local.checkRegion(it.offset(), ObjectLayout.regionLength(it.key().length, it.valueLength()), it.generation());
         }
         List<ResultCode> codes = new ArrayList<>(w.items().size());
-        // one bound on waiting for busy regions per frame, however many items it carries
-        long waitDeadline = System.nanoTime() + config.regionWait().toNanos();
-        for (NodeMessages.WriteItem it : w.items()) {
-            codes.add(writeOne(req, w.epoch(), it, waitDeadline));
+        if (!local.currentTerm(w.term())) {
+            // placed by a master that lost its leadership: refuse, whatever the epoch
+            for (NodeMessages.WriteItem it : w.items()) {
+                local.refusedWrite();
+                req.skipPayload(it.valueLength());
+                codes.add(ResultCode.FENCED);
+            }
+        } else {
+            // one bound on waiting for busy regions per frame, however many items it carries
+            long waitDeadline = System.nanoTime() + config.regionWait().toNanos();
+            for (NodeMessages.WriteItem it : w.items()) {
+                codes.add(writeOne(req, w.epoch(), it, waitDeadline));
+            }
         }
         BodyWriter out = new BodyWriter(8 + codes.size());
         new Codes(codes).write(out);
@@ -284,9 +214,9 @@ public final class StorageNode implements AutoCloseable {
     }
 
     private ResultCode writeOne(Request req, long epoch, NodeMessages.WriteItem it, long waitDeadline) throws IOException {
-        RegionLedger.WriteAdmission adm = admit(it, epoch, waitDeadline);
+        RegionLedger.WriteAdmission adm = local.admit(it, epoch, waitDeadline);
         if (adm.region() == null) {
-            refusedWrites.incrementAndGet();
+            local.refusedWrite();
             req.skipPayload(it.valueLength());
             return adm.refusal();
         }
@@ -306,7 +236,7 @@ public final class StorageNode implements AutoCloseable {
             ok = ledger.endWrite(r, ok);
         }
         if (ok) {
-            bytesWritten.addAndGet(it.valueLength());
+            local.wrote(it.valueLength());
             return ResultCode.OK;
         }
         return ledger.epoch() > epoch ? ResultCode.FENCED : ResultCode.FAILED;
@@ -366,8 +296,7 @@ public final class StorageNode implements AutoCloseable {
             BodyWriter out = new BodyWriter(8 + codes.size());
             new Codes(codes).write(out);
             req.reply(out, views.toArray(ByteBuffer[]::new));
-            bytesRead.addAndGet(total - fromDisk);
-            memoryReads.addAndGet(pinned.size());
+            local.served(total - fromDisk, pinned.size());
         } finally {
             for (RegionLedger.Region r : pinned) {
                 ledger.endRead(r);
@@ -382,6 +311,7 @@ public final class StorageNode implements AutoCloseable {
         BodyReader body = req.body();
         NodeMessages.Free f = NodeMessages.Free.read(body);
         body.end("node_free");
+        requireCurrentTerm(f.term(), "node_free");
         long n = 0;
         for (NodeMessages.FreeItem it : f.items()) {
             if (it.tier() == Tier.DISK) {
@@ -416,6 +346,7 @@ public final class StorageNode implements AutoCloseable {
         BodyReader body = req.body();
         NodeMessages.Reset r = NodeMessages.Reset.read(body);
         body.end("node_reset");
+        requireCurrentTerm(r.term(), "node_reset");
         long n = ledger.reset(r.epoch());
         if (disk != null) {
             n += disk.reset(r.epoch());
@@ -424,23 +355,22 @@ public final class StorageNode implements AutoCloseable {
         req.reply(new BodyWriter(8).i64(n));
     }
 
-    void checkRegion(long offset, long length, long generation) {
-        if (offset % ObjectLayout.ALIGNMENT != 0 || offset < 0 || length < 0 || offset + length > segment.byteSize()
-                || offset + length < 0) {
-            throw new BadRequestException("region at offset " + offset + " of " + length + " bytes (generation "
-                    + generation + ") does not fit segment " + name + " of " + segment.byteSize()
-                    + " bytes, or is not " + ObjectLayout.ALIGNMENT + "-byte aligned");
+    /** Refuses a command from a master whose term is older than one this node has heard of. */
+    private void requireCurrentTerm(long term, String what) {
+        if (!local.currentTerm(term)) {
+            throw new BadRequestException(what + " from a master of term " + term + " refused: node " + name
+                    + " follows term " + local.term() + " (that master lost its leadership)");
         }
     }
 
     /** Value bytes stored since start. */
     public long bytesWritten() {
-        return bytesWritten.get();
+        return local.bytesWritten();
     }
 
     /** Value bytes served since start. */
     public long bytesRead() {
-        return bytesRead.get();
+        return local.bytesRead();
     }
 
     @Override
@@ -450,6 +380,7 @@ public final class StorageNode implements AutoCloseable {
         }
         closed = true;
         link.close();
+        masters.close();
         if (disk != null) {
             disk.close();
         }

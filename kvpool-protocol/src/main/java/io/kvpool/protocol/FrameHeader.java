@@ -55,9 +55,11 @@ public final class FrameHeader {
      * statistics in heartbeats and CLUSTER_STATS, NODE_DISK_ADD and NODE_DISK_DROP); 3 added LEASE
      * (read leases and the invalidations that come with them); 4 added the lookups by key digest
      * (PREFIX_MATCH_DIGEST, BATCH_EXIST_DIGEST); 5 added write leases (WRITE_LEASE, COMMIT, RELEASE)
-     * and the master's default replica count in the HELLO reply.
+     * and the master's default replica count in the HELLO reply; 6 added the master's term (masters
+     * elected through etcd) to the HELLO, PUT_START, WRITE_LEASE and REGISTER_NODE replies and to
+     * NODE_WRITE, NODE_SHM_WRITE_BEGIN, NODE_SHM_LEASE, NODE_FREE and NODE_RESET.
      */
-    public static final byte VERSION = 5;
+    public static final byte VERSION = 6;
     public static final byte FLAG_REPLY = 0x01;
 
     public static final int MAGIC_OFFSET = 0;

@@ -39,11 +39,11 @@ public final class WireVectors {
         byte[] k1 = "model@0@abc".getBytes(StandardCharsets.UTF_8);
         byte[] k2 = "ключ-é".getBytes(StandardCharsets.UTF_8);
         out.put("hello", body(w -> new MasterMessages.Hello(MasterMessages.Role.CLIENT, id, "host-1", 4242).write(w)));
-        out.put("hello_reply", body(w -> new MasterMessages.HelloReply(77, 3, 512, 256L << 20, 2).write(w)));
+        out.put("hello_reply", body(w -> new MasterMessages.HelloReply(77, 3, 512, 256L << 20, 2, 0x0A0B0C0DL).write(w)));
         out.put("ping", body(w -> new MasterMessages.Ping(id).write(w)));
         out.put("put_start", body(w -> new MasterMessages.PutStart(true, 2, "127.0.0.1:50052", List.of(
                 new MasterMessages.PutStartItem(k1, 1 << 20, 0), new MasterMessages.PutStartItem(k2, 0, 0))).write(w)));
-        out.put("put_start_reply", body(w -> new MasterMessages.PutStartReply(9, List.of(
+        out.put("put_start_reply", body(w -> new MasterMessages.PutStartReply(9, 0x0A0B0C0DL, List.of(
                 new MasterMessages.PutStartResult(ResultCode.OK, 1234, List.of(new Replica(1, Tier.MEMORY, 4096),
                         new Replica(2, Tier.DISK, 0))),
                 new MasterMessages.PutStartResult(ResultCode.POOL_FULL, 0, List.of()))).write(w)));
@@ -51,13 +51,13 @@ public final class WireVectors {
                 new MasterMessages.PutEndItem(k2, -5, -1))).write(w)));
         out.put("write_lease", body(w -> new WriteLeaseMessages.Grant("127.0.0.1:50052", 1 << 20, 64L << 20, 16)
                 .write(w)));
-        out.put("write_lease_reply", body(w -> new WriteLeaseMessages.Granted(ResultCode.OK, 0x0102030405L, 7, 3,
+        out.put("write_lease_reply", body(w -> new WriteLeaseMessages.Granted(ResultCode.OK, 0x0102030405L, 7, 0x0A0B0C0DL, 3,
                 4096, 64L << 20, 5000, 16, 30_000).write(w)));
         out.put("write_lease_refused", body(w -> WriteLeaseMessages.Granted.refused(ResultCode.POOL_FULL).write(w)));
         out.put("commit", body(w -> new WriteLeaseMessages.Commit(0x0102030405L, true, List.of(
                 new WriteLeaseMessages.CommitItem(k1, 4096, 1 << 20, 5000),
                 new WriteLeaseMessages.CommitItem(k2, 4096 + (2L << 20), 0, 5001))).write(w)));
-        out.put("shm_lease", body(w -> new NodeMessages.ShmLease(7, 4096, 64L << 20).write(w)));
+        out.put("shm_lease", body(w -> new NodeMessages.ShmLease(7, 0x0A0B0C0DL, 4096, 64L << 20).write(w)));
         out.put("release", body(w -> new WriteLeaseMessages.Release(0x0102030405L).write(w)));
         out.put("codes", body(w -> new MasterMessages.Codes(List.of(ResultCode.values())).write(w)));
         out.put("keys", body(w -> new KeyList(List.of(k1, k2)).write(w)));
@@ -68,12 +68,17 @@ public final class WireVectors {
         out.put("sizes", body(w -> new MasterMessages.Sizes(new long[] {1 << 20, -1}).write(w)));
         out.put("prefix", body(w -> new MasterMessages.Prefix(k1).write(w)));
         out.put("remove_all", body(w -> new MasterMessages.RemoveAll(true).write(w)));
+        out.put("node_free", body(w -> new NodeMessages.Free(0x0A0B0C0DL, List.of(new NodeMessages.FreeItem(4096, 1234),
+                new NodeMessages.FreeItem(0, 7, Tier.DISK, false), new NodeMessages.FreeItem(64, 9, Tier.MEMORY, true)))
+                .write(w)));
+        out.put("node_reset", body(w -> new NodeMessages.Reset(4, 0x0A0B0C0DL).write(w)));
+        out.put("register_reply", body(w -> new MasterMessages.RegisterReply(3, 4, true, 0x0A0B0C0DL).write(w)));
         out.put("removed", body(w -> new MasterMessages.Removed(12, 4).write(w)));
         MasterMessages.TierStats tiers = new MasterMessages.TierStats(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14);
         out.put("cluster_stats", body(w -> new MasterMessages.ClusterStats(77, 3, 10, 1, 4096, 1 << 30, 2, List.of(
                 new MasterMessages.SegmentInfo(1, "127.0.0.1:50052", "127.0.0.1", 50052, 1 << 30, 4096, 10,
                         MasterMessages.SegmentInfo.STATE_ACTIVE, 250, "/dev/shm/kvpool-x.seg", tiers))).write(w)));
-        out.put("node_write", body(w -> new NodeMessages.Write(3, List.of(
+        out.put("node_write", body(w -> new NodeMessages.Write(3, 0x0A0B0C0DL, List.of(
                 new NodeMessages.WriteItem(4096, 1234, k1, 1 << 20, 0xE3069283),
                 new NodeMessages.WriteItem(0, 1, k2, 0, 0))).write(w)));
         out.put("node_read", body(w -> new NodeMessages.Read(List.of(

@@ -61,15 +61,17 @@ public final class MasterMessages {
      *                    its cached segment table is void
      * @param defaultReplicas copies per object when a put asks for 0 (since version 5: a client puts under a
      *                        write lease only when one copy is wanted)
+     * @param term the master's leadership term (since version 6; 0 for a master not elected through etcd)
      */
-    public record HelloReply(long incarnation, long epoch, int maxKeyBytes, long maxValueBytes, int defaultReplicas) {
+    public record HelloReply(long incarnation, long epoch, int maxKeyBytes, long maxValueBytes, int defaultReplicas,
+                             long term) {
         public void write(BodyWriter w) {
-            w.i64(incarnation).i64(epoch).i32(maxKeyBytes).i64(maxValueBytes).u8(defaultReplicas);
+            w.i64(incarnation).i64(epoch).i32(maxKeyBytes).i64(maxValueBytes).u8(defaultReplicas).i64(term);
         }
 
         public static HelloReply read(BodyReader r) {
             return new HelloReply(r.i64("incarnation"), r.i64("epoch"), r.i32("max key bytes"), r.i64("max value bytes"),
-                    r.u8("default replicas"));
+                    r.u8("default replicas"), r.i64("term"));
         }
     }
 
@@ -133,10 +135,13 @@ public final class MasterMessages {
         }
     }
 
-    /** PUT_START reply: the epoch the reservation belongs to, and one result per item. */
-    public record PutStartReply(long epoch, List<PutStartResult> results) {
+    /**
+     * PUT_START reply: the epoch and the master's term the reservation belongs to (node writes carry
+     * both), and one result per item.
+     */
+    public record PutStartReply(long epoch, long term, List<PutStartResult> results) {
         public void write(BodyWriter w) {
-            w.i64(epoch).i32(results.size());
+            w.i64(epoch).i64(term).i32(results.size());
             for (PutStartResult res : results) {
                 w.u8(res.code.code);
                 if (res.code == ResultCode.OK) {
@@ -150,6 +155,7 @@ public final class MasterMessages {
 
         public static PutStartReply read(BodyReader r) {
             long epoch = r.i64("epoch");
+            long term = r.i64("term");
             int n = r.count("result count", 1);
             List<PutStartResult> out = new ArrayList<>(n);
             for (int i = 0; i < n; i++) {
@@ -166,7 +172,7 @@ public final class MasterMessages {
                 }
                 out.add(new PutStartResult(code, gen, reps));
             }
-            return new PutStartReply(epoch, out);
+            return new PutStartReply(epoch, term, out);
         }
     }
 
@@ -421,13 +427,13 @@ public final class MasterMessages {
      *
      * @param keepInventory false when the node's objects are from an older epoch and must be dropped
      */
-    public record RegisterReply(int segmentId, long epoch, boolean keepInventory) {
+    public record RegisterReply(int segmentId, long epoch, boolean keepInventory, long term) {
         public void write(BodyWriter w) {
-            w.i32(segmentId).i64(epoch).bool(keepInventory);
+            w.i32(segmentId).i64(epoch).bool(keepInventory).i64(term);
         }
 
         public static RegisterReply read(BodyReader r) {
-            return new RegisterReply(r.i32("segment id"), r.i64("epoch"), r.bool("keep inventory"));
+            return new RegisterReply(r.i32("segment id"), r.i64("epoch"), r.bool("keep inventory"), r.i64("term"));
         }
     }
 

@@ -24,9 +24,9 @@ public final class NodeMessages {
     }
 
     /** NODE_WRITE: values for regions the master reserved, fenced by the writer's epoch. */
-    public record Write(long epoch, List<WriteItem> items) {
+    public record Write(long epoch, long term, List<WriteItem> items) {
         public void write(BodyWriter w) {
-            w.i64(epoch).i32(items.size());
+            w.i64(epoch).i64(term).i32(items.size());
             for (WriteItem it : items) {
                 w.i64(it.offset).i64(it.generation).bytes(it.key).i64(it.valueLength).i32(it.valueCrc);
             }
@@ -34,13 +34,14 @@ public final class NodeMessages {
 
         public static Write read(BodyReader r) {
             long epoch = r.i64("epoch");
+            long term = r.i64("term");
             int n = r.count("item count", 31);
             List<WriteItem> items = new ArrayList<>(n);
             for (int i = 0; i < n; i++) {
                 items.add(new WriteItem(r.length("offset"), r.i64("generation"), KeyList.readKey(r),
                         r.length("value length"), r.i32("value crc")));
             }
-            return new Write(epoch, items);
+            return new Write(epoch, term, items);
         }
 
         public long payloadLength() {
@@ -114,13 +115,13 @@ public final class NodeMessages {
      * object with one NODE_SHM_LEASE_WRITE (whose body is a {@link Write} without payload). Reply:
      * {@link MasterMessages.Codes} with one code.
      */
-    public record ShmLease(long epoch, long offset, long length) {
+    public record ShmLease(long epoch, long term, long offset, long length) {
         public void write(BodyWriter w) {
-            w.i64(epoch).i64(offset).i64(length);
+            w.i64(epoch).i64(term).i64(offset).i64(length);
         }
 
         public static ShmLease read(BodyReader r) {
-            return new ShmLease(r.i64("epoch"), r.length("offset"), r.length("length"));
+            return new ShmLease(r.i64("epoch"), r.i64("term"), r.length("offset"), r.length("length"));
         }
     }
 
@@ -135,34 +136,41 @@ public final class NodeMessages {
         }
     }
 
-    /** NODE_FREE (master to node): regions the master freed. Reply: i64 count of regions dropped. */
-    public record Free(List<FreeItem> items) {
+    /**
+     * NODE_FREE (master to node): regions the master of {@code term} freed. Reply: i64 count of
+     * regions dropped; a node that knows a newer term refuses the frame (FENCED).
+     */
+    public record Free(long term, List<FreeItem> items) {
         public void write(BodyWriter w) {
-            w.i32(items.size());
+            w.i64(term).i32(items.size());
             for (FreeItem it : items) {
                 w.i64(it.offset).i64(it.generation).u8(it.tier.code).bool(it.spill);
             }
         }
 
         public static Free read(BodyReader r) {
+            long term = r.i64("term");
             int n = r.count("item count", 18);
             List<FreeItem> items = new ArrayList<>(n);
             for (int i = 0; i < n; i++) {
                 items.add(new FreeItem(r.length("offset"), r.i64("generation"),
                         Tier.of(r.u8("tier")), r.bool("spill")));
             }
-            return new Free(items);
+            return new Free(term, items);
         }
     }
 
-    /** NODE_RESET (master to node): drop every object, accept writes only from {@code epoch} on. Reply: i64 count. */
-    public record Reset(long epoch) {
+    /**
+     * NODE_RESET (master to node): drop every object, accept writes only from {@code epoch} on. Reply:
+     * i64 count. A node that knows a newer term than {@code term} refuses it (FENCED).
+     */
+    public record Reset(long epoch, long term) {
         public void write(BodyWriter w) {
-            w.i64(epoch);
+            w.i64(epoch).i64(term);
         }
 
         public static Reset read(BodyReader r) {
-            return new Reset(r.i64("epoch"));
+            return new Reset(r.i64("epoch"), r.i64("term"));
         }
     }
 }

@@ -19,12 +19,14 @@ import java.util.List;
  * | least bytes (i64)              |       | -- only when result is OK: --  |
  * | wanted bytes (i64)             |       | lease id (i64)                 |
  * | generations wanted (i32)       |       | epoch (i64)                    |
- * +--------------------------------+       | segment id (i32)               |
+ * +--------------------------------+       | term (i64, since version 6)    |
+ *                                          | segment id (i32)               |
  *                                          | offset (i64), length (i64)     |
- * COMMIT request                           | first generation (i64)         |
- * +--------------------------------+       | generation count (i32)         |
- * | lease id (i64)                 |       | idle timeout millis (i32)      |
- * | upsert (u8)                    |       +--------------------------------+
+ *                                          | first generation (i64)         |
+ * COMMIT request                           | generation count (i32)         |
+ * +--------------------------------+       | idle timeout millis (i32)      |
+ * | lease id (i64)                 |       +--------------------------------+
+ * | upsert (u8)                    |
  * | item count (i32)               |
  * | items: key (u16 length, bytes),|       COMMIT reply: Codes (one result per item)
  * |   offset (i64),                |
@@ -64,17 +66,17 @@ public final class WriteLeaseMessages {
      *
      * @param idleMillis the lease is reclaimed when no COMMIT renewed it for this long
      */
-    public record Granted(ResultCode code, long leaseId, long epoch, int segmentId, long offset, long length,
+    public record Granted(ResultCode code, long leaseId, long epoch, long term, int segmentId, long offset, long length,
                           long firstGeneration, int generationCount, int idleMillis) {
 
         public static Granted refused(ResultCode code) {
-            return new Granted(code, 0, 0, 0, 0, 0, 0, 0, 0);
+            return new Granted(code, 0, 0, 0, 0, 0, 0, 0, 0, 0);
         }
 
         public void write(BodyWriter w) {
             w.u8(code.code);
             if (code == ResultCode.OK) {
-                w.i64(leaseId).i64(epoch).i32(segmentId).i64(offset).i64(length).i64(firstGeneration)
+                w.i64(leaseId).i64(epoch).i64(term).i32(segmentId).i64(offset).i64(length).i64(firstGeneration)
                         .i32(generationCount).i32(idleMillis);
             }
         }
@@ -84,7 +86,7 @@ public final class WriteLeaseMessages {
             if (code != ResultCode.OK) {
                 return refused(code);
             }
-            return new Granted(code, r.i64("lease id"), r.i64("epoch"), r.i32("segment id"), r.length("offset"),
+            return new Granted(code, r.i64("lease id"), r.i64("epoch"), r.i64("term"), r.i32("segment id"), r.length("offset"),
                     r.length("length"), r.i64("first generation"), r.i32("generation count"), r.i32("idle millis"));
         }
     }

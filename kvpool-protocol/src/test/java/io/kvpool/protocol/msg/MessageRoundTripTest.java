@@ -165,8 +165,8 @@ class MessageRoundTripTest {
 
     @Test
     void helloReplyAndPing() {
-        roundTrip(new HelloReply(rnd.nextLong(), 7, Keys.MAX_KEY_BYTES, 1L << 40, 3), HelloReply::write, HelloReply::read);
-        roundTrip(new HelloReply(Long.MIN_VALUE, Long.MAX_VALUE, -1, 0, 255), HelloReply::write, HelloReply::read);
+        roundTrip(new HelloReply(rnd.nextLong(), 7, Keys.MAX_KEY_BYTES, 1L << 40, 3, rnd.nextLong()), HelloReply::write, HelloReply::read);
+        roundTrip(new HelloReply(Long.MIN_VALUE, Long.MAX_VALUE, -1, 0, 255, Long.MAX_VALUE), HelloReply::write, HelloReply::read);
         roundTrip(new Ping(UUID.randomUUID()), Ping::write, Ping::read);
     }
 
@@ -190,7 +190,7 @@ class MessageRoundTripTest {
                 WriteLeaseMessages.Grant::read);
         roundTrip(new WriteLeaseMessages.Grant("seg-\u00e9", 0, Long.MAX_VALUE, Integer.MAX_VALUE),
                 WriteLeaseMessages.Grant::write, WriteLeaseMessages.Grant::read);
-        roundTrip(new WriteLeaseMessages.Granted(ResultCode.OK, rnd.nextLong(), 3, 7, 4096, 1L << 26, rnd.nextLong(),
+        roundTrip(new WriteLeaseMessages.Granted(ResultCode.OK, rnd.nextLong(), 3, rnd.nextLong(), 7, 4096, 1L << 26, rnd.nextLong(),
                 64, 30_000), WriteLeaseMessages.Granted::write, WriteLeaseMessages.Granted::read);
         for (ResultCode c : List.of(ResultCode.POOL_FULL, ResultCode.NO_SEGMENT, ResultCode.TOO_LARGE)) {
             roundTrip(WriteLeaseMessages.Granted.refused(c), WriteLeaseMessages.Granted::write,
@@ -224,7 +224,7 @@ class MessageRoundTripTest {
 
     @Test
     void putStartReply() {
-        roundTrip(new PutStartReply(0, List.of()), PutStartReply::write, PutStartReply::read);
+        roundTrip(new PutStartReply(0, 0, List.of()), PutStartReply::write, PutStartReply::read);
         List<PutStartResult> results = new ArrayList<>();
         results.add(new PutStartResult(ResultCode.OK, 99, List.of(new Replica(1, 64), new Replica(2, 128))));
         results.add(new PutStartResult(ResultCode.OK, 100, List.of()));
@@ -238,7 +238,7 @@ class MessageRoundTripTest {
             many.add(new Replica(i, 64L * i));
         }
         results.add(new PutStartResult(ResultCode.OK, Long.MAX_VALUE, many));
-        PutStartReply back = roundTrip(new PutStartReply(12, results), PutStartReply::write, PutStartReply::read);
+        PutStartReply back = roundTrip(new PutStartReply(12, Long.MAX_VALUE, results), PutStartReply::write, PutStartReply::read);
         assertThat(back.results()).extracting(PutStartResult::code).contains(ResultCode.POOL_FULL, ResultCode.FENCED);
     }
 
@@ -312,8 +312,8 @@ class MessageRoundTripTest {
         roundTrip(new RegisterNode("seg-1", "10.0.0.2", 50052, 8L << 30, 3, rnd.nextLong(), 1000, "/dev/shm/x.seg"),
                 RegisterNode::write, RegisterNode::read);
         roundTrip(new RegisterNode("", "h", 0, 0, 0, 0, 0, ""), RegisterNode::write, RegisterNode::read);
-        roundTrip(new RegisterReply(5, 6, true), RegisterReply::write, RegisterReply::read);
-        roundTrip(new RegisterReply(-1, 0, false), RegisterReply::write, RegisterReply::read);
+        roundTrip(new RegisterReply(5, 6, true, 9), RegisterReply::write, RegisterReply::read);
+        roundTrip(new RegisterReply(-1, 0, false, Long.MAX_VALUE), RegisterReply::write, RegisterReply::read);
         BodyWriter w = new BodyWriter();
         new RegisterNode("s", "h", 1, -1, 0, 0, 0, "").write(w);
         assertThatThrownBy(() -> RegisterNode.read(new BodyReader(w.buffer())))
@@ -346,17 +346,17 @@ class MessageRoundTripTest {
 
     @Test
     void nodeWrite() {
-        roundTrip(new NodeMessages.Write(0, List.of()), NodeMessages.Write::write, NodeMessages.Write::read);
+        roundTrip(new NodeMessages.Write(0, 0, List.of()), NodeMessages.Write::write, NodeMessages.Write::read);
         List<NodeMessages.WriteItem> items = new ArrayList<>();
         for (int i = 0; i < 20; i++) {
             items.add(new NodeMessages.WriteItem(64L * rnd.nextInt(1 << 20), rnd.nextLong(), randomKey(),
                     rnd.nextInt(1 << 20), rnd.nextInt()));
         }
-        NodeMessages.Write w = new NodeMessages.Write(rnd.nextLong(), items);
+        NodeMessages.Write w = new NodeMessages.Write(rnd.nextLong(), rnd.nextLong(), items);
         roundTrip(w, NodeMessages.Write::write, NodeMessages.Write::read);
         long total = items.stream().mapToLong(NodeMessages.WriteItem::valueLength).sum();
         assertThat(w.payloadLength()).isEqualTo(total);
-        assertThat(new NodeMessages.Write(1, List.of()).payloadLength()).isZero();
+        assertThat(new NodeMessages.Write(1, 1, List.of()).payloadLength()).isZero();
     }
 
     @Test
@@ -366,18 +366,18 @@ class MessageRoundTripTest {
                         new NodeMessages.ReadItem(Long.MAX_VALUE, Long.MIN_VALUE, Long.MAX_VALUE),
                         new NodeMessages.ReadItem(0, 7, 9, Tier.DISK))),
                 NodeMessages.Read::write, NodeMessages.Read::read);
-        roundTrip(new NodeMessages.Free(List.of()), NodeMessages.Free::write, NodeMessages.Free::read);
-        roundTrip(new NodeMessages.Free(List.of(new NodeMessages.FreeItem(64, 9), new NodeMessages.FreeItem(0, -9),
+        roundTrip(new NodeMessages.Free(0, List.of()), NodeMessages.Free::write, NodeMessages.Free::read);
+        roundTrip(new NodeMessages.Free(Long.MAX_VALUE, List.of(new NodeMessages.FreeItem(64, 9), new NodeMessages.FreeItem(0, -9),
                 new NodeMessages.FreeItem(0, 5, Tier.DISK, false),
                 new NodeMessages.FreeItem(128, 6, Tier.MEMORY, true))),
                 NodeMessages.Free::write, NodeMessages.Free::read);
-        roundTrip(new NodeMessages.Reset(0), NodeMessages.Reset::write, NodeMessages.Reset::read);
-        roundTrip(new NodeMessages.Reset(Long.MAX_VALUE), NodeMessages.Reset::write, NodeMessages.Reset::read);
+        roundTrip(new NodeMessages.Reset(0, 0), NodeMessages.Reset::write, NodeMessages.Reset::read);
+        roundTrip(new NodeMessages.Reset(Long.MAX_VALUE, 12), NodeMessages.Reset::write, NodeMessages.Reset::read);
     }
 
     @Test
     void nodeWriteRejectsBadKeys() {
-        BodyWriter w = new BodyWriter().i64(1).i32(1).i64(0).i64(1).bytes(new byte[0]).i64(0).i32(0).i64(0);
+        BodyWriter w = new BodyWriter().i64(1).i64(2).i32(1).i64(0).i64(1).bytes(new byte[0]).i64(0).i32(0).i64(0);
         assertThatThrownBy(() -> NodeMessages.Write.read(new BodyReader(w.buffer())))
                 .isInstanceOf(BadRequestException.class).hasMessageContaining("key of 0 bytes");
     }

@@ -1,0 +1,252 @@
+package io.kvpool.master;
+
+import io.kvpool.config.HostPort;
+import io.kvpool.etcd.Election;
+import io.kvpool.etcd.EtcdException;
+import io.kvpool.etcd.EtcdGateway;
+import io.kvpool.etcd.EtcdTarget;
+import io.kvpool.protocol.msg.MasterMessages;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.time.InstantSource;
+import java.util.HashSet;
+import java.util.Set;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.random.RandomGenerator;
+
+/**
+ * A master that serves only while elected: one of several processes given the same etcd target,
+ * of which one leads and the others stand by.
+ *
+ * <h2>One leadership</h2>
+ * <ol>
+ *   <li>Campaign ({@link Election}) until this process holds the leader key; its term is the key's
+ *       create revision.</li>
+ *   <li>Start a fresh {@link MasterServer} for that term, serving only while the leadership is valid
+ *       (a request after that closes its connection). Its state starts empty, as after a restart:
+ *       nodes find the new leader in etcd, register, and list their objects, and the master
+ *       rebuilds from them.</li>
+ *   <li>Wait until every node the previous leader listed in etcd ({@link EtcdTarget#nodesPrefix()})
+ *       has registered, or the rebuild grace passed, then publish {@code ready}: clients connect
+ *       only now, so a client never sees a pool that is still filling up from its nodes' lists.</li>
+ *   <li>While leading, keep the node list in etcd in step with the registered segments.</li>
+ *   <li>When the leadership is lost (lease gone, etcd unreachable past the lease, key deleted), close
+ *       that server at once and campaign again with a fresh, empty state.</li>
+ * </ol>
+ * Standbys hold nothing but their candidacy, so they cost nothing while waiting; a failover costs
+ * the old lease's expiry plus the nodes' registration (measured in docs/benchmarks.md).
+ */
+public final class ElectedMaster implements AutoCloseable {
+
+    private static final Logger log = LoggerFactory.getLogger(ElectedMaster.class);
+
+    /**
+     * How this master takes part in the election.
+     *
+     * @param etcd          where the masters are elected
+     * @param id            this master's name among them (unique per cluster)
+     * @param advertiseHost the host nodes and clients reach this master at
+     * @param leaseTtl      the leader's etcd lease: how long a dead leader keeps the role (etcd grants at least 2 s)
+     * @param rebuildGrace  how long a new leader waits for the previous leader's nodes before it serves anyway
+     */
+    public record Options(EtcdTarget etcd, String id, String advertiseHost, Duration leaseTtl, Duration rebuildGrace) {
+        public static final Duration DEFAULT_LEASE_TTL = Duration.ofSeconds(2);
+        public static final Duration DEFAULT_REBUILD_GRACE = Duration.ofSeconds(3);
+
+        public Options {
+            if (id == null || !id.matches("[A-Za-z0-9._-]{1,64}")) {
+                throw new IllegalArgumentException("master id '" + id + "' must be 1 to 64 letters, digits, '.', '_' or '-'");
+            }
+            if (leaseTtl.compareTo(Duration.ofSeconds(1)) < 0 || leaseTtl.compareTo(Duration.ofMinutes(1)) > 0) {
+                throw new IllegalArgumentException("leader lease (--leader-lease) must be between 1s and 1m, got " + leaseTtl);
+            }
+            if (rebuildGrace.isNegative()) {
+                throw new IllegalArgumentException("rebuild grace must not be negative, got " + rebuildGrace);
+            }
+        }
+    }
+
+    private final MasterConfig config;
+    private final Options options;
+    private final Election election;
+    private final Thread runner;
+    private final CountDownLatch firstServing = new CountDownLatch(1);
+    private volatile MasterServer server;
+    private volatile long term;
+    private volatile boolean closed;
+
+    public ElectedMaster(MasterConfig config, Options options) {
+        if (config.port() == 0 || config.httpPort() == 0) {
+            throw new IllegalArgumentException("an elected master needs fixed ports (--port, --http-port), not 0:"
+                    + " its address is published in etcd before it serves");
+        }
+        this.config = config;
+        this.options = options;
+        String address = new HostPort(options.advertiseHost(), config.port()).toString();
+        String http = config.httpPort() < 0 ? "" : new HostPort(options.advertiseHost(), config.httpPort()).toString();
+        this.election = new Election(options.etcd(), options.id(), address, http, options.leaseTtl(), System::nanoTime);
+        this.runner = Thread.ofPlatform().name("kvpool-master-election").start(this::run);
+    }
+
+    /** The server while this master leads, else null. */
+    public MasterServer server() {
+        return server;
+    }
+
+    /** The term of the current leadership, or 0 while standing by. */
+    public long term() {
+        return server == null ? 0 : term;
+    }
+
+    /** Waits until this master leads and serves; false on timeout. */
+    public boolean awaitServing(Duration timeout) throws InterruptedException {
+        return firstServing.await(timeout.toNanos(), TimeUnit.NANOSECONDS) && server != null;
+    }
+
+    private void run() {
+        while (!closed) {
+            Election.Leadership l;
+            try {
+                l = election.campaign();
+            } catch (InterruptedException e) {
+                return;
+            }
+            if (l == null) {
+                return;
+            }
+            CountDownLatch lost = new CountDownLatch(1);
+            l.onLost(lost::countDown);
+            MasterServer s;
+            try {
+                s = new MasterServer(config.withTerm(l.term()), InstantSource.system(), RandomGenerator.getDefault(), l::valid);
+            } catch (IOException | RuntimeException e) {
+                log.error("master {}: elected at term {} but cannot serve: {}; resigning", options.id(), l.term(),
+                        e.getMessage());
+                l.resign();
+                sleepQuietly(options.leaseTtl());
+                continue;
+            }
+            term = l.term();
+            server = s;
+            try {
+                long waited = awaitPreviousNodes(s, l);
+                l.markReady();
+                log.info("master {}: serving as leader at term {} ({} objects from {} segments after {} ms)",
+                        options.id(), l.term(), s.service().keyCount(), s.service().segmentInfos().size(), waited);
+                firstServing.countDown();
+                while (!closed && !lost.await(1, TimeUnit.SECONDS)) {
+                    syncNodeList(s);
+                }
+            } catch (EtcdException e) {
+                log.warn("master {}: term {}: {}", options.id(), l.term(), e.getMessage());
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            } finally {
+                server = null;
+                if (!closed) {
+                    log.warn("master {}: lost the leadership of term {}; stopped serving, standing by again",
+                            options.id(), l.term());
+                }
+                s.close();
+                if (closed) {
+                    l.resign();
+                }
+            }
+            if (Thread.currentThread().isInterrupted()) {
+                return;
+            }
+        }
+    }
+
+    /**
+     * Waits (up to the rebuild grace) until every node listed in etcd by the previous leader has
+     * registered with {@code s}; returns the milliseconds waited.
+     */
+    private long awaitPreviousNodes(MasterServer s, Election.Leadership l) throws InterruptedException {
+        long start = System.nanoTime();
+        Set<String> expected = new HashSet<>();
+        try {
+            for (EtcdGateway.KeyValue kv : election.etcd().rangePrefix(options.etcd().nodesPrefix()).kvs()) {
+                expected.add(kv.key().substring(options.etcd().nodesPrefix().length()));
+            }
+        } catch (EtcdException e) {
+            log.warn("master {}: cannot read the node list ({}); serving without waiting for nodes", options.id(),
+                    e.getMessage());
+        }
+        long deadline = start + options.rebuildGrace().toNanos();
+        while (!expected.isEmpty() && l.valid() && System.nanoTime() < deadline) {
+            Set<String> active = new HashSet<>();
+            for (MasterMessages.SegmentInfo seg : s.service().segmentInfos()) {
+                if (seg.state() == MasterMessages.SegmentInfo.STATE_ACTIVE) {
+                    active.add(seg.name());
+                }
+            }
+            if (active.containsAll(expected)) {
+                break;
+            }
+            Thread.sleep(20);
+        }
+        if (!expected.isEmpty()) {
+            syncNodeList(s);
+        }
+        return (System.nanoTime() - start) / 1_000_000;
+    }
+
+    /** Makes the node list in etcd the registered segments (what the next leader waits for). */
+    private void syncNodeList(MasterServer s) {
+        try {
+            String prefix = options.etcd().nodesPrefix();
+            Set<String> listed = new HashSet<>();
+            for (EtcdGateway.KeyValue kv : election.etcd().rangePrefix(prefix).kvs()) {
+                listed.add(kv.key().substring(prefix.length()));
+            }
+            Set<String> active = new HashSet<>();
+            for (MasterMessages.SegmentInfo seg : s.service().segmentInfos()) {
+                if (seg.state() == MasterMessages.SegmentInfo.STATE_ACTIVE) {
+                    active.add(seg.name());
+                }
+            }
+            for (String name : active) {
+                if (!listed.contains(name)) {
+                    election.etcd().put(prefix + name, name.getBytes(StandardCharsets.UTF_8), 0);
+                }
+            }
+            for (String name : listed) {
+                if (!active.contains(name)) {
+                    election.etcd().delete(prefix + name);
+                }
+            }
+        } catch (EtcdException e) {
+            log.debug("master {}: node list not synced: {}", options.id(), e.getMessage());
+        }
+    }
+
+    private static void sleepQuietly(Duration d) {
+        try {
+            Thread.sleep(d);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+    }
+
+    @Override
+    public void close() {
+        closed = true;
+        election.close();
+        runner.interrupt();
+        try {
+            runner.join(5000);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+        MasterServer s = server;
+        if (s != null) {
+            s.close();
+        }
+    }
+}

@@ -1,0 +1,202 @@
+package io.kvpool.node;
+
+import io.kvpool.protocol.BadRequestException;
+import io.kvpool.protocol.ObjectLayout;
+import io.kvpool.protocol.msg.NodeMessages;
+
+import java.io.IOException;
+import java.lang.foreign.MemorySegment;
+import java.time.Duration;
+import java.util.concurrent.atomic.AtomicLong;
+
+/**
+ * This node's segment as the node's parts see it: its memory and {@link RegionLedger}, its name and
+ * address, the segment id the master gave it, the highest master term it has heard of, the admission
+ * of writes into it, and its byte counters.
+ *
+ * <p>It exists so that the parts that talk to the master ({@link MasterLink}) and to the SSD tier
+ * ({@link DiskTier}), and the same-machine writes ({@link SameMachineWrites}), receive this narrow
+ * object instead of the whole {@link StorageNode}: none of them can reach the frame server, and
+ * nothing here calls back into the node.
+ *
+ * <h2>Terms</h2>
+ * With several masters (elected through etcd), each leader has a term, rising from one leader to the
+ * next. The segment remembers the highest term it has seen (from registrations and from master
+ * commands) and every write, free and reset carries the term of the master that authorised it; one
+ * from an older term is refused ({@link #currentTerm}). A single master has term 0 throughout.
+ */
+final class LocalSegment {
+
+    private final NodeConfig config;
+    private final SegmentMemory memory;
+    private final MemorySegment segment;
+    private final RegionLedger ledger;
+    private final String name;
+    private final String advertiseHost;
+    private final int port;
+    private final AtomicLong bytesWritten = new AtomicLong();
+    private final AtomicLong bytesRead = new AtomicLong();
+    private final AtomicLong refusedWrites = new AtomicLong();
+    private final AtomicLong memoryReads = new AtomicLong();
+    private final AtomicLong term = new AtomicLong();
+    private volatile int segmentId = -1;
+
+    LocalSegment(NodeConfig config, SegmentMemory memory, String name, String advertiseHost, int port) {
+        this.config = config;
+        this.memory = memory;
+        this.segment = memory.segment();
+        this.ledger = new RegionLedger(segment);
+        this.name = name;
+        this.advertiseHost = advertiseHost;
+        this.port = port;
+    }
+
+    /** {@code host:port} as clients reach this node. */
+    String name() {
+        return name;
+    }
+
+    String advertiseHost() {
+        return advertiseHost;
+    }
+
+    int port() {
+        return port;
+    }
+
+    MemorySegment segment() {
+        return segment;
+    }
+
+    RegionLedger ledger() {
+        return ledger;
+    }
+
+    long capacity() {
+        return segment.byteSize();
+    }
+
+    /** The shared-memory file backing the segment, or "" when it is anonymous memory. */
+    String shmPath() {
+        return memory.file() == null ? "" : memory.file().toAbsolutePath().toString();
+    }
+
+    /** The segment id the master gave this node, or -1 while not registered. */
+    int segmentId() {
+        return segmentId;
+    }
+
+    void segmentId(int id) {
+        this.segmentId = id;
+    }
+
+    /** The highest master term this segment has heard of. */
+    long term() {
+        return term.get();
+    }
+
+    /**
+     * Whether a command or write authorised by a master of {@code t} may act: true when {@code t} is
+     * at least the highest term seen (and then {@code t} becomes it), false for an older term.
+     */
+    boolean currentTerm(long t) {
+        long seen = term.get();
+        while (t > seen) {
+            if (term.compareAndSet(seen, t)) {
+                return true;
+            }
+            seen = term.get();
+        }
+        return t == seen;
+    }
+
+    /** Refuses a same-machine write when the segment is not in shared memory. */
+    void requireShared() {
+        if (memory.file() == null) {
+            throw new BadRequestException("segment " + name + " is not in shared memory; use node_write");
+        }
+    }
+
+    void checkRegion(long offset, long length, long generation) {
+        if (offset % ObjectLayout.ALIGNMENT != 0 || offset < 0 || length < 0 || offset + length > segment.byteSize()
+                || offset + length < 0) {
+            throw new BadRequestException("region at offset " + offset + " of " + length + " bytes (generation "
+                    + generation + ") does not fit segment " + name + " of " + segment.byteSize()
+                    + " bytes, or is not " + ObjectLayout.ALIGNMENT + "-byte aligned");
+        }
+    }
+
+    RegionLedger.WriteAdmission admit(NodeMessages.WriteItem it, long epoch, long waitDeadline) throws IOException {
+        try {
+            return ledger.beginWrite(it.offset(), ObjectLayout.regionLength(it.key().length, it.valueLength()),
+                    it.generation(), epoch, it.key(), it.valueLength(),
+                    Duration.ofNanos(Math.max(0, waitDeadline - System.nanoTime())));
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new IOException("interrupted while waiting for region " + it.offset() + " of segment " + name);
+        }
+    }
+
+    /**
+     * Writes an object into this segment (a promotion from the disk tier), with the same admission as
+     * a client's write. Returns true once it is readable.
+     */
+    boolean writeLocal(long offset, long generation, long epoch, byte[] key, MemorySegment value, int crc) {
+        long regionLength = ObjectLayout.regionLength(key.length, value.byteSize());
+        if (offset < 0 || offset % ObjectLayout.ALIGNMENT != 0 || offset + regionLength > segment.byteSize()) {
+            return false;
+        }
+        RegionLedger.WriteAdmission adm;
+        try {
+            adm = ledger.beginWrite(offset, regionLength, generation, epoch, key, value.byteSize(), config.regionWait());
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            return false;
+        }
+        if (adm.region() == null) {
+            return false;
+        }
+        boolean ok = false;
+        try {
+            ObjectLayout.writeHeader(segment, offset, ObjectLayout.STATE_WRITING, key, value.byteSize(), generation, epoch, crc);
+            MemorySegment.copy(value, 0, segment, adm.region().valueOffset(), value.byteSize());
+            ok = true;
+        } finally {
+            ok = ledger.endWrite(adm.region(), ok);
+        }
+        if (ok) {
+            bytesWritten.addAndGet(value.byteSize());
+        }
+        return ok;
+    }
+
+    void refusedWrite() {
+        refusedWrites.incrementAndGet();
+    }
+
+    void wrote(long valueBytes) {
+        bytesWritten.addAndGet(valueBytes);
+    }
+
+    /** A read served from memory: its value bytes. */
+    void served(long valueBytes, int objects) {
+        bytesRead.addAndGet(valueBytes);
+        memoryReads.addAndGet(objects);
+    }
+
+    long bytesWritten() {
+        return bytesWritten.get();
+    }
+
+    long bytesRead() {
+        return bytesRead.get();
+    }
+
+    long memoryReads() {
+        return memoryReads.get();
+    }
+
+    long refusedWrites() {
+        return refusedWrites.get();
+    }
+}
