@@ -35,7 +35,7 @@ import java.util.regex.Pattern;
  * to fresh blocks past the end of everything written before, so no block is written both ways; the
  * kernel writes back dirty cached pages of a range before a direct read of it.
  *
- * <p>Fields other than the final ones and the channels are guarded by the store's lock.
+ * <p>Fields other than the final ones and the channels are guarded by the store's lock ({@link DiskIndex#lock}).
  */
 final class DataFile {
 
@@ -59,7 +59,7 @@ final class DataFile {
     /** Sum of the record lengths of the live slots in this file. */
     long live;
     /** The live slots in this file; each slot knows its index here ({@code Slot.fileIndex}). */
-    final ArrayList<DiskStore.Slot> slots = new ArrayList<>();
+    final ArrayList<Slot> slots = new ArrayList<>();
     /** Reads in progress; a retired file is closed and deleted when the last one ends. */
     int readers;
     /** Compacted or emptied: no longer in the store; deleted once no read uses it. */
