@@ -42,6 +42,8 @@ final class ConnectionPool implements AutoCloseable {
     /** Idle connections a virtual thread used: their sockets are non-blocking. */
     private final ConcurrentLinkedDeque<FrameConnection> idleNonBlocking = new ConcurrentLinkedDeque<>();
     private final Set<FrameConnection> nonBlocking = ConcurrentHashMap.newKeySet();
+    /** Every connection opened and not closed yet, idle or borrowed (for {@link #abandon}). */
+    private final Set<FrameConnection> all = ConcurrentHashMap.newKeySet();
     /** Connections opened and not closed yet. */
     private final AtomicInteger open = new AtomicInteger();
     private volatile boolean closed;
@@ -85,6 +87,7 @@ final class ConnectionPool implements AutoCloseable {
             try {
                 open.incrementAndGet();
                 c = FrameConnection.connect(peer, connectTimeout, limits);
+                all.add(c);
                 if (initializer != null) {
                     initializer.init(c);
                 }
@@ -148,6 +151,7 @@ final class ConnectionPool implements AutoCloseable {
     }
 
     private void closeQuietly(FrameConnection c) {
+        all.remove(c);
         nonBlocking.remove(c);
         open.decrementAndGet();
         try {
@@ -161,5 +165,21 @@ final class ConnectionPool implements AutoCloseable {
     public void close() {
         closed = true;
         drainIdle();
+    }
+
+    /**
+     * Closes the pool and every connection it opened, borrowed ones too: a call in progress on one
+     * fails at once with an I/O error instead of waiting for a peer that will not answer (a master
+     * that lost its leadership, frozen or partitioned).
+     */
+    void abandon() {
+        close();
+        for (FrameConnection c : all) {
+            try {
+                c.close();
+            } catch (IOException ignored) {
+                // abandoning it
+            }
+        }
     }
 }

@@ -2,6 +2,7 @@ package io.kvpool.client;
 
 import io.kvpool.config.HostPort;
 import io.kvpool.config.LocalHost;
+import io.kvpool.etcd.LeaderRecord;
 import io.kvpool.etcd.MasterLocator;
 import io.kvpool.protocol.BodyReader;
 import io.kvpool.protocol.BodyWriter;
@@ -63,6 +64,34 @@ final class MasterChannel implements AutoCloseable {
         this.clientId = clientId;
         this.onRestart = onRestart;
         this.masters = MasterLocator.of(config.master(), config.connectTimeout());
+        masters.onChange(this::leaderChanged);
+    }
+
+    /**
+     * The leader record changed: once it names a ready leader other than the one connected to, move
+     * there and abandon the old connections, so calls waiting on a leader that is frozen or cut off
+     * fail over now instead of at their deadline.
+     */
+    private void leaderChanged() {
+        LeaderRecord r = masters.latest();
+        Current c = current;
+        if (r == null || !r.ready() || c == null || closed) {
+            return;
+        }
+        HostPort address;
+        try {
+            address = HostPort.parse(r.address());
+        } catch (IllegalArgumentException e) {
+            return; // the locator reports it when asked
+        }
+        MasterLocator.Leader l = new MasterLocator.Leader(address, r.term());
+        synchronized (this) {
+            if (current == c && !c.leader().equals(l) && r.term() > c.leader().term()) {
+                log.info("master: leader is now {} (term {}); was {}", address, r.term(), c.leader().address());
+                current = open(l);
+                c.pool().abandon();
+            }
+        }
     }
 
     /** Largest value the master accepts (from its HELLO reply; unbounded until the first connection). */
@@ -194,8 +223,11 @@ final class MasterChannel implements AutoCloseable {
                 }
                 throw new KvPoolException(e.getMessage(), e);
             } catch (SocketTimeoutException e) {
-                throw new KvPoolException("master " + cur.leader().address() + " did not answer " + op.metricName
-                        + " within " + timeout.toMillis() + " ms", e);
+                if (current == cur) {
+                    throw new KvPoolException("master " + cur.leader().address() + " did not answer " + op.metricName
+                            + " within " + timeout.toMillis() + " ms", e);
+                }
+                last = e; // a new leader took over meanwhile: go there
             } catch (IOException e) {
                 last = e;
                 cur.pool().drainIdle();
@@ -203,6 +235,10 @@ final class MasterChannel implements AutoCloseable {
                 if (c != null) {
                     cur.pool().release(c);
                 }
+            }
+            if (current != cur && !closed && System.nanoTime() < deadline) {
+                cur = current(timeout); // a new leader took over meanwhile
+                continue;
             }
             if (attempt == 0) {
                 continue; // once more on a fresh connection to the same master

@@ -157,9 +157,17 @@ final class ProcessCluster implements AutoCloseable {
     }
 
     private Managed start(String role, List<String> args, Predicate<String> ready) throws Exception {
+        return launch(logDir.resolve(role + "-" + (++started) + ".log"), role, args, ready);
+    }
+
+    /**
+     * Starts the kvpool CLI with {@code args} in its own process, its output copied to {@code log}, and
+     * waits (up to 60 s) for the line {@code ready} accepts; a node's printed segment name becomes the
+     * result's name.
+     */
+    static Managed launch(Path log, String role, List<String> args, Predicate<String> ready) throws Exception {
         ProcessBuilder pb = new ProcessBuilder(javaCommand(args)).redirectErrorStream(true);
         Process p = pb.start();
-        Path log = logDir.resolve(role + "-" + (++started) + ".log");
         CompletableFuture<String> readyLine = new CompletableFuture<>();
         Thread.ofVirtual().start(() -> {
             try (BufferedReader r = new BufferedReader(new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8));

@@ -71,8 +71,13 @@ public final class ElectedMaster implements AutoCloseable {
         }
     }
 
+    /** How often the leader compares its registered segments with the node list it published. */
+    static final Duration NODE_LIST_SYNC = Duration.ofMillis(200);
+
     private final MasterConfig config;
     private final Options options;
+    /** The node list as this leader last published it (null: read it from etcd first). */
+    private Set<String> published;
     private final Election election;
     private final Thread runner;
     private final CountDownLatch firstServing = new CountDownLatch(1);
@@ -133,13 +138,14 @@ public final class ElectedMaster implements AutoCloseable {
             }
             term = l.term();
             server = s;
+            published = null;
             try {
                 long waited = awaitPreviousNodes(s, l);
                 l.markReady();
                 log.info("master {}: serving as leader at term {} ({} objects from {} segments after {} ms)",
                         options.id(), l.term(), s.service().keyCount(), s.service().segmentInfos().size(), waited);
                 firstServing.countDown();
-                while (!closed && !lost.await(1, TimeUnit.SECONDS)) {
+                while (!closed && !lost.await(NODE_LIST_SYNC.toMillis(), TimeUnit.MILLISECONDS)) {
                     syncNodeList(s);
                 }
             } catch (EtcdException e) {
@@ -197,19 +203,25 @@ public final class ElectedMaster implements AutoCloseable {
         return (System.nanoTime() - start) / 1_000_000;
     }
 
-    /** Makes the node list in etcd the registered segments (what the next leader waits for). */
+    /**
+     * Makes the node list in etcd the registered segments (what the next leader waits for); touches
+     * etcd only when the set changed since it last did.
+     */
     private void syncNodeList(MasterServer s) {
+        Set<String> active = new HashSet<>();
+        for (MasterMessages.SegmentInfo seg : s.service().segmentInfos()) {
+            if (seg.state() == MasterMessages.SegmentInfo.STATE_ACTIVE) {
+                active.add(seg.name());
+            }
+        }
+        if (active.equals(published)) {
+            return;
+        }
         try {
             String prefix = options.etcd().nodesPrefix();
             Set<String> listed = new HashSet<>();
             for (EtcdGateway.KeyValue kv : election.etcd().rangePrefix(prefix).kvs()) {
                 listed.add(kv.key().substring(prefix.length()));
-            }
-            Set<String> active = new HashSet<>();
-            for (MasterMessages.SegmentInfo seg : s.service().segmentInfos()) {
-                if (seg.state() == MasterMessages.SegmentInfo.STATE_ACTIVE) {
-                    active.add(seg.name());
-                }
             }
             for (String name : active) {
                 if (!listed.contains(name)) {
@@ -221,6 +233,7 @@ public final class ElectedMaster implements AutoCloseable {
                     election.etcd().delete(prefix + name);
                 }
             }
+            published = active;
         } catch (EtcdException e) {
             log.debug("master {}: node list not synced: {}", options.id(), e.getMessage());
         }

@@ -64,14 +64,15 @@ final class MasterLink implements AutoCloseable {
     private final NodeConfig config;
     private final MasterLocator masters;
     /** The master this link's connection goes to (null while not connected). */
-    private MasterLocator.Leader master;
+    private volatile MasterLocator.Leader master;
     private final long incarnation = ThreadLocalRandom.current().nextLong();
     private final Thread thread;
     private final ReentrantLock lock = new ReentrantLock();
     private final Condition state = lock.newCondition();
     private volatile boolean running = true;
     private volatile boolean registered;
-    private FrameConnection conn;
+    /** Volatile: a leader change closes it from the watch's thread, to end a call stuck on a deposed leader. */
+    private volatile FrameConnection conn;
     private int segmentId = -1;
     private boolean outageLogged;
     /** Guarded by {@code lock}: a wake that came while the loop was not sleeping. */
@@ -83,7 +84,7 @@ final class MasterLink implements AutoCloseable {
         this.config = config;
         this.masters = masters;
         if (masters.elected()) {
-            masters.onChange(this::wake);
+            masters.onChange(this::leaderChanged);
         }
         this.thread = Thread.ofPlatform().daemon().name("kvpool-node-link").start(this::run);
     }
@@ -223,10 +224,27 @@ final class MasterLink implements AutoCloseable {
                 ? ELECTED_RETRY : config.heartbeatInterval();
     }
 
+    /**
+     * The leader record changed. If it names another master than the one connected to, close that
+     * connection now: a call waiting on a frozen or cut-off leader fails at once and the loop moves
+     * to the new one, instead of after the call's timeout.
+     */
+    private void leaderChanged() {
+        FrameConnection c = conn;
+        if (c != null && !sameLeader(masters.latest())) {
+            try {
+                c.close();
+            } catch (IOException ignored) {
+                // the loop reconnects
+            }
+        }
+        wake();
+    }
+
     /** Whether the leader record still names the master this link is connected to. */
     private boolean sameLeader(io.kvpool.etcd.LeaderRecord r) {
-        return r == null || master == null
-                || (r.term() == master.term() && r.address().equals(master.address().toString()));
+        MasterLocator.Leader m = master;
+        return r == null || m == null || (r.term() == m.term() && r.address().equals(m.address().toString()));
     }
 
     /** Registers and uploads the inventory; false when the master is a deposed leader (older term). */

@@ -1,0 +1,127 @@
+package io.kvpool.it;
+
+import io.kvpool.etcd.EtcdTarget;
+import io.kvpool.etcd.LeaderRecord;
+import io.kvpool.etcd.LeaderWatch;
+import org.junit.jupiter.api.Assumptions;
+
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.function.Predicate;
+
+/**
+ * Several masters elected through a real etcd, and nodes, each an OS process on loopback (the real
+ * CLI): what the failover tests run against. Skips the test, saying why, when etcd cannot be
+ * installed or started here.
+ */
+final class HaCluster implements AutoCloseable {
+
+    final EtcdProcess etcd;
+    final String url;
+    final EtcdTarget target;
+    final Map<String, ProcessCluster.Managed> masters = new LinkedHashMap<>();
+    final Map<String, Integer> masterPorts = new LinkedHashMap<>();
+    final List<ProcessCluster.Managed> nodes = new ArrayList<>();
+    private final Path logDir;
+    private final LeaderWatch watch;
+    private int started;
+
+    HaCluster(String testName, int masterCount, String... masterArgs) throws Exception {
+        this.logDir = Path.of("target", "it-logs", testName);
+        Files.createDirectories(logDir);
+        this.etcd = new EtcdProcess(logDir.resolve("etcd").toAbsolutePath());
+        String why = etcd.start();
+        Assumptions.assumeTrue(why == null, () -> "etcd is not available here: " + why);
+        this.url = etcd.url("it-" + testName);
+        this.target = EtcdTarget.parse(url);
+        this.watch = new LeaderWatch(target, Duration.ofSeconds(2)).start();
+        for (int i = 1; i <= masterCount; i++) {
+            startMaster("m" + i, masterArgs);
+            if (i == 1) {
+                awaitLeader(r -> r.ready(), "the first master to lead");
+            }
+        }
+    }
+
+    ProcessCluster.Managed startMaster(String id, String... extra) throws Exception {
+        int port = masterPorts.computeIfAbsent(id, k -> freePort());
+        List<String> args = new ArrayList<>(List.of("master", "--host", "127.0.0.1", "--port", "" + port,
+                "--http-port", "-1", "--summary-interval", "0s", "--etcd", url, "--id", id));
+        args.addAll(List.of(extra));
+        ProcessCluster.Managed m = ProcessCluster.launch(logDir.resolve(id + "-" + (++started) + ".log"), id, args,
+                line -> line.startsWith("kvpool master " + id + " standing for election"));
+        masters.put(id, m);
+        return m;
+    }
+
+    ProcessCluster.Managed startNode(String segmentSize) throws Exception {
+        ProcessCluster.Managed n = ProcessCluster.launch(logDir.resolve("node-" + (++started) + ".log"), "node",
+                List.of("node", "--master", url, "--host", "127.0.0.1", "--port", "0", "--segment-size", segmentSize,
+                        "--shm-dir", "none", "--heartbeat-interval", "250ms"),
+                line -> line.startsWith("kvpool node "));
+        nodes.add(n);
+        return n;
+    }
+
+    /** The leader record now (read from etcd). */
+    LeaderRecord leader() throws Exception {
+        return watch.refresh();
+    }
+
+    /** Waits (up to 60 s) for a leader record that satisfies {@code wanted}. */
+    LeaderRecord awaitLeader(Predicate<LeaderRecord> wanted, String what) throws Exception {
+        try {
+            return watch.await(wanted, Duration.ofSeconds(60));
+        } catch (java.util.concurrent.TimeoutException e) {
+            throw new AssertionError("timed out waiting for " + what + ": " + e.getMessage(), e);
+        }
+    }
+
+    /** Waits until the leader has published {@code n} registered nodes in etcd (what a next leader waits for). */
+    void awaitNodesListed(int n) throws Exception {
+        try (io.kvpool.etcd.EtcdGateway g = new io.kvpool.etcd.EtcdGateway(target.endpoints(), Duration.ofSeconds(5))) {
+            long deadline = System.nanoTime() + Duration.ofSeconds(60).toNanos();
+            while (g.rangePrefix(target.nodesPrefix()).kvs().size() != n) {
+                if (System.nanoTime() > deadline) {
+                    throw new AssertionError("the leader did not list " + n + " nodes in etcd");
+                }
+                Thread.sleep(50);
+            }
+        }
+    }
+
+    ProcessCluster.Managed master(String id) {
+        return masters.get(id);
+    }
+
+    /** The client port of master {@code id}. */
+    int port(String id) {
+        return masterPorts.get(id);
+    }
+
+    private static int freePort() {
+        try {
+            return ProcessCluster.freePort();
+        } catch (java.io.IOException e) {
+            throw new java.io.UncheckedIOException(e);
+        }
+    }
+
+    @Override
+    public void close() throws Exception {
+        watch.close();
+        // SIGKILL ends a stopped (frozen) process too
+        for (ProcessCluster.Managed n : nodes) {
+            n.kill9();
+        }
+        for (ProcessCluster.Managed m : masters.values()) {
+            m.kill9();
+        }
+        etcd.close();
+    }
+}
