@@ -3,6 +3,7 @@ package io.kvpool.cli;
 import io.kvpool.client.ClientConfig;
 import io.kvpool.client.KvPoolClient;
 import io.kvpool.config.HostPort;
+import io.kvpool.etcd.MasterAddress;
 import picocli.CommandLine.Option;
 
 /**
@@ -13,27 +14,27 @@ final class ClientOptions {
 
     static final String MASTER_ENV = "KVPOOL_MASTER";
 
-    @Option(names = "--master", paramLabel = "HOST:PORT",
-            description = "Master address (default: env KVPOOL_MASTER, else 127.0.0.1:50051).")
-    HostPort master;
+    @Option(names = "--master", paramLabel = "HOST:PORT|etcd://HOST:PORT,...[/CLUSTER]",
+            description = "Master address, or the etcd that elects the masters (default: env KVPOOL_MASTER, else 127.0.0.1:50051).")
+    MasterAddress master;
 
     @Option(names = "--no-shm", description = "Move bytes over TCP even to a node on this machine (default: the"
             + " same-machine shared-memory path where it is available).")
     boolean noSharedMemory;
 
-    HostPort master() {
+    MasterAddress master() {
         if (master != null) {
             return master;
         }
         String env = System.getenv(MASTER_ENV);
         if (env != null && !env.isBlank()) {
             try {
-                return HostPort.parse(env);
+                return MasterAddress.parse(env);
             } catch (IllegalArgumentException e) {
                 throw new IllegalArgumentException("env " + MASTER_ENV + ": " + e.getMessage());
             }
         }
-        return new HostPort("127.0.0.1", io.kvpool.master.MasterConfig.DEFAULT_PORT);
+        return MasterAddress.of(new HostPort("127.0.0.1", io.kvpool.master.MasterConfig.DEFAULT_PORT));
     }
 
     KvPoolClient connect() {

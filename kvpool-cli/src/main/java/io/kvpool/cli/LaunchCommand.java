@@ -57,6 +57,13 @@ import java.util.regex.Pattern;
  * {@code netns:NAME} in that network namespace of this machine ({@code ip netns exec}), {@code ssh}
  * on the host over ssh (the same checkout path must exist there). {@code --local N} is N local
  * nodes on 127.0.0.1.
+ *
+ * <h2>Several masters</h2>
+ * {@code --masters N} (N > 1) runs N masters elected through etcd: on the first N hosts (on one host,
+ * on consecutive ports from {@code --master-port}), with etcd given by {@code --etcd}, or else one the
+ * launcher starts on this machine ({@link LocalEtcd}) and stops at the end. Nodes and the client
+ * config then name {@code etcd://...} instead of a master. Once ready, a master that exits is
+ * reported and the pool goes on while one is left; the last one exiting stops everything.
  */
 @Command(name = "launch", mixinStandardHelpOptions = true,
         description = "Start a master and one node per host (or N local nodes), write the client config, supervise.")
@@ -91,6 +98,14 @@ final class LaunchCommand implements java.util.concurrent.Callable<Integer> {
             description = "The master's --node-ttl: a node silent this long is dropped (default: the master's, 10s).")
     Duration nodeTtl;
 
+    @Option(names = "--masters", paramLabel = "N",
+            description = "Masters to run, elected through etcd; more than 1 gives standbys (default: ${DEFAULT-VALUE}).")
+    int masters = 1;
+
+    @Option(names = "--etcd", paramLabel = "etcd://HOST:PORT[,...][/CLUSTER]",
+            description = "The etcd that elects the masters (with --masters > 1); default: start one on this machine.")
+    String etcd;
+
     @Option(names = "--ready-timeout", paramLabel = "DURATION", description = "How long nodes may take to register (default: 60s).")
     Duration readyTimeout = Duration.ofSeconds(60);
 
@@ -104,6 +119,9 @@ final class LaunchCommand implements java.util.concurrent.Callable<Integer> {
     }
 
     private final List<Supervised> started = new ArrayList<>();
+    /** The masters started (a prefix of {@link #started}). */
+    private final List<Supervised> masterProcesses = new ArrayList<>();
+    private LocalEtcd localEtcd;
     private final PrintStream say = System.out;
 
     private record Supervised(String name, Process process, Path log) {
@@ -121,22 +139,32 @@ final class LaunchCommand implements java.util.concurrent.Callable<Integer> {
             Durations.requirePositive("--node-ttl", nodeTtl);
         }
         List<Host> hosts = hosts();
+        if (masters < 1 || masters > 9) {
+            throw new IllegalArgumentException("--masters: 1 to 9, got " + masters);
+        }
+        if (etcd != null && masters == 1) {
+            throw new IllegalArgumentException("--etcd elects masters: give --masters 2 or more with it");
+        }
         Files.createDirectories(logDir);
         Runtime.getRuntime().addShutdownHook(new Thread(this::stopAll, "kvpool-launch-shutdown"));
         try {
             Host head = hosts.getFirst();
-            List<String> masterArgs = new ArrayList<>(List.of("master", "--host", head.via().equals("local")
-                    && head.address().equals("127.0.0.1") ? "127.0.0.1" : "0.0.0.0", "--port", Integer.toString(masterPort),
-                    "--http-port", "0"));
-            if (nodeTtl != null) {
-                masterArgs.addAll(List.of("--node-ttl", Durations.format(nodeTtl)));
+            String masterAddress;
+            String metrics;
+            if (masters == 1) {
+                List<String> masterArgs = masterArgs(head, masterPort, "0");
+                Supervised master = start("master", head, masterArgs);
+                masterProcesses.add(master);
+                String line = awaitLine(master, Pattern.compile("kvpool master listening on \\S+:(\\d+), metrics on port (\\d+)"),
+                        Duration.ofSeconds(60));
+                Matcher mm = Pattern.compile("listening on \\S+:(\\d+), metrics on port (\\d+)").matcher(line);
+                mm.find();
+                masterAddress = head.address() + ":" + mm.group(1);
+                metrics = "http://" + head.address() + ":" + mm.group(2) + "/metrics";
+            } else {
+                masterAddress = startElectedMasters(hosts);
+                metrics = "each master's http port";
             }
-            Supervised master = start("master", head, masterArgs);
-            String line = awaitLine(master, Pattern.compile("kvpool master listening on \\S+:(\\d+), metrics on port (\\d+)"),
-                    Duration.ofSeconds(60));
-            Matcher mm = Pattern.compile("listening on \\S+:(\\d+), metrics on port (\\d+)").matcher(line);
-            mm.find();
-            String masterAddress = head.address() + ":" + mm.group(1);
             for (int i = 0; i < hosts.size(); i++) {
                 Host h = hosts.get(i);
                 List<String> args = new ArrayList<>(List.of("node", "--master", masterAddress, "--host", h.address(),
@@ -150,8 +178,8 @@ final class LaunchCommand implements java.util.concurrent.Callable<Integer> {
             }
             awaitRegistered(masterAddress, hosts.size());
             Path config = writeClientConfig(pool.withMaster(masterAddress));
-            say.printf(Locale.ROOT, "ready: master %s (metrics http://%s:%s/metrics), %d nodes of %s%s%n", masterAddress,
-                    head.address(), mm.group(2), hosts.size(), pool.cpu(), pool.disk() == null ? "" : " + " + pool.disk().size() + " disk");
+            say.printf(Locale.ROOT, "ready: master %s (metrics %s), %d nodes of %s%s%n", masterAddress,
+                    metrics, hosts.size(), pool.cpu(), pool.disk() == null ? "" : " + " + pool.disk().size() + " disk");
             say.println("export KVPOOL_CONFIG_PATH=" + config);
             say.flush();
             return supervise(config);
@@ -160,6 +188,59 @@ final class LaunchCommand implements java.util.concurrent.Callable<Integer> {
             say.flush();
             stopAll();
             return 1;
+        }
+    }
+
+    private List<String> masterArgs(Host h, int port, String httpPort) {
+        List<String> args = new ArrayList<>(List.of("master", "--host", h.via().equals("local")
+                && h.address().equals("127.0.0.1") ? "127.0.0.1" : "0.0.0.0", "--port", Integer.toString(port),
+                "--http-port", httpPort));
+        if (nodeTtl != null) {
+            args.addAll(List.of("--node-ttl", Durations.format(nodeTtl)));
+        }
+        return args;
+    }
+
+    /**
+     * Starts etcd if none was given, then the masters on the first hosts (consecutive ports on one
+     * host); returns the etcd:// address nodes and clients use.
+     */
+    private String startElectedMasters(List<Host> hosts) throws Exception {
+        String url = etcd;
+        if (url == null) {
+            localEtcd = LocalEtcd.start(logDir.resolve("etcd").toAbsolutePath());
+            url = localEtcd.url("kvpool");
+            say.println("started etcd " + url + " (data and log in " + logDir.resolve("etcd").toAbsolutePath() + ")");
+        }
+        io.kvpool.etcd.EtcdTarget.parse(url); // names a malformed --etcd before anything else starts
+        for (int i = 0; i < masters; i++) {
+            Host h = hosts.get(Math.min(i, hosts.size() - 1));
+            int port = masterPort == 0 ? 0 : masterPort + (i < hosts.size() && !sameHostBefore(hosts, i) ? 0 : i);
+            if (port == 0) {
+                port = freePort();
+            }
+            List<String> args = masterArgs(h, port, Integer.toString(freePort()));
+            args.addAll(List.of("--etcd", url, "--id", "m" + (i + 1), "--advertise-host", h.address()));
+            Supervised m = start("master-" + (i + 1), h, args);
+            masterProcesses.add(m);
+            awaitLine(m, Pattern.compile("kvpool master m" + (i + 1) + " standing for election"), Duration.ofSeconds(60));
+        }
+        return url;
+    }
+
+    /** Whether an earlier one of the first {@code i} hosts has the same address (masters share it: distinct ports). */
+    private static boolean sameHostBefore(List<Host> hosts, int i) {
+        for (int j = 0; j < i; j++) {
+            if (hosts.get(j).address().equals(hosts.get(i).address())) {
+                return true;
+            }
+        }
+        return false;
+    }
+
+    private static int freePort() throws IOException {
+        try (java.net.ServerSocket s = new java.net.ServerSocket(0)) {
+            return s.getLocalPort();
         }
     }
 
@@ -295,17 +376,21 @@ final class LaunchCommand implements java.util.concurrent.Callable<Integer> {
             ProcessBuilder pb = new ProcessBuilder(run).inheritIO();
             pb.environment().put("KVPOOL_CONFIG_PATH", config.toString());
             pb.environment().put("KVPOOL_MASTER_PID", Long.toString(started.getFirst().process().pid()));
-            pb.environment().put("KVPOOL_NODE_PIDS", String.join(",", started.subList(1, started.size()).stream()
+            pb.environment().put("KVPOOL_MASTER_PIDS", String.join(",", masterProcesses.stream()
                     .map(s -> Long.toString(s.process().pid())).toList()));
+            pb.environment().put("KVPOOL_NODE_PIDS", String.join(",", started.subList(masterProcesses.size(), started.size())
+                    .stream().map(s -> Long.toString(s.process().pid())).toList()));
             child = pb.start();
             say.printf("running %s (pid %d)%n", String.join(" ", run), child.pid());
         }
         java.util.Set<String> lost = new java.util.HashSet<>();
         while (true) {
-            Supervised master = started.getFirst();
+            Supervised master = masterProcesses.stream().filter(m -> m.process().isAlive()).findFirst()
+                    .orElse(masterProcesses.getLast());
             if (!master.process().isAlive()) {
-                say.printf("FAILED: master (pid %d) exited with code %d; see %s%n", master.process().pid(),
-                        master.process().exitValue(), master.log());
+                say.printf("FAILED: %s (pid %d) exited with code %d%s; see %s%n", masterProcesses.size() > 1
+                        ? "the last master" : "master", master.process().pid(), master.process().exitValue(),
+                        masterProcesses.size() > 1 ? ", no master is left" : "", master.log());
                 say.flush();
                 if (child != null) {
                     child.destroy();
@@ -314,7 +399,11 @@ final class LaunchCommand implements java.util.concurrent.Callable<Integer> {
                 return 1;
             }
             for (Supervised s : started) {
-                if (!s.process().isAlive() && lost.add(s.name())) {
+                if (!s.process().isAlive() && masterProcesses.contains(s) && lost.add(s.name())) {
+                    say.printf("master lost: %s (pid %d) exited with code %d; another master takes over through etcd;"
+                            + " see %s%n", s.name(), s.process().pid(), s.process().exitValue(), s.log());
+                    say.flush();
+                } else if (!s.process().isAlive() && lost.add(s.name())) {
                     // a pool outlives a node: its objects become misses, the others keep serving
                     say.printf("node lost: %s (pid %d) exited with code %d; the pool goes on without it (its objects"
                             + " are misses); see %s%n", s.name(), s.process().pid(), s.process().exitValue(), s.log());
@@ -351,5 +440,10 @@ final class LaunchCommand implements java.util.concurrent.Callable<Integer> {
             }
         }
         started.clear();
+        masterProcesses.clear();
+        if (localEtcd != null) {
+            localEtcd.close();
+            localEtcd = null;
+        }
     }
 }

@@ -6,6 +6,14 @@ import io.kvpool.config.Size;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
 
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import io.kvpool.etcd.EtcdGateway;
+import io.kvpool.etcd.EtcdTarget;
+import io.kvpool.etcd.LeaderRecord;
+import io.kvpool.etcd.MasterAddress;
+
+import java.time.Duration;
 import java.util.Locale;
 import java.util.concurrent.Callable;
 
@@ -18,7 +26,10 @@ final class StatusCommand implements Callable<Integer> {
     ClientOptions client;
 
     @Override
-    public Integer call() {
+    public Integer call() throws Exception {
+        if (client.master() instanceof MasterAddress.Elected e) {
+            printElection(e.target());
+        }
         PoolStats s;
         try (KvPoolClient c = client.connect()) {
             s = c.stats();
@@ -41,5 +52,26 @@ final class StatusCommand implements Callable<Integer> {
             t.print(System.out);
         }
         return 0;
+    }
+
+    /** The masters registered in etcd: which one leads, at which term, and whether it serves yet. */
+    private static void printElection(EtcdTarget target) throws Exception {
+        try (EtcdGateway etcd = new EtcdGateway(target.endpoints(), Duration.ofSeconds(5))) {
+            EtcdGateway.KeyValue leaderKv = etcd.range(target.leaderKey()).first();
+            LeaderRecord leader = leaderKv == null ? null : LeaderRecord.parse(leaderKv.value());
+            System.out.printf(Locale.ROOT, "election %s: %s%n", target, leader == null ? "no leader"
+                    : "leader " + leader.id() + " at " + leader.address() + ", term " + leaderKv.createRevision()
+                    + (leader.ready() ? "" : " (rebuilding from the nodes, not serving yet)"));
+            Table t = new Table("MASTER", "ADDRESS", "HTTP", "ROLE");
+            ObjectMapper json = new ObjectMapper();
+            for (EtcdGateway.KeyValue kv : etcd.rangePrefix(target.mastersPrefix()).kvs()) {
+                JsonNode m = json.readTree(kv.value());
+                String id = m.path("id").asText("?");
+                t.row(id, m.path("address").asText(""), m.path("http").asText(""),
+                        leader != null && leader.id().equals(id) ? "leader" : "standby");
+            }
+            t.print(System.out);
+            System.out.println();
+        }
     }
 }
