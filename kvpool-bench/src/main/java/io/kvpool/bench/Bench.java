@@ -48,7 +48,8 @@ public final class Bench {
 
     /** What to run and where to write it. */
     public record Options(boolean quick, Set<String> sections, Path outDir, PrintStream out, Path diskDir) {
-        public static final Set<String> ALL = Set.of("store", "lookup", "metadata", "reset", "disk", "restore", "python");
+        public static final Set<String> ALL = Set.of("store", "lookup", "metadata", "reset", "disk", "restore", "python",
+                "failover");
 
         public Options {
             for (String s : sections) {
@@ -135,6 +136,9 @@ public final class Bench {
         if (o.sections.contains("python")) {
             steps += PythonBench.steps();
         }
+        if (o.sections.contains("failover")) {
+            steps += FailoverBench.steps(o.quick);
+        }
         try (ProgressBar pb = new ProgressBarBuilder().setTaskName("bench").setInitialMax(steps)
                 .setStyle(ProgressBarStyle.ASCII).setUpdateIntervalMillis(500).continuousUpdate().build()) {
             bar = pb;
@@ -163,6 +167,10 @@ public final class Bench {
             }
             if (o.sections.contains("python")) {
                 PythonBench.run(results, warmup(), duration(), targetWarmup(), bar);
+            }
+            if (o.sections.contains("failover")) {
+                bar.setExtraMessage(" failover");
+                FailoverBench.run(results, o.quick, () -> step("failover"));
             }
         }
         evaluate();

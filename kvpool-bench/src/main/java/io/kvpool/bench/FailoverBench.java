@@ -1,0 +1,316 @@
+package io.kvpool.bench;
+
+import io.kvpool.client.ClientConfig;
+import io.kvpool.client.KvPoolClient;
+import io.kvpool.client.PutStatus;
+import io.kvpool.etcd.EtcdTarget;
+import io.kvpool.etcd.LeaderRecord;
+import io.kvpool.etcd.LeaderWatch;
+
+import java.io.BufferedReader;
+import java.io.IOException;
+import java.io.InputStreamReader;
+import java.lang.foreign.MemorySegment;
+import java.net.ServerSocket;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.Locale;
+import java.util.Optional;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.AtomicLongArray;
+
+/**
+ * The {@code failover} section: the leader of two elected masters killed with SIGKILL while clients
+ * put and get, with a pool of 100K and of 1M objects. Every role is its own process (a real etcd
+ * started by scripts/etcd.sh, two {@link FailoverMain} masters, one node); the clients run here.
+ *
+ * <p>Measured from the kill: the first successful get and put through the new leader, and the moment
+ * every client has done both (reattached). Then, with traffic stopped: how many of the objects
+ * stored before the kill read back byte-exact, how many reads during the run returned wrong bytes,
+ * and whether any put that failed across the failover left part of a value visible.
+ */
+final class FailoverBench {
+
+    private static final int CLIENTS = 4;
+    private static final int VALUE = 1024;
+
+    private FailoverBench() {
+    }
+
+    static int steps(boolean quick) {
+        return quick ? 1 : 2;
+    }
+
+    static void run(Results results, boolean quick, Runnable step) throws Exception {
+        for (int objects : quick ? new int[]{100_000} : new int[]{100_000, 1_000_000}) {
+            once(results, objects);
+            step.run();
+        }
+    }
+
+    /** The value of {@code key}: derived from the key, so a wrong byte shows. */
+    static byte[] valueOf(String key) {
+        byte[] v = new byte[VALUE];
+        long s = key.hashCode() * 0x9E3779B97F4A7C15L;
+        for (int i = 0; i < v.length; i += 8) {
+            s = s * 6364136223846793005L + 1442695040888963407L;
+            for (int b = 0; b < 8; b++) {
+                v[i + b] = (byte) (s >>> (8 * b));
+            }
+        }
+        return v;
+    }
+
+    private static void once(Results results, int objects) throws Exception {
+        Path dir = Files.createTempDirectory("kvpool-failover-bench");
+        List<Process> processes = new ArrayList<>();
+        Path script = Path.of(System.getenv().getOrDefault("KVPOOL_HOME", "."), "scripts", "etcd.sh").toAbsolutePath();
+        int etcdPort = freePort();
+        run(List.of("bash", script.toString(), "start", dir.resolve("etcd").toString(), "" + etcdPort, "" + freePort()));
+        String url = "etcd://127.0.0.1:" + etcdPort + "/bench";
+        try (LeaderWatch watch = new LeaderWatch(EtcdTarget.parse(url), Duration.ofSeconds(2)).start()) {
+            processes.add(start("master", url, "m1", "" + freePort()));
+            LeaderRecord first = watch.await(LeaderRecord::ready, Duration.ofSeconds(60));
+            processes.add(start("master", url, "m2", "" + freePort()));
+            processes.add(start("node", url, objects > 200_000 ? "2GiB" : "512MiB"));
+            try (KvPoolClient loader = KvPoolClient.connect(ClientConfig.forMaster(url))) {
+                long deadline = System.nanoTime() + Duration.ofSeconds(60).toNanos();
+                while (loader.stats().segments().isEmpty() && System.nanoTime() < deadline) {
+                    Thread.sleep(50);
+                }
+                for (int i = 0; i < objects; i += 4096) {
+                    List<String> keys = new ArrayList<>();
+                    List<MemorySegment> values = new ArrayList<>();
+                    for (int k = i; k < Math.min(objects, i + 4096); k++) {
+                        keys.add("o/" + k);
+                        values.add(MemorySegment.ofArray(valueOf("o/" + k)));
+                    }
+                    for (PutStatus s : loader.putBatch(keys, values)) {
+                        if (s != PutStatus.OK) {
+                            throw new IllegalStateException("loading the pool: " + s);
+                        }
+                    }
+                }
+                Thread.sleep(500); // the leader publishes its node list within 200 ms
+            }
+            Traffic t = new Traffic(url, objects);
+            t.awaitWarm();
+            long killedAt = System.nanoTime();
+            processes.getFirst().destroyForcibly(); // m1 leads: it started first and was awaited
+            processes.getFirst().waitFor(30, TimeUnit.SECONDS);
+            t.killedAt(killedAt);
+            LeaderRecord next = watch.await(r -> r.ready() && r.term() > first.term(), Duration.ofSeconds(60));
+            t.awaitReattached(Duration.ofSeconds(60));
+            t.stop();
+            Verdict v = t.verify();
+            String n = String.format(Locale.ROOT, "%dK objects", objects / 1000);
+            double firstOk = t.firstOkMillis();
+            double all = t.allReattachedMillis();
+            results.add(new Results.Row("failover", "kvpool", "first get+put after killing the leader", VALUE, CLIENTS,
+                    Double.NaN, Double.NaN, firstOk * 1000, Double.NaN, n + "; new leader " + next.id() + " at term "
+                    + next.term() + " (was " + first.term() + "); figure in the p50 column, in us"));
+            results.add(new Results.Row("failover", "kvpool", "every client reattached", VALUE, CLIENTS, Double.NaN,
+                    Double.NaN, all * 1000, Double.NaN, n));
+            double goal = objects > 200_000 ? 5000 : 3000;
+            results.checks.add(new Results.Check("failover with " + n + ": until every client got and put again",
+                    all, "ms", "< " + (long) goal + " ms", all < goal, String.format(Locale.ROOT,
+                    "first success %.0f ms after the kill", firstOk)));
+            double readable = 100.0 * v.readable / objects;
+            results.checks.add(new Results.Check("failover with " + n + ": objects readable byte-exact afterwards",
+                    readable, "%", ">= 99.9%", readable >= 99.9, v.readable + " of " + objects));
+            results.checks.add(new Results.Check("failover with " + n + ": wrong bytes and partly visible puts",
+                    v.wrong + v.partial, "", "0", v.wrong + v.partial == 0, v.wrong + " wrong reads, " + v.partial
+                    + " partly visible puts of " + v.attempted + " attempted (" + v.acknowledged + " acknowledged, "
+                    + v.lostAcknowledged + " acknowledged and gone)"));
+        } finally {
+            for (Process p : processes) {
+                p.destroyForcibly();
+                p.waitFor(30, TimeUnit.SECONDS);
+            }
+            run(List.of("bash", script.toString(), "stop", dir.resolve("etcd").toString()));
+        }
+    }
+
+    record Verdict(long readable, long wrong, long partial, long attempted, long acknowledged, long lostAcknowledged) {
+    }
+
+    /** The clients: each gets an object stored before the kill and puts a new one, in a loop. */
+    private static final class Traffic {
+        final int objects;
+        final List<KvPoolClient> clients = new ArrayList<>();
+        final List<Thread> threads = new ArrayList<>();
+        final AtomicBoolean stop = new AtomicBoolean();
+        final AtomicLong wrong = new AtomicLong();
+        final AtomicLong warm = new AtomicLong();
+        final ConcurrentLinkedQueue<String> attempted = new ConcurrentLinkedQueue<>();
+        final ConcurrentLinkedQueue<String> acknowledged = new ConcurrentLinkedQueue<>();
+        /** Per client: when it first got and put successfully after the kill (0: not yet). */
+        final AtomicLongArray reattached = new AtomicLongArray(CLIENTS);
+        volatile long killedAt;
+
+        Traffic(String url, int objects) {
+            this.objects = objects;
+            for (int c = 0; c < CLIENTS; c++) {
+                KvPoolClient k = KvPoolClient.connect(ClientConfig.forMaster(url));
+                clients.add(k);
+                int id = c;
+                threads.add(Thread.ofPlatform().start(() -> loop(id, k)));
+            }
+        }
+
+        private void loop(int id, KvPoolClient k) {
+            for (long i = 0; !stop.get(); i++) {
+                String orig = "o/" + Math.floorMod((i * 7919 + id * 104729), objects);
+                String live = "live/" + id + "/" + i;
+                try {
+                    long before = System.nanoTime();
+                    Optional<byte[]> got = k.get(orig);
+                    if (got.isPresent() && !Arrays.equals(got.get(), valueOf(orig))) {
+                        wrong.incrementAndGet();
+                    }
+                    attempted.add(live);
+                    PutStatus s = k.put(live, valueOf(live));
+                    if (s == PutStatus.OK) {
+                        acknowledged.add(live);
+                        warm.incrementAndGet();
+                        long killed = killedAt;
+                        if (killed != 0 && before > killed && got.isPresent()) {
+                            reattached.compareAndSet(id, 0, System.nanoTime());
+                        }
+                    }
+                } catch (RuntimeException e) {
+                    // a call spanning the failover may fail; what it left behind is verified at the end
+                }
+            }
+        }
+
+        void awaitWarm() throws InterruptedException {
+            while (warm.get() < 200 * CLIENTS) {
+                Thread.sleep(10);
+            }
+        }
+
+        void killedAt(long t) {
+            killedAt = t;
+        }
+
+        void awaitReattached(Duration timeout) throws InterruptedException {
+            long deadline = System.nanoTime() + timeout.toNanos();
+            while (System.nanoTime() < deadline) {
+                boolean all = true;
+                for (int c = 0; c < CLIENTS; c++) {
+                    all &= reattached.get(c) != 0;
+                }
+                if (all) {
+                    return;
+                }
+                Thread.sleep(5);
+            }
+            throw new IllegalStateException("not every client reattached within " + timeout);
+        }
+
+        double firstOkMillis() {
+            long first = Long.MAX_VALUE;
+            for (int c = 0; c < CLIENTS; c++) {
+                first = Math.min(first, reattached.get(c));
+            }
+            return (first - killedAt) / 1e6;
+        }
+
+        double allReattachedMillis() {
+            long last = 0;
+            for (int c = 0; c < CLIENTS; c++) {
+                last = Math.max(last, reattached.get(c));
+            }
+            return (last - killedAt) / 1e6;
+        }
+
+        void stop() throws InterruptedException {
+            stop.set(true);
+            for (Thread t : threads) {
+                t.join();
+            }
+        }
+
+        Verdict verify() {
+            KvPoolClient k = clients.getFirst();
+            long readable = 0;
+            List<String> keys = new ArrayList<>();
+            for (int i = 0; i < objects; i++) {
+                keys.add("o/" + i);
+                if (keys.size() == 1024 || i == objects - 1) {
+                    List<Optional<byte[]>> got = k.getBatch(keys);
+                    for (int j = 0; j < keys.size(); j++) {
+                        if (got.get(j).isPresent() && Arrays.equals(got.get(j).get(), valueOf(keys.get(j)))) {
+                            readable++;
+                        }
+                    }
+                    keys.clear();
+                }
+            }
+            long partial = 0;
+            long lost = 0;
+            java.util.Set<String> acked = new java.util.HashSet<>(acknowledged);
+            for (String key : attempted) {
+                Optional<byte[]> got = k.get(key);
+                if (got.isPresent() && !Arrays.equals(got.get(), valueOf(key))) {
+                    partial++;
+                } else if (got.isEmpty() && acked.contains(key)) {
+                    lost++;
+                }
+            }
+            clients.forEach(KvPoolClient::close);
+            return new Verdict(readable, wrong.get(), partial, attempted.size(), acked.size(), lost);
+        }
+    }
+
+    private static Process start(String... args) throws Exception {
+        List<String> cmd = new ArrayList<>(List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
+                "-Xmx1g", "-XX:+UseParallelGC", "--enable-native-access=ALL-UNNAMED", "-cp",
+                System.getProperty("java.class.path"), FailoverMain.class.getName()));
+        cmd.addAll(List.of(args));
+        Process p = new ProcessBuilder(cmd).redirectErrorStream(true).start();
+        CompletableFuture<Void> ready = new CompletableFuture<>();
+        StringBuilder out = new StringBuilder();
+        Thread.ofVirtual().start(() -> {
+            try (BufferedReader r = new BufferedReader(new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8))) {
+                String line;
+                while ((line = r.readLine()) != null) {
+                    if (line.startsWith("ready ")) {
+                        ready.complete(null);
+                    } else if (out.length() < 20_000) {
+                        out.append(line).append('\n');
+                    }
+                }
+            } catch (IOException ignored) {
+                // the process ended
+            }
+            ready.completeExceptionally(new IllegalStateException(args[0] + " exited:\n" + out));
+        });
+        ready.get(60, TimeUnit.SECONDS);
+        return p;
+    }
+
+    private static void run(List<String> cmd) throws Exception {
+        Process p = new ProcessBuilder(cmd).redirectErrorStream(true).start();
+        String out = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+        if (!p.waitFor(120, TimeUnit.SECONDS) || p.exitValue() != 0) {
+            throw new IllegalStateException(String.join(" ", cmd) + " failed:\n" + out);
+        }
+    }
+
+    private static int freePort() throws IOException {
+        try (ServerSocket s = new ServerSocket(0)) {
+            return s.getLocalPort();
+        }
+    }
+}

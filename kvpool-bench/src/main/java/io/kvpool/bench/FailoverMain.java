@@ -1,0 +1,51 @@
+package io.kvpool.bench;
+
+import io.kvpool.config.Size;
+import io.kvpool.etcd.EtcdTarget;
+import io.kvpool.etcd.MasterAddress;
+import io.kvpool.master.ElectedMaster;
+import io.kvpool.master.MasterConfig;
+import io.kvpool.node.NodeConfig;
+import io.kvpool.node.StorageNode;
+
+import java.time.Duration;
+import java.util.concurrent.CountDownLatch;
+
+/**
+ * One process of the failover benchmark's cluster ({@link FailoverBench}): an elected master, or a
+ * node following the elected master. Prints {@code ready PID} once started and runs until killed.
+ *
+ * <pre>
+ *   java -cp ... io.kvpool.bench.FailoverMain master ETCD_URL ID PORT
+ *   java -cp ... io.kvpool.bench.FailoverMain node ETCD_URL SEGMENT_SIZE
+ * </pre>
+ */
+public final class FailoverMain {
+
+    private FailoverMain() {
+    }
+
+    public static void main(String[] args) throws Exception {
+        System.setProperty("org.slf4j.simpleLogger.defaultLogLevel", "warn");
+        AutoCloseable running;
+        if (args[0].equals("master")) {
+            MasterConfig mc = MasterConfig.defaults().withListen("127.0.0.1", Integer.parseInt(args[3]), -1)
+                    .withSummaryInterval(Duration.ZERO);
+            running = new ElectedMaster(mc, new ElectedMaster.Options(EtcdTarget.parse(args[1]), args[2], "127.0.0.1",
+                    ElectedMaster.Options.DEFAULT_LEASE_TTL, ElectedMaster.Options.DEFAULT_REBUILD_GRACE));
+        } else {
+            running = new StorageNode(NodeConfig.defaults(MasterAddress.parse(args[1]), Size.parse(args[2]))
+                    .withListen("127.0.0.1", 0));
+        }
+        System.out.println("ready " + ProcessHandle.current().pid());
+        System.out.flush();
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+            try {
+                running.close();
+            } catch (Exception ignored) {
+                // exiting
+            }
+        }));
+        new CountDownLatch(1).await();
+    }
+}
