@@ -3,6 +3,7 @@
 (``kvpool.vllm``). The core is standard library only; see docs/python.md.
 """
 
+from . import etcd
 from .buffers import RawBuffer, as_memoryview
 from .client import MISS, Client, PutStatus
 from .errors import KvPoolError, MasterTimeout, MasterUnreachable
@@ -11,6 +12,6 @@ from .protocol import PoolStats, ProtocolError, SegmentStats
 
 __all__ = [
     "Client", "PutStatus", "MISS", "RawBuffer", "as_memoryview", "KvPoolError", "MasterUnreachable", "MasterTimeout",
-    "ProtocolError", "PoolStats", "SegmentStats", "PROTOCOL_VERSION",
+    "ProtocolError", "PoolStats", "SegmentStats", "PROTOCOL_VERSION", "etcd",
 ]
 __version__ = "0.1.0"

@@ -38,6 +38,7 @@ from ._net import Connection, ConnectionPool, parse_host_port
 from .buffers import Buffer, as_memoryview
 from .config import master_from_environment
 from .crc import crc32c
+from .etcd import LeaderInfo, LeaderWatch, parse_etcd_url
 from .errors import KvPoolError, MasterTimeout, MasterUnreachable
 from .protocol import Opcode, PoolStats, ResultCode, SegmentStats
 from .shm import SharedSegments
@@ -77,8 +78,11 @@ def _signed64(v: int) -> int:
 class Client:
     """A connection to a kvpool pool: puts, gets, probes and removals against its master and nodes.
 
-    ``master`` is ``host:port``; without it the address comes from ``KVPOOL_MASTER`` or the JSON
-    client config named by ``KVPOOL_CONFIG_PATH``. The constructor connects (HELLO, which checks the
+    ``master`` is ``host:port``, or ``etcd://host:port[,host:port...][/cluster]`` for masters elected
+    through etcd (the client then talks to the leader that etcd names once it is ready, and moves to
+    a new leader by itself: a call that fails at the connection level is retried on the next leader
+    within ``timeout``); without it the address comes from ``KVPOOL_MASTER`` or the JSON client
+    config named by ``KVPOOL_CONFIG_PATH``. The constructor connects (HELLO, which checks the
     protocol version) and raises ``MasterUnreachable`` naming the address if it cannot.
 
     ``timeout`` bounds every network wait of a call (seconds); ``connect_timeout`` each connect.
@@ -94,9 +98,22 @@ class Client:
             raise ValueError(f"timeouts must be positive, got timeout={timeout}, connect_timeout={connect_timeout}")
         if max_connections < 1:
             raise ValueError(f"max_connections must be at least 1, got {max_connections}")
-        host, port = parse_host_port(master, "master")
-        self.master = f"{host}:{port}"
         self.timeout = float(timeout)
+        self._leaders: LeaderWatch | None = None
+        self._leader: LeaderInfo | None = None
+        if master.strip().lower().startswith("etcd://"):
+            target = parse_etcd_url(master)
+            self.master = str(target)
+            self._leaders = LeaderWatch(target, timeout=connect_timeout).start()
+            try:
+                self._leader = self._leaders.wait_ready(self.timeout)
+            except (TimeoutError, KvPoolError) as e:
+                self._leaders.close()
+                raise MasterUnreachable(f"no master to talk to in {target}: {e}") from e
+            host, port = parse_host_port(self._leader.address, "leader address in etcd")
+        else:
+            host, port = parse_host_port(master, "master")
+            self.master = f"{host}:{port}"
         self.connect_timeout = float(connect_timeout)
         self.max_connections = max_connections
         u = uuid.uuid4().int
@@ -118,9 +135,38 @@ class Client:
         #: sent to TCP because the object changed under the copy.
         self.counters: dict[str, int] = dict.fromkeys(
             ("bytes_written_shm", "bytes_written_tcp", "bytes_read_shm", "bytes_read_tcp", "shm_read_retries"), 0)
-        self._master = ConnectionPool(host, port, max_connections=max_connections, connect_timeout=self.connect_timeout,
-                                      on_connect=self._hello, master=True)
+        self._master = self._master_pool(host, port)
         self.refresh()
+
+    def _master_pool(self, host: str, port: int) -> ConnectionPool:
+        return ConnectionPool(host, port, max_connections=self.max_connections, connect_timeout=self.connect_timeout,
+                              on_connect=self._hello, master=True)
+
+    def _relocate(self, deadline: float) -> bool:
+        """After the master failed at the connection level: moves to the leader etcd names now, waiting (up to
+        ``deadline``) for a ready one other than the failed one. False without an election or when none came."""
+        if self._leaders is None:
+            return False
+        failed = self._leader
+        while not self._closed:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            try:
+                leader = self._leaders.wait_ready(left)
+            except (TimeoutError, KvPoolError):
+                return False
+            if failed is None or (leader.address, leader.term) != (failed.address, failed.term):
+                with self._lock:
+                    if self._leader is failed:
+                        old = self._master
+                        host, port = parse_host_port(leader.address, "leader address in etcd")
+                        self._master = self._master_pool(host, port)
+                        self._leader = leader
+                        old.close()
+                return True
+            time.sleep(min(0.1, left))  # etcd still names the master that failed: its lease has not run out yet
+        return False
 
     # ------------------------------------------------------------------------------ plumbing
 
@@ -138,9 +184,27 @@ class Client:
             self.epoch = r.epoch
 
     def _call_master(self, opcode: Opcode, body: bytes, decode: Callable[[bytes], T]) -> T:
-        """One master exchange; a pooled connection that turns out dead is replaced once."""
+        """One master exchange; a pooled connection that turns out dead is replaced once, and with elected
+        masters the call moves to the next leader until ``timeout``."""
         if self._closed:
             raise KvPoolError("client is closed")
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                return self._call_master_once(opcode, body, decode)
+            except MasterUnreachable:
+                if not self._relocate(deadline):
+                    raise
+            except MasterTimeout:
+                # a leader that stopped answering (frozen, cut off): go on only if etcd names another one now
+                latest = self._leaders.latest() if self._leaders is not None else None
+                current = self._leader
+                if latest is None or current is None or not latest.ready \
+                        or (latest.address, latest.term) == (current.address, current.term) \
+                        or not self._relocate(time.monotonic() + self.timeout):
+                    raise
+
+    def _call_master_once(self, opcode: Opcode, body: bytes, decode: Callable[[bytes], T]) -> T:
         for attempt in (0, 1):
             c = self._master.borrow(self.timeout)
             fresh = c.next_id <= 2  # HELLO was its only exchange
@@ -630,6 +694,8 @@ class Client:
         if self._closed:
             return
         self._closed = True
+        if self._leaders is not None:
+            self._leaders.close()
         self._master.close()
         for pool in list(self._nodes.values()):
             pool.close()
