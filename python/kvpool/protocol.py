@@ -116,6 +116,7 @@ class ResultCode(enum.IntEnum):
     NO_SEGMENT = 6
     FAILED = 7
     TOO_LARGE = 8
+    DEPOSED = 9  # a node refused a write authorised by a master that is no longer the leader (version 6)
 
 
 class FrameStatus(enum.IntEnum):

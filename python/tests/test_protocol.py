@@ -137,7 +137,7 @@ def test_header_checks() -> None:
     with pytest.raises(p.ProtocolError, match="malformed header"):
         p.decode_header(p.encode_header(0x01, 1, 0, flags=0x03))
     with pytest.raises(p.ProtocolError, match="unknown result code"):
-        p.decode_codes(b"\x01\x00\x00\x00\x09", "codes")
+        p.decode_codes(b"\x01\x00\x00\x00\x0a", "codes")
     with pytest.raises(p.ProtocolError, match="does not fit"):
         p.decode_codes(b"\xff\xff\xff\x7f", "codes")
 

@@ -172,10 +172,22 @@ final class ObjectWrites {
                 status[b.from + slot.item()] = written[s] == ResultCode.FENCED ? PutStatus.FENCED : PutStatus.FAILED;
             }
         }
+        boolean deposed = false;
+        for (ResultCode code : written) {
+            deposed |= code == ResultCode.DEPOSED;
+        }
+        if (deposed) {
+            // the lease came from a master that lost its leadership, and so did every lease kept with it
+            leases.forgetAll();
+        }
         if (items.isEmpty()) {
             // nothing landed: this lease is of no further use. Unless the node fenced the writes (a reset
-            // came after the lease), its segment may be gone: a fresh lease may find another one
-            leases.release(lease);
+            // came after the lease), its segment may be gone, or its master deposed: a fresh lease may do
+            if (deposed) {
+                WriteLeasePool.closeNode(lease);
+            } else {
+                leases.release(lease);
+            }
             for (int s = 0; s < slots.size(); s++) {
                 if (written[s] != ResultCode.FENCED) {
                     expired.add(slots.get(s).item());

@@ -165,7 +165,7 @@ class BadFramesIT {
 
     @Test
     void aWriteOutsideTheSegmentIsABadRequestNamingTheSegmentAndDamagesNothing() throws Exception {
-        BodyWriter w = new BodyWriter().i64(0).i32(1).i64(1L << 40).i64(5).bytes("evil".getBytes()).i64(8).i32(0);
+        BodyWriter w = new BodyWriter().i64(0).i64(0).i32(1).i64(1L << 40).i64(5).bytes("evil".getBytes()).i64(8).i32(0);
         ErrorReply r = sendRaw(node(), frame(Opcode.NODE_WRITE.code, w, 8), ByteBuffer.wrap(new byte[8]));
         assertThat(r.status()).isEqualTo(FrameStatus.BAD_REQUEST.code);
         assertThat(r.message()).contains(node().toString()).contains("does not fit");

@@ -192,7 +192,7 @@ class FailoverIT {
                             .write(w);
                     List<ResultCode> codes = MasterMessages.Codes.read(fc.call(Opcode.NODE_WRITE, w, T,
                             ByteBuffer.wrap(value)).body()).codes();
-                    assertThat(codes).containsExactly(ResultCode.FENCED);
+                    assertThat(codes).containsExactly(ResultCode.DEPOSED);
                 }
                 for (int i = 0; i < 200; i++) {
                     assertThat(c.get("before/" + i)).hasValueSatisfying(v -> assertThat(v).isNotEmpty());

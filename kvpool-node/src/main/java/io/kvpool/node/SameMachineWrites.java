@@ -73,7 +73,7 @@ final class SameMachineWrites {
             node.checkRegion(it.offset(), ObjectLayout.regionLength(it.key().length, it.valueLength()), it.generation());
         }
         if (!node.currentTerm(w.term())) {
-            reply(req, fenced(w.items().size()));
+            reply(req, deposed(w.items().size()));
             return;
         }
         beginTerms.put(req.peer(), w.term());
@@ -116,7 +116,7 @@ final class SameMachineWrites {
             open.remove(it.generation());
             if (!current) {
                 ledger.endWrite(r, false);
-                codes.add(ResultCode.FENCED);
+                codes.add(ResultCode.DEPOSED);
                 continue;
             }
             boolean ok = it.copied() && crcHolds(r.valueOffset(), r.valueLength, storedCrc(r.offset));
@@ -150,7 +150,7 @@ final class SameMachineWrites {
         }
         if (!node.currentTerm(l.term())) {
             node.refusedWrite();
-            reply(req, List.of(ResultCode.FENCED));
+            reply(req, List.of(ResultCode.DEPOSED));
             return;
         }
         RegionLedger.WriteAdmission adm;
@@ -188,7 +188,7 @@ final class SameMachineWrites {
             if (lease != null) {
                 ledger.endWrite(lease, false);
             }
-            reply(req, fenced(w.items().size()));
+            reply(req, deposed(w.items().size()));
             return;
         }
         List<ResultCode> codes = new ArrayList<>(w.items().size());
@@ -222,8 +222,8 @@ final class SameMachineWrites {
         reply(req, codes);
     }
 
-    private static List<ResultCode> fenced(int n) {
-        return java.util.Collections.nCopies(n, ResultCode.FENCED);
+    private static List<ResultCode> deposed(int n) {
+        return java.util.Collections.nCopies(n, ResultCode.DEPOSED);
     }
 
     /** A connection closed: what it began and did not end, and its lease region, are dropped. */

@@ -199,7 +199,7 @@ public final class StorageNode implements AutoCloseable {
             for (NodeMessages.WriteItem it : w.items()) {
                 local.refusedWrite();
                 req.skipPayload(it.valueLength());
-                codes.add(ResultCode.FENCED);
+                codes.add(ResultCode.DEPOSED);
             }
         } else {
             // one bound on waiting for busy regions per frame, however many items it carries

@@ -57,7 +57,7 @@ public final class FrameHeader {
      * (PREFIX_MATCH_DIGEST, BATCH_EXIST_DIGEST); 5 added write leases (WRITE_LEASE, COMMIT, RELEASE)
      * and the master's default replica count in the HELLO reply; 6 added the master's term (masters
      * elected through etcd) to the HELLO, PUT_START, WRITE_LEASE and REGISTER_NODE replies and to
-     * NODE_WRITE, NODE_SHM_WRITE_BEGIN, NODE_SHM_LEASE, NODE_FREE and NODE_RESET.
+     * NODE_WRITE, NODE_SHM_WRITE_BEGIN, NODE_SHM_LEASE, NODE_FREE and NODE_RESET, and the result code DEPOSED.
      */
     public static final byte VERSION = 6;
     public static final byte FLAG_REPLY = 0x01;

@@ -22,7 +22,12 @@ public enum ResultCode {
     /** The node could not carry out the transfer (region busy too long, I/O failure). */
     FAILED(7),
     /** The object is larger than the pool accepts (the master's max value size). */
-    TOO_LARGE(8);
+    TOO_LARGE(8),
+    /**
+     * A node refused a write authorised by a master that is no longer the leader (the node knows a
+     * newer term; version 6). Nothing was written; the writer asks the current leader again.
+     */
+    DEPOSED(9);
 
     private static final ResultCode[] BY_CODE = values();
 
