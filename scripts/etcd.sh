@@ -1,0 +1,253 @@
+#!/usr/bin/env bash
+# Runs a private single-member etcd 3.4 (Debian's etcd-server package) on loopback, for the masters'
+# leader election and the tests of it, and stops it by PID. It never touches a system instance the
+# package may have started (its service, port 2379 on a machine with systemd).
+#
+#   scripts/etcd.sh start DIR [CLIENT_PORT [PEER_PORT]]
+#       install etcd-server if `etcd` is missing, start etcd on 127.0.0.1:CLIENT_PORT (default 2379)
+#       and 127.0.0.1:PEER_PORT (default 2380) with its data in DIR/data, its log in DIR/etcd.log and
+#       its PID in DIR/etcd.pid; wait until /health answers healthy; print the client URL.
+#       Starting again on the same DIR and ports resumes the same data (keys, revisions, leases).
+#   scripts/etcd.sh stop DIR        stop the etcd whose PID is in DIR/etcd.pid (TERM, then KILL)
+#   scripts/etcd.sh status DIR      print "running (PID N, URL)" or "not running"
+#
+# Exit status: 0 ok, 1 failure, 2 usage, 3 etcd is missing and cannot be installed here.
+#
+# Environment: ETCD_NAME member name (default kvpool; keep it the same for one DIR),
+# ETCD_START_TIMEOUT seconds (default 20), ETCD_EXTRA_ARGS more etcd flags (split on blanks).
+# Auto-compaction stays off and the heartbeat and election timeouts stay at etcd's defaults.
+set -euo pipefail
+
+PROG=$(basename "$0")
+
+die() {
+    printf '%s: %s\n' "$PROG" "$*" >&2
+    exit 1
+}
+
+# Exit status 3 means "etcd cannot be installed here" (callers may skip rather than fail).
+die_unavailable() {
+    printf '%s: %s\n' "$PROG" "$*" >&2
+    exit 3
+}
+
+usage() {
+    cat >&2 <<EOF
+usage: $PROG start DIR [CLIENT_PORT [PEER_PORT]]
+       $PROG stop DIR
+       $PROG status DIR
+EOF
+    exit 2
+}
+
+# Runs a command as root: directly when we are root, through sudo when it is there.
+as_root() {
+    if [[ $(id -u) -eq 0 ]]; then
+        "$@"
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo "$@"
+    else
+        die_unavailable "etcd is not installed and we are not root (no sudo either): install Debian's etcd-server package (apt-get install etcd-server) and rerun"
+    fi
+}
+
+ensure_installed() {
+    command -v etcd >/dev/null 2>&1 && return 0
+    command -v apt-get >/dev/null 2>&1 \
+        || die_unavailable "etcd is not installed and apt-get is not available: install etcd 3.4 (the etcd binary) and rerun"
+    echo "$PROG: etcd not found, installing Debian's etcd-server package" >&2
+    # Refresh the package lists only when they were never fetched or the install fails with stale ones.
+    if ! compgen -G '/var/lib/apt/lists/*_Packages' >/dev/null; then
+        as_root apt-get update -q >&2 || die_unavailable "apt-get update failed: install etcd-server (Debian package) by hand"
+    fi
+    if ! as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q etcd-server >&2; then
+        as_root apt-get update -q >&2 || die_unavailable "apt-get update failed: install etcd-server (Debian package) by hand"
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q etcd-server >&2 \
+            || die_unavailable "apt-get install etcd-server failed: install it by hand"
+    fi
+    command -v etcd >/dev/null 2>&1 || die "etcd still not on PATH after installing etcd-server"
+}
+
+is_port() {
+    [[ $1 =~ ^[0-9]+$ ]] && ((10#$1 >= 1 && 10#$1 <= 65535))
+}
+
+# Prints the PID in PIDFILE if it names a live process, else nothing.
+live_pid() {
+    local pidfile=$1 pid
+    [[ -f $pidfile ]] || return 0
+    pid=$(tr -dc '0-9' <"$pidfile")
+    if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
+        echo "$pid"
+    fi
+}
+
+log_tail() {
+    local log=$1
+    if [[ -f $log ]]; then
+        echo "--- last lines of $log ---" >&2
+        tail -n 30 "$log" >&2
+    else
+        echo "(no log at $log)" >&2
+    fi
+}
+
+# http PORT METHOD PATH [BODY]: one HTTP/1.0 exchange with 127.0.0.1:PORT through bash's /dev/tcp
+# (no curl needed); prints the response body, fails when nothing answers.
+http() {
+    local port=$1 method=$2 path=$3 body=${4:-}
+    (
+        exec 3<>"/dev/tcp/127.0.0.1/$port" || exit 1
+        printf '%s %s HTTP/1.0\r\nHost: 127.0.0.1:%s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s' \
+            "$method" "$path" "$port" "${#body}" "$body" >&3
+        timeout 5 cat <&3 | tr -d '\r' | sed '1,/^$/d'
+    ) 2>/dev/null
+}
+
+port_answers() {
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+start() {
+    local dir=$1 port=${2:-2379} peer=${3:-2380}
+    is_port "$port" || die "CLIENT_PORT must be a number in 1..65535, got '$port'"
+    is_port "$peer" || die "PEER_PORT must be a number in 1..65535, got '$peer'"
+    ((10#$port != 10#$peer)) || die "CLIENT_PORT and PEER_PORT must differ, both are $port"
+    ensure_installed
+    mkdir -p "$dir" || die "cannot create $dir"
+    dir=$(cd "$dir" && pwd)
+    local pidfile=$dir/etcd.pid log=$dir/etcd.log name=${ETCD_NAME:-kvpool} timeout=${ETCD_START_TIMEOUT:-20}
+    [[ $name =~ ^[A-Za-z0-9._-]+$ ]] || die "ETCD_NAME must match [A-Za-z0-9._-]+, got '$name'"
+    [[ $timeout =~ ^[0-9]+$ ]] || die "ETCD_START_TIMEOUT must be a whole number of seconds, got '$timeout'"
+
+    local running
+    running=$(live_pid "$pidfile")
+    [[ -z $running ]] || die "an etcd is already running from $dir (PID $running); stop it first with: $PROG stop $dir"
+    rm -f "$pidfile"
+    # Whatever answers on the ports now is not ours (a system etcd on 2379, say): refuse rather than
+    # report a healthy cluster that is someone else's.
+    ! port_answers "$port" || die "port $port on 127.0.0.1 is already in use: choose another CLIENT_PORT"
+    ! port_answers "$peer" || die "port $peer on 127.0.0.1 is already in use: choose another PEER_PORT"
+
+    local client_url=http://127.0.0.1:$port peer_url=http://127.0.0.1:$peer
+    local -a extra=()
+    if [[ -n ${ETCD_EXTRA_ARGS:-} ]]; then
+        read -r -a extra <<<"$ETCD_EXTRA_ARGS"
+    fi
+    {
+        echo "=== $(date -u +%FT%TZ) $PROG start: etcd on $client_url (peer $peer_url), data $dir/data"
+    } >>"$log"
+    # setsid: etcd gets a session of its own, so a terminal's or a test runner's signals to our
+    # process group do not reach it; stdin from /dev/null so it holds no caller's pipe open.
+    setsid etcd \
+        --name "$name" \
+        --data-dir "$dir/data" \
+        --listen-client-urls "$client_url" \
+        --advertise-client-urls "$client_url" \
+        --listen-peer-urls "$peer_url" \
+        --initial-advertise-peer-urls "$peer_url" \
+        --initial-cluster "$name=$peer_url" \
+        --initial-cluster-state new \
+        "${extra[@]}" \
+        </dev/null >>"$log" 2>&1 &
+    local pid=$!
+    echo "$pid" >"$pidfile"
+
+    local deadline=$((SECONDS + timeout)) reply="" why="did not answer /health as healthy within ${timeout}s"
+    while ((SECONDS < deadline)); do
+        if ! kill -0 "$pid" 2>/dev/null; then
+            why="exited during startup"
+            break
+        fi
+        reply=$(http "$port" GET /health || true)
+        if [[ $reply == *'"health":"true"'* ]]; then
+            # The answer must come from our member: its name and peer URL, not another etcd's.
+            local members
+            members=$(http "$port" POST /v3/cluster/member/list '{}' || true)
+            if [[ $members != *"\"name\":\"$name\""* || $members != *"\"$peer_url\""* ]]; then
+                why="answers on port $port come from another etcd (member list: ${members:-none})"
+                break
+            fi
+            echo "$client_url"
+            return 0
+        fi
+        sleep 0.1
+    done
+    log_tail "$log"
+    # Do not leave a half-started server behind.
+    stop "$dir" >/dev/null 2>&1 || true
+    die "etcd on $client_url $why (last /health reply: '${reply:-none}'; see the log above)"
+}
+
+stop() {
+    local dir=$1 pidfile pid
+    pidfile=$dir/etcd.pid
+    pid=$(live_pid "$pidfile")
+    if [[ -z $pid ]]; then
+        rm -f "$pidfile"
+        return 0
+    fi
+    # Make sure the PID is an etcd before signalling it (a stale pidfile may name a reused PID).
+    local comm
+    comm=$(ps -o comm= -p "$pid" 2>/dev/null || true)
+    if [[ $comm != etcd* ]]; then
+        echo "$PROG: PID $pid in $pidfile is '$comm', not etcd: removing the stale pidfile only" >&2
+        rm -f "$pidfile"
+        return 0
+    fi
+    kill -TERM "$pid" 2>/dev/null || true
+    local i
+    for ((i = 0; i < 50; i++)); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+        echo "$PROG: etcd PID $pid ignored TERM for 5s, sending KILL" >&2
+        kill -KILL "$pid" 2>/dev/null || true
+        for ((i = 0; i < 50; i++)); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
+    fi
+    rm -f "$pidfile"
+}
+
+status() {
+    local dir=$1 pid url
+    pid=$(live_pid "$dir/etcd.pid")
+    if [[ -n $pid ]]; then
+        url=$(tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | sed -n '/^--advertise-client-urls$/{n;p;q}' || true)
+        echo "running (PID $pid${url:+, $url})"
+    else
+        echo "not running"
+    fi
+}
+
+main() {
+    (($# >= 1)) || usage
+    local cmd=$1
+    shift
+    case $cmd in
+        start)
+            (($# >= 1 && $# <= 3)) || usage
+            start "$@"
+            ;;
+        stop)
+            (($# == 1)) || usage
+            stop "$1"
+            ;;
+        status)
+            (($# == 1)) || usage
+            status "$1"
+            ;;
+        -h | --help | help)
+            usage
+            ;;
+        *)
+            echo "$PROG: unknown command '$cmd'" >&2
+            usage
+            ;;
+    esac
+}
+
+main "$@"
