@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Multi-host test on one machine: three "hosts" are network namespaces on a bridge, each with its
-# own address (veth pairs), and kvpool launch --hosts brings up the master on the first and a node
-# on each. Checks, printing PASS or FAIL for each:
+# own address (veth pairs), an etcd listens on the bridge, and kvpool launch --hosts --masters 2
+# brings up a master on each of the first two hosts (elected through that etcd: one leads, the
+# other stands by) and a node on each. Checks, printing PASS or FAIL for each:
 #   (a) a prefix cached by an engine on host 1 is served to an engine on host 2 (from the pool);
 #   (b) each host's puts land in its own node's segment (auto-detected), and KVPOOL_PREFERRED_SEGMENT
 #       overrides that;
-#   (c) killing one node mid-run leaves the others serving, with misses only for what was on it.
+#   (c) killing one node mid-run leaves the others serving, with misses only for what was on it;
+#   (d) killing the leading master (on host 1) hands the pool to the standby on host 2: objects
+#       stay readable, puts succeed, and kvpool status names the new leader and a higher term.
 # Needs root (ip netns). Everything it creates is removed on exit; processes are stopped by PID.
 #
 #   scripts/multihost-netns.sh
@@ -26,6 +29,7 @@ cleanup() {
   set +e
   for p in "${engines[@]}"; do kill "$p" 2>/dev/null; done
   [ -n "$launcher" ] && kill "$launcher" 2>/dev/null && wait "$launcher" 2>/dev/null
+  "$here/scripts/etcd.sh" stop "$work/etcd" >/dev/null 2>&1
   for i in 1 2 3; do
     # anything still running in a namespace (nothing should be) is stopped before it goes
     for p in $(ip netns pids "${tag}h$i" 2>/dev/null); do kill "$p" 2>/dev/null; done
@@ -69,19 +73,24 @@ cpu: 128MiB
 YAML
 
 [ -f "$here/kvpool-cli/target/kvpool.jar" ] || "$kvpool" build >/dev/null # ./kvpool rebuilds by itself when stale
+# etcd on the bridge, so the masters and nodes in every namespace reach it (and on loopback for the script)
+etcd_port=$(( 23000 + RANDOM % 5000 ))
+ETCD_EXTRA_ARGS="--listen-client-urls http://127.0.0.1:$etcd_port,http://$net.1:$etcd_port --advertise-client-urls http://$net.1:$etcd_port" \
+  "$here/scripts/etcd.sh" start "$work/etcd" "$etcd_port" "$(( etcd_port + 1 ))" >/dev/null \
+  || { echo "multihost-netns: cannot start etcd (scripts/etcd.sh)"; exit 3; }
 "$kvpool" launch --hosts "$work/hosts" --config "$work/pool.yaml" --out "$work/client.json" --log-dir "$work/logs" \
-  > "$work/launch.out" 2>&1 &
+  --masters 2 --etcd "etcd://$net.1:$etcd_port/multihost" > "$work/launch.out" 2>&1 &
 launcher=$!
 for _ in $(seq 1 240); do grep -q "^export KVPOOL_CONFIG_PATH" "$work/launch.out" && break; sleep 0.5; done
 grep -q "^export KVPOOL_CONFIG_PATH" "$work/launch.out" || { cat "$work/launch.out"; echo "FAIL launch"; exit 1; }
 master="$(jq -r .master "$work/client.json")"
-echo "pool up: master $master, nodes on $net.11, $net.12, $net.13"
+echo "pool up: masters on $net.11 and $net.12 elected through $master, nodes on $net.11, $net.12, $net.13"
 
 in_host() { local i=$1; shift; ip netns exec "${tag}h$i" "$@"; }
 objects_on() { # objects stored in the segment of host $1's node
-  "$kvpool" status --master "$master" | awk -v h="$net.1$1:" 'index($2, h) == 1 {print $(NF-3)}'
+  "$kvpool" status --master "$master" | awk -v h="$net.1$1:" '$1 ~ /^[0-9]+$/ && index($2, h) == 1 {print $(NF-3)}'
 }
-segment_of() { "$kvpool" status --master "$master" | awk -v h="$net.1$1:" 'index($2, h) == 1 {print $2}'; }
+segment_of() { "$kvpool" status --master "$master" | awk -v h="$net.1$1:" '$1 ~ /^[0-9]+$/ && index($2, h) == 1 {print $2}'; }
 
 # (b) puts land on the local node; KVPOOL_PREFERRED_SEGMENT overrides
 in_host 2 "$kvpool" put --master "$master" on-host-2 --value two >/dev/null
@@ -123,6 +132,22 @@ in_host 1 "$kvpool" put --master "$master" after-loss --value y >/dev/null; chec
 sleep 1
 grep -q "node lost: node-2" "$work/launch.out"; check "(c) the launcher reports the lost node" $?
 kill -0 "$launcher"; check "(c) the launcher keeps the pool up" $?
+
+# (d) kill the leading master: the standby on host 2 takes over
+leader_line() { "$kvpool" status --master "$master" | sed -n 's/^election .*: leader \(m[0-9]*\) at .*, term \([0-9]*\).*/\1 \2/p'; }
+read -r first_leader first_term <<<"$(leader_line)"
+echo "leader before: $first_leader (term $first_term)"
+check "(d) master m1 on host 1 leads" $([ "$first_leader" = m1 ] && echo 0 || echo 1)
+victim="$(sed -n 's/^started master-1 on .* (pid \([0-9]*\)).*/\1/p' "$work/launch.out")"
+kill -9 "$victim"
+in_host 3 "$kvpool" get --master "$master" on-host-2 >/dev/null; check "(d) an object is served after the leader died" $?
+in_host 3 "$kvpool" put --master "$master" after-failover --value z >/dev/null; check "(d) a put succeeds through the new leader" $?
+read -r next_leader next_term <<<"$(leader_line)"
+echo "leader after: $next_leader (term $next_term)"
+check "(d) the standby on host 2 leads at a higher term" $([ "$next_leader" = m2 ] && [ "$next_term" -gt "$first_term" ] && echo 0 || echo 1)
+sleep 1
+grep -q "master lost: master-1" "$work/launch.out"; check "(d) the launcher reports the lost master and keeps the pool up" $?
+kill -0 "$launcher"; check "(d) the launcher is still running" $?
 
 for p in "${engines[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
 engines=()

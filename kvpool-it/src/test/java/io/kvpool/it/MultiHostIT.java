@@ -13,7 +13,9 @@ import static org.assertj.core.api.Assertions.assertThat;
 /**
  * Three hosts on one machine (network namespaces on a bridge, each with its own address) through
  * {@code kvpool launch --hosts}: cross-host prefix sharing between engines, puts landing on the
- * local node (and KVPOOL_PREFERRED_SEGMENT overriding it), and a node killed mid-run. The checks
+ * local node (and KVPOOL_PREFERRED_SEGMENT overriding it), a node killed mid-run, and the leading
+ * master killed so that the standby master on another host takes over (masters elected through an
+ * etcd on the bridge). The checks
  * live in {@code scripts/multihost-netns.sh}, which an operator can run by hand; this test runs it
  * and is skipped where network namespaces cannot be made (not root, no iproute2).
  */

@@ -138,8 +138,13 @@ public final class OffloadConfigs {
             throw new IllegalArgumentException("offload.reset: all or model, got '" + reset + "'");
         }
         String master = n.hasNonNull("master") ? n.get("master").asText() : null;
-        if (master != null && !master.matches("[^:\\s]+:\\d{1,5}")) {
-            throw new IllegalArgumentException("offload.master: host:port, got '" + master + "'");
+        if (master != null) {
+            try {
+                io.kvpool.etcd.MasterAddress.parse(master);
+            } catch (IllegalArgumentException e) {
+                throw new IllegalArgumentException("offload.master: host:port or etcd://host:port[,...][/cluster], got '"
+                        + master + "': " + e.getMessage(), e);
+            }
         }
         return new Loaded(new OffloadConfig.Pool(cpu, disk, promote, reset, master, versioned, transfer), warnings);
     }

@@ -64,6 +64,7 @@ class OffloadConfigsTest {
         rejected("type: pool\ncpu: 1GiB\ndisk: {size: 1GiB}", "offload.disk.path");
         rejected("type: pool\ncpu: 1GiB\nreset: sometimes", "offload.reset");
         rejected("type: pool\ncpu: 1GiB\nmaster: nohost", "offload.master: host:port");
+        rejected("type: pool\ncpu: 1GiB\nmaster: 'etcd://h:1/bad name'", "offload.master", "cluster name");
         rejected("type: pool\ncpu: 1GiB\ntransfer: {role: kv_both}", "offload.transfer.connector");
         rejected("type: pool\n  cpu: [", "not valid YAML");
     }
@@ -79,6 +80,8 @@ class OffloadConfigsTest {
     @Test
     void rendersAsVllmKvTransferConfigWithMultiConnectorForATransfer() throws Exception {
         ObjectMapper m = new ObjectMapper();
+        assertThat(((OffloadConfig.Pool) OffloadConfigs.parse("type: pool\ncpu: 4GiB\nmaster: etcd://e1:2379,e2:2379/prod",
+                true).config()).master()).isEqualTo("etcd://e1:2379,e2:2379/prod");
         OffloadConfig pool = OffloadConfigs.parse("type: pool\ncpu: 4GiB\nmaster: head:50051", true).config();
         JsonNode single = m.readTree(ConnectorFactory.toVllmJson(pool, ENGINE));
         assertThat(single.path("kv_connector").asText()).isEqualTo(ConnectorFactory.POOL_CONNECTOR);
