@@ -49,7 +49,7 @@ public final class Bench {
     /** What to run and where to write it. */
     public record Options(boolean quick, Set<String> sections, Path outDir, PrintStream out, Path diskDir) {
         public static final Set<String> ALL = Set.of("store", "lookup", "metadata", "reset", "disk", "restore", "python",
-                "failover");
+                "failover", "replicas");
 
         public Options {
             for (String s : sections) {
@@ -139,6 +139,9 @@ public final class Bench {
         if (o.sections.contains("failover")) {
             steps += FailoverBench.steps(o.quick);
         }
+        if (o.sections.contains("replicas")) {
+            steps += 1;
+        }
         try (ProgressBar pb = new ProgressBarBuilder().setTaskName("bench").setInitialMax(steps)
                 .setStyle(ProgressBarStyle.ASCII).setUpdateIntervalMillis(500).continuousUpdate().build()) {
             bar = pb;
@@ -167,6 +170,9 @@ public final class Bench {
             }
             if (o.sections.contains("python")) {
                 PythonBench.run(results, warmup(), duration(), targetWarmup(), bar);
+            }
+            if (o.sections.contains("replicas")) {
+                replicas();
             }
             if (o.sections.contains("failover")) {
                 bar.setExtraMessage(" failover");
@@ -291,6 +297,37 @@ public final class Bench {
             k.getBatched(1 << 20, GET_BATCH, 2, Duration.ZERO, half);
             k.clear();
         }
+    }
+
+    // ------------------------------------------------------------------ replicas
+
+    /**
+     * What a second copy costs: puts of one copy (under write leases, and two-phase, which is the path
+     * every multi-copy put takes) against puts of two copies on two nodes, over TCP.
+     */
+    private void replicas() throws Exception {
+        try (PoolProcess pool = PoolProcess.start("3GiB", "1g", 2)) {
+            for (int r = 1; r <= 2; r++) {
+                // the first rows measured would otherwise measure the JIT (of this JVM and the pool's)
+                KvpoolTarget t = new KvpoolTarget(pool.masterAddress(), false, r == 1, r);
+                t.put(64 << 10, 2, Duration.ZERO, targetWarmup().dividedBy(2));
+                t.clear();
+            }
+            for (int size : new int[]{64 << 10, 1 << 20}) {
+                for (int clients : new int[]{1, 2}) {
+                    for (KvpoolTarget t : List.of(new KvpoolTarget(pool.masterAddress(), false, true, 1),
+                            new KvpoolTarget(pool.masterAddress(), false, false, 1),
+                            new KvpoolTarget(pool.masterAddress(), false, false, 2))) {
+                        bar.setExtraMessage(" replicas " + t.name() + " " + size + " x" + clients);
+                        Measurement m = t.put(size, clients, warmup(), duration());
+                        results.add(Results.Row.of("replicas", t.name(), "put", size, clients, m,
+                                "two nodes; -x2: each put writes two copies, on distinct segments"));
+                        t.clear();
+                    }
+                }
+            }
+        }
+        step("replicas");
     }
 
     // ------------------------------------------------------------------ lookup

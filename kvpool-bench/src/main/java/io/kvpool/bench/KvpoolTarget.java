@@ -24,6 +24,8 @@ final class KvpoolTarget implements StoreTarget {
     private final String masterAddress;
     private final boolean sharedMemory;
     private final boolean writeLeases;
+    /** Copies per put (0: the master's default). */
+    private final int replicas;
     private int run;
 
     KvpoolTarget(String masterAddress, boolean sharedMemory) {
@@ -32,19 +34,26 @@ final class KvpoolTarget implements StoreTarget {
 
     /** With {@code writeLeases} false, puts take the two-phase path (the put of protocol version 4). */
     KvpoolTarget(String masterAddress, boolean sharedMemory, boolean writeLeases) {
+        this(masterAddress, sharedMemory, writeLeases, 0);
+    }
+
+    /** Puts of {@code replicas} copies each (on distinct segments). */
+    KvpoolTarget(String masterAddress, boolean sharedMemory, boolean writeLeases, int replicas) {
         this.masterAddress = masterAddress;
         this.sharedMemory = sharedMemory;
         this.writeLeases = writeLeases;
+        this.replicas = replicas;
     }
 
     @Override
     public String name() {
-        return (sharedMemory ? "kvpool-shm" : "kvpool-tcp") + (writeLeases ? "" : "-2phase");
+        return (sharedMemory ? "kvpool-shm" : "kvpool-tcp") + (writeLeases ? "" : "-2phase")
+                + (replicas > 0 ? "-x" + replicas : "");
     }
 
     private KvPoolClient connect() {
         return KvPoolClient.connect(ClientConfig.forMaster(masterAddress).withSharedMemory(sharedMemory)
-                .withWriteLeases(writeLeases));
+                .withWriteLeases(writeLeases).withReplicas(replicas));
     }
 
     private static MemorySegment value(Arena arena, int size, long seed) {

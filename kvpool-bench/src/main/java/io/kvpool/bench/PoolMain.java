@@ -11,12 +11,13 @@ import java.time.Duration;
 import java.util.concurrent.CountDownLatch;
 
 /**
- * The pool under test, in its own JVM: a master, and a node unless the segment size is 0 (then a
- * master alone, for the metadata benchmark). Prints {@code ready MASTER_PORT HTTP_PORT PID} once
- * serving, and runs until killed. Started by {@link PoolProcess}.
+ * The pool under test, in its own JVM: a master, and NODES nodes (default 1) unless the segment
+ * size is 0 (then a master alone, for the metadata benchmark). Prints
+ * {@code ready MASTER_PORT HTTP_PORT PID} once serving, and runs until killed. Started by
+ * {@link PoolProcess}.
  *
  * <pre>
- *   java -cp ... io.kvpool.bench.PoolMain SEGMENT_SIZE
+ *   java -cp ... io.kvpool.bench.PoolMain SEGMENT_SIZE [NODES]
  * </pre>
  */
 public final class PoolMain {
@@ -30,22 +31,21 @@ public final class PoolMain {
         MasterConfig mc = MasterConfig.defaults().withListen("127.0.0.1", 0, 0).withSummaryInterval(Duration.ZERO)
                 .withMaxValueSize(Size.ofMiB(64));
         MasterServer master = new MasterServer(mc);
-        StorageNode node = null;
-        if (segment > 0) {
-            node = new StorageNode(NodeConfig.defaults(new HostPort("127.0.0.1", master.port()), Size.ofBytes(segment))
-                    .withListen("127.0.0.1", 0));
+        int count = segment > 0 ? (args.length > 1 ? Integer.parseInt(args[1]) : 1) : 0;
+        java.util.List<StorageNode> nodes = new java.util.ArrayList<>();
+        for (int i = 0; i < count; i++) {
+            StorageNode node = new StorageNode(NodeConfig.defaults(new HostPort("127.0.0.1", master.port()),
+                    Size.ofBytes(segment)).withListen("127.0.0.1", 0));
+            nodes.add(node);
             if (!node.awaitRegistered(Duration.ofSeconds(30))) {
-                throw new IllegalStateException("the node did not register");
+                throw new IllegalStateException("node " + node.name() + " did not register");
             }
         }
         System.out.println("ready " + master.port() + " " + master.httpPort() + " " + ProcessHandle.current().pid());
         System.out.flush();
-        StorageNode n = node;
         CountDownLatch never = new CountDownLatch(1);
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
-            if (n != null) {
-                n.close();
-            }
+            nodes.forEach(StorageNode::close);
             master.close();
         }));
         never.await();

@@ -36,6 +36,11 @@ final class PoolProcess implements AutoCloseable {
 
     /** Starts a pool whose node has {@code segmentSize} (e.g. "4GiB"), or a master alone for "0". */
     static PoolProcess start(String segmentSize, String maxHeap) throws Exception {
+        return start(segmentSize, maxHeap, 1);
+    }
+
+    /** A pool of {@code nodes} nodes of {@code segmentSize} each. */
+    static PoolProcess start(String segmentSize, String maxHeap, int nodes) throws Exception {
         List<String> cmd = new ArrayList<>();
         cmd.add(Path.of(System.getProperty("java.home"), "bin", "java").toString());
         cmd.addAll(List.of("-Xmx" + maxHeap, "-XX:+UseParallelGC", "--enable-native-access=ALL-UNNAMED"));
@@ -44,7 +49,8 @@ final class PoolProcess implements AutoCloseable {
         if (extra != null && !extra.isBlank()) {
             cmd.addAll(List.of(extra.trim().split("\\s+")));
         }
-        cmd.addAll(List.of("-cp", System.getProperty("java.class.path"), PoolMain.class.getName(), segmentSize));
+        cmd.addAll(List.of("-cp", System.getProperty("java.class.path"), PoolMain.class.getName(), segmentSize,
+                Integer.toString(nodes)));
         Process p = new ProcessBuilder(cmd).redirectErrorStream(true).start();
         CompletableFuture<String> ready = new CompletableFuture<>();
         StringBuilder out = new StringBuilder();

@@ -24,7 +24,7 @@ final class BenchCommand implements Callable<Integer> {
     boolean quick;
 
     @Option(names = "--only", split = ",", paramLabel = "SECTION",
-            description = "Run only these sections (store, lookup, metadata, reset, disk, restore, python, failover); default: all.")
+            description = "Run only these sections (store, lookup, metadata, reset, disk, restore, python, failover, replicas); default: all.")
     List<String> only;
 
     @Option(names = "--out", paramLabel = "DIR",
