@@ -44,10 +44,17 @@ final class NodeOptions {
             description = "Disk hits after which an object moves back to memory; 0 never (default: ${DEFAULT-VALUE}).")
     int promoteAfter = NodeConfig.DEFAULT_PROMOTE_AFTER;
 
+    @Option(names = "--no-adopt-segment",
+            description = "Start with an empty segment even when a previous run of this node (same host:port and"
+                    + " segment size) left its shared-memory segment file; by default the node takes it over and"
+                    + " keeps the objects in it that verify.")
+    boolean noAdoptSegment;
+
     NodeConfig toConfig(io.kvpool.etcd.MasterAddress master, String listenHost, int port, String advertiseHost) {
         NodeConfig d = NodeConfig.defaults(master, segmentSize);
         Path shm = "none".equalsIgnoreCase(shmDir) ? null : Path.of(shmDir);
         return new NodeConfig(master, listenHost, port, advertiseHost, segmentSize, shm, heartbeatInterval,
-                d.regionWait(), d.frameTimeout(), verifyWrites, d.limits(), !noPrefault, diskDir, diskSize, promoteAfter);
+                d.regionWait(), d.frameTimeout(), verifyWrites, d.limits(), !noPrefault, diskDir, diskSize, promoteAfter,
+                !noAdoptSegment);
     }
 }

@@ -317,8 +317,21 @@ final class ObjectReads {
                     }
                 }
                 c = pool.borrow(config.requestTimeout());
-                MasterMessages.Codes codes = MasterMessages.Codes.read(
-                        c.call(Opcode.NODE_READ, w, config.requestTimeout()).body());
+                MasterMessages.Codes codes;
+                try {
+                    codes = MasterMessages.Codes.read(c.call(Opcode.NODE_READ, w, config.requestTimeout()).body());
+                } catch (IOException stale) {
+                    if (stale instanceof java.net.SocketTimeoutException) {
+                        throw stale; // a node that does not answer: not asked twice
+                    }
+                    // a pooled connection left dead by a node that restarted (on the same address, with its
+                    // objects): nothing was read yet, so ask once more on a fresh connection
+                    pool.release(c);
+                    c = null;
+                    pool.drainIdle();
+                    c = pool.borrow(config.requestTimeout());
+                    codes = MasterMessages.Codes.read(c.call(Opcode.NODE_READ, w, config.requestTimeout()).body());
+                }
                 for (int s = start; s < end; s++) {
                     ReadSlot slot = slots.get(s);
                     if (codes.codes().get(s - start) == ResultCode.OK) {

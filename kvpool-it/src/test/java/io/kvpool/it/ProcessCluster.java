@@ -107,7 +107,12 @@ final class ProcessCluster implements AutoCloseable {
 
     /** A node whose segment lives in {@code shmDir} ("none": anonymous memory, no same-machine path). */
     Managed startNode(String segmentSize, String shmDir) throws Exception {
-        Managed n = start("node", List.of("node", "--master", masterAddress(), "--host", "127.0.0.1", "--port", "0",
+        return startNode(segmentSize, shmDir, 0);
+    }
+
+    /** The same on a fixed port (a node restarted on its port keeps its name, and its segment file). */
+    Managed startNode(String segmentSize, String shmDir, int port) throws Exception {
+        Managed n = start("node", List.of("node", "--master", masterAddress(), "--host", "127.0.0.1", "--port", "" + port,
                 "--segment-size", segmentSize, "--shm-dir", shmDir, "--heartbeat-interval", "250ms"),
                 line -> NODE_LINE.matcher(line).find());
         nodes.add(n);

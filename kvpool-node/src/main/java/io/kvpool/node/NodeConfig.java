@@ -28,11 +28,13 @@ import java.time.Duration;
  * @param diskDir           directory of the SSD tier; null turns the tier off (no disk thread, file or buffer)
  * @param diskSize          capacity of the SSD tier (required with a directory)
  * @param promoteAfter      disk hits after which an object moves back to memory; 0 never promotes
+ * @param adoptSegment      at start, take over the shared-memory segment file a previous run of this
+ *                          node (same name, same size) left behind, with the objects in it that verify
  */
 public record NodeConfig(MasterAddress master, String listenHost, int port, String advertiseHost, Size segmentSize,
                          Path shmDir, Duration heartbeatInterval, Duration regionWait, Duration frameTimeout,
                          boolean verifyWrites, Limits limits, boolean prefault, Path diskDir, Size diskSize,
-                         int promoteAfter) {
+                         int promoteAfter, boolean adoptSegment) {
 
     /** Default port a node listens on. */
     public static final int DEFAULT_PORT = 50052;
@@ -83,57 +85,63 @@ public record NodeConfig(MasterAddress master, String listenHost, int port, Stri
     public static NodeConfig defaults(MasterAddress master, Size segmentSize) {
         return new NodeConfig(master, "0.0.0.0", DEFAULT_PORT, null, segmentSize, DEFAULT_SHM_DIR,
                 DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_REGION_WAIT, DEFAULT_FRAME_TIMEOUT, false, Limits.DEFAULT, true, null, null,
-                DEFAULT_PROMOTE_AFTER);
+                DEFAULT_PROMOTE_AFTER, true);
     }
 
     public NodeConfig withPort(int p) {
         return new NodeConfig(master, listenHost, p, advertiseHost, segmentSize, shmDir, heartbeatInterval, regionWait,
-                frameTimeout, verifyWrites, limits, prefault, diskDir, diskSize, promoteAfter);
+                frameTimeout, verifyWrites, limits, prefault, diskDir, diskSize, promoteAfter, adoptSegment);
     }
 
     public NodeConfig withListen(String host, int p) {
         return new NodeConfig(master, host, p, advertiseHost, segmentSize, shmDir, heartbeatInterval, regionWait,
-                frameTimeout, verifyWrites, limits, prefault, diskDir, diskSize, promoteAfter);
+                frameTimeout, verifyWrites, limits, prefault, diskDir, diskSize, promoteAfter, adoptSegment);
     }
 
     public NodeConfig withAdvertiseHost(String host) {
         return new NodeConfig(master, listenHost, port, host, segmentSize, shmDir, heartbeatInterval, regionWait,
-                frameTimeout, verifyWrites, limits, prefault, diskDir, diskSize, promoteAfter);
+                frameTimeout, verifyWrites, limits, prefault, diskDir, diskSize, promoteAfter, adoptSegment);
     }
 
     public NodeConfig withHeartbeatInterval(Duration d) {
         return new NodeConfig(master, listenHost, port, advertiseHost, segmentSize, shmDir, d, regionWait,
-                frameTimeout, verifyWrites, limits, prefault, diskDir, diskSize, promoteAfter);
+                frameTimeout, verifyWrites, limits, prefault, diskDir, diskSize, promoteAfter, adoptSegment);
     }
 
     public NodeConfig withShmDir(Path dir) {
         return new NodeConfig(master, listenHost, port, advertiseHost, segmentSize, dir, heartbeatInterval, regionWait,
-                frameTimeout, verifyWrites, limits, prefault, diskDir, diskSize, promoteAfter);
+                frameTimeout, verifyWrites, limits, prefault, diskDir, diskSize, promoteAfter, adoptSegment);
     }
 
     public NodeConfig withRegionWait(Duration d) {
         return new NodeConfig(master, listenHost, port, advertiseHost, segmentSize, shmDir, heartbeatInterval, d,
-                frameTimeout, verifyWrites, limits, prefault, diskDir, diskSize, promoteAfter);
+                frameTimeout, verifyWrites, limits, prefault, diskDir, diskSize, promoteAfter, adoptSegment);
     }
 
     /** An SSD tier in {@code dir} of {@code size}, or none when {@code dir} is null. */
     public NodeConfig withDisk(Path dir, Size size) {
         return new NodeConfig(master, listenHost, port, advertiseHost, segmentSize, shmDir, heartbeatInterval,
-                regionWait, frameTimeout, verifyWrites, limits, prefault, dir, size, promoteAfter);
+                regionWait, frameTimeout, verifyWrites, limits, prefault, dir, size, promoteAfter, adoptSegment);
     }
 
     public NodeConfig withPromoteAfter(int hits) {
         return new NodeConfig(master, listenHost, port, advertiseHost, segmentSize, shmDir, heartbeatInterval,
-                regionWait, frameTimeout, verifyWrites, limits, prefault, diskDir, diskSize, hits);
+                regionWait, frameTimeout, verifyWrites, limits, prefault, diskDir, diskSize, hits, adoptSegment);
+    }
+
+    /** Whether a restarted node takes over the segment file its previous run left (default on). */
+    public NodeConfig withAdoptSegment(boolean v) {
+        return new NodeConfig(master, listenHost, port, advertiseHost, segmentSize, shmDir, heartbeatInterval,
+                regionWait, frameTimeout, verifyWrites, limits, prefault, diskDir, diskSize, promoteAfter, v);
     }
 
     public NodeConfig withPrefault(boolean v) {
         return new NodeConfig(master, listenHost, port, advertiseHost, segmentSize, shmDir, heartbeatInterval,
-                regionWait, frameTimeout, verifyWrites, limits, v, diskDir, diskSize, promoteAfter);
+                regionWait, frameTimeout, verifyWrites, limits, v, diskDir, diskSize, promoteAfter, adoptSegment);
     }
 
     public NodeConfig withVerifyWrites(boolean v) {
         return new NodeConfig(master, listenHost, port, advertiseHost, segmentSize, shmDir, heartbeatInterval,
-                regionWait, frameTimeout, v, limits, prefault, diskDir, diskSize, promoteAfter);
+                regionWait, frameTimeout, v, limits, prefault, diskDir, diskSize, promoteAfter, adoptSegment);
     }
 }

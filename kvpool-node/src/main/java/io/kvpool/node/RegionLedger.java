@@ -330,6 +330,39 @@ final class RegionLedger {
         }
     }
 
+    /**
+     * Enters an object found intact in an adopted segment ({@link SegmentAdoption}) as a complete
+     * region, before the node serves: 64-byte aligned, inside the segment, overlapping no region
+     * already entered. Returns false (and enters nothing) when any of that does not hold. The
+     * ledger's epoch becomes the newest of the adopted objects'.
+     */
+    boolean adopt(long offset, long length, long generation, long objectEpoch, byte[] key, long valueLength) {
+        if (offset < 0 || offset % ObjectLayout.ALIGNMENT != 0 || length <= 0 || offset + length > memory.byteSize()
+                || offset + length < 0) {
+            return false;
+        }
+        lock.lock();
+        try {
+            Map.Entry<Long, Region> before = regions.floorEntry(offset);
+            if (before != null && before.getValue().end() > offset) {
+                return false;
+            }
+            Map.Entry<Long, Region> after = regions.ceilingEntry(offset);
+            if (after != null && after.getKey() < offset + length) {
+                return false;
+            }
+            Region r = new Region(offset, length, generation, objectEpoch, key, valueLength);
+            r.complete = true;
+            regions.put(offset, r);
+            completeCount++;
+            completeBytes += length;
+            epoch = Math.max(epoch, objectEpoch);
+            return true;
+        } finally {
+            lock.unlock();
+        }
+    }
+
     /** A snapshot of the readable regions, for the inventory sent at registration. */
     List<Region> completeRegions() {
         lock.lock();

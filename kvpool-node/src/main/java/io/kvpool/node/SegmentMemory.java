@@ -50,6 +50,17 @@ import java.util.regex.Pattern;
  * <em>any</em> channel on the same file in this JVM (say, an in-process client that mapped it)
  * releases it. The file then stays protected by the live-pid test, which is why reclaiming needs
  * both tests to pass.
+ *
+ * <h2>Adopting the previous run's file</h2>
+ * A node that restarts (crash, upgrade) with the same name (its {@code host:port}) and the same
+ * segment size finds the file its previous run left, orphaned by the tests above. With adoption on
+ * ({@link #allocate}'s {@code adopt}), it takes that file over instead of reclaiming it: it locks it,
+ * checks again that the old pid is dead, renames it to its own pid's name (atomically, in the same
+ * directory, while holding the lock: the live-pid test protects it again at once) and maps it
+ * without truncating. {@link #adopted()} then says so, and the node rebuilds its ledger from the
+ * objects in it ({@link SegmentAdoption}). Several candidates: the newest is taken, the others are
+ * reclaimed. A file of another name or size, or a node whose port changed, is reclaimed as before,
+ * so a node that never comes back leaves nothing behind once any node starts on the machine.
  */
 final class SegmentMemory implements AutoCloseable {
 
@@ -64,11 +75,15 @@ final class SegmentMemory implements AutoCloseable {
     /** Open for the life of the segment: it holds the file's lock. Null for anonymous memory. */
     private final FileChannel lockChannel;
 
-    private SegmentMemory(Arena arena, MemorySegment segment, Path file, FileChannel lockChannel) {
+    /** True when the file was a previous run's, taken over with its contents. */
+    private final boolean adopted;
+
+    private SegmentMemory(Arena arena, MemorySegment segment, Path file, FileChannel lockChannel, boolean adopted) {
         this.arena = arena;
         this.segment = segment;
         this.file = file;
         this.lockChannel = lockChannel;
+        this.adopted = adopted;
     }
 
     /**
@@ -78,17 +93,32 @@ final class SegmentMemory implements AutoCloseable {
      * @param name   used in the file name, e.g. the segment name
      */
     static SegmentMemory allocate(long size, Path shmDir, String name, boolean prefault) {
+        return allocate(size, shmDir, name, prefault, false);
+    }
+
+    /**
+     * Allocates a segment of {@code size} bytes; with {@code adopt}, takes over the file a previous run
+     * of the node of this name left, when there is one of this size (see the class comment).
+     */
+    static SegmentMemory allocate(long size, Path shmDir, String name, boolean prefault, boolean adopt) {
         if (size <= 0) {
             throw new IllegalArgumentException("segment size must be positive, got " + size);
         }
         if (shmDir != null) {
             try {
+                Path mine = shmDir.resolve(filePrefix(name) + ProcessHandle.current().pid() + ".seg");
+                if (adopt && Files.isDirectory(shmDir)) {
+                    SegmentMemory taken = adoptOrphan(shmDir, name, size, mine);
+                    if (taken != null) {
+                        reclaimOrphans(shmDir); // older runs' files of the same name, and anyone else's
+                        return taken;
+                    }
+                }
                 if (Files.isDirectory(shmDir)) {
                     reclaimOrphans(shmDir); // before the free-space check: what it frees counts
                 }
                 if (Files.isDirectory(shmDir) && Files.getFileStore(shmDir).getUsableSpace() >= size) {
-                    Path file = shmDir.resolve("kvpool-" + name.replaceAll("[^A-Za-z0-9._-]", "_") + "-"
-                            + ProcessHandle.current().pid() + ".seg");
+                    Path file = mine;
                     SegmentMemory mapped = mapFile(size, file, name, prefault);
                     if (mapped != null) {
                         return mapped;
@@ -105,7 +135,7 @@ final class SegmentMemory implements AutoCloseable {
         try {
             MemorySegment seg = arena.allocate(size, 4096);
             log.info("segment {}: {} of anonymous memory", name, Size.human(size));
-            return new SegmentMemory(arena, seg, null, null);
+            return new SegmentMemory(arena, seg, null, null, false);
         } catch (OutOfMemoryError | IllegalArgumentException e) {
             arena.close();
             throw new IllegalStateException("segment " + name + ": cannot allocate " + Size.human(size)
@@ -139,7 +169,7 @@ final class SegmentMemory implements AutoCloseable {
                 log.info("segment {}: {} mapped from {} (pages committed on first use)", name,
                         Size.human(size), file);
             }
-            return new SegmentMemory(arena, seg, file, ch);
+            return new SegmentMemory(arena, seg, file, ch, false);
         } catch (IOException | RuntimeException e) {
             arena.close();
             if (locked) { // it is ours; a file we could not lock belongs to someone else and stays
@@ -153,6 +183,60 @@ final class SegmentMemory implements AutoCloseable {
             log.warn("segment {}: cannot map {} ({}); using anonymous memory", name, file, e.toString());
             return null;
         }
+    }
+
+    /** {@code kvpool-<name>-}: the start of the file names of the node called {@code name}. */
+    private static String filePrefix(String name) {
+        return "kvpool-" + name.replaceAll("[^A-Za-z0-9._-]", "_") + "-";
+    }
+
+    /**
+     * Takes over the newest orphaned file of the node called {@code name} whose size is {@code size}:
+     * locks it, renames it to {@code mine} and maps it as it is. Null when there is none (or it cannot
+     * be taken: then it is left for {@link #reclaimOrphans}).
+     */
+    private static SegmentMemory adoptOrphan(Path shmDir, String name, long size, Path mine) {
+        String prefix = filePrefix(name);
+        java.util.List<Path> candidates = new java.util.ArrayList<>();
+        try (DirectoryStream<Path> files = Files.newDirectoryStream(shmDir, prefix + "*.seg")) {
+            for (Path f : files) {
+                String pid = f.getFileName().toString().substring(prefix.length()).replace(".seg", "");
+                if (pid.matches("\\d{1,18}") && !isAlive(Long.parseLong(pid))
+                        && Files.isRegularFile(f, LinkOption.NOFOLLOW_LINKS) && Files.size(f) == size) {
+                    candidates.add(f);
+                }
+            }
+        } catch (IOException | RuntimeException e) {
+            log.warn("segment {}: cannot look for a previous run's segment file in {} ({})", name, shmDir, e.toString());
+            return null;
+        }
+        candidates.sort(java.util.Comparator.comparing((Path f) -> {
+            try {
+                return Files.getLastModifiedTime(f, LinkOption.NOFOLLOW_LINKS).toMillis();
+            } catch (IOException e) {
+                return 0L;
+            }
+        }).reversed());
+        for (Path f : candidates) {
+            long pid = Long.parseLong(f.getFileName().toString().substring(prefix.length()).replace(".seg", ""));
+            Arena arena = Arena.ofShared();
+            FileChannel ch = null;
+            try {
+                ch = FileChannel.open(f, StandardOpenOption.READ, StandardOpenOption.WRITE, LinkOption.NOFOLLOW_LINKS);
+                if (tryLock(ch) == null || isAlive(pid) || ch.size() != size) {
+                    throw new IOException("it is in use or changed");
+                }
+                Files.move(f, mine, java.nio.file.StandardCopyOption.ATOMIC_MOVE);
+                MemorySegment seg = ch.map(FileChannel.MapMode.READ_WRITE, 0, size, arena);
+                log.info("segment {}: adopting {} ({}) left by pid {}, as {}", name, f, Size.human(size), pid, mine);
+                return new SegmentMemory(arena, seg, mine, ch, true);
+            } catch (IOException | RuntimeException e) {
+                arena.close();
+                closeQuietly(ch);
+                log.warn("segment {}: cannot adopt {} ({}); it is left to be reclaimed", name, f, e.toString());
+            }
+        }
+        return null;
     }
 
     /**
@@ -208,9 +292,22 @@ final class SegmentMemory implements AutoCloseable {
         }
     }
 
+    /**
+     * Whether {@code pid} is a live process. A zombie (killed, not yet reaped by its parent: state Z in
+     * /proc) counts as dead: it holds no files, locks or memory any more.
+     */
     private static boolean isAlive(long pid) {
         Optional<ProcessHandle> p = ProcessHandle.of(pid);
-        return p.isPresent() && p.get().isAlive();
+        if (p.isEmpty() || !p.get().isAlive()) {
+            return false;
+        }
+        try {
+            String stat = Files.readString(Path.of("/proc", Long.toString(pid), "stat"));
+            int close = stat.lastIndexOf(')'); // the command name, in parentheses, may contain anything
+            return close < 0 || close + 2 >= stat.length() || stat.charAt(close + 2) != 'Z';
+        } catch (IOException | RuntimeException e) {
+            return true; // no /proc: trust ProcessHandle
+        }
     }
 
     /**
@@ -242,6 +339,16 @@ final class SegmentMemory implements AutoCloseable {
     /** The shared-memory file backing the segment, or null for anonymous memory. */
     Path file() {
         return file;
+    }
+
+    /** Whether the segment is a previous run's file, taken over with its contents. */
+    boolean adopted() {
+        return adopted;
+    }
+
+    /** The open channel of the file (reads through it do not commit a tmpfs file's holes); null for anonymous memory. */
+    FileChannel channel() {
+        return lockChannel;
     }
 
     @Override

@@ -72,12 +72,16 @@ public final class StorageNode implements AutoCloseable {
                 config.frameTimeout(), Opcode::isNodeOp, new Handler());
         try {
             this.name = new HostPort(advertiseHost, server.port()).toString();
-            this.memory = SegmentMemory.allocate(config.segmentSize().bytes(), config.shmDir(), name, config.prefault());
+            this.memory = SegmentMemory.allocate(config.segmentSize().bytes(), config.shmDir(), name, config.prefault(),
+                    config.adoptSegment());
         } catch (RuntimeException e) {
             server.close();
             throw e;
         }
         this.local = new LocalSegment(config, memory, name, advertiseHost, server.port());
+        if (memory.adopted()) {
+            adopt(memory, local.ledger());
+        }
         this.masters = MasterLocator.of(config.master(), Duration.ofSeconds(2));
         this.segment = local.segment();
         this.ledger = local.ledger();
@@ -353,6 +357,20 @@ public final class StorageNode implements AutoCloseable {
         }
         log.info("segment {}: reset to epoch {}, dropped {} objects", name, r.epoch(), n);
         req.reply(new BodyWriter(8).i64(n));
+    }
+
+    /** Rebuilds the ledger from the objects a previous run left in the adopted segment file. */
+    private void adopt(SegmentMemory m, RegionLedger ledger) {
+        long t0 = System.nanoTime();
+        try {
+            SegmentAdoption.Result r = SegmentAdoption.scan(m.channel(), m.segment(), ledger);
+            log.info("segment {}: adopted segment file {}: {} objects kept ({}), {} not complete, {} failed"
+                            + " verification; epoch {}; scanned in {} ms", name, m.file(), r.kept(),
+                    Size.human(r.keptBytes()), r.skipped(), r.corrupt(), r.epoch(), (System.nanoTime() - t0) / 1_000_000);
+        } catch (java.io.IOException e) {
+            log.warn("segment {}: reading the adopted file {} failed ({}); keeping the {} objects verified so far",
+                    name, m.file(), e.toString(), ledger.objectCount());
+        }
     }
 
     /** Refuses a command from a master whose term is older than one this node has heard of. */
