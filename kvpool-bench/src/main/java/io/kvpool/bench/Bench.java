@@ -9,6 +9,7 @@ import io.kvpool.client.ClientConfig;
 import io.kvpool.client.KvPoolClient;
 import io.kvpool.client.PutStatus;
 import io.kvpool.config.Size;
+import io.kvpool.engine.llama.ModelConfig;
 import me.tongfei.progressbar.ProgressBar;
 import me.tongfei.progressbar.ProgressBarBuilder;
 import me.tongfei.progressbar.ProgressBarStyle;
@@ -172,7 +173,8 @@ public final class Bench {
                 PythonBench.run(results, warmup(), duration(), targetWarmup(), bar);
             }
             if (o.sections.contains("replicas")) {
-                replicas();
+                ReplicaBench.run(results, warmup(), duration(), targetWarmup(), bar);
+                step("replicas");
             }
             if (o.sections.contains("failover")) {
                 bar.setExtraMessage(" failover");
@@ -297,37 +299,6 @@ public final class Bench {
             k.getBatched(1 << 20, GET_BATCH, 2, Duration.ZERO, half);
             k.clear();
         }
-    }
-
-    // ------------------------------------------------------------------ replicas
-
-    /**
-     * What a second copy costs: puts of one copy (under write leases, and two-phase, which is the path
-     * every multi-copy put takes) against puts of two copies on two nodes, over TCP.
-     */
-    private void replicas() throws Exception {
-        try (PoolProcess pool = PoolProcess.start("3GiB", "1g", 2)) {
-            for (int r = 1; r <= 2; r++) {
-                // the first rows measured would otherwise measure the JIT (of this JVM and the pool's)
-                KvpoolTarget t = new KvpoolTarget(pool.masterAddress(), false, r == 1, r);
-                t.put(64 << 10, 2, Duration.ZERO, targetWarmup().dividedBy(2));
-                t.clear();
-            }
-            for (int size : new int[]{64 << 10, 1 << 20}) {
-                for (int clients : new int[]{1, 2}) {
-                    for (KvpoolTarget t : List.of(new KvpoolTarget(pool.masterAddress(), false, true, 1),
-                            new KvpoolTarget(pool.masterAddress(), false, false, 1),
-                            new KvpoolTarget(pool.masterAddress(), false, false, 2))) {
-                        bar.setExtraMessage(" replicas " + t.name() + " " + size + " x" + clients);
-                        Measurement m = t.put(size, clients, warmup(), duration());
-                        results.add(Results.Row.of("replicas", t.name(), "put", size, clients, m,
-                                "two nodes; -x2: each put writes two copies, on distinct segments"));
-                        t.clear();
-                    }
-                }
-            }
-        }
-        step("replicas");
     }
 
     // ------------------------------------------------------------------ lookup
@@ -511,7 +482,7 @@ public final class Bench {
      * that both see the same share of a noisy machine.
      */
     private void restore() throws Exception {
-        io.kvpool.engine.llama.ModelConfig ref = io.kvpool.engine.llama.ModelConfig.defaults();
+        ModelConfig ref = ModelConfig.defaults();
         int prompt = 2048;
         double seconds = o.quick ? 1 : 3;
         bar.setExtraMessage(" restore: prefill baseline");

@@ -18,9 +18,11 @@ import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.HashSet;
 import java.util.List;
 import java.util.Locale;
 import java.util.Optional;
+import java.util.Set;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentLinkedQueue;
 import java.util.concurrent.TimeUnit;
@@ -259,7 +261,7 @@ final class FailoverBench {
             }
             long partial = 0;
             long lost = 0;
-            java.util.Set<String> acked = new java.util.HashSet<>(acknowledged);
+            Set<String> acked = new HashSet<>(acknowledged);
             for (String key : attempted) {
                 Optional<byte[]> got = k.get(key);
                 if (got.isPresent() && !Arrays.equals(got.get(), valueOf(key))) {

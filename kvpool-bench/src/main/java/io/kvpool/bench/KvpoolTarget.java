@@ -6,8 +6,10 @@ import io.kvpool.client.PutStatus;
 
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.List;
 import java.util.SplittableRandom;
 
@@ -60,7 +62,7 @@ final class KvpoolTarget implements StoreTarget {
         MemorySegment v = arena.allocate(size, 64);
         SplittableRandom rnd = new SplittableRandom(seed);
         for (long i = 0; i + 8 <= size; i += 8) {
-            v.set(java.lang.foreign.ValueLayout.JAVA_LONG_UNALIGNED, i, rnd.nextLong());
+            v.set(ValueLayout.JAVA_LONG_UNALIGNED, i, rnd.nextLong());
         }
         return v;
     }
@@ -194,7 +196,7 @@ final class KvpoolTarget implements StoreTarget {
             final KvPoolClient c = connect();
             final Arena arena = Arena.ofShared();
             final MemorySegment v = value(arena, valueSize, id);
-            final List<MemorySegment> values = java.util.Collections.nCopies(batch, v);
+            final List<MemorySegment> values = Collections.nCopies(batch, v);
 
             @Override
             public Load.Op op() {

@@ -8,6 +8,8 @@ import io.kvpool.node.NodeConfig;
 import io.kvpool.node.StorageNode;
 
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.concurrent.CountDownLatch;
 
 /**
@@ -32,7 +34,7 @@ public final class PoolMain {
                 .withMaxValueSize(Size.ofMiB(64));
         MasterServer master = new MasterServer(mc);
         int count = segment > 0 ? (args.length > 1 ? Integer.parseInt(args[1]) : 1) : 0;
-        java.util.List<StorageNode> nodes = new java.util.ArrayList<>();
+        List<StorageNode> nodes = new ArrayList<>();
         for (int i = 0; i < count; i++) {
             StorageNode node = new StorageNode(NodeConfig.defaults(new HostPort("127.0.0.1", master.port()),
                     Size.ofBytes(segment)).withListen("127.0.0.1", 0));

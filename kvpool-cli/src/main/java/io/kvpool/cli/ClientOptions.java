@@ -4,6 +4,7 @@ import io.kvpool.client.ClientConfig;
 import io.kvpool.client.KvPoolClient;
 import io.kvpool.config.HostPort;
 import io.kvpool.etcd.MasterAddress;
+import io.kvpool.master.MasterConfig;
 import picocli.CommandLine.Option;
 
 /**
@@ -34,7 +35,7 @@ final class ClientOptions {
                 throw new IllegalArgumentException("env " + MASTER_ENV + ": " + e.getMessage());
             }
         }
-        return MasterAddress.of(new HostPort("127.0.0.1", io.kvpool.master.MasterConfig.DEFAULT_PORT));
+        return MasterAddress.of(new HostPort("127.0.0.1", MasterConfig.DEFAULT_PORT));
     }
 
     KvPoolClient connect() {

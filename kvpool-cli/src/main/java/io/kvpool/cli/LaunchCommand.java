@@ -9,6 +9,7 @@ import io.kvpool.config.Durations;
 import io.kvpool.config.Size;
 import io.kvpool.connector.config.OffloadConfig;
 import io.kvpool.connector.config.OffloadConfigs;
+import io.kvpool.etcd.EtcdTarget;
 import picocli.CommandLine.ArgGroup;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
@@ -17,13 +18,17 @@ import java.io.BufferedReader;
 import java.io.IOException;
 import java.io.InputStreamReader;
 import java.io.PrintStream;
+import java.net.ServerSocket;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.HashSet;
 import java.util.List;
 import java.util.Locale;
+import java.util.Set;
+import java.util.concurrent.Callable;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
 import java.util.regex.Matcher;
@@ -67,7 +72,7 @@ import java.util.regex.Pattern;
  */
 @Command(name = "launch", mixinStandardHelpOptions = true,
         description = "Start a master and one node per host (or N local nodes), write the client config, supervise.")
-final class LaunchCommand implements java.util.concurrent.Callable<Integer> {
+final class LaunchCommand implements Callable<Integer> {
 
     static final class Where {
         @Option(names = "--hosts", paramLabel = "FILE", description = "Hosts file: ADDRESS [local|netns:NAME|ssh] per line; the first is the head.")
@@ -212,7 +217,7 @@ final class LaunchCommand implements java.util.concurrent.Callable<Integer> {
             url = localEtcd.url("kvpool");
             say.println("started etcd " + url + " (data and log in " + logDir.resolve("etcd").toAbsolutePath() + ")");
         }
-        io.kvpool.etcd.EtcdTarget.parse(url); // names a malformed --etcd before anything else starts
+        EtcdTarget.parse(url); // names a malformed --etcd before anything else starts
         for (int i = 0; i < masters; i++) {
             Host h = hosts.get(Math.min(i, hosts.size() - 1));
             int port = masterPort == 0 ? 0 : masterPort + (i < hosts.size() && !sameHostBefore(hosts, i) ? 0 : i);
@@ -239,7 +244,7 @@ final class LaunchCommand implements java.util.concurrent.Callable<Integer> {
     }
 
     private static int freePort() throws IOException {
-        try (java.net.ServerSocket s = new java.net.ServerSocket(0)) {
+        try (ServerSocket s = new ServerSocket(0)) {
             return s.getLocalPort();
         }
     }
@@ -383,7 +388,7 @@ final class LaunchCommand implements java.util.concurrent.Callable<Integer> {
             child = pb.start();
             say.printf("running %s (pid %d)%n", String.join(" ", run), child.pid());
         }
-        java.util.Set<String> lost = new java.util.HashSet<>();
+        Set<String> lost = new HashSet<>();
         while (true) {
             Supervised master = masterProcesses.stream().filter(m -> m.process().isAlive()).findFirst()
                     .orElse(masterProcesses.getLast());

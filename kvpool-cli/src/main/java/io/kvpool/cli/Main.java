@@ -1,11 +1,14 @@
 package io.kvpool.cli;
 
+import io.kvpool.config.Durations;
 import io.kvpool.config.HostPort;
 import io.kvpool.config.Size;
-import picocli.CommandLine;
+import io.kvpool.etcd.MasterAddress;
 import picocli.CommandLine.Command;
+import picocli.CommandLine;
 
 import java.time.Duration;
+import java.util.function.Function;
 
 /**
  * The {@code kvpool} command. Exit codes: 0 success, 1 failure at run time (the message says what
@@ -36,9 +39,9 @@ public final class Main implements Runnable {
     static CommandLine commandLine() {
         CommandLine cl = new CommandLine(new Main());
         cl.registerConverter(Size.class, s -> convert(s, Size::parse));
-        cl.registerConverter(Duration.class, s -> convert(s, io.kvpool.config.Durations::parse));
+        cl.registerConverter(Duration.class, s -> convert(s, Durations::parse));
         cl.registerConverter(HostPort.class, s -> convert(s, HostPort::parse));
-        cl.registerConverter(io.kvpool.etcd.MasterAddress.class, s -> convert(s, io.kvpool.etcd.MasterAddress::parse));
+        cl.registerConverter(MasterAddress.class, s -> convert(s, MasterAddress::parse));
         cl.setParameterExceptionHandler((ex, args) -> {
             CommandLine c = ex.getCommandLine();
             c.getErr().println("kvpool " + c.getCommandName() + ": " + ex.getMessage());
@@ -60,7 +63,7 @@ public final class Main implements Runnable {
     }
 
     /** Parses with our parser, so the message picocli prints is ours: "Invalid value for option '--x': <why>". */
-    private static <T> T convert(String text, java.util.function.Function<String, T> parser) {
+    private static <T> T convert(String text, Function<String, T> parser) {
         try {
             return parser.apply(text);
         } catch (IllegalArgumentException e) {

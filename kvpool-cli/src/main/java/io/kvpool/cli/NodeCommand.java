@@ -2,6 +2,7 @@ package io.kvpool.cli;
 
 import io.kvpool.config.HostPort;
 import io.kvpool.config.Size;
+import io.kvpool.etcd.MasterAddress;
 import io.kvpool.node.NodeConfig;
 import io.kvpool.node.StorageNode;
 import picocli.CommandLine.Command;
@@ -18,7 +19,7 @@ final class NodeCommand implements Callable<Integer> {
 
     @Option(names = "--master", required = true, paramLabel = "HOST:PORT|etcd://HOST:PORT,...[/CLUSTER]",
             description = "The master's address, or the etcd endpoints (and cluster name) that elect the masters.")
-    io.kvpool.etcd.MasterAddress master;
+    MasterAddress master;
 
     @Option(names = "--host", paramLabel = "ADDRESS", description = "Address to listen on (default: ${DEFAULT-VALUE}).")
     String host = "0.0.0.0";

@@ -2,6 +2,7 @@ package io.kvpool.cli;
 
 import io.kvpool.config.HostPort;
 import io.kvpool.config.Size;
+import io.kvpool.etcd.MasterAddress;
 import io.kvpool.node.NodeConfig;
 import picocli.CommandLine.Option;
 
@@ -50,7 +51,7 @@ final class NodeOptions {
                     + " keeps the objects in it that verify.")
     boolean noAdoptSegment;
 
-    NodeConfig toConfig(io.kvpool.etcd.MasterAddress master, String listenHost, int port, String advertiseHost) {
+    NodeConfig toConfig(MasterAddress master, String listenHost, int port, String advertiseHost) {
         NodeConfig d = NodeConfig.defaults(master, segmentSize);
         Path shm = "none".equalsIgnoreCase(shmDir) ? null : Path.of(shmDir);
         return new NodeConfig(master, listenHost, port, advertiseHost, segmentSize, shm, heartbeatInterval,

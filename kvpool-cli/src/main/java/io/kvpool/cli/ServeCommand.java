@@ -1,6 +1,7 @@
 package io.kvpool.cli;
 
 import io.kvpool.config.Size;
+import io.kvpool.etcd.MasterAddress;
 import io.kvpool.node.NodeConfig;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
@@ -32,7 +33,7 @@ final class ServeCommand implements Callable<Integer> {
     public Integer call() throws Exception {
         CountDownLatch stop = new CountDownLatch(1);
         EmbeddedPool pool = new EmbeddedPool(masterOptions.toConfig(host),
-                master -> nodeOptions.toConfig(io.kvpool.etcd.MasterAddress.of(master), host, nodePort, host));
+                master -> nodeOptions.toConfig(MasterAddress.of(master), host, nodePort, host));
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
             pool.close();
             stop.countDown();

@@ -16,6 +16,7 @@ import org.slf4j.LoggerFactory;
 
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
+import java.net.SocketTimeoutException;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.LinkedHashMap;
@@ -321,7 +322,7 @@ final class ObjectReads {
                 try {
                     codes = MasterMessages.Codes.read(c.call(Opcode.NODE_READ, w, config.requestTimeout()).body());
                 } catch (IOException stale) {
-                    if (stale instanceof java.net.SocketTimeoutException) {
+                    if (stale instanceof SocketTimeoutException) {
                         throw stale; // a node that does not answer: not asked twice
                     }
                     // a pooled connection left dead by a node that restarted (on the same address, with its

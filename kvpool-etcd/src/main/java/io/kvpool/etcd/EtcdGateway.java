@@ -17,6 +17,7 @@ import java.net.http.HttpResponse;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.Base64;
 import java.util.List;
 
@@ -367,7 +368,7 @@ public final class EtcdGateway implements AutoCloseable {
         for (int i = b.length - 1; i >= 0; i--) {
             if (b[i] != (byte) 0xFF) {
                 b[i]++;
-                return java.util.Arrays.copyOf(b, i + 1);
+                return Arrays.copyOf(b, i + 1);
             }
         }
         return new byte[]{0}; // every key

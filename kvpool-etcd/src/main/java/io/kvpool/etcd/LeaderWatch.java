@@ -5,6 +5,7 @@ import org.slf4j.LoggerFactory;
 
 import java.time.Duration;
 import java.util.List;
+import java.util.Objects;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.TimeoutException;
 import java.util.concurrent.locks.Condition;
@@ -174,7 +175,7 @@ public final class LeaderWatch implements AutoCloseable {
         } finally {
             lock.unlock();
         }
-        if (!java.util.Objects.equals(before, rec)) {
+        if (!Objects.equals(before, rec)) {
             for (Consumer<LeaderRecord> l : listeners) {
                 try {
                     l.accept(rec);

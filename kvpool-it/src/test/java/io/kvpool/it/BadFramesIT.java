@@ -6,11 +6,11 @@ import io.kvpool.client.PutStatus;
 import io.kvpool.config.HostPort;
 import io.kvpool.config.Size;
 import io.kvpool.protocol.BodyWriter;
+import io.kvpool.protocol.FrameConnection;
 import io.kvpool.protocol.FrameHeader;
 import io.kvpool.protocol.FrameStatus;
-import io.kvpool.protocol.Opcode;
-import io.kvpool.protocol.FrameConnection;
 import io.kvpool.protocol.Limits;
+import io.kvpool.protocol.Opcode;
 import io.kvpool.protocol.RemoteException;
 import io.kvpool.protocol.msg.MasterMessages;
 import org.junit.jupiter.api.AfterAll;
@@ -22,6 +22,7 @@ import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.channels.SocketChannel;
 import java.nio.charset.StandardCharsets;
+import java.time.Duration;
 
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
@@ -151,14 +152,14 @@ class BadFramesIT {
 
     @Test
     void anOverlongKeyIsABadRequestAndTheConnectionStaysUsable() throws Exception {
-        try (FrameConnection c = FrameConnection.connect(master(), java.time.Duration.ofSeconds(5), Limits.DEFAULT)) {
+        try (FrameConnection c = FrameConnection.connect(master(), Duration.ofSeconds(5), Limits.DEFAULT)) {
             BodyWriter w = new BodyWriter().i32(1).bytes(new byte[600]);
-            assertThatThrownBy(() -> c.call(Opcode.EXIST_KEY, w, java.time.Duration.ofSeconds(5)))
+            assertThatThrownBy(() -> c.call(Opcode.EXIST_KEY, w, Duration.ofSeconds(5)))
                     .isInstanceOf(RemoteException.class).hasMessageContaining("600")
                     .satisfies(e -> assertThat(((RemoteException) e).status()).isEqualTo(FrameStatus.BAD_REQUEST));
             assertThat(c.isBroken()).isFalse();
             BodyWriter ok = new BodyWriter().i32(1).bytes("kept".getBytes(StandardCharsets.UTF_8));
-            assertThat(MasterMessages.Flags.read(c.call(Opcode.EXIST_KEY, ok, java.time.Duration.ofSeconds(5)).body())
+            assertThat(MasterMessages.Flags.read(c.call(Opcode.EXIST_KEY, ok, Duration.ofSeconds(5)).body())
                     .values()[0]).isTrue();
         }
     }

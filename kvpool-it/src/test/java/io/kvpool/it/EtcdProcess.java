@@ -4,6 +4,7 @@ import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.Comparator;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
 
@@ -25,7 +26,7 @@ final class EtcdProcess implements AutoCloseable {
         this.dir = dir;
         if (Files.exists(dir)) {
             try (var files = Files.walk(dir)) {
-                for (Path p : files.sorted(java.util.Comparator.reverseOrder()).toList()) {
+                for (Path p : files.sorted(Comparator.reverseOrder()).toList()) {
                     Files.delete(p);
                 }
             }

@@ -29,6 +29,7 @@ import java.util.UUID;
 import java.util.concurrent.ConcurrentLinkedQueue;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.function.Supplier;
 
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
@@ -245,7 +246,7 @@ class FailoverIT {
     }
 
     /** Runs {@code call} until it does not throw (a client reattaching to a new leader), up to 60 s. */
-    private static <V> V retry(java.util.function.Supplier<V> call) throws InterruptedException {
+    private static <V> V retry(Supplier<V> call) throws InterruptedException {
         long deadline = System.nanoTime() + Duration.ofSeconds(60).toNanos();
         while (true) {
             try {

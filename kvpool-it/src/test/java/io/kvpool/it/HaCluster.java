@@ -1,10 +1,13 @@
 package io.kvpool.it;
 
+import io.kvpool.etcd.EtcdGateway;
 import io.kvpool.etcd.EtcdTarget;
 import io.kvpool.etcd.LeaderRecord;
 import io.kvpool.etcd.LeaderWatch;
 import org.junit.jupiter.api.Assumptions;
 
+import java.io.IOException;
+import java.io.UncheckedIOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
@@ -12,6 +15,7 @@ import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.TimeoutException;
 import java.util.function.Predicate;
 
 /**
@@ -77,14 +81,14 @@ final class HaCluster implements AutoCloseable {
     LeaderRecord awaitLeader(Predicate<LeaderRecord> wanted, String what) throws Exception {
         try {
             return watch.await(wanted, Duration.ofSeconds(60));
-        } catch (java.util.concurrent.TimeoutException e) {
+        } catch (TimeoutException e) {
             throw new AssertionError("timed out waiting for " + what + ": " + e.getMessage(), e);
         }
     }
 
     /** Waits until the leader has published {@code n} registered nodes in etcd (what a next leader waits for). */
     void awaitNodesListed(int n) throws Exception {
-        try (io.kvpool.etcd.EtcdGateway g = new io.kvpool.etcd.EtcdGateway(target.endpoints(), Duration.ofSeconds(5))) {
+        try (EtcdGateway g = new EtcdGateway(target.endpoints(), Duration.ofSeconds(5))) {
             long deadline = System.nanoTime() + Duration.ofSeconds(60).toNanos();
             while (g.rangePrefix(target.nodesPrefix()).kvs().size() != n) {
                 if (System.nanoTime() > deadline) {
@@ -107,8 +111,8 @@ final class HaCluster implements AutoCloseable {
     private static int freePort() {
         try {
             return ProcessCluster.freePort();
-        } catch (java.io.IOException e) {
-            throw new java.io.UncheckedIOException(e);
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
         }
     }
 

@@ -14,6 +14,7 @@ import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
 import java.util.function.Predicate;
@@ -149,7 +150,7 @@ final class ProcessCluster implements AutoCloseable {
     }
 
     /** Runs a one-shot kvpool command in its own process with extra environment; returns its exit code. */
-    static int runCli(java.util.Map<String, String> env, String... args) throws Exception {
+    static int runCli(Map<String, String> env, String... args) throws Exception {
         ProcessBuilder pb = new ProcessBuilder(javaCommand(List.of(args))).redirectErrorStream(true)
                 .redirectOutput(ProcessBuilder.Redirect.DISCARD);
         pb.environment().putAll(env);

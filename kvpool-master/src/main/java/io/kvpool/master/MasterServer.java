@@ -2,6 +2,7 @@ package io.kvpool.master;
 
 import com.sun.net.httpserver.HttpExchange;
 import com.sun.net.httpserver.HttpServer;
+import io.kvpool.config.Durations;
 import io.kvpool.protocol.FrameServer;
 import io.kvpool.protocol.Opcode;
 import io.prometheus.metrics.exporter.httpserver.MetricsHandler;
@@ -12,6 +13,7 @@ import java.io.IOException;
 import java.io.OutputStream;
 import java.net.InetSocketAddress;
 import java.nio.charset.StandardCharsets;
+import java.time.Duration;
 import java.time.InstantSource;
 import java.util.Locale;
 import java.util.concurrent.Executors;
@@ -79,7 +81,7 @@ public final class MasterServer implements AutoCloseable {
         this.timer = Thread.ofPlatform().daemon().name("kvpool-master-timer").start(this::timerLoop);
         log.info("master listening on {}:{} (metrics on {}), node TTL {}, eviction at {}% freeing {}%",
                 config.listenHost(), rpc.port(), http == null ? "nothing" : "http port " + httpPort(),
-                io.kvpool.config.Durations.format(config.nodeTtl()), Math.round(config.highWatermark() * 100),
+                Durations.format(config.nodeTtl()), Math.round(config.highWatermark() * 100),
                 Math.round(config.evictionRatio() * 100));
     }
 
@@ -124,7 +126,7 @@ public final class MasterServer implements AutoCloseable {
         long nextSummary = System.nanoTime() + summaryNanos;
         while (!closed) {
             try {
-                Thread.sleep(java.time.Duration.ofNanos(tickNanos));
+                Thread.sleep(Duration.ofNanos(tickNanos));
             } catch (InterruptedException e) {
                 return;
             }

@@ -13,6 +13,7 @@ import java.io.IOException;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collection;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
@@ -79,7 +80,7 @@ final class NodeControl implements NodeNotifier {
 
     @Override
     public void reset(Collection<Segment> segments, long epoch) {
-        Map<Channel, Thread> senders = new java.util.LinkedHashMap<>();
+        Map<Channel, Thread> senders = new LinkedHashMap<>();
         for (Segment s : segments) {
             Channel c = channel(s);
             senders.put(c, Thread.ofVirtual().name("kvpool-master-reset-" + s.id).start(() -> {
@@ -145,7 +146,7 @@ final class NodeControl implements NodeNotifier {
      * {@code boundNanos} (or for good, with {@link Long#MAX_VALUE}).
      */
     private void flushChannels(long boundNanos) {
-        Map<Channel, Thread> senders = new java.util.LinkedHashMap<>();
+        Map<Channel, Thread> senders = new LinkedHashMap<>();
         for (Channel c : channels.values()) {
             senders.put(c, Thread.ofVirtual().name("kvpool-master-free-" + c.segment.id).start(() -> flush(c, true)));
         }

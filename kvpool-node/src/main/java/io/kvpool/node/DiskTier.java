@@ -1,5 +1,6 @@
 package io.kvpool.node;
 
+import io.kvpool.config.Size;
 import io.kvpool.etcd.MasterLocator;
 import io.kvpool.node.disk.DiskStore;
 import io.kvpool.protocol.BodyWriter;
@@ -16,6 +17,8 @@ import org.slf4j.LoggerFactory;
 import java.io.IOException;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.nio.ByteOrder;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -92,7 +95,7 @@ final class DiskTier implements AutoCloseable {
                 ? Thread.ofPlatform().daemon().name("kvpool-disk-promoter").start(this::promoteLoop) : null;
         DiskStore.Stats st = store.stats();
         log.info("disk tier at {}: {} capacity, {} objects found ({} records skipped)", config.diskDir(),
-                io.kvpool.config.Size.human(st.capacityBytes()), st.objects(), st.skippedRecords());
+                Size.human(st.capacityBytes()), st.objects(), st.skippedRecords());
     }
 
     /** Called whenever there are disk additions or drops to report (wakes the master link). */
@@ -302,7 +305,7 @@ final class DiskTier implements AutoCloseable {
 
     /** A value's CRC from its header in the segment (spills store the checksum the writer computed). */
     static int headerCrc(MemorySegment segment, long regionOffset) {
-        return segment.get(java.lang.foreign.ValueLayout.JAVA_INT_UNALIGNED.withOrder(java.nio.ByteOrder.LITTLE_ENDIAN),
+        return segment.get(ValueLayout.JAVA_INT_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN),
                 regionOffset + ObjectLayout.VALUE_CRC_OFFSET);
     }
 }

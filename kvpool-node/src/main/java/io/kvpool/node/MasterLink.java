@@ -1,27 +1,33 @@
 package io.kvpool.node;
 
+import io.kvpool.config.Durations;
+import io.kvpool.etcd.LeaderRecord;
 import io.kvpool.etcd.MasterLocator;
+import io.kvpool.node.disk.DiskStore;
 import io.kvpool.protocol.BodyWriter;
 import io.kvpool.protocol.FrameConnection;
+import io.kvpool.protocol.Keys;
 import io.kvpool.protocol.ObjectLayout;
 import io.kvpool.protocol.Opcode;
 import io.kvpool.protocol.RemoteException;
 import io.kvpool.protocol.ResultCode;
 import io.kvpool.protocol.Tier;
-import io.kvpool.protocol.msg.MasterMessages;
 import io.kvpool.protocol.msg.MasterMessages.Heartbeat;
 import io.kvpool.protocol.msg.MasterMessages.HeartbeatReply;
 import io.kvpool.protocol.msg.MasterMessages.Inventory;
 import io.kvpool.protocol.msg.MasterMessages.InventoryItem;
 import io.kvpool.protocol.msg.MasterMessages.RegisterNode;
 import io.kvpool.protocol.msg.MasterMessages.RegisterReply;
+import io.kvpool.protocol.msg.MasterMessages;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 import java.io.IOException;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
+import java.util.UUID;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.locks.Condition;
 import java.util.concurrent.locks.ReentrantLock;
@@ -187,7 +193,7 @@ final class MasterLink implements AutoCloseable {
                 if (!outageLogged) {
                     log.warn("node {}: master {} unreachable ({}); retrying every {}", node.name(),
                             master == null ? masters : master,
-                            e.getMessage(), io.kvpool.config.Durations.format(retryInterval()));
+                            e.getMessage(), Durations.format(retryInterval()));
                     outageLogged = true;
                 }
                 closeConn();
@@ -209,7 +215,7 @@ final class MasterLink implements AutoCloseable {
 
     private void hello() throws IOException {
         BodyWriter w = new BodyWriter();
-        new MasterMessages.Hello(MasterMessages.Role.NODE, new java.util.UUID(incarnation, incarnation),
+        new MasterMessages.Hello(MasterMessages.Role.NODE, new UUID(incarnation, incarnation),
                 node.advertiseHost(), ProcessHandle.current().pid()).write(w);
         conn.call(Opcode.HELLO, w, rpcTimeout());
     }
@@ -242,7 +248,7 @@ final class MasterLink implements AutoCloseable {
     }
 
     /** Whether the leader record still names the master this link is connected to. */
-    private boolean sameLeader(io.kvpool.etcd.LeaderRecord r) {
+    private boolean sameLeader(LeaderRecord r) {
         MasterLocator.Leader m = master;
         return r == null || m == null || (r.term() == m.term() && r.address().equals(m.address().toString()));
     }
@@ -276,11 +282,11 @@ final class MasterLink implements AutoCloseable {
         long dropped = 0;
         long corrupt = 0;
         if (disk != null && reply.keepInventory()) {
-            List<io.kvpool.node.disk.DiskStore.Entry> onDisk = disk.entries();
+            List<DiskStore.Entry> onDisk = disk.entries();
             for (int from = 0; from < onDisk.size(); from += INVENTORY_CHUNK) {
-                List<io.kvpool.node.disk.DiskStore.Entry> chunk = onDisk.subList(from, Math.min(onDisk.size(), from + INVENTORY_CHUNK));
+                List<DiskStore.Entry> chunk = onDisk.subList(from, Math.min(onDisk.size(), from + INVENTORY_CHUNK));
                 List<InventoryItem> items = new ArrayList<>(chunk.size());
-                for (io.kvpool.node.disk.DiskStore.Entry e : chunk) {
+                for (DiskStore.Entry e : chunk) {
                     items.add(new InventoryItem(0, e.generation(), e.epoch(), e.key(), e.valueLength(), Tier.DISK));
                 }
                 BodyWriter dw = new BodyWriter(64 + items.size() * 128);
@@ -347,13 +353,13 @@ final class MasterLink implements AutoCloseable {
         try {
             ObjectLayout.Header h = ObjectLayout.readHeader(node.segment(), r.offset, node.segment().byteSize());
             if (h == null || h.generation() != r.generation || h.state() != ObjectLayout.STATE_COMPLETE
-                    || h.valueLength() != r.valueLength || !java.util.Arrays.equals(h.key(), r.key)) {
+                    || h.valueLength() != r.valueLength || !Arrays.equals(h.key(), r.key)) {
                 return null;
             }
             int crc = ObjectLayout.valueCrc(node.segment().asSlice(r.valueOffset(), r.valueLength));
             if (crc != h.valueCrc()) {
                 log.warn("node {}: object '{}' at offset {} fails its checksum; not listed", node.name(),
-                        io.kvpool.protocol.Keys.decode(r.key), r.offset);
+                        Keys.decode(r.key), r.offset);
                 return null;
             }
             return new InventoryItem(r.offset, r.generation, h.epoch(), h.key(), h.valueLength());
@@ -384,7 +390,7 @@ final class MasterLink implements AutoCloseable {
         if (disk == null) {
             return;
         }
-        for (List<io.kvpool.node.disk.DiskStore.Entry> batch = disk.takeAdded(); !batch.isEmpty(); batch = disk.takeAdded()) {
+        for (List<DiskStore.Entry> batch = disk.takeAdded(); !batch.isEmpty(); batch = disk.takeAdded()) {
             List<ResultCode> codes;
             try {
                 codes = sendDisk(Opcode.NODE_DISK_ADD, batch);
@@ -398,7 +404,7 @@ final class MasterLink implements AutoCloseable {
                 }
             }
         }
-        for (List<io.kvpool.node.disk.DiskStore.Entry> batch = disk.takeDropped(); !batch.isEmpty(); batch = disk.takeDropped()) {
+        for (List<DiskStore.Entry> batch = disk.takeDropped(); !batch.isEmpty(); batch = disk.takeDropped()) {
             try {
                 sendDisk(Opcode.NODE_DISK_DROP, batch);
             } catch (IOException | RuntimeException e) {
@@ -408,9 +414,9 @@ final class MasterLink implements AutoCloseable {
         }
     }
 
-    private List<ResultCode> sendDisk(Opcode op, List<io.kvpool.node.disk.DiskStore.Entry> batch) throws IOException {
+    private List<ResultCode> sendDisk(Opcode op, List<DiskStore.Entry> batch) throws IOException {
         List<InventoryItem> items = new ArrayList<>(batch.size());
-        for (io.kvpool.node.disk.DiskStore.Entry e : batch) {
+        for (DiskStore.Entry e : batch) {
             items.add(new InventoryItem(0, e.generation(), e.epoch(), e.key(), e.valueLength(), Tier.DISK));
         }
         BodyWriter w = new BodyWriter(64 + items.size() * 128);

@@ -14,6 +14,7 @@ import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.nio.ByteOrder;
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
@@ -223,7 +224,7 @@ final class SameMachineWrites {
     }
 
     private static List<ResultCode> deposed(int n) {
-        return java.util.Collections.nCopies(n, ResultCode.DEPOSED);
+        return Collections.nCopies(n, ResultCode.DEPOSED);
     }
 
     /** A connection closed: what it began and did not end, and its lease region, are dropped. */

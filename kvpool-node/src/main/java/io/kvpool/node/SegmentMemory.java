@@ -16,7 +16,11 @@ import java.nio.file.Files;
 import java.nio.file.LinkOption;
 import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
+import java.nio.file.StandardCopyOption;
 import java.nio.file.StandardOpenOption;
+import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.List;
 import java.util.Optional;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
@@ -197,7 +201,7 @@ final class SegmentMemory implements AutoCloseable {
      */
     private static SegmentMemory adoptOrphan(Path shmDir, String name, long size, Path mine) {
         String prefix = filePrefix(name);
-        java.util.List<Path> candidates = new java.util.ArrayList<>();
+        List<Path> candidates = new ArrayList<>();
         try (DirectoryStream<Path> files = Files.newDirectoryStream(shmDir, prefix + "*.seg")) {
             for (Path f : files) {
                 String pid = f.getFileName().toString().substring(prefix.length()).replace(".seg", "");
@@ -210,7 +214,7 @@ final class SegmentMemory implements AutoCloseable {
             log.warn("segment {}: cannot look for a previous run's segment file in {} ({})", name, shmDir, e.toString());
             return null;
         }
-        candidates.sort(java.util.Comparator.comparing((Path f) -> {
+        candidates.sort(Comparator.comparing((Path f) -> {
             try {
                 return Files.getLastModifiedTime(f, LinkOption.NOFOLLOW_LINKS).toMillis();
             } catch (IOException e) {
@@ -226,7 +230,7 @@ final class SegmentMemory implements AutoCloseable {
                 if (tryLock(ch) == null || isAlive(pid) || ch.size() != size) {
                     throw new IOException("it is in use or changed");
                 }
-                Files.move(f, mine, java.nio.file.StandardCopyOption.ATOMIC_MOVE);
+                Files.move(f, mine, StandardCopyOption.ATOMIC_MOVE);
                 MemorySegment seg = ch.map(FileChannel.MapMode.READ_WRITE, 0, size, arena);
                 log.info("segment {}: adopting {} ({}) left by pid {}, as {}", name, f, Size.human(size), pid, mine);
                 return new SegmentMemory(arena, seg, mine, ch, true);

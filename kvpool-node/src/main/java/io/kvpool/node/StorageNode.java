@@ -10,6 +10,7 @@ import io.kvpool.protocol.BodyWriter;
 import io.kvpool.protocol.Channels;
 import io.kvpool.protocol.FrameServer;
 import io.kvpool.protocol.FrameStatus;
+import io.kvpool.protocol.Keys;
 import io.kvpool.protocol.MalformedFrameException;
 import io.kvpool.protocol.ObjectLayout;
 import io.kvpool.protocol.Opcode;
@@ -234,7 +235,7 @@ public final class StorageNode implements AutoCloseable {
             ok = !config.verifyWrites() || ObjectLayout.valueCrc(dst) == it.valueCrc();
             if (!ok) {
                 log.warn("segment {}: value of '{}' at offset {} does not match its checksum; write refused", name,
-                        io.kvpool.protocol.Keys.decode(it.key()), it.offset());
+                        Keys.decode(it.key()), it.offset());
             }
         } finally {
             ok = ledger.endWrite(r, ok);
@@ -367,7 +368,7 @@ public final class StorageNode implements AutoCloseable {
             log.info("segment {}: adopted segment file {}: {} objects kept ({}), {} not complete, {} failed"
                             + " verification; epoch {}; scanned in {} ms", name, m.file(), r.kept(),
                     Size.human(r.keptBytes()), r.skipped(), r.corrupt(), r.epoch(), (System.nanoTime() - t0) / 1_000_000);
-        } catch (java.io.IOException e) {
+        } catch (IOException e) {
             log.warn("segment {}: reading the adopted file {} failed ({}); keeping the {} objects verified so far",
                     name, m.file(), e.toString(), ledger.objectCount());
         }

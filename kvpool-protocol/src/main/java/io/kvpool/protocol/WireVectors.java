@@ -14,6 +14,7 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.UUID;
+import java.util.function.Consumer;
 
 /**
  * Golden frames for the other clients of the protocol. Prints, one per line, {@code name hex}: the
@@ -112,7 +113,7 @@ public final class WireVectors {
         return out;
     }
 
-    private static byte[] body(java.util.function.Consumer<BodyWriter> f) {
+    private static byte[] body(Consumer<BodyWriter> f) {
         BodyWriter w = new BodyWriter(256);
         f.accept(w);
         ByteBuffer b = w.buffer();

@@ -5,6 +5,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.dataformat.yaml.YAMLFactory;
 import io.kvpool.config.Size;
+import io.kvpool.etcd.MasterAddress;
 
 import java.io.IOException;
 import java.nio.file.Files;
@@ -13,6 +14,7 @@ import java.util.ArrayList;
 import java.util.Iterator;
 import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Locale;
 import java.util.Map;
 import java.util.Set;
 import java.util.TreeSet;
@@ -57,7 +59,7 @@ public final class OffloadConfigs {
 
     /** Reads a file: YAML for .yaml / .yml, else JSON. */
     public static Loaded load(Path file) throws IOException {
-        String name = file.getFileName().toString().toLowerCase(java.util.Locale.ROOT);
+        String name = file.getFileName().toString().toLowerCase(Locale.ROOT);
         String text = Files.readString(file);
         try {
             return parse(text, name.endsWith(".yaml") || name.endsWith(".yml"));
@@ -140,7 +142,7 @@ public final class OffloadConfigs {
         String master = n.hasNonNull("master") ? n.get("master").asText() : null;
         if (master != null) {
             try {
-                io.kvpool.etcd.MasterAddress.parse(master);
+                MasterAddress.parse(master);
             } catch (IllegalArgumentException e) {
                 throw new IllegalArgumentException("offload.master: host:port or etcd://host:port[,...][/cluster], got '"
                         + master + "': " + e.getMessage(), e);

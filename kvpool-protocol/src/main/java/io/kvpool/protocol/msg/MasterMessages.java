@@ -2,6 +2,8 @@ package io.kvpool.protocol.msg;
 
 import io.kvpool.protocol.BodyReader;
 import io.kvpool.protocol.BodyWriter;
+import io.kvpool.protocol.FrameStatus;
+import io.kvpool.protocol.MalformedFrameException;
 import io.kvpool.protocol.ResultCode;
 import io.kvpool.protocol.Tier;
 
@@ -24,7 +26,7 @@ public final class MasterMessages {
 
         static Role of(int code) {
             if (code < 0 || code >= values().length) {
-                throw new io.kvpool.protocol.MalformedFrameException(io.kvpool.protocol.FrameStatus.MALFORMED_FRAME,
+                throw new MalformedFrameException(FrameStatus.MALFORMED_FRAME,
                         "unknown role " + code);
             }
             return values()[code];

@@ -33,10 +33,11 @@ import io.kvpool.protocol.msg.MasterMessages.ReplicaList;
 import io.kvpool.protocol.msg.MasterMessages.ReplicaListReply;
 import io.kvpool.protocol.msg.MasterMessages.Role;
 import io.kvpool.protocol.msg.MasterMessages.SegmentInfo;
-import io.kvpool.protocol.msg.MasterMessages.TierStats;
 import io.kvpool.protocol.msg.MasterMessages.Sizes;
+import io.kvpool.protocol.msg.MasterMessages.TierStats;
 import org.junit.jupiter.api.Test;
 
+import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
@@ -79,7 +80,7 @@ class MessageRoundTripTest {
         byte[] all = new byte[w.length()];
         w.buffer().get(all);
         for (int cut = 0; cut < all.length; cut++) {
-            BodyReader partial = new BodyReader(java.nio.ByteBuffer.wrap(all, 0, cut));
+            BodyReader partial = new BodyReader(ByteBuffer.wrap(all, 0, cut));
             int c = cut;
             assertThatThrownBy(() -> {
                 read.apply(partial);
