@@ -3,13 +3,18 @@ package io.kvpool.master;
 import java.util.ArrayList;
 import java.util.Collection;
 import java.util.Comparator;
+import java.util.HashSet;
 import java.util.Iterator;
 import java.util.List;
+import java.util.Set;
 import java.util.random.RandomGenerator;
 
 /**
  * Where a new object's replicas go: on distinct active segments, the preferred segment first (if
- * named, active and with room), the rest by the power of two choices (of two random segments, the
+ * named, active and with room), then on segments of hosts that hold no copy yet (segments of one
+ * host fail together), and only when no other host has room, on further segments of a host already
+ * used (still distinct segments: such copies share a failure). Among the eligible segments, by the
+ * power of two choices (of two random segments, the
  * one with more free space; Mitzenmacher, "The Power of Two Choices in Randomized Load Balancing",
  * 2001), which spreads load without sending every write to a newly joined, empty node. When neither
  * of the two has room, the segment with the most free space that fits is taken. Reservations are
@@ -34,6 +39,7 @@ final class Placement {
             }
         }
         List<Placed> out = new ArrayList<>(replicas);
+        Set<String> usedHosts = new HashSet<>();
         if (preferred != null && !preferred.isEmpty()) {
             for (Iterator<Segment> it = candidates.iterator(); it.hasNext(); ) {
                 Segment s = it.next();
@@ -42,45 +48,60 @@ final class Placement {
                     long off = s.allocator.allocate(regionLength);
                     if (off >= 0) {
                         out.add(new Placed(s, off));
+                        usedHosts.add(s.address.host());
                     }
                     break;
                 }
             }
         }
         while (out.size() < replicas && !candidates.isEmpty()) {
-            Segment pick = null;
-            long off = -1;
-            if (candidates.size() >= 2) {
-                int a = random.nextInt(candidates.size());
-                int b = random.nextInt(candidates.size() - 1);
-                if (b >= a) {
-                    b++;
-                }
-                Segment sa = candidates.get(a);
-                Segment sb = candidates.get(b);
-                Segment first = sa.allocator.free() >= sb.allocator.free() ? sa : sb;
-                Segment second = first == sa ? sb : sa;
-                if ((off = first.allocator.allocate(regionLength)) >= 0) {
-                    pick = first;
-                } else if ((off = second.allocator.allocate(regionLength)) >= 0) {
-                    pick = second;
+            List<Segment> otherHosts = new ArrayList<>(candidates.size());
+            for (Segment s : candidates) {
+                if (!usedHosts.contains(s.address.host())) {
+                    otherHosts.add(s);
                 }
             }
-            if (pick == null) {
-                candidates.sort(Comparator.comparingLong((Segment s) -> s.allocator.free()).reversed());
-                for (Segment s : candidates) {
-                    if ((off = s.allocator.allocate(regionLength)) >= 0) {
-                        pick = s;
-                        break;
-                    }
-                }
+            Placed p = otherHosts.isEmpty() ? null : pick(otherHosts, regionLength, random);
+            if (p == null) {
+                p = pick(candidates, regionLength, random); // no other host has room: a distinct segment still
             }
-            if (pick == null) {
+            if (p == null) {
                 break;
             }
-            out.add(new Placed(pick, off));
-            candidates.remove(pick);
+            out.add(p);
+            candidates.remove(p.segment());
+            usedHosts.add(p.segment().address.host());
         }
         return out;
+    }
+
+    /** Reserves a region on one of {@code pool}: the better of two random ones, else the emptiest that fits. */
+    private static Placed pick(List<Segment> pool, long regionLength, RandomGenerator random) {
+        long off;
+        if (pool.size() >= 2) {
+            int a = random.nextInt(pool.size());
+            int b = random.nextInt(pool.size() - 1);
+            if (b >= a) {
+                b++;
+            }
+            Segment sa = pool.get(a);
+            Segment sb = pool.get(b);
+            Segment first = sa.allocator.free() >= sb.allocator.free() ? sa : sb;
+            Segment second = first == sa ? sb : sa;
+            if ((off = first.allocator.allocate(regionLength)) >= 0) {
+                return new Placed(first, off);
+            }
+            if ((off = second.allocator.allocate(regionLength)) >= 0) {
+                return new Placed(second, off);
+            }
+        }
+        List<Segment> byFree = new ArrayList<>(pool);
+        byFree.sort(Comparator.comparingLong((Segment s) -> s.allocator.free()).reversed());
+        for (Segment s : byFree) {
+            if ((off = s.allocator.allocate(regionLength)) >= 0) {
+                return new Placed(s, off);
+            }
+        }
+        return null;
     }
 }
