@@ -24,7 +24,8 @@ _MAX_SEGMENT_SIZE = 1 << 40
 class ReplicateConfig:
     """Where and how many copies a put makes (Mooncake's ``ReplicateConfig``, same fields and defaults).
 
-    kvpool honours ``replica_num`` (copies on distinct segments, best effort, the master caps it) and
+    kvpool honours ``replica_num`` (copies on distinct segments, on distinct hosts while another host has
+    room; best effort, the master caps it) and
     ``preferred_segment`` / ``preferred_segments[0]`` (a kvpool segment name, ``host:port`` of a
     node; a preference, not a requirement). ``replica_num == 0`` is invalid, and
     ``prefer_alloc_in_same_node=True`` is refused by puts, both as in Mooncake. The pinning,
