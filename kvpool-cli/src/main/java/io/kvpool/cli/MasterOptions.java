@@ -44,6 +44,11 @@ final class MasterOptions {
             description = "Copies per object unless a client asks otherwise, best effort (default: ${DEFAULT-VALUE}).")
     int replicas = 1;
 
+    @Option(names = "--max-pinned", paramLabel = "FRACTION",
+            description = "Most of the memory capacity pinned objects may hold; a pin past it is refused and the"
+                    + " object stored unpinned (default: ${DEFAULT-VALUE}).")
+    double maxPinned = MasterConfig.DEFAULT_MAX_PINNED;
+
     @Option(names = "--summary-interval", paramLabel = "DURATION",
             description = "Log a one-line summary this often; 0s turns it off (default: 10s).")
     Duration summaryInterval = MasterConfig.DEFAULT_SUMMARY_INTERVAL;
@@ -52,6 +57,7 @@ final class MasterOptions {
     MasterConfig toConfig(String listenHost) {
         MasterConfig d = MasterConfig.defaults();
         return new MasterConfig(listenHost, port, httpPort, nodeTtl, d.clientTtl(), readLease, putTimeout, highWatermark,
-                evictionRatio, maxValueSize, replicas, d.tickInterval(), summaryInterval, d.frameTimeout(), d.limits(), 0);
+                evictionRatio, maxValueSize, replicas, d.tickInterval(), summaryInterval, d.frameTimeout(), d.limits(), 0,
+                maxPinned);
     }
 }

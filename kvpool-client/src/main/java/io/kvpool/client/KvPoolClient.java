@@ -178,7 +178,39 @@ public final class KvPoolClient implements AutoCloseable {
         return putInternal(keys, values, options, true, true);
     }
 
+    /**
+     * Stores {@code value} under {@code key} and reports the outcome in full: the status, how many
+     * copies were written against how many were asked for, and whether the pin was granted.
+     */
+    public PutResult putDetailed(String key, MemorySegment value, PutOptions options) {
+        return putDetailed(List.of(key), List.of(value), options, false, false).getFirst();
+    }
+
+    public PutResult putDetailed(String key, byte[] value, PutOptions options) {
+        return putDetailed(key, MemorySegment.ofArray(value), options);
+    }
+
+    /** {@link #putBatch(List, List, PutOptions)}, reporting each outcome in full ({@link PutResult}). */
+    public List<PutResult> putBatchDetailed(List<String> keys, List<MemorySegment> values, PutOptions options) {
+        return putDetailed(keys, values, options, false, true);
+    }
+
+    /** {@link #upsert(String, MemorySegment, PutOptions)}, reporting the outcome in full. */
+    public PutResult upsertDetailed(String key, MemorySegment value, PutOptions options) {
+        return putDetailed(List.of(key), List.of(value), options, true, false).getFirst();
+    }
+
     private List<PutStatus> putInternal(List<String> keys, List<MemorySegment> values, PutOptions options,
+                                        boolean upsert, boolean batch) {
+        List<PutResult> results = putDetailed(keys, values, options, upsert, batch);
+        List<PutStatus> out = new ArrayList<>(results.size());
+        for (PutResult r : results) {
+            out.add(r.status());
+        }
+        return out;
+    }
+
+    private List<PutResult> putDetailed(List<String> keys, List<MemorySegment> values, PutOptions options,
                                         boolean upsert, boolean batch) {
         if (keys.size() != values.size()) {
             throw new IllegalArgumentException(keys.size() + " keys but " + values.size() + " values");
@@ -187,7 +219,7 @@ public final class KvPoolClient implements AutoCloseable {
             return List.of();
         }
         int replicas = options.replicas() > 0 ? options.replicas() : config.replicas();
-        return writes.write(keys, values, preferredSegment(options), replicas, upsert, batch);
+        return writes.write(keys, values, preferredSegment(options), replicas, options.pinSeconds(), upsert, batch);
     }
 
     // ================================================================== get

@@ -52,11 +52,12 @@ final class ObjectWrites {
 
 
     /**
-     * Stores the values (keys and values checked first, naming the key at fault); one status per key.
-     * Large batches go in chunks of {@link KvPoolClient#MAX_KEYS_PER_FRAME}.
+     * Stores the values (keys and values checked first, naming the key at fault); one result per key.
+     * Large batches go in chunks of {@link KvPoolClient#MAX_KEYS_PER_FRAME}. {@code replicas} 0 means
+     * the master's default; {@code pinSeconds} as {@link PutOptions#pinSeconds()}.
      */
-    List<PutStatus> write(List<String> keys, List<MemorySegment> values, String preferred, int replicas,
-                          boolean upsert, boolean batch) {
+    List<PutResult> write(List<String> keys, List<MemorySegment> values, String preferred, int replicas,
+                          int pinSeconds, boolean upsert, boolean batch) {
         int n = keys.size();
         byte[][] k = new byte[n][];
         for (int i = 0; i < n; i++) {
@@ -71,16 +72,30 @@ final class ObjectWrites {
             locations.invalidate(key);
         }
         PutStatus[] status = new PutStatus[n];
-        boolean leased = leases != null && (replicas == 1 || replicas == 0 && master.defaultReplicas() == 1);
+        int wanted = replicas == 0 ? master.defaultReplicas() : replicas;
+        // copies written per key (two-phase puts; a leased put writes one); pins granted per key
+        int[] copies = new int[n];
+        boolean[] pinned = new boolean[n];
+        boolean leased = leases != null && wanted == 1 && pinSeconds == 0;
         for (int from = 0; from < n; from += KvPoolClient.MAX_KEYS_PER_FRAME) {
             int to = Math.min(n, from + KvPoolClient.MAX_KEYS_PER_FRAME);
             if (leased) {
                 putLeased(k, values, from, to, preferred, upsert, status);
+                Arrays.fill(copies, from, to, 1);
             } else {
-                putChunk(k, values, from, to, preferred, replicas, upsert, batch, status);
+                putChunk(k, values, from, to, preferred, replicas, pinSeconds, upsert, batch, status, copies, pinned);
             }
         }
-        return Arrays.asList(status);
+        List<PutResult> out = new ArrayList<>(n);
+        for (int i = 0; i < n; i++) {
+            boolean ok = status[i] == PutStatus.OK;
+            out.add(new PutResult(status[i], ok ? copies[i] : 0, wanted, ok && pinned[i]));
+            if (ok && copies[i] < wanted) {
+                log.debug("put of '{}' wrote {} of {} copies; the master repairs it when there is room",
+                        keys.get(i), copies[i], wanted);
+            }
+        }
+        return out;
     }
 
     /**
@@ -220,13 +235,14 @@ final class ObjectWrites {
     }
 
     private void putChunk(byte[][] k, List<MemorySegment> values, int from, int to, String preferred, int replicas,
-                          boolean upsert, boolean batch, PutStatus[] status) {
+                          int pinSeconds, boolean upsert, boolean batch, PutStatus[] status, int[] copies,
+                          boolean[] pinned) {
         List<MasterMessages.PutStartItem> items = new ArrayList<>(to - from);
         for (int i = from; i < to; i++) {
             items.add(new MasterMessages.PutStartItem(k[i], values.get(i).byteSize()));
         }
         BodyWriter w = new BodyWriter(64 + items.size() * 64);
-        new MasterMessages.PutStart(upsert, replicas, preferred == null ? "" : preferred, items).write(w);
+        new MasterMessages.PutStart(upsert, replicas, preferred == null ? "" : preferred, pinSeconds, items).write(w);
         MasterMessages.PutStartReply reply = master.call(batch ? Opcode.BATCH_PUT_START : Opcode.PUT_START, w,
                 MasterMessages.PutStartReply::read);
 
@@ -281,6 +297,8 @@ final class ObjectWrites {
                 continue;
             }
             long all = r.replicas().size() >= 64 ? -1L : (1L << r.replicas().size()) - 1;
+            copies[from + j] = r.replicas().size() - Long.bitCount(failed[j] & all);
+            pinned[from + j] = r.pinned();
             MasterMessages.PutEndItem item = new MasterMessages.PutEndItem(k[from + j], r.generation(), failed[j]);
             if ((failed[j] & all) == all) {
                 revokes.add(new MasterMessages.PutEndItem(k[from + j], r.generation(), 0));

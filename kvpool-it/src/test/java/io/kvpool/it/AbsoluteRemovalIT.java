@@ -81,14 +81,6 @@ class AbsoluteRemovalIT {
         return out;
     }
 
-    private static List<String> keys(String prefix, int n) {
-        List<String> out = new ArrayList<>(n);
-        for (int i = 0; i < n; i++) {
-            out.add(prefix + i);
-        }
-        return out;
-    }
-
     private static void putAll(KvPoolClient c, List<String> keys, int version, String segment, boolean upsert) {
         PutOptions on = PutOptions.preferring(segment);
         for (String k : keys) {
@@ -124,10 +116,10 @@ class AbsoluteRemovalIT {
                  Readers readers = new Readers(cluster.masterAddress())) {
                 ProcessCluster.awaitStats(admin, s -> s.segments().stream().filter(PoolStats.SegmentStats::active).count() == 2,
                         "both nodes active");
-                List<String> byKey = keys("abs/key/", 8);
-                List<String> byPrefix = keys("abs/prefix/", 8);
-                List<String> upserted = keys("abs/upsert/", 8);
-                List<String> byReset = keys("abs/reset/", 8);
+                List<String> byKey = Payloads.keys("abs/key/", 8);
+                List<String> byPrefix = Payloads.keys("abs/prefix/", 8);
+                List<String> upserted = Payloads.keys("abs/upsert/", 8);
+                List<String> byReset = Payloads.keys("abs/reset/", 8);
                 List<String> all = new ArrayList<>();
                 for (List<String> set : List.of(byKey, byPrefix, upserted, byReset)) {
                     putAll(admin, set, 1, a.name, false);
@@ -199,7 +191,7 @@ class AbsoluteRemovalIT {
                  ReaderProcess.Handle reader = new ReaderProcess.Handle(cluster.masterAddress(), true, READER_TIMEOUT)) {
                 ProcessCluster.awaitStats(admin, s -> s.segments().stream().anyMatch(PoolStats.SegmentStats::active),
                         "node active");
-                List<String> ks = keys("frozen-reader/", 8);
+                List<String> ks = Payloads.keys("frozen-reader/", 8);
                 putAll(admin, ks, 1, a.name, false);
                 assertThat(reader.get(ks)).containsOnly(1);
                 reader.freeze();

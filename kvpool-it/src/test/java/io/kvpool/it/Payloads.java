@@ -4,6 +4,8 @@ import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.nio.ByteOrder;
 import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.List;
 
 /**
  * Self-checking values: the first bytes name the key and a version, the rest is a pseudo-random
@@ -24,6 +26,15 @@ final class Payloads {
     }
 
     /** Smallest value that can carry a header for {@code key}. */
+    /** The keys {@code prefix + 0} to {@code prefix + (n - 1)}. */
+    static List<String> keys(String prefix, int n) {
+        List<String> out = new ArrayList<>(n);
+        for (int i = 0; i < n; i++) {
+            out.add(prefix + i);
+        }
+        return out;
+    }
+
     static int minSize(String key) {
         return 10 + key.getBytes(StandardCharsets.UTF_8).length;
     }

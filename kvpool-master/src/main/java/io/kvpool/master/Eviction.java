@@ -54,6 +54,8 @@ public final class Eviction {
     final AtomicLong successes = new AtomicLong();
     final AtomicLong evictedKeys = new AtomicLong();
     final AtomicLong evictedBytes = new AtomicLong();
+    /** Rounds that had to take pinned objects (nothing unpinned was left). */
+    final AtomicLong pinnedEvictions = new AtomicLong();
 
     Eviction(MasterConfig config, InstantSource clock, long startMillis, RandomGenerator random, ObjectIndex index,
              Segments segments, SpillLedger spills, NodeNotifier nodes) {
@@ -128,36 +130,15 @@ public final class Eviction {
         lock.lock();
         try {
             attempts.incrementAndGet();
-            LruCut cut = LruCut.find(index, targetBytes, Eviction::memoryWeight);
-            if (cut == null) {
-                return 0;
-            }
-            // evict buckets below the cutoff entirely, and the cutoff bucket until the target is met
+            long now = clock.millis();
             long[] freedAndKeys = {0, 0};
-            FreeBatch frees = new FreeBatch();
-            FreeBatch.SpillChoice spill = spills::begin;
-            index.forEachShard(shard -> {
-                if (freedAndKeys[0] >= targetBytes) {
-                    return;
-                }
-                ObjectTable objects = shard.objects;
-                objects.removeIf(slot -> {
-                    if (objects.diskOnly(slot)) {
-                        return false;
-                    }
-                    if (!cut.takes(objects.lastAccess(slot), freedAndKeys[0] >= targetBytes)) {
-                        return false;
-                    }
-                    // nodes with an SSD tier keep the object there; it comes back as a disk replica (NODE_DISK_ADD)
-                    freedAndKeys[0] += frees.addObject(objects, slot, spill);
-                    freedAndKeys[1]++;
-                    return true;
-                });
-            });
-            // nodes copy what they spill before the space can be handed to anyone else: tell them, wait, then free
-            frees.notifyNodes(segments, nodes);
-            nodes.flush();
-            frees.freeAllocators(segments);
+            evictRound(targetBytes, (objects, slot) -> objects.pinned(slot, now) ? -1 : memoryWeight(objects, slot),
+                    freedAndKeys);
+            if (freedAndKeys[0] < targetBytes && index.pinnedBytes() > 0) {
+                // nothing unpinned is left to take: pinned objects go too, least recently read first
+                pinnedEvictions.incrementAndGet();
+                evictRound(targetBytes, Eviction::memoryWeight, freedAndKeys);
+            }
             long freed = freedAndKeys[0];
             long keys = freedAndKeys[1];
             if (keys > 0) {
@@ -171,8 +152,51 @@ public final class Eviction {
         }
     }
 
-    /** What an object weighs for memory eviction: its regions in memory, or -1 if it has none (disk only). */
+    /**
+     * Removes the least recently read objects that {@code weight} does not leave out until
+     * {@code freedAndKeys[0]} reaches {@code targetBytes}; adds to it the bytes freed and to
+     * {@code freedAndKeys[1]} the objects taken. Caller holds the eviction lock.
+     */
+    private void evictRound(long targetBytes, LruCut.Weight weight, long[] freedAndKeys) {
+        LruCut cut = LruCut.find(index, targetBytes - freedAndKeys[0], weight);
+        if (cut == null) {
+            return;
+        }
+        // evict buckets below the cutoff entirely, and the cutoff bucket until the target is met
+        FreeBatch frees = new FreeBatch();
+        FreeBatch.SpillChoice spill = spills::begin;
+        index.forEachShard(shard -> {
+            if (freedAndKeys[0] >= targetBytes) {
+                return;
+            }
+            ObjectTable objects = shard.objects;
+            objects.removeIf(slot -> {
+                if (weight.of(objects, slot) < 0) {
+                    return false;
+                }
+                if (!cut.takes(objects.lastAccess(slot), freedAndKeys[0] >= targetBytes)) {
+                    return false;
+                }
+                // nodes with an SSD tier keep the object there; it comes back as a disk replica (NODE_DISK_ADD)
+                freedAndKeys[0] += frees.addObject(objects, slot, spill);
+                freedAndKeys[1]++;
+                return true;
+            });
+        });
+        // nodes copy what they spill before the space can be handed to anyone else: tell them, wait, then free
+        frees.notifyNodes(segments, nodes);
+        nodes.flush();
+        frees.freeAllocators(segments);
+    }
+
+    /** What an object weighs for memory eviction: its regions in memory (every copy), or -1 if it has none. */
     private static long memoryWeight(ObjectTable objects, int slot) {
-        return objects.diskOnly(slot) ? -1 : objects.regionLength(slot) * objects.replicas(slot);
+        int inMemory = 0;
+        for (int i = 0, n = objects.replicas(slot); i < n; i++) {
+            if (!ObjectTable.onDisk(objects.segment(slot, i))) {
+                inMemory++;
+            }
+        }
+        return inMemory == 0 ? -1 : objects.regionLength(slot) * inMemory;
     }
 }

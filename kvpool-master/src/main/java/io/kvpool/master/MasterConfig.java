@@ -29,11 +29,13 @@ import java.time.Duration;
  * @param term              the leadership term this master serves (docs/architecture.md, "Masters
  *                          elected through etcd"); 0 for a master that is not elected. Not a flag: the
  *                          election sets it for each leadership.
+ * @param maxPinnedFraction most of the memory capacity pinned objects may hold (their regions times
+ *                          their copies); a put asking for a pin past it is stored unpinned, and says so
  */
 public record MasterConfig(String listenHost, int port, int httpPort, Duration nodeTtl, Duration clientTtl,
                            Duration readLease, Duration putTimeout, double highWatermark, double evictionRatio, Size maxValueSize,
                            int defaultReplicas, Duration tickInterval, Duration summaryInterval, Duration frameTimeout,
-                           Limits limits, long term) {
+                           Limits limits, long term, double maxPinnedFraction) {
 
     public static final int DEFAULT_PORT = 50051;
     public static final int DEFAULT_HTTP_PORT = 9003;
@@ -56,6 +58,8 @@ public record MasterConfig(String listenHost, int port, int httpPort, Duration n
     public static final Size DEFAULT_MAX_VALUE_SIZE = Size.ofMiB(256);
     public static final Duration DEFAULT_TICK = Duration.ofMillis(200);
     public static final Duration DEFAULT_SUMMARY_INTERVAL = Duration.ofSeconds(10);
+    /** Pins may hold at most this fraction of the memory capacity. */
+    public static final double DEFAULT_MAX_PINNED = 0.25;
     /** Most replicas an object can have. */
     public static final int MAX_REPLICAS = 8;
 
@@ -81,6 +85,10 @@ public record MasterConfig(String listenHost, int port, int httpPort, Duration n
         if (term < 0) {
             throw new IllegalArgumentException("master: a leadership term is never negative, got " + term);
         }
+        if (!(maxPinnedFraction >= 0 && maxPinnedFraction <= 0.9)) {
+            throw new IllegalArgumentException("master: pinned fraction (--max-pinned) must be in [0, 0.9] (pins must"
+                    + " leave room for unpinned objects), got " + maxPinnedFraction);
+        }
         if (!(highWatermark > 0 && highWatermark <= 1)) {
             throw new IllegalArgumentException("master: eviction high watermark (--eviction-high-watermark) must be in (0, 1], got " + highWatermark);
         }
@@ -102,57 +110,63 @@ public record MasterConfig(String listenHost, int port, int httpPort, Duration n
     public static MasterConfig defaults() {
         return new MasterConfig("0.0.0.0", DEFAULT_PORT, DEFAULT_HTTP_PORT, DEFAULT_NODE_TTL, DEFAULT_CLIENT_TTL, DEFAULT_READ_LEASE,
                 DEFAULT_PUT_TIMEOUT, DEFAULT_HIGH_WATERMARK, DEFAULT_EVICTION_RATIO, DEFAULT_MAX_VALUE_SIZE, 1,
-                DEFAULT_TICK, DEFAULT_SUMMARY_INTERVAL, Duration.ofSeconds(30), Limits.DEFAULT, 0);
+                DEFAULT_TICK, DEFAULT_SUMMARY_INTERVAL, Duration.ofSeconds(30), Limits.DEFAULT, 0, DEFAULT_MAX_PINNED);
     }
 
     public MasterConfig withListen(String host, int rpcPort, int http) {
         return new MasterConfig(host, rpcPort, http, nodeTtl, clientTtl, readLease, putTimeout, highWatermark, evictionRatio,
-                maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term);
+                maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term, maxPinnedFraction);
     }
 
     /** The same configuration for the leadership of {@code t}. */
     public MasterConfig withTerm(long t) {
         return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, readLease, putTimeout, highWatermark,
-                evictionRatio, maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, t);
+                evictionRatio, maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, t, maxPinnedFraction);
     }
 
     public MasterConfig withNodeTtl(Duration d) {
         return new MasterConfig(listenHost, port, httpPort, d, clientTtl, readLease, putTimeout, highWatermark, evictionRatio,
-                maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term);
+                maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term, maxPinnedFraction);
     }
 
     public MasterConfig withPutTimeout(Duration d) {
         return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, readLease, d, highWatermark, evictionRatio,
-                maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term);
+                maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term, maxPinnedFraction);
     }
 
     public MasterConfig withEviction(double watermark, double ratio) {
         return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, readLease, putTimeout, watermark, ratio,
-                maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term);
+                maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term, maxPinnedFraction);
     }
 
     public MasterConfig withReplicas(int n) {
         return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, readLease, putTimeout, highWatermark,
-                evictionRatio, maxValueSize, n, tickInterval, summaryInterval, frameTimeout, limits, term);
+                evictionRatio, maxValueSize, n, tickInterval, summaryInterval, frameTimeout, limits, term, maxPinnedFraction);
     }
 
     public MasterConfig withSummaryInterval(Duration d) {
         return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, readLease, putTimeout, highWatermark,
-                evictionRatio, maxValueSize, defaultReplicas, tickInterval, d, frameTimeout, limits, term);
+                evictionRatio, maxValueSize, defaultReplicas, tickInterval, d, frameTimeout, limits, term, maxPinnedFraction);
     }
 
     public MasterConfig withTickInterval(Duration d) {
         return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, readLease, putTimeout, highWatermark,
-                evictionRatio, maxValueSize, defaultReplicas, d, summaryInterval, frameTimeout, limits, term);
+                evictionRatio, maxValueSize, defaultReplicas, d, summaryInterval, frameTimeout, limits, term, maxPinnedFraction);
     }
 
     public MasterConfig withMaxValueSize(Size s) {
         return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, readLease, putTimeout, highWatermark,
-                evictionRatio, s, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term);
+                evictionRatio, s, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term, maxPinnedFraction);
     }
 
     public MasterConfig withReadLease(Duration d) {
         return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, d, putTimeout, highWatermark,
-                evictionRatio, maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term);
+                evictionRatio, maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term, maxPinnedFraction);
+    }
+
+    public MasterConfig withMaxPinned(double fraction) {
+        return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, readLease, putTimeout, highWatermark,
+                evictionRatio, maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term,
+                fraction);
     }
 }

@@ -108,6 +108,19 @@ public final class MasterMetrics {
         counter("master_eviction_successes_total", "Eviction rounds that freed something", service.eviction().successes::get);
         counter("master_evicted_keys_total", "Objects evicted", service.eviction().evictedKeys::get);
         counter("master_evicted_bytes_total", "Bytes freed by eviction", service.eviction().evictedBytes::get);
+        counter("master_pinned_evictions_total", "Eviction rounds that had to take pinned objects (nothing unpinned left)",
+                service.eviction().pinnedEvictions::get);
+        gauge("master_pinned_bytes", "Region bytes held by pinned objects (times their copies wanted)",
+                service::pinnedBytes);
+        counter("master_pins_refused_total", "Pins asked for and refused at the cap (the objects were stored unpinned)",
+                service.pinsRefused::get);
+        gauge("master_objects_under_replicated", "Objects with fewer copies than their put asked for (at the last repair"
+                + " scan)", service.repair().underReplicated::get);
+        counter("master_repair_copies_total", "Copies made by the background repair", service.repair().copiesMade::get);
+        counter("master_repair_failures_total", "Repair copies that did not land or were dropped at commit",
+                service.repair().copiesFailed::get);
+        counter("master_repair_waits_total", "Times an object below its copies waited for a segment with room",
+                service.repair().noRoom::get);
         counter("master_expired_puts_total", "Puts reclaimed because their writer never completed them",
                 service.expiredPuts::get);
         counter("master_dropped_segments_total", "Segments dropped for silence or replaced by a re-registration",

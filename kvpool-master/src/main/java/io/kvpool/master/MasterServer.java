@@ -38,6 +38,8 @@ public final class MasterServer implements AutoCloseable {
     private final FrameServer rpc;
     private final HttpServer http;
     private final Thread timer;
+    private final Thread repairer;
+    private final BooleanSupplier leading;
     private volatile boolean closed;
 
     public MasterServer(MasterConfig config) throws IOException {
@@ -56,6 +58,7 @@ public final class MasterServer implements AutoCloseable {
     public MasterServer(MasterConfig config, InstantSource clock, RandomGenerator random, BooleanSupplier leading)
             throws IOException {
         this.config = config;
+        this.leading = leading;
         // nodes get as long to acknowledge a removal or reset as a frozen client can make it wait
         this.nodes = new NodeControl(config.limits(), config.readLease(), config.term());
         this.service = MasterService.serving(config, clock, random, nodes);
@@ -79,6 +82,7 @@ public final class MasterServer implements AutoCloseable {
         }
         this.http = h;
         this.timer = Thread.ofPlatform().daemon().name("kvpool-master-timer").start(this::timerLoop);
+        this.repairer = Thread.ofPlatform().daemon().name("kvpool-master-repair").start(this::repairLoop);
         log.info("master listening on {}:{} (metrics on {}), node TTL {}, eviction at {}% freeing {}%",
                 config.listenHost(), rpc.port(), http == null ? "nothing" : "http port " + httpPort(),
                 Durations.format(config.nodeTtl()), Math.round(config.highWatermark() * 100),
@@ -142,6 +146,27 @@ public final class MasterServer implements AutoCloseable {
         }
     }
 
+    /** Runs repair rounds ({@link Repair}) one after another while they find work, else every tick; only while leading. */
+    private void repairLoop() {
+        while (!closed) {
+            int made = 0;
+            try {
+                if (leading.getAsBoolean()) {
+                    made = service.repair().runOnce();
+                }
+            } catch (RuntimeException e) {
+                log.error("master repair round failed", e);
+            }
+            if (made == 0) {
+                try {
+                    Thread.sleep(config.tickInterval());
+                } catch (InterruptedException e) {
+                    return;
+                }
+            }
+        }
+    }
+
     /** Requests counted for an operation (for tests and the summary). */
     public long requests(Opcode op) {
         return metrics.requests(op);
@@ -154,6 +179,7 @@ public final class MasterServer implements AutoCloseable {
         }
         closed = true;
         timer.interrupt();
+        repairer.interrupt();
         service.shutdown();
         try {
             rpc.close();

@@ -103,6 +103,7 @@ public final class MasterService {
     private final Eviction eviction;
     private final Membership membership;
     private final Probes probes;
+    private final Repair repair;
     /** Write leases: ranges writers place objects in without asking, made visible by COMMIT. */
     final WriteLeases writeLeases;
     /** Generations handed to puts; rebuilt objects raise it past theirs ({@link Membership}). */
@@ -145,8 +146,9 @@ public final class MasterService {
         this.spills = new SpillLedger(segments, nodes, clock);
         this.epoch = new Epoch(index, segments, spills);
         this.eviction = new Eviction(config, clock, startMillis, random, index, segments, spills, nodes);
+        this.repair = new Repair(clock, epoch, index, segments, nodes, random);
         this.membership = new Membership(config, clock, epoch, index, segments, spills, leases, nodes, generations,
-                eviction::accessTick);
+                eviction::accessTick, repair::markDirty);
         this.probes = new Probes(index);
         this.writeLeases = new WriteLeases(config, clock, epoch, index, segments, eviction, nodes, generations);
     }
@@ -177,6 +179,11 @@ public final class MasterService {
     /** Eviction rounds and their counters. */
     public Eviction eviction() {
         return eviction;
+    }
+
+    /** Background repair of objects below the copies their put asked for. */
+    Repair repair() {
+        return repair;
     }
 
     /** The probes (exists, prefixMatch, sizes; by key or by digest): they read the index only. */
@@ -233,7 +240,7 @@ public final class MasterService {
         try {
             long ep = epoch.current();
             for (PutStartItem item : req.items()) {
-                results.add(putStartOne(item, req.upsert(), replicas, req.preferredSegment(), ep));
+                results.add(putStartOne(item, req.upsert(), replicas, req.preferredSegment(), req.pinSeconds(), ep));
             }
             return new PutStartReply(ep, config.term(), results);
         } finally {
@@ -242,7 +249,8 @@ public final class MasterService {
     }
 
     /** One item of PUT_START. Caller holds the epoch read lock, and no shard lock (placing may evict). */
-    private PutStartResult putStartOne(PutStartItem item, boolean upsert, int replicas, String preferred, long ep) {
+    private PutStartResult putStartOne(PutStartItem item, boolean upsert, int replicas, String preferred, int pinSeconds,
+                                       long ep) {
         if (item.valueLength() > config.maxValueSize().bytes()) {
             return PutStartResult.of(ResultCode.TOO_LARGE);
         }
@@ -265,6 +273,7 @@ public final class MasterService {
             offsets[i] = placed.get(i).offset();
         }
         long generation = generations.incrementAndGet();
+        long pinUntil = pinUntil(pinSeconds, regionLength * replicas);
         ResultCode code = index.withShard(hash, shard -> {
             // checked again: the key may have been taken while we placed
             if (conditional && refused(shard, item, hash, upsert, ep)) {
@@ -273,7 +282,7 @@ public final class MasterService {
             }
             ObjectIndex.PendingPut superseded = shard.pending.put(new Key(key, hash), new ObjectIndex.PendingPut(
                     item.valueLength(), generation, ep, segIds, offsets, clock.millis() + config.putTimeout().toMillis(),
-                    upsert));
+                    upsert, replicas, pinUntil));
             if (superseded != null) {
                 // an upsert wins over an earlier put of the same key still in flight; that one will find EXPIRED
                 freeRegions(superseded.segments, superseded.offsets,
@@ -289,7 +298,26 @@ public final class MasterService {
         for (int i = 0; i < segIds.length; i++) {
             reps.add(new Replica(segIds[i], offsets[i]));
         }
-        return new PutStartResult(ResultCode.OK, generation, reps);
+        return new PutStartResult(ResultCode.OK, generation, reps, pinUntil != 0);
+    }
+
+    /** Pins asked for and refused because the pool's pins were at their cap. */
+    final AtomicLong pinsRefused = new AtomicLong();
+
+    /**
+     * The deadline of the pin a put asks for ({@code pinSeconds}; {@link PutStart#PIN_FOREVER}: none), or
+     * 0 when it asks for none or the pins would pass their cap ({@link MasterConfig#maxPinnedFraction()}
+     * of the memory capacity; puts in flight at once may pass it by their own size).
+     */
+    private long pinUntil(int pinSeconds, long weight) {
+        if (pinSeconds == 0) {
+            return 0;
+        }
+        if (index.pinnedBytes() + weight > config.maxPinnedFraction() * segments.capacity()) {
+            pinsRefused.incrementAndGet();
+            return 0;
+        }
+        return pinSeconds == PutStart.PIN_FOREVER ? Long.MAX_VALUE : clock.millis() + pinSeconds * 1000L;
     }
 
     /**
@@ -364,7 +392,15 @@ public final class MasterService {
             segments.release(objects, slot);
             objects.replace(slot, p.valueLength, p.generation, tick, segs, offs, kept);
         } else {
-            objects.insert(key, hash, p.valueLength, p.generation, tick, segs, offs, kept);
+            slot = objects.insert(key, hash, p.valueLength, p.generation, tick, segs, offs, kept);
+        }
+        if (p.wanted > kept) {
+            // placed on fewer segments than asked, or a copy failed: the repair makes up for it when it can
+            objects.setWanted(slot, p.wanted);
+            repair.markDirty();
+        }
+        if (p.pinUntil != 0) {
+            objects.pin(slot, p.pinUntil);
         }
         if (p.upsert) {
             upserted.add(key);
@@ -610,6 +646,7 @@ public final class MasterService {
                 return true;
             }));
             writeLeases.expire(now);
+            index.forEachShard(shard -> shard.objects.expirePins(now));
             eviction.onTick();
         } finally {
             epoch.shared().unlock();
@@ -628,6 +665,11 @@ public final class MasterService {
 
     public long capacity() {
         return segments.capacity();
+    }
+
+    /** Region bytes held by pinned objects (times their copies wanted). */
+    public long pinnedBytes() {
+        return index.pinnedBytes();
     }
 
     public long allocated() {

@@ -68,8 +68,13 @@ public final class Membership {
 
     final AtomicLong droppedSegments = new AtomicLong();
 
+    /** Told when objects lost copies or a segment joined: the repair has work, or room for it. */
+    private final Runnable copiesChanged;
+
     Membership(MasterConfig config, InstantSource clock, Epoch epoch, ObjectIndex index, Segments segments,
-               SpillLedger spills, ReadLeases leases, NodeNotifier nodes, AtomicLong generations, IntSupplier accessTick) {
+               SpillLedger spills, ReadLeases leases, NodeNotifier nodes, AtomicLong generations, IntSupplier accessTick,
+               Runnable copiesChanged) {
+        this.copiesChanged = copiesChanged;
         this.config = config;
         this.clock = clock;
         this.epoch = epoch;
@@ -135,6 +140,7 @@ public final class Membership {
                 // still registered: nothing drops a segment while we hold the write lock
                 Segment seg = segments.get(inv.segmentId());
                 seg.active = true;
+                copiesChanged.run(); // room for copies that waited for it
                 log.info("{} active: {} objects, {} bytes used", seg, seg.allocator.allocations(), seg.allocator.used());
             }
             return out;
@@ -275,6 +281,7 @@ public final class Membership {
                     objects.remove(slot);
                 } else {
                     objects.removeReplica(slot, r);
+                    copiesChanged.run();
                 }
                 return ResultCode.OK;
             }));
@@ -356,6 +363,7 @@ public final class Membership {
     private void drop(Segment seg, String why) {
         segments.remove(seg);
         long[] lost = {0};
+        long[] kept = {0};
         index.forEachShard(shard -> {
             ObjectTable objects = shard.objects;
             objects.removeIf(slot -> {
@@ -368,9 +376,13 @@ public final class Membership {
                     return true;
                 }
                 objects.removeReplica(slot, idx);
+                kept[0]++;
                 return false;
             });
         });
+        if (kept[0] > 0) {
+            copiesChanged.run(); // objects that still have a copy get their lost ones back (Repair)
+        }
         nodes.forget(seg);
         droppedSegments.incrementAndGet();
         log.warn("{} dropped ({}): {} objects lost with it", seg, why, lost[0]);

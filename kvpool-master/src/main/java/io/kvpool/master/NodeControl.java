@@ -4,7 +4,9 @@ import io.kvpool.protocol.BodyWriter;
 import io.kvpool.protocol.FrameConnection;
 import io.kvpool.protocol.Limits;
 import io.kvpool.protocol.Opcode;
+import io.kvpool.protocol.ResultCode;
 import io.kvpool.protocol.Tier;
+import io.kvpool.protocol.msg.MasterMessages;
 import io.kvpool.protocol.msg.NodeMessages;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -13,6 +15,7 @@ import java.io.IOException;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collection;
+import java.util.Collections;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -102,6 +105,27 @@ final class NodeControl implements NodeNotifier {
             }));
         }
         awaitAcks(senders, ackWait.toNanos(), "the reset to epoch " + epoch);
+    }
+
+    /** Bound on one NODE_REPLICATE: the source reads up to {@link Repair#MAX_BYTES_PER_CALL} and writes it on. */
+    static final Duration REPLICATE_TIMEOUT = Duration.ofSeconds(60);
+
+    @Override
+    public List<ResultCode> replicate(Segment source, Segment target, long epoch, List<NodeMessages.ReplicateItem> items) {
+        BodyWriter w = new BodyWriter(64 + items.size() * 96);
+        new NodeMessages.Replicate(epoch, term, target.address.host(), target.address.port(), items).write(w);
+        // a connection of its own: a copy may take a while and must not hold up the frees on the channel
+        try (FrameConnection conn = FrameConnection.connect(source.address, CALL_TIMEOUT, limits)) {
+            List<ResultCode> codes = MasterMessages.Codes.read(conn.call(Opcode.NODE_REPLICATE, w, REPLICATE_TIMEOUT).body())
+                    .codes();
+            if (codes.size() != items.size()) {
+                throw new IOException(codes.size() + " results for " + items.size() + " items");
+            }
+            return codes;
+        } catch (IOException | RuntimeException e) {
+            log.warn("repair: {} did not copy {} objects to {} ({})", source, items.size(), target, e.getMessage());
+            return Collections.nCopies(items.size(), ResultCode.FAILED);
+        }
     }
 
     @Override

@@ -1,8 +1,12 @@
 package io.kvpool.master;
 
+import io.kvpool.protocol.ResultCode;
 import io.kvpool.protocol.Tier;
+import io.kvpool.protocol.msg.NodeMessages.ReplicateItem;
 
 import java.util.Collection;
+import java.util.Collections;
+import java.util.List;
 
 /**
  * How the master tells nodes about decisions that change what their regions mean. Frees are
@@ -40,6 +44,16 @@ interface NodeNotifier extends AutoCloseable {
      * learns the epoch from its next heartbeat reply.
      */
     void reset(Collection<Segment> segments, long epoch);
+
+    /**
+     * Asks the node of {@code source} to write these copies to the node of {@code target}
+     * (NODE_REPLICATE under {@code epoch} and this master's term) and waits for it. One code per item;
+     * every item FAILED when the source cannot be reached or does not answer in time. Used by
+     * {@link Repair}; no lock may be held.
+     */
+    default List<ResultCode> replicate(Segment source, Segment target, long epoch, List<ReplicateItem> items) {
+        return Collections.nCopies(items.size(), ResultCode.FAILED);
+    }
 
     /** The segment is gone; drop anything queued for it. */
     void forget(Segment segment);

@@ -4,6 +4,7 @@ import io.kvpool.protocol.BadRequestException;
 
 import java.util.HashMap;
 import java.util.List;
+import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.locks.ReentrantLock;
 import java.util.function.Consumer;
 import java.util.function.Function;
@@ -46,9 +47,20 @@ final class ObjectIndex {
         final long deadlineMillis;
         /** An upsert: its completion invalidates the key for clients that remember where it was. */
         final boolean upsert;
+        /** Copies the put asked for (it may have been placed on fewer). */
+        final int wanted;
+        /** The pin granted: its deadline in epoch millis (Long.MAX_VALUE: until removed), or 0. */
+        final long pinUntil;
 
         PendingPut(long valueLength, long generation, long epoch, int[] segments, long[] offsets, long deadlineMillis,
                    boolean upsert) {
+            this(valueLength, generation, epoch, segments, offsets, deadlineMillis, upsert, segments.length, 0);
+        }
+
+        PendingPut(long valueLength, long generation, long epoch, int[] segments, long[] offsets, long deadlineMillis,
+                   boolean upsert, int wanted, long pinUntil) {
+            this.wanted = wanted;
+            this.pinUntil = pinUntil;
             this.valueLength = valueLength;
             this.generation = generation;
             this.epoch = epoch;
@@ -63,9 +75,13 @@ final class ObjectIndex {
     static final class Shard {
         private final ReentrantLock lock = new ReentrantLock();
         @GuardedBy("lock")
-        final ObjectTable objects = new ObjectTable();
+        final ObjectTable objects;
         @GuardedBy("lock")
         final HashMap<Key, PendingPut> pending = new HashMap<>();
+
+        Shard(AtomicLong poolPinned) {
+            this.objects = new ObjectTable(poolPinned);
+        }
 
         /**
          * Stores a one-copy object: replaces the version at {@code slot} (the key's slot, as looked up
@@ -134,6 +150,8 @@ final class ObjectIndex {
     }
 
     private final Shard[] shards = new Shard[SHARDS];
+    /** Region bytes held by pins over every shard (each shard's table adds its changes). */
+    private final AtomicLong pinnedBytes = new AtomicLong();
     /** All ones, except in tests that force keys into few shards and few hash values. */
     private final int hashMask;
 
@@ -148,7 +166,7 @@ final class ObjectIndex {
     ObjectIndex(int hashMask) {
         this.hashMask = hashMask;
         for (int i = 0; i < SHARDS; i++) {
-            shards[i] = new Shard();
+            shards[i] = new Shard(pinnedBytes);
         }
     }
 
@@ -361,6 +379,11 @@ final class ObjectIndex {
         long[] n = {0};
         forEachShard(s -> n[0] += s.objects.size());
         return n[0];
+    }
+
+    /** Region bytes the pinned objects hold (times their copies wanted), without taking a lock. */
+    long pinnedBytes() {
+        return pinnedBytes.get();
     }
 
     long pendingCount() {

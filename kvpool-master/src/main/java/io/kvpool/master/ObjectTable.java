@@ -5,6 +5,7 @@ import io.kvpool.protocol.ObjectLayout;
 
 import java.util.Arrays;
 import java.util.HashMap;
+import java.util.concurrent.atomic.AtomicLong;
 
 /**
  * One shard's complete objects, stored without an object per entry: primitive arrays whose size
@@ -29,10 +30,11 @@ import java.util.HashMap;
  *  |  1   | key hash (high 32 bits) | last access tick (low 32 bits)           |
  *  |  2   | value length                                                       |
  *  |  3   | generation                                                         |
- *  |  4   | replica count (high 32 bits) | segment id of replica 0 (low 32)   |
+ *  |  4   | copies wanted (bits 40-47) | replica count (bits 32-39) | segment id of replica 0 (low 32) |
  *  |  5   | region offset of replica 0                                         |
  *  +------+--------------------------------------------------------------------+
  *  replicas 1..n-1 (rare): extras.get(slot) = {segment 1, offset 1, segment 2, offset 2, ...}
+ *  pinned objects (rare):  pins.get(slot) = the pin's deadline (epoch millis; Long.MAX_VALUE: no end)
  *
  *  key address (one long):                 key bytes: byte[] slabs of at most 256 KiB, appended to
  *  +--------------+-------------+--------+ +-----------------------------------+-------+-------+
@@ -110,6 +112,25 @@ final class ObjectTable {
     private int size;
     /** Replicas after the first, for the few objects that have more than one. */
     private final HashMap<Integer, long[]> extras = new HashMap<>();
+    /** Pinned objects: slot to the pin's deadline (epoch millis). Few: pins are capped ({@link Pins}). */
+    private final HashMap<Integer, Long> pins = new HashMap<>();
+    /** Region bytes of the pinned objects, times their wanted copies: what the pins hold back from eviction. */
+    private long pinnedBytes;
+    /** The pool's pinned bytes, over every table that shares it (the index's shards). */
+    private final AtomicLong poolPinned;
+
+    ObjectTable() {
+        this(new AtomicLong());
+    }
+
+    ObjectTable(AtomicLong poolPinned) {
+        this.poolPinned = poolPinned;
+    }
+
+    private void addPinned(long delta) {
+        pinnedBytes += delta;
+        poolPinned.addAndGet(delta);
+    }
 
     private byte[][] slabs = new byte[4][];
     private int slabCount;
@@ -312,7 +333,84 @@ final class ObjectTable {
     }
 
     int replicas(int slot) {
-        return (int) (word(slot, SEG) >>> 32);
+        return (int) (word(slot, SEG) >>> 32) & 0xFF;
+    }
+
+    /**
+     * Copies the object's put asked for (at least its replica count once stored; a rebuilt object's
+     * count is the copies the nodes reported). Below it, the object is under-replicated ({@link Repair}).
+     */
+    int wanted(int slot) {
+        return (int) (word(slot, SEG) >>> 40) & 0xFF;
+    }
+
+    /** Raises or lowers the copies wanted (never below 1). */
+    void setWanted(int slot, int wanted) {
+        if (wanted < 1 || wanted > 0xFF) {
+            throw new IllegalArgumentException("copies wanted " + wanted);
+        }
+        long pinned = pins.containsKey(slot) ? regionLength(slot) : 0;
+        addPinned(pinned * (wanted - wanted(slot)));
+        setWord(slot, SEG, (word(slot, SEG) & ~(0xFFL << 40)) | ((long) wanted << 40));
+    }
+
+    /** True when the object has fewer copies than its put asked for. */
+    boolean underReplicated(int slot) {
+        return replicas(slot) < wanted(slot);
+    }
+
+    // ================================================================== pins
+
+    /** Whether the object is pinned with a deadline after {@code nowMillis}. */
+    boolean pinned(int slot, long nowMillis) {
+        if (pins.isEmpty()) {
+            return false;
+        }
+        Long until = pins.get(slot);
+        return until != null && until > nowMillis;
+    }
+
+    /** The pin's deadline, or 0 when the object is not pinned. */
+    long pinnedUntil(int slot) {
+        Long until = pins.get(slot);
+        return until == null ? 0 : until;
+    }
+
+    /** Pins the object until {@code untilMillis} (Long.MAX_VALUE: until removed), or unpins it with 0. */
+    void pin(int slot, long untilMillis) {
+        long weight = regionLength(slot) * wanted(slot);
+        Long was = untilMillis > 0 ? pins.put(slot, untilMillis) : pins.remove(slot);
+        if (was == null && untilMillis > 0) {
+            addPinned(weight);
+        } else if (was != null && untilMillis <= 0) {
+            addPinned(-weight);
+        }
+    }
+
+    /** Region bytes held by pins (each pinned object's region times its wanted copies), expired pins included. */
+    long pinnedBytes() {
+        return pinnedBytes;
+    }
+
+    int pinCount() {
+        return pins.size();
+    }
+
+    /** Drops the pins whose deadline passed; returns how many. */
+    int expirePins(long nowMillis) {
+        if (pins.isEmpty()) {
+            return 0;
+        }
+        int[] n = {0};
+        pins.entrySet().removeIf(e -> {
+            if (e.getValue() > nowMillis) {
+                return false;
+            }
+            addPinned(-regionLength(e.getKey()) * wanted(e.getKey()));
+            n[0]++;
+            return true;
+        });
+        return n[0];
     }
 
     int segment(int slot, int replica) {
@@ -398,9 +496,10 @@ final class ObjectTable {
         return slot;
     }
 
-    /** Replaces an object's version in place (same key): value length, generation and replicas. */
+    /** Replaces an object's version in place (same key): value length, generation and replicas; unpinned. */
     void replace(int slot, long valueLength, long generation, int tick, int[] segs, long[] offs, int n) {
         touch(slot, tick);
+        pin(slot, 0);
         setVersion(slot, valueLength, generation, segs, offs, n);
     }
 
@@ -408,9 +507,12 @@ final class ObjectTable {
         if (n < 1) {
             throw new IllegalArgumentException("an object needs a replica");
         }
+        if (n > 0xFF) {
+            throw new IllegalArgumentException(n + " replicas");
+        }
         setWord(slot, LENGTH, valueLength);
         setWord(slot, GEN, generation);
-        setWord(slot, SEG, ((long) n << 32) | (segs[0] & 0xFFFF_FFFFL));
+        setWord(slot, SEG, ((long) n << 40) | ((long) n << 32) | (segs[0] & 0xFFFF_FFFFL));
         setWord(slot, OFFSET, offs[0]);
         if (n > 1) {
             long[] x = new long[2 * (n - 1)];
@@ -424,14 +526,24 @@ final class ObjectTable {
         }
     }
 
-    /** Appends a replica (a second copy of the same version, found while rebuilding). */
+    /**
+     * Appends a replica (a copy of the same version: found while rebuilding, or made by a repair). The
+     * copies wanted rise with it when it is one more than they were.
+     */
     void addReplica(int slot, int segment, long offset) {
         int n = replicas(slot);
+        if (n >= 0xFF) {
+            throw new IllegalStateException("slot " + slot + " has " + n + " replicas");
+        }
         long[] x = n == 1 ? new long[2] : Arrays.copyOf(extras.get(slot), 2 * n);
         x[2 * (n - 1)] = segment;
         x[2 * (n - 1) + 1] = offset;
         extras.put(slot, x);
-        setWord(slot, SEG, ((long) (n + 1) << 32) | (word(slot, SEG) & 0xFFFF_FFFFL));
+        int wanted = Math.max(wanted(slot), n + 1);
+        if (wanted != wanted(slot)) {
+            setWanted(slot, wanted);
+        }
+        setWord(slot, SEG, ((long) wanted << 40) | ((long) (n + 1) << 32) | (word(slot, SEG) & 0xFFFF_FFFFL));
     }
 
     /** Removes replica {@code replica} of an object that has at least two, keeping the others' order. */
@@ -455,7 +567,7 @@ final class ObjectTable {
             System.arraycopy(x, 2 * drop + 2, y, 2 * drop, x.length - 2 * drop - 2);
             extras.put(slot, y);
         }
-        setWord(slot, SEG, ((long) (n - 1) << 32) | seg0);
+        setWord(slot, SEG, ((long) wanted(slot) << 40) | ((long) (n - 1) << 32) | seg0);
     }
 
     /**
@@ -467,6 +579,7 @@ final class ObjectTable {
             throw new IndexOutOfBoundsException("slot " + slot + " of " + size);
         }
         deleteCell(cellOf(slot));
+        pin(slot, 0);
         liveKeyBytes -= keyLength(slot);
         if (replicas(slot) > 1) {
             extras.remove(slot);
@@ -479,6 +592,10 @@ final class ObjectTable {
                     pages[slot >>> PAGE_SHIFT], (slot & PAGE_MASK) * WORDS, WORDS);
             if (replicas(slot) > 1) {
                 extras.put(slot, extras.remove(last));
+            }
+            Long pin = pins.isEmpty() ? null : pins.remove(last);
+            if (pin != null) {
+                pins.put(slot, pin);
             }
         }
         size = last;
@@ -534,6 +651,8 @@ final class ObjectTable {
         pages = new long[1][];
         size = 0;
         extras.clear();
+        pins.clear();
+        addPinned(-pinnedBytes);
         slabs = new byte[4][];
         slabCount = 0;
         slabPos = 0;
@@ -776,6 +895,16 @@ final class ObjectTable {
                     throw new IllegalStateException("slot " + s + ": extras do not match " + n + " replicas");
                 }
             }
+        }
+        long pinned = 0;
+        for (var e : pins.entrySet()) {
+            if (e.getKey() < 0 || e.getKey() >= size) {
+                throw new IllegalStateException("pin of slot " + e.getKey() + " (size " + size + ")");
+            }
+            pinned += regionLength(e.getKey()) * wanted(e.getKey());
+        }
+        if (pinned != pinnedBytes) {
+            throw new IllegalStateException("pinned bytes " + pinnedBytes + ", counted " + pinned);
         }
         if (multi != extras.size()) {
             throw new IllegalStateException(extras.size() + " extras for " + multi + " multi-replica objects");

@@ -75,6 +75,30 @@ final class Placement {
         return out;
     }
 
+    /**
+     * Reserves a region for one more copy of an object whose copies are on the segments {@code holding}
+     * (ids; some may be gone): on an active segment that holds none, of a host that holds none when one
+     * of those has room. Null when nothing fits (a repair does not evict).
+     */
+    static Placed oneMore(Segments segments, long regionLength, Set<Integer> holding, RandomGenerator random) {
+        Set<String> usedHosts = new HashSet<>();
+        for (int id : holding) {
+            Segment s = segments.get(id);
+            if (s != null) {
+                usedHosts.add(s.address.host());
+            }
+        }
+        List<Segment> otherHosts = new ArrayList<>();
+        List<Segment> sameHosts = new ArrayList<>();
+        for (Segment s : segments.all()) {
+            if (s.active && !holding.contains(s.id)) {
+                (usedHosts.contains(s.address.host()) ? sameHosts : otherHosts).add(s);
+            }
+        }
+        Placed p = otherHosts.isEmpty() ? null : pick(otherHosts, regionLength, random);
+        return p != null || sameHosts.isEmpty() ? p : pick(sameHosts, regionLength, random);
+    }
+
     /** Reserves a region on one of {@code pool}: the better of two random ones, else the emptiest that fits. */
     private static Placed pick(List<Segment> pool, long regionLength, RandomGenerator random) {
         long off;

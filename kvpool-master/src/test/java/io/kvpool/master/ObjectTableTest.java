@@ -1,5 +1,6 @@
 package io.kvpool.master;
 
+import io.kvpool.protocol.ObjectLayout;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.Arguments;
@@ -14,6 +15,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.SplittableRandom;
+import java.util.concurrent.atomic.AtomicLong;
 import java.util.stream.Stream;
 
 import static org.assertj.core.api.Assertions.assertThat;
@@ -63,7 +65,11 @@ class ObjectTableTest {
         final SplittableRandom rnd;
         final List<byte[]> keys = new ArrayList<>();
         final Map<String, Obj> model = new HashMap<>();
-        final ObjectTable table = new ObjectTable();
+        /** The model's pins (key to deadline) and copies wanted, beside {@link #model}. */
+        final Map<String, Long> pins = new HashMap<>();
+        final Map<String, Integer> wanted = new HashMap<>();
+        final AtomicLong poolPinned = new AtomicLong();
+        final ObjectTable table = new ObjectTable(poolPinned);
         int tick;
         long gen = 1_000;
         int steps;
@@ -164,11 +170,32 @@ class ObjectTableTest {
                     assertThat(table.find(k, h)).as("inserted key is found at its slot, %s", at()).isEqualTo(s);
                 }
                 model.put(s(k), new Obj(vl, g, t, reps));
+                pins.remove(s(k));
+                wanted.put(s(k), reps.size());
             } else if (op < (growing ? 60 : 60)) {
                 if (slot >= 0) {
                     table.remove(slot);
-                    model.remove(s(k));
+                    forget(s(k));
                     assertThat(table.find(k, h)).as("removed key is gone, %s", at()).isEqualTo(-1);
+                }
+            } else if (op < 65) {
+                if (slot >= 0) {
+                    switch (rnd.nextInt(3)) {
+                        case 0 -> {
+                            long until = 1 + rnd.nextLong(1L << 50);
+                            table.pin(slot, until);
+                            pins.put(s(k), until);
+                        }
+                        case 1 -> {
+                            table.pin(slot, 0);
+                            pins.remove(s(k));
+                        }
+                        default -> {
+                            int w = 1 + rnd.nextInt(8);
+                            table.setWanted(slot, w);
+                            wanted.put(s(k), w);
+                        }
+                    }
                 }
             } else if (op < 70) {
                 if (slot >= 0) {
@@ -183,6 +210,7 @@ class ObjectTableTest {
                     List<long[]> reps = new ArrayList<>(o.replicas);
                     reps.add(rep);
                     model.put(s(k), new Obj(o.valueLength, o.generation, o.tick, reps));
+                    wanted.merge(s(k), reps.size(), Math::max);
                 }
             } else if (op < 80) {
                 if (slot >= 0 && o.replicas.size() > 1) {
@@ -192,20 +220,28 @@ class ObjectTableTest {
                     reps.remove(idx);
                     model.put(s(k), new Obj(o.valueLength, o.generation, o.tick, reps));
                 }
-            } else if (op < 82) {
+            } else if (op < 81) {
                 scan();
+            } else if (op < 82) {
+                long now = rnd.nextLong(1L << 50);
+                int expired = table.expirePins(now);
+                int before = pins.size();
+                pins.values().removeIf(until -> until <= now);
+                assertThat(expired).as("pins expired, %s", at()).isEqualTo(before - pins.size());
             } else if (op < 83) {
                 table.compactKeys();
             } else if (op == 83 && rnd.nextInt(20) == 0) {
                 table.clear();
                 model.clear();
+                pins.clear();
+                wanted.clear();
             } else if (op == 84 && !growing && rnd.nextInt(5) == 0) {
                 // a mass removal: most of the table goes at once, then it must shrink
                 for (byte[] key : keys) {
                     int s = table.find(key, hash(key));
                     if (s >= 0 && rnd.nextInt(10) != 0) {
                         table.remove(s);
-                        model.remove(s(key));
+                        forget(s(key));
                     }
                 }
             } else if (op < 92) {
@@ -298,7 +334,9 @@ class ObjectTableTest {
             });
             assertThat(visited).as("the scan visits every object, %s", at()).isEqualTo(model.keySet());
             assertThat(removed).as("removed count, %s", at()).isEqualTo(expectedRemoved.size());
-            model.keySet().removeAll(expectedRemoved);
+            for (String k : expectedRemoved) {
+                forget(k);
+            }
             if (kind == 0) {
                 for (String k : model.keySet()) {
                     assertThat(k.startsWith(s(prefix))).as("prefix scan leaves no match, %s", at()).isFalse();
@@ -306,8 +344,16 @@ class ObjectTableTest {
             }
         }
 
+        void forget(String k) {
+            model.remove(k);
+            pins.remove(k);
+            wanted.remove(k);
+        }
+
         void checkSlot(int slot, byte[] k, Obj o) {
             String at = at();
+            assertThat(table.wanted(slot)).as("copies wanted, %s", at).isEqualTo(wanted.get(s(k)));
+            assertThat(table.pinnedUntil(slot)).as("pin, %s", at).isEqualTo(pins.getOrDefault(s(k), 0L));
             assertThat(table.key(slot)).as("key bytes, %s", at).isEqualTo(k);
             assertThat(table.keyLength(slot)).as("key length, %s", at).isEqualTo(k.length);
             assertThat(table.hash(slot)).as("hash, %s", at).isEqualTo(hash(k));
@@ -328,6 +374,13 @@ class ObjectTableTest {
                 throw new AssertionError("invariant broken, " + at() + ": " + e.getMessage(), e);
             }
             assertThat(table.size()).as("size, %s", at()).isEqualTo(model.size());
+            long pinned = 0;
+            for (var e : pins.entrySet()) {
+                Obj o = model.get(e.getKey());
+                pinned += ObjectLayout.regionLength(e.getKey().length(), o.valueLength) * wanted.get(e.getKey());
+            }
+            assertThat(table.pinnedBytes()).as("pinned bytes, %s", at()).isEqualTo(pinned);
+            assertThat(poolPinned.get()).as("the pool's pinned bytes, %s", at()).isEqualTo(pinned);
             Set<String> inTable = new HashSet<>();
             for (int slot = 0; slot < table.size(); slot++) {
                 inTable.add(s(table.key(slot)));

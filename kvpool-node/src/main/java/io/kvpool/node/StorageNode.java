@@ -62,6 +62,8 @@ public final class StorageNode implements AutoCloseable {
     private final DiskTier disk;
     /** Writes by clients on this machine, which copy the values themselves. */
     private final SameMachineWrites sameMachine;
+    /** Copies to other nodes that the master's repair asks for. */
+    private final Replication replication;
     private volatile boolean closed;
 
     public StorageNode(NodeConfig config) throws IOException {
@@ -102,6 +104,7 @@ public final class StorageNode implements AutoCloseable {
             throw e;
         }
         this.disk = d;
+        this.replication = new Replication(name, local, ledger, segment, disk, config.limits());
         this.link = new MasterLink(local, disk, config, masters);
         if (disk != null) {
             disk.onChange(link::wake);
@@ -175,6 +178,7 @@ public final class StorageNode implements AutoCloseable {
                 case NODE_SHM_WRITE_END -> sameMachine.end(req);
                 case NODE_SHM_LEASE -> sameMachine.lease(req);
                 case NODE_SHM_LEASE_WRITE -> sameMachine.leaseWrite(req);
+                case NODE_REPLICATE -> replication.serve(req);
                 default -> throw new MalformedFrameException(FrameStatus.UNKNOWN_OPCODE, req.requestId(),
                         req.opcode().metricName + " is not served by nodes");
             }

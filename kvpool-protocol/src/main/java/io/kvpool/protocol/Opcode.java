@@ -73,7 +73,12 @@ public enum Opcode {
     /** A same-machine writer sets the unwritten part of its write lease aside. Body: {@code NodeMessages.ShmLease}. */
     NODE_SHM_LEASE(0x86, "node_shm_lease"),
     /** Objects copied into that range become readable on the node. Body: {@code NodeMessages.Write}, no payload. */
-    NODE_SHM_LEASE_WRITE(0x87, "node_shm_lease_write");
+    NODE_SHM_LEASE_WRITE(0x87, "node_shm_lease_write"),
+    /**
+     * The master asks a node holding a copy to write it to another node (a repair of an object below
+     * its copies). Body: {@code NodeMessages.Replicate}; reply: one result code per item.
+     */
+    NODE_REPLICATE(0x88, "node_replicate");
 
     private static final Opcode[] BY_CODE = new Opcode[256];
 

@@ -42,11 +42,14 @@ public final class WireVectors {
         out.put("hello", body(w -> new MasterMessages.Hello(MasterMessages.Role.CLIENT, id, "host-1", 4242).write(w)));
         out.put("hello_reply", body(w -> new MasterMessages.HelloReply(77, 3, 512, 256L << 20, 2, 0x0A0B0C0DL).write(w)));
         out.put("ping", body(w -> new MasterMessages.Ping(id).write(w)));
-        out.put("put_start", body(w -> new MasterMessages.PutStart(true, 2, "127.0.0.1:50052", List.of(
+        out.put("put_start", body(w -> new MasterMessages.PutStart(true, 2, "127.0.0.1:50052", 3600, List.of(
                 new MasterMessages.PutStartItem(k1, 1 << 20, 0), new MasterMessages.PutStartItem(k2, 0, 0))).write(w)));
+        out.put("put_start_pin_forever", body(w -> new MasterMessages.PutStart(false, 0, "",
+                MasterMessages.PutStart.PIN_FOREVER, List.of(new MasterMessages.PutStartItem(k1, 7, 0))).write(w)));
         out.put("put_start_reply", body(w -> new MasterMessages.PutStartReply(9, 0x0A0B0C0DL, List.of(
                 new MasterMessages.PutStartResult(ResultCode.OK, 1234, List.of(new Replica(1, Tier.MEMORY, 4096),
-                        new Replica(2, Tier.DISK, 0))),
+                        new Replica(2, Tier.DISK, 0)), true),
+                new MasterMessages.PutStartResult(ResultCode.OK, 1235, List.of(new Replica(3, Tier.MEMORY, 0))),
                 new MasterMessages.PutStartResult(ResultCode.POOL_FULL, 0, List.of()))).write(w)));
         out.put("put_end", body(w -> new MasterMessages.PutEnd(List.of(new MasterMessages.PutEndItem(k1, 1234, 2),
                 new MasterMessages.PutEndItem(k2, -5, -1))).write(w)));
@@ -72,6 +75,9 @@ public final class WireVectors {
         out.put("node_free", body(w -> new NodeMessages.Free(0x0A0B0C0DL, List.of(new NodeMessages.FreeItem(4096, 1234),
                 new NodeMessages.FreeItem(0, 7, Tier.DISK, false), new NodeMessages.FreeItem(64, 9, Tier.MEMORY, true)))
                 .write(w)));
+        out.put("node_replicate", body(w -> new NodeMessages.Replicate(4, 0x0A0B0C0DL, "10.0.0.7", 50053, List.of(
+                new NodeMessages.ReplicateItem(k1, 1234, 1 << 20, Tier.MEMORY, 4096, 8192),
+                new NodeMessages.ReplicateItem(k2, 1235, 0, Tier.DISK, 0, 64))).write(w)));
         out.put("node_reset", body(w -> new NodeMessages.Reset(4, 0x0A0B0C0DL).write(w)));
         out.put("register_reply", body(w -> new MasterMessages.RegisterReply(3, 4, true, 0x0A0B0C0DL).write(w)));
         out.put("removed", body(w -> new MasterMessages.Removed(12, 4).write(w)));

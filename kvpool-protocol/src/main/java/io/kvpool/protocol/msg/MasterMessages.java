@@ -1,5 +1,6 @@
 package io.kvpool.protocol.msg;
 
+import io.kvpool.protocol.BadRequestException;
 import io.kvpool.protocol.BodyReader;
 import io.kvpool.protocol.BodyWriter;
 import io.kvpool.protocol.FrameStatus;
@@ -108,10 +109,28 @@ public final class MasterMessages {
      * @param upsert           replace an existing object instead of reporting ALREADY_EXISTS
      * @param replicas         copies wanted (best effort, on distinct segments)
      * @param preferredSegment segment name to try first, or empty
+     * @param pinSeconds       keep the objects in memory until unpinned ones are gone, for this many
+     *                         seconds ({@link #PIN_FOREVER}: until removed; 0: no pin). Granted while the
+     *                         pool's pins stay under their cap (the reply says so per object)
      */
-    public record PutStart(boolean upsert, int replicas, String preferredSegment, List<PutStartItem> items) {
+    public record PutStart(boolean upsert, int replicas, String preferredSegment, int pinSeconds,
+                           List<PutStartItem> items) {
+        /** A pin that lasts until the object is removed or replaced. */
+        public static final int PIN_FOREVER = -1;
+
+        public PutStart(boolean upsert, int replicas, String preferredSegment, List<PutStartItem> items) {
+            this(upsert, replicas, preferredSegment, 0, items);
+        }
+
+        public PutStart {
+            if (pinSeconds < PIN_FOREVER) {
+                throw new IllegalArgumentException("pin seconds " + pinSeconds + ": 0 (none), a positive count, or "
+                        + PIN_FOREVER + " (until removed)");
+            }
+        }
+
         public void write(BodyWriter w) {
-            w.bool(upsert).u8(replicas).string(preferredSegment).i32(items.size());
+            w.bool(upsert).u8(replicas).string(preferredSegment).i32(pinSeconds).i32(items.size());
             for (PutStartItem it : items) {
                 w.bytes(it.key).i64(it.valueLength).i64(it.ifGeneration);
             }
@@ -121,17 +140,29 @@ public final class MasterMessages {
             boolean upsert = r.bool("upsert");
             int replicas = r.u8("replicas");
             String pref = r.string("preferred segment");
+            int pin = r.i32("pin seconds");
+            if (pin < PIN_FOREVER) {
+                throw new BadRequestException("put_start pin seconds " + pin + ": 0 (none), a positive count, or "
+                        + PIN_FOREVER + " (until removed)");
+            }
             int n = r.count("item count", 19);
             List<PutStartItem> items = new ArrayList<>(n);
             for (int i = 0; i < n; i++) {
                 items.add(new PutStartItem(KeyList.readKey(r), r.length("value length"), r.i64("if generation")));
             }
-            return new PutStart(upsert, replicas, pref, items);
+            return new PutStart(upsert, replicas, pref, pin, items);
         }
     }
 
-    /** Outcome for one key of a PUT_START: where to write it, under which generation. */
-    public record PutStartResult(ResultCode code, long generation, List<Replica> replicas) {
+    /**
+     * Outcome for one key of a PUT_START: where to write it, under which generation, and whether the
+     * pin the put asked for was granted (false when none was asked for).
+     */
+    public record PutStartResult(ResultCode code, long generation, List<Replica> replicas, boolean pinned) {
+        public PutStartResult(ResultCode code, long generation, List<Replica> replicas) {
+            this(code, generation, replicas, false);
+        }
+
         public static PutStartResult of(ResultCode code) {
             return new PutStartResult(code, 0, List.of());
         }
@@ -147,7 +178,7 @@ public final class MasterMessages {
             for (PutStartResult res : results) {
                 w.u8(res.code.code);
                 if (res.code == ResultCode.OK) {
-                    w.i64(res.generation).u8(res.replicas.size());
+                    w.i64(res.generation).u8(res.pinned ? 1 : 0).u8(res.replicas.size());
                     for (Replica rep : res.replicas) {
                         rep.write(w);
                     }
@@ -167,12 +198,13 @@ public final class MasterMessages {
                     continue;
                 }
                 long gen = r.i64("generation");
+                int flags = r.u8("flags");
                 int nr = r.u8("replica count");
                 List<Replica> reps = new ArrayList<>(nr);
                 for (int j = 0; j < nr; j++) {
                     reps.add(Replica.read(r));
                 }
-                out.add(new PutStartResult(code, gen, reps));
+                out.add(new PutStartResult(code, gen, reps, (flags & 1) != 0));
             }
             return new PutStartReply(epoch, term, out);
         }

@@ -1,5 +1,6 @@
 package io.kvpool.protocol.msg;
 
+import io.kvpool.protocol.BadRequestException;
 import io.kvpool.protocol.BodyReader;
 import io.kvpool.protocol.BodyWriter;
 import io.kvpool.protocol.Tier;
@@ -171,6 +172,49 @@ public final class NodeMessages {
 
         public static Reset read(BodyReader r) {
             return new Reset(r.i64("epoch"), r.i64("term"));
+        }
+    }
+
+    /**
+     * One object of a NODE_REPLICATE: the source node's copy (a memory region at {@code offset}, or
+     * its disk-tier copy found by generation) and the region the master reserved for it on the target.
+     */
+    public record ReplicateItem(byte[] key, long generation, long valueLength, Tier tier, long offset,
+                                long targetOffset) {
+    }
+
+    /**
+     * NODE_REPLICATE (master to the node holding a copy): write these objects to the node at
+     * {@code targetHost:targetPort} (a NODE_WRITE of the master's {@code epoch} and {@code term}, so the
+     * target fences it exactly as a client's write). Reply: {@link MasterMessages.Codes}, one per item:
+     * OK once the target stored it; NOT_FOUND when this node no longer holds that copy; the target's
+     * code otherwise (FAILED when it could not be reached).
+     */
+    public record Replicate(long epoch, long term, String targetHost, int targetPort, List<ReplicateItem> items) {
+        public void write(BodyWriter w) {
+            w.i64(epoch).i64(term).string(targetHost).i32(targetPort).i32(items.size());
+            for (ReplicateItem it : items) {
+                w.bytes(it.key).i64(it.generation).i64(it.valueLength).u8(it.tier.code).i64(it.offset)
+                        .i64(it.targetOffset);
+            }
+        }
+
+        public static Replicate read(BodyReader r) {
+            long epoch = r.i64("epoch");
+            long term = r.i64("term");
+            String host = r.string("target host");
+            int port = r.i32("target port");
+            if (port < 1 || port > 65535) {
+                throw new BadRequestException("node_replicate target port " + port
+                        + " is not a TCP port");
+            }
+            int n = r.count("item count", 36);
+            List<ReplicateItem> items = new ArrayList<>(n);
+            for (int i = 0; i < n; i++) {
+                items.add(new ReplicateItem(KeyList.readKey(r), r.i64("generation"), r.length("value length"),
+                        Tier.of(r.u8("tier")), r.length("offset"), r.length("target offset")));
+            }
+            return new Replicate(epoch, term, host, port, items);
         }
     }
 }
