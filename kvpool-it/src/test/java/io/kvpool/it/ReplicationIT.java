@@ -1,0 +1,151 @@
+package io.kvpool.it;
+
+import io.kvpool.client.KvPoolClient;
+import io.kvpool.client.PoolStats;
+import io.kvpool.client.PutOptions;
+import io.kvpool.client.PutStatus;
+import io.kvpool.config.HostPort;
+import io.kvpool.config.Size;
+import io.kvpool.node.StorageNode;
+import io.kvpool.protocol.BodyWriter;
+import io.kvpool.protocol.FrameConnection;
+import io.kvpool.protocol.Limits;
+import io.kvpool.protocol.Opcode;
+import io.kvpool.protocol.RemoteException;
+import io.kvpool.protocol.ResultCode;
+import io.kvpool.protocol.Tier;
+import io.kvpool.protocol.msg.KeyList;
+import io.kvpool.protocol.msg.MasterMessages;
+import io.kvpool.protocol.msg.NodeMessages;
+import io.kvpool.protocol.msg.Replica;
+import org.junit.jupiter.api.Test;
+
+import java.lang.foreign.MemorySegment;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.List;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+
+/**
+ * NODE_REPLICATE, the node-to-node copy the master's repair uses, driven frame by frame against real
+ * nodes: a copy lands byte-exact under the object's generation; a copy the node no longer holds is
+ * NOT_FOUND; an unreachable target is FAILED; the target fences a copy from before a reset; and a node
+ * that follows a newer term refuses the whole frame from an older one.
+ */
+class ReplicationIT {
+
+    private static final Duration T = Duration.ofSeconds(10);
+
+    /** What the master says about a key: its generation, length and first replica. */
+    private record Where(long generation, long length, Replica replica) {
+    }
+
+    private static Where where(InProcessCluster cluster, String key) throws Exception {
+        try (FrameConnection m = FrameConnection.connect(HostPort.parse(cluster.masterAddress()), T, Limits.DEFAULT)) {
+            BodyWriter w = new BodyWriter();
+            new KeyList(List.of(key.getBytes(StandardCharsets.UTF_8))).write(w);
+            MasterMessages.ReplicaList rl = MasterMessages.ReplicaListReply.read(
+                    m.call(Opcode.GET_REPLICA_LIST, w, T).body()).items().getFirst();
+            assertThat(rl.code()).isEqualTo(ResultCode.OK);
+            return new Where(rl.generation(), rl.valueLength(), rl.replicas().getFirst());
+        }
+    }
+
+    private static HostPort address(StorageNode n) {
+        return HostPort.parse(n.name());
+    }
+
+    private static List<ResultCode> replicate(StorageNode source, NodeMessages.Replicate frame) throws Exception {
+        try (FrameConnection c = FrameConnection.connect(address(source), T, Limits.DEFAULT)) {
+            BodyWriter w = new BodyWriter();
+            frame.write(w);
+            return MasterMessages.Codes.read(c.call(Opcode.NODE_REPLICATE, w, T).body()).codes();
+        }
+    }
+
+    private static byte[] read(StorageNode node, long offset, long generation, int length) throws Exception {
+        try (FrameConnection c = FrameConnection.connect(address(node), T, Limits.DEFAULT)) {
+            BodyWriter w = new BodyWriter();
+            new NodeMessages.Read(List.of(new NodeMessages.ReadItem(offset, generation, length))).write(w);
+            FrameConnection.Reply r = c.call(Opcode.NODE_READ, w, T);
+            assertThat(MasterMessages.Codes.read(r.body()).codes()).containsExactly(ResultCode.OK);
+            byte[] out = new byte[length];
+            c.readPayload(MemorySegment.ofArray(out), T);
+            return out;
+        }
+    }
+
+    @Test
+    void aCopyLandsByteExactAndTheNodeChecksWhatItIsAskedToCopy() throws Exception {
+        try (InProcessCluster cluster = new InProcessCluster(2, Size.ofMiB(64));
+             KvPoolClient c = cluster.client()) {
+            StorageNode a = cluster.nodes.get(0);
+            StorageNode b = cluster.nodes.get(1);
+            byte[] value = Payloads.make("rep/a", 1, 10_000);
+            assertThat(c.put("rep/a", value, PutOptions.preferring(a.name()))).isEqualTo(PutStatus.OK);
+            Where w = where(cluster, "rep/a");
+            byte[] key = "rep/a".getBytes(StandardCharsets.UTF_8);
+            long epoch = c.stats().epoch();
+            long target = b.capacity() / 2; // a region nobody uses: the master placed nothing on b yet
+            NodeMessages.ReplicateItem item = new NodeMessages.ReplicateItem(key, w.generation, w.length, Tier.MEMORY,
+                    w.replica.offset(), target);
+
+            assertThat(replicate(a, new NodeMessages.Replicate(epoch, 0, "127.0.0.1", b.port(), List.of(item))))
+                    .containsExactly(ResultCode.OK);
+            assertThat(read(b, target, w.generation, value.length)).isEqualTo(value);
+
+            // a generation the node does not hold, and a key that is not the one stored there
+            NodeMessages.ReplicateItem stale = new NodeMessages.ReplicateItem(key, w.generation + 1, w.length,
+                    Tier.MEMORY, w.replica.offset(), target + (1 << 20));
+            NodeMessages.ReplicateItem otherKey = new NodeMessages.ReplicateItem("rep/b".getBytes(StandardCharsets.UTF_8),
+                    w.generation, w.length, Tier.MEMORY, w.replica.offset(), target + (2 << 20));
+            NodeMessages.ReplicateItem onDisk = new NodeMessages.ReplicateItem(key, w.generation, w.length, Tier.DISK, 0,
+                    target + (3 << 20));
+            assertThat(replicate(a, new NodeMessages.Replicate(epoch, 0, "127.0.0.1", b.port(),
+                    List.of(stale, otherKey, onDisk)))).containsExactly(ResultCode.NOT_FOUND, ResultCode.NOT_FOUND,
+                    ResultCode.NOT_FOUND);
+
+            // a target nobody listens on
+            int closed = ProcessCluster.freePort();
+            assertThat(replicate(a, new NodeMessages.Replicate(epoch, 0, "127.0.0.1", closed, List.of(item))))
+                    .containsExactly(ResultCode.FAILED);
+
+            // the target fences a copy of an epoch older than its own, as it fences a client's write
+            c.removeAll(true);
+            assertThat(replicate(a, new NodeMessages.Replicate(epoch, 0, "127.0.0.1", b.port(), List.of(item))))
+                    .as("the source's copy went with the reset").containsExactly(ResultCode.NOT_FOUND);
+            assertThat(c.put("rep/c", value, PutOptions.preferring(a.name()))).isEqualTo(PutStatus.OK);
+            Where wc = where(cluster, "rep/c");
+            assertThat(replicate(a, new NodeMessages.Replicate(epoch, 0, "127.0.0.1", b.port(), List.of(
+                    new NodeMessages.ReplicateItem("rep/c".getBytes(StandardCharsets.UTF_8), wc.generation, wc.length,
+                            Tier.MEMORY, wc.replica.offset(), target)))))
+                    .as("a copy under the epoch before the reset").containsExactly(ResultCode.FENCED);
+        }
+    }
+
+    @Test
+    void aNodeRefusesCopiesFromAMasterOfAnOlderTerm() throws Exception {
+        try (InProcessCluster cluster = new InProcessCluster(2, Size.ofMiB(64));
+             KvPoolClient c = cluster.client()) {
+            StorageNode a = cluster.nodes.get(0);
+            StorageNode b = cluster.nodes.get(1);
+            byte[] value = Payloads.make("rep/t", 1, 1000);
+            assertThat(c.put("rep/t", value, PutOptions.preferring(a.name()))).isEqualTo(PutStatus.OK);
+            Where w = where(cluster, "rep/t");
+            PoolStats s = c.stats();
+            NodeMessages.ReplicateItem item = new NodeMessages.ReplicateItem("rep/t".getBytes(StandardCharsets.UTF_8),
+                    w.generation, w.length, Tier.MEMORY, w.replica.offset(), b.capacity() / 2);
+            // the node hears of term 7 (a newer leader's frame); the term-0 master is now deposed for it
+            assertThat(replicate(a, new NodeMessages.Replicate(s.epoch(), 7, "127.0.0.1", b.port(), List.of(item))))
+                    .as("b has not heard of term 7 yet: it takes the write and follows term 7 from now on")
+                    .containsExactly(ResultCode.OK);
+            assertThatThrownBy(() -> replicate(a, new NodeMessages.Replicate(s.epoch(), 0, "127.0.0.1", b.port(),
+                    List.of(item)))).isInstanceOf(RemoteException.class).hasMessageContaining("term 0")
+                    .hasMessageContaining("follows term 7");
+            assertThat(a.term()).isEqualTo(7);
+            assertThat(b.term()).isEqualTo(7);
+        }
+    }
+}
