@@ -3,6 +3,8 @@ package io.kvpool.it;
 import io.kvpool.client.ClientConfig;
 import io.kvpool.client.KvPoolClient;
 import io.kvpool.client.PoolStats;
+import io.kvpool.client.PutOptions;
+import io.kvpool.client.PutResult;
 import io.kvpool.client.PutStatus;
 import io.kvpool.config.Size;
 import io.kvpool.node.StorageNode;
@@ -26,6 +28,7 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
+import java.util.concurrent.atomic.AtomicInteger;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 import java.util.stream.Stream;
@@ -136,6 +139,48 @@ class DiskTierIT {
             return metric(cluster, series);
         } catch (Exception e) {
             return 0;
+        }
+    }
+
+    /**
+     * Every copy is accounted for in the SSD tier: an object with two copies, evicted from memory,
+     * goes to both nodes' SSD tiers and is listed with two disk copies; removeAll(force) empties both.
+     */
+    @Test
+    void evictedTwoCopyObjectsKeepBothCopiesOnDiskAndAResetEmptiesEveryTier(@TempDir Path disk) throws Exception {
+        AtomicInteger dirs = new AtomicInteger();
+        try (InProcessCluster cluster = new InProcessCluster(2, Size.ofMiB(8), m -> m,
+                n -> n.withDisk(disk.resolve("node-" + dirs.incrementAndGet()), Size.ofMiB(128)).withPromoteAfter(0)
+                        .withHeartbeatInterval(Duration.ofMillis(200)));
+             KvPoolClient c = cluster.client()) {
+            PutOptions two = PutOptions.DEFAULT.withReplicas(2);
+            Map<String, byte[]> stored = new LinkedHashMap<>();
+            for (int i = 0; i < 48; i++) { // 12 MiB, twice, into 16 MiB of memory
+                String k = "copies/" + i;
+                byte[] v = Payloads.make(k, 1, VALUE - 1000 + i);
+                PutResult r = c.putDetailed(k, v, two);
+                assertThat(r.status()).as(k).isEqualTo(PutStatus.OK);
+                assertThat(r.copies()).as(k).isEqualTo(2);
+                stored.put(k, v);
+            }
+            await("every object is listed again with both copies, in memory or on disk", () -> {
+                PoolStats s = c.stats();
+                long copies = s.segments().stream().mapToLong(g -> g.objects() + g.diskObjects()).sum();
+                return s.keys() == stored.size() && copies == 2L * stored.size();
+            });
+            for (PoolStats.SegmentStats g : c.stats().segments()) {
+                assertThat(g.diskObjects()).as("%s spilled its own copies", g.name()).isPositive();
+            }
+            List<String> keys = new ArrayList<>(stored.keySet());
+            List<Optional<byte[]>> got = c.getBatch(keys);
+            for (int i = 0; i < keys.size(); i++) {
+                byte[] expected = stored.get(keys.get(i));
+                assertThat(got.get(i)).as(keys.get(i)).hasValueSatisfying(b -> assertThat(b).isEqualTo(expected));
+            }
+            assertThat(c.removeAll(true)).isEqualTo(stored.size());
+            await("both SSD tiers are empty", () -> diskObjects(c) == 0);
+            assertThat(c.stats().keys()).isZero();
+            assertThat(c.getBatch(keys)).allSatisfy(v -> assertThat(v).isEmpty());
         }
     }
 

@@ -5,6 +5,7 @@ import io.kvpool.protocol.Tier;
 
 import java.time.InstantSource;
 import java.util.ArrayList;
+import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 
@@ -13,7 +14,8 @@ import java.util.concurrent.ConcurrentHashMap;
  * reported back by the node (NODE_DISK_ADD). Until then such an object is a miss; once reported it
  * is listed again, as a disk replica.
  *
- * <p>Owns the spills in flight, by key: the generation spilled, the segment, and a deadline.
+ * <p>Owns the spills in flight, by key: for each copy on its way (an object with copies on several
+ * nodes spills each to its own node's tier), the generation spilled, the segment, and a deadline.
  *
  * <p>Invariants:
  * <ul>
@@ -40,7 +42,8 @@ final class SpillLedger {
     private record Spill(long generation, int segmentId, long deadlineMillis) {
     }
 
-    private final Map<Key, Spill> inFlight = new ConcurrentHashMap<>();
+    /** By key, the spills of its copies (one per segment); the lists are never changed, only replaced. */
+    private final Map<Key, List<Spill>> inFlight = new ConcurrentHashMap<>();
     private final Segments segments;
     private final NodeNotifier nodes;
     private final InstantSource clock;
@@ -62,8 +65,19 @@ final class SpillLedger {
         if (s == null || !s.tiers.hasDisk()) {
             return false;
         }
-        inFlight.put(new Key(objects.key(slot), objects.hash(slot)),
-                new Spill(objects.generation(slot), segmentId, clock.millis() + TIMEOUT_MILLIS));
+        Spill spill = new Spill(objects.generation(slot), segmentId, clock.millis() + TIMEOUT_MILLIS);
+        inFlight.compute(new Key(objects.key(slot), objects.hash(slot)), (k, was) -> {
+            List<Spill> now = new ArrayList<>();
+            if (was != null) {
+                for (Spill s2 : was) {
+                    if (s2.segmentId != segmentId) {
+                        now.add(s2); // another copy's spill, to another node
+                    }
+                }
+            }
+            now.add(spill);
+            return List.copyOf(now);
+        });
         return true;
     }
 
@@ -73,23 +87,32 @@ final class SpillLedger {
      * replaced on its way to disk, reported twice, or never spilled).
      */
     boolean land(Key key, long generation, int segmentId) {
-        Spill s = inFlight.get(key);
-        if (s == null || s.generation != generation || s.segmentId != segmentId) {
-            return false;
-        }
-        inFlight.remove(key, s);
-        return true;
+        boolean[] landed = {false};
+        inFlight.computeIfPresent(key, (k, was) -> {
+            List<Spill> now = new ArrayList<>(was.size());
+            for (Spill s : was) {
+                if (!landed[0] && s.generation == generation && s.segmentId == segmentId) {
+                    landed[0] = true;
+                } else {
+                    now.add(s);
+                }
+            }
+            return now.isEmpty() ? null : List.copyOf(now);
+        });
+        return landed[0];
     }
 
-    /** Forgets a spill in flight and tells its node to drop the disk copy if it made it there. */
+    /** Forgets the key's spills in flight and tells their nodes to drop the disk copies that made it there. */
     boolean cancel(Key key) {
-        Spill s = inFlight.remove(key);
-        if (s == null) {
+        List<Spill> gone = inFlight.remove(key);
+        if (gone == null) {
             return false;
         }
-        Segment seg = segments.get(s.segmentId);
-        if (seg != null) {
-            nodes.free(seg, 0, s.generation, Tier.DISK, false);
+        for (Spill s : gone) {
+            Segment seg = segments.get(s.segmentId);
+            if (seg != null) {
+                nodes.free(seg, 0, s.generation, Tier.DISK, false);
+            }
         }
         return true;
     }
@@ -107,7 +130,17 @@ final class SpillLedger {
 
     /** Forgets the spills not reported by their deadline. */
     void expire(long nowMillis) {
-        inFlight.values().removeIf(s -> s.deadlineMillis < nowMillis);
+        for (Key k : new ArrayList<>(inFlight.keySet())) {
+            inFlight.computeIfPresent(k, (key, was) -> {
+                List<Spill> now = new ArrayList<>(was.size());
+                for (Spill s : was) {
+                    if (s.deadlineMillis >= nowMillis) {
+                        now.add(s);
+                    }
+                }
+                return now.isEmpty() ? null : List.copyOf(now);
+            });
+        }
     }
 
     /** Forgets every spill (a reset). */
