@@ -5,13 +5,14 @@
 
 from . import etcd
 from .buffers import RawBuffer, as_memoryview
-from .client import MISS, Client, PutStatus
+from .client import MISS, Client, PutResult, PutStatus
 from .errors import KvPoolError, MasterTimeout, MasterUnreachable
+from .protocol import PIN_FOREVER
 from .protocol import VERSION as PROTOCOL_VERSION
 from .protocol import PoolStats, ProtocolError, SegmentStats
 
 __all__ = [
-    "Client", "PutStatus", "MISS", "RawBuffer", "as_memoryview", "KvPoolError", "MasterUnreachable", "MasterTimeout",
+    "Client", "PutStatus", "PutResult", "PIN_FOREVER", "MISS", "RawBuffer", "as_memoryview", "KvPoolError", "MasterUnreachable", "MasterTimeout",
     "ProtocolError", "PoolStats", "SegmentStats", "PROTOCOL_VERSION", "etcd",
 ]
 __version__ = "0.1.0"

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import enum
 import functools
+from dataclasses import dataclass
 import logging
 import os
 import socket
@@ -69,6 +70,29 @@ class PutStatus(enum.Enum):
     """A remove_all(force=True) happened while this put was in flight, so it was discarded."""
     FAILED = "failed"
     """The bytes could not be written (node unreachable or gone, or the reservation expired)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PutResult:
+    """The outcome of a put in full: its status and, for a stored object, how many copies were written
+    against how many were asked for, and whether its pin was granted.
+
+    ``copies`` is 0 unless ``status`` is OK; it is below ``copies_wanted`` when the pool had fewer
+    segments with room, or a node failed during the put: the master makes the missing copies later when
+    there is room (its ``master_objects_under_replicated`` gauge counts such objects meanwhile).
+    ``pinned`` is False when no pin was asked for, or when the pool's pins were at their cap (the object
+    is then stored unpinned).
+    """
+
+    status: PutStatus
+    copies: int
+    copies_wanted: int
+    pinned: bool = False
+
+    @property
+    def under_replicated(self) -> bool:
+        """True for a stored object with fewer copies than asked for."""
+        return self.status == PutStatus.OK and self.copies < self.copies_wanted
 
 
 def _signed64(v: int) -> int:
@@ -124,6 +148,8 @@ class Client:
         self._heard = 0.0  # when the master last heard HELLO or PING from this client
         self.max_value_bytes = p.DEFAULT_MAX_PAYLOAD_BYTES
         self.epoch = 0
+        #: Copies a put makes when it does not say (the master's ``--replicas``), from its HELLO.
+        self.default_replicas = 1
         self._segments: dict[int, SegmentStats] = {}
         self._table_at = 0.0
         self._shm = SharedSegments(shared_memory)
@@ -182,6 +208,7 @@ class Client:
             self._heard = time.monotonic()
             self.max_value_bytes = min(r.max_value_bytes, p.DEFAULT_MAX_PAYLOAD_BYTES)
             self.epoch = r.epoch
+            self.default_replicas = max(1, r.default_replicas)
 
     def _call_master(self, opcode: Opcode, body: bytes, decode: Callable[[bytes], T]) -> T:
         """One master exchange; a pooled connection that turns out dead is replaced once, and with elected
@@ -299,42 +326,67 @@ class Client:
 
     # ---------------------------------------------------------------------------------- puts
 
-    def put(self, key: str, value: Buffer, *, replicas: int = 0, preferred_segment: str | None = None) -> PutStatus:
+    def put(self, key: str, value: Buffer, *, replicas: int = 0, preferred_segment: str | None = None,
+            pin_seconds: int = 0) -> PutStatus:
         """Stores ``value`` under ``key`` unless the key is present (then ``ALREADY_EXISTS``).
 
-        ``replicas`` copies on distinct segments (0: the master's default; best effort, at most 8);
-        ``preferred_segment`` names a segment (``host:port``) for the first copy; by default a segment
-        on this host when there is one.
+        ``replicas`` copies on distinct segments, on distinct hosts while another host has room (0: the
+        master's default; at most 8); a copy that could not be made now is made later by the master's
+        repair (``put_detailed`` says how many were written). ``preferred_segment`` names a segment
+        (``host:port``) for the first copy; by default a segment on this host when there is one.
+        ``pin_seconds`` asks that the object be evicted only after unpinned ones, for that many seconds
+        (``PIN_FOREVER``: until removed or replaced); the master grants pins up to its ``--max-pinned``
+        share of the pool.
         """
-        return self._write([key], [value], False, replicas, preferred_segment, False)[0]
+        return self._write([key], [value], False, replicas, preferred_segment, pin_seconds, False)[0].status
 
-    def upsert(self, key: str, value: Buffer, *, replicas: int = 0, preferred_segment: str | None = None) -> PutStatus:
+    def upsert(self, key: str, value: Buffer, *, replicas: int = 0, preferred_segment: str | None = None,
+               pin_seconds: int = 0) -> PutStatus:
         """Stores ``value`` under ``key``, replacing what is there; once it returns, no reader gets the old value."""
-        return self._write([key], [value], True, replicas, preferred_segment, False)[0]
+        return self._write([key], [value], True, replicas, preferred_segment, pin_seconds, False)[0].status
 
     def put_from(self, key: str, buffer: Buffer, *, replicas: int = 0,
-                 preferred_segment: str | None = None) -> PutStatus:
+                 preferred_segment: str | None = None, pin_seconds: int = 0) -> PutStatus:
         """``put`` from the caller's memory (any buffer, or ``RawBuffer``): the bytes are sent from it directly."""
-        return self.put(key, buffer, replicas=replicas, preferred_segment=preferred_segment)
+        return self.put(key, buffer, replicas=replicas, preferred_segment=preferred_segment, pin_seconds=pin_seconds)
 
     def put_batch(self, keys: Sequence[str], values: Sequence[Buffer], *, replicas: int = 0,
-                  preferred_segment: str | None = None) -> list[PutStatus]:
+                  preferred_segment: str | None = None, pin_seconds: int = 0) -> list[PutStatus]:
         """Puts many keys with one reservation, one write per node and one completion: a status per key."""
-        return self._write(keys, values, False, replicas, preferred_segment, True)
+        return [r.status for r in self._write(keys, values, False, replicas, preferred_segment, pin_seconds, True)]
 
     def upsert_batch(self, keys: Sequence[str], values: Sequence[Buffer], *, replicas: int = 0,
-                     preferred_segment: str | None = None) -> list[PutStatus]:
+                     preferred_segment: str | None = None, pin_seconds: int = 0) -> list[PutStatus]:
         """``upsert`` for many keys: a status per key."""
-        return self._write(keys, values, True, replicas, preferred_segment, True)
+        return [r.status for r in self._write(keys, values, True, replicas, preferred_segment, pin_seconds, True)]
 
     put_from_batch = put_batch
 
+    def put_detailed(self, key: str, value: Buffer, *, replicas: int = 0, preferred_segment: str | None = None,
+                     pin_seconds: int = 0) -> PutResult:
+        """``put``, reporting the copies written against those asked for, and whether the pin was granted."""
+        return self._write([key], [value], False, replicas, preferred_segment, pin_seconds, False)[0]
+
+    def upsert_detailed(self, key: str, value: Buffer, *, replicas: int = 0, preferred_segment: str | None = None,
+                        pin_seconds: int = 0) -> PutResult:
+        """``upsert``, reporting as ``put_detailed`` does."""
+        return self._write([key], [value], True, replicas, preferred_segment, pin_seconds, False)[0]
+
+    def put_batch_detailed(self, keys: Sequence[str], values: Sequence[Buffer], *, upsert: bool = False,
+                           replicas: int = 0, preferred_segment: str | None = None,
+                           pin_seconds: int = 0) -> list[PutResult]:
+        """``put_batch`` (or ``upsert_batch`` with ``upsert=True``), a ``PutResult`` per key."""
+        return self._write(keys, values, upsert, replicas, preferred_segment, pin_seconds, True)
+
     def _write(self, keys: Sequence[str], values: Sequence[Buffer], upsert: bool, replicas: int,
-               preferred: str | None, batch: bool) -> list[PutStatus]:
+               preferred: str | None, pin_seconds: int, batch: bool) -> list[PutResult]:
         if len(keys) != len(values):
             raise ValueError(f"{len(keys)} keys but {len(values)} values")
         if not 0 <= replicas <= 255:
             raise ValueError(f"replicas must be 0..8 (0 = the master's default), got {replicas}")
+        if not p.PIN_FOREVER <= pin_seconds <= 0x7FFFFFFF:
+            raise ValueError(f"pin_seconds must be 0 (no pin), a positive number of seconds or PIN_FOREVER (-1), "
+                             f"got {pin_seconds}")
         kb = p.encode_keys_checked(keys)
         views = [as_memoryview(v, what=f"value for key {p.abbreviate(k)!r}") for k, v in zip(keys, values)]
         for k, v in zip(keys, views):
@@ -342,17 +394,28 @@ class Client:
                 raise ValueError(f"value for key {p.abbreviate(k)!r} has {v.nbytes} bytes; the master accepts at "
                                  f"most {self.max_value_bytes}")
         status: list[PutStatus] = [PutStatus.FAILED] * len(keys)
+        copies = [0] * len(keys)
+        pinned = [False] * len(keys)
         pref = self._preferred(preferred)
         for start in range(0, len(keys), p.MAX_KEYS_PER_FRAME):
             self._write_chunk(kb, views, start, min(len(keys), start + p.MAX_KEYS_PER_FRAME), upsert, replicas,
-                              pref, batch, status)
-        return status
+                              pin_seconds, pref, batch, status, copies, pinned)
+        wanted = replicas or self.default_replicas
+        out = []
+        for i, st in enumerate(status):
+            ok = st == PutStatus.OK
+            out.append(PutResult(st, copies[i] if ok else 0, wanted, ok and pinned[i]))
+            if ok and copies[i] < wanted:
+                log.debug("kvpool: put of %r wrote %d of %d copies; the master repairs it when there is room",
+                          p.abbreviate(kb[i]), copies[i], wanted)
+        return out
 
     def _write_chunk(self, kb: list[bytes], views: list[memoryview], lo: int, hi: int, upsert: bool, replicas: int,
-                     preferred: str, batch: bool, status: list[PutStatus]) -> None:
+                     pin_seconds: int, preferred: str, batch: bool, status: list[PutStatus], copies: list[int],
+                     pinned: list[bool]) -> None:
         items = [(kb[i], views[i].nbytes) for i in range(lo, hi)]
         epoch, term, results = self._call_master(Opcode.BATCH_PUT_START if batch else Opcode.PUT_START,
-                                           p.encode_put_start(upsert, replicas, preferred, items),
+                                           p.encode_put_start(upsert, replicas, preferred, items, pin_seconds),
                                            p.decode_put_start_reply)
         if len(results) != hi - lo:
             raise p.ProtocolError(f"PUT_START reply has {len(results)} results for {hi - lo} items")
@@ -407,6 +470,8 @@ class Client:
             else:
                 ends.append((kb[lo + j], r.generation, _signed64(failed[j] & ((1 << 64) - 1))))
                 end_idx.append(lo + j)
+                copies[lo + j] = len(r.replicas) - bin(failed[j] & everything).count("1")
+                pinned[lo + j] = r.pinned
         if revokes:
             try:
                 self._call_master(Opcode.BATCH_PUT_REVOKE if batch or len(revokes) > 1 else Opcode.PUT_REVOKE,

@@ -26,7 +26,7 @@ from typing import Iterable, Sequence
 
 from .errors import KvPoolError
 
-VERSION = 6
+VERSION = 7
 MAGIC = 0x504B
 HEADER = struct.Struct("<HBBBBHQIIQ")
 HEADER_BYTES = HEADER.size  # 32
@@ -42,6 +42,11 @@ MAX_KEYS_PER_FRAME = 16_384
 MAX_ITEMS_PER_NODE_FRAME = 4_096
 
 ROLE_CLIENT = 0
+
+#: PUT_START pin seconds (section 4.5): a pin that lasts until the object is removed or replaced.
+PIN_FOREVER = -1
+#: PUT_START reply flags of an OK result: the master granted the pin asked for.
+PUT_FLAG_PINNED = 0x01
 
 TIER_MEMORY = 0
 TIER_DISK = 1
@@ -399,9 +404,13 @@ def _code(r: BodyReader) -> ResultCode:
         raise ProtocolError(f"{r.what}: unknown result code {v}") from None
 
 
-def encode_put_start(upsert: bool, replicas: int, preferred: str, items: Sequence[tuple[bytes, int]]) -> bytes:
-    """PUT_START (section 4.5): items are (key, value length); no generation condition."""
-    w = BodyWriter().boolean(upsert).u8(replicas).string(preferred).i32(len(items))
+def encode_put_start(upsert: bool, replicas: int, preferred: str, items: Sequence[tuple[bytes, int]],
+                     pin_seconds: int = 0) -> bytes:
+    """PUT_START (section 4.5): items are (key, value length); no generation condition. ``pin_seconds``:
+    0 no pin, a positive count of seconds, or ``PIN_FOREVER``."""
+    if not PIN_FOREVER <= pin_seconds <= 0x7FFFFFFF:
+        raise ValueError(f"pin_seconds must be 0 (none), 1..{0x7FFFFFFF} or PIN_FOREVER (-1), got {pin_seconds}")
+    w = BodyWriter().boolean(upsert).u8(replicas).string(preferred).i32(pin_seconds).i32(len(items))
     for k, length in items:
         w.bstr(k).i64(length).i64(0)
     return w.bytes()
@@ -412,6 +421,8 @@ class PutStartResult:
     code: ResultCode
     generation: int = 0
     replicas: tuple[Replica, ...] = ()
+    pinned: bool = False
+    """The master granted the pin the put asked for."""
 
 
 def decode_put_start_reply(body: bytes) -> tuple[int, int, list[PutStartResult]]:
@@ -423,7 +434,9 @@ def decode_put_start_reply(body: bytes) -> tuple[int, int, list[PutStartResult]]
     for _ in range(r.count("result count", 1)):
         code = _code(r)
         if code == ResultCode.OK:
-            out.append(PutStartResult(code, r.i64("generation"), _replicas(r)))
+            gen = r.i64("generation")
+            flags = r.u8("flags")
+            out.append(PutStartResult(code, gen, _replicas(r), bool(flags & PUT_FLAG_PINNED)))
         else:
             out.append(PutStartResult(code))
     r.done()

@@ -79,8 +79,9 @@ class Pool:
             except kvpool.KvPoolError as e:
                 last = e
             time.sleep(0.1)
+        tail = self.log.read_text(errors="replace")[-2000:]  # before stop() removes the directory
         self.stop()
-        raise RuntimeError(f"pool at {self.master} not ready in {timeout}s ({last}): {self.log.read_text()[-2000:]}")
+        raise RuntimeError(f"pool at {self.master} not ready in {timeout}s ({last}): {tail}")
 
     def stop(self) -> None:
         if self.proc.poll() is None:

@@ -426,6 +426,35 @@ def test_replicate_config(store: MooncakeDistributedStore, client: kvpool.Client
         ReplicateConfig(no_such_field=1)
 
 
+@pytest.mark.parametrize("fields,kwargs", [
+    ({}, {"replicas": 1}),
+    ({"replica_num": 2}, {"replicas": 2}),
+    ({"with_hard_pin": True}, {"replicas": 1, "pin_seconds": kvpool.PIN_FOREVER}),
+    ({"with_hard_pin": True, "with_soft_pin": True}, {"replicas": 1, "pin_seconds": kvpool.PIN_FOREVER}),
+    ({"with_soft_pin": True}, {"replicas": 1, "pin_seconds": 1800}),  # Mooncake's default soft pin TTL
+    ({"soft_pin_action": mc.SoftPinAction.ENABLE}, {"replicas": 1, "pin_seconds": 1800}),
+    ({"soft_pin_action": mc.SoftPinAction.ENABLE, "soft_pin_ttl_ms": 1}, {"replicas": 1, "pin_seconds": 1}),
+    ({"with_soft_pin": True, "soft_pin_ttl_ms": 90_001}, {"replicas": 1, "pin_seconds": 91}),
+    ({"soft_pin_action": mc.SoftPinAction.DISABLE}, {"replicas": 1}),
+    ({"soft_pin_action": mc.SoftPinAction.PRESERVE, "replica_num": 3}, {"replicas": 3}),
+])
+def test_replicate_config_maps_onto_copies_and_pins(fields: dict[str, Any], kwargs: dict[str, Any]) -> None:
+    from kvpool.mooncake.transfer import _replication
+    assert _replication(ReplicateConfig(**fields), "put") == (0, kwargs)
+
+
+@pytest.mark.parametrize("fields", [
+    {"soft_pin_ttl_ms": 5000},  # a TTL without a soft pin (Mooncake: invalid params)
+    {"soft_pin_action": mc.SoftPinAction.DISABLE, "soft_pin_ttl_ms": 5000},
+    {"with_soft_pin": True, "soft_pin_ttl_ms": 0},
+    {"with_soft_pin": True, "soft_pin_ttl_ms": -5},
+    {"with_soft_pin": True, "soft_pin_ttl_ms": "10s"},
+])
+def test_replicate_config_pins_that_are_refused(fields: dict[str, Any]) -> None:
+    from kvpool.mooncake.transfer import _replication
+    assert _replication(ReplicateConfig(**fields), "put") == (INVALID, {})
+
+
 # ----------------------------------------------------------------------------- master failures
 
 def test_health_check_and_codes_with_master_stopped() -> None:
@@ -496,6 +525,16 @@ class FakeClient:
 
     def close(self) -> None:
         pass
+
+
+def test_the_store_hands_copies_and_pins_to_the_client() -> None:
+    fake = FakeClient(kvpool.PutStatus.OK)
+    s = _fake_store(fake)
+    assert s.put("a", b"v", ReplicateConfig(replica_num=2, with_soft_pin=True, soft_pin_ttl_ms=2500)) == 0
+    assert s.batch_put_from(["b", "c"], [addr(rand(8))] * 2, [8, 8], ReplicateConfig(with_hard_pin=True)) == [0, 0]
+    assert s.upsert("d", b"v") == 0
+    assert [kw for _, _, kw in fake.calls] == [{"replicas": 2, "pin_seconds": 3},
+                                               {"replicas": 1, "pin_seconds": kvpool.PIN_FOREVER}, {"replicas": 1}]
 
 
 def _fake_store(fake: FakeClient) -> MooncakeDistributedStore:

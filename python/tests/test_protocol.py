@@ -66,7 +66,9 @@ def test_header_example_in_the_document() -> None:
 def test_request_bodies_equal_java(java_vectors: dict[str, str]) -> None:
     assert p.encode_hello(ID, "host-1", 4242) == vec(java_vectors, "hello")
     assert p.encode_ping(ID) == vec(java_vectors, "ping")
-    assert p.encode_put_start(True, 2, "127.0.0.1:50052", [(K1, 1 << 20), (K2, 0)]) == vec(java_vectors, "put_start")
+    assert p.encode_put_start(True, 2, "127.0.0.1:50052", [(K1, 1 << 20), (K2, 0)], 3600) == \
+        vec(java_vectors, "put_start")
+    assert p.encode_put_start(False, 0, "", [(K1, 7)], p.PIN_FOREVER) == vec(java_vectors, "put_start_pin_forever")
     assert p.encode_put_end([(K1, 1234, 2), (K2, -5, -1)]) == vec(java_vectors, "put_end")
     assert p.encode_keys([K1, K2]) == vec(java_vectors, "keys")
     assert p.BodyWriter().bstr(K1).bytes() == vec(java_vectors, "prefix")
@@ -85,6 +87,9 @@ def test_request_bodies_equal_java(java_vectors: dict[str, str]) -> None:
             .i64(0).i64(7).u8(1).boolean(False).i64(64).i64(9).u8(0).boolean(True).bytes()) == vec(java_vectors, "node_free")
     assert p.BodyWriter().i64(4).i64(0x0A0B0C0D).bytes() == vec(java_vectors, "node_reset")
     assert (p.BodyWriter().i32(3).i64(4).boolean(True).i64(0x0A0B0C0D).bytes()) == vec(java_vectors, "register_reply")
+    assert (p.BodyWriter().i64(4).i64(0x0A0B0C0D).string("10.0.0.7").i32(50053).i32(2)
+            .bstr(K1).i64(1234).i64(1 << 20).u8(p.TIER_MEMORY).i64(4096).i64(8192)
+            .bstr(K2).i64(1235).i64(0).u8(p.TIER_DISK).i64(0).i64(64).bytes()) == vec(java_vectors, "node_replicate")
 
 
 def test_reply_bodies_decode(java_vectors: dict[str, str]) -> None:
@@ -94,7 +99,8 @@ def test_reply_bodies_decode(java_vectors: dict[str, str]) -> None:
     assert p.decode_write_lease(vec(java_vectors, "write_lease_refused")) == p.WriteLease(p.ResultCode.POOL_FULL)
     epoch, term, results = p.decode_put_start_reply(vec(java_vectors, "put_start_reply"))
     assert (epoch, term) == (9, 0x0A0B0C0D)
-    assert results == [p.PutStartResult(p.ResultCode.OK, 1234, (p.Replica(1, 0, 4096), p.Replica(2, 1, 0))),
+    assert results == [p.PutStartResult(p.ResultCode.OK, 1234, (p.Replica(1, 0, 4096), p.Replica(2, 1, 0)), True),
+                       p.PutStartResult(p.ResultCode.OK, 1235, (p.Replica(3, 0, 0),), False),
                        p.PutStartResult(p.ResultCode.POOL_FULL)]
     assert p.decode_codes(vec(java_vectors, "codes"), "codes") == list(p.ResultCode)
     assert p.decode_replica_lists(vec(java_vectors, "replica_lists")) == [
@@ -140,6 +146,13 @@ def test_header_checks() -> None:
         p.decode_codes(b"\x01\x00\x00\x00\x0a", "codes")
     with pytest.raises(p.ProtocolError, match="does not fit"):
         p.decode_codes(b"\xff\xff\xff\x7f", "codes")
+
+
+def test_pin_seconds_are_checked_before_sending() -> None:
+    for bad in (-2, 1 << 31):
+        with pytest.raises(ValueError, match="pin_seconds"):
+            p.encode_put_start(False, 1, "", [(K1, 1)], bad)
+    assert p.encode_put_start(False, 1, "", [(K1, 1)], (1 << 31) - 1)
 
 
 def test_key_limits() -> None:

@@ -60,7 +60,9 @@ _NOT_SUPPORTED = int(ErrorCode.NOT_SUPPORTED)
 
 
 class SoftPinAction(enum.IntEnum):
-    """Mooncake's ``SoftPinAction`` (accepted, ignored: kvpool has no pinning)."""
+    """Mooncake's ``SoftPinAction``: ENABLE asks for a soft pin (a kvpool pin of ``soft_pin_ttl_ms``, else
+    30 minutes); PRESERVE and DISABLE ask for none (a kvpool pin belongs to the object it was put with, so
+    an upsert without one leaves the new value unpinned)."""
 
     PRESERVE = 0
     ENABLE = 1

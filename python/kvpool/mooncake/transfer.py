@@ -3,11 +3,16 @@ staging windows, reads scattered out of them, and the replication settings a put
 
 from __future__ import annotations
 
+import math
 from typing import Any, Optional, Sequence
 
 from ..buffers import RawBuffer
+from ..protocol import PIN_FOREVER
 from .args import _MAX_KEY_BYTES, Pieces, _buffer_address, _key_ok, _memmove, _pieces_ok
 from .codes import _INVALID, _NOT_FOUND, _OK, _code_for, _put_code, _warn_once, log
+
+#: A soft pin without ``soft_pin_ttl_ms`` lasts this long (Mooncake's ``default_kv_soft_pin_ttl``, 30 minutes).
+DEFAULT_SOFT_PIN_SECONDS = 30 * 60
 
 #: Gathered values (multi-buffer puts and gets) are staged in sub-batches of at most this many bytes.
 STAGING_BATCH_BYTES = 64 << 20
@@ -41,10 +46,12 @@ def _replication(config: Any, what: str) -> tuple[int, dict[str, Any]]:
     if nof or dfs:
         _warn_once("nofdfs", "kvpool.mooncake: nof_replica_num/dfs_replica_num ignored: kvpool keeps memory "
                    "replicas (and its nodes' own disk tier)")
-    if getattr(config, "with_hard_pin", False) or int(getattr(config, "soft_pin_action", 0) or 0) or \
-            getattr(config, "soft_pin_ttl_ms", None) is not None:
-        _warn_once("pin", "kvpool.mooncake: hard/soft pinning ignored: kvpool evicts by its own policy")
+    pin = _pin_seconds(config, what)
+    if pin is None:
+        return _INVALID, {}
     kw: dict[str, Any] = {"replicas": max(1, min(replica_num, 255))}
+    if pin:
+        kw["pin_seconds"] = pin
     preferred = getattr(config, "preferred_segment", "") or ""
     if not preferred:
         segs = getattr(config, "preferred_segments", None) or []
@@ -52,6 +59,31 @@ def _replication(config: Any, what: str) -> tuple[int, dict[str, Any]]:
     if preferred:
         kw["preferred_segment"] = str(preferred)
     return _OK, kw
+
+
+def _pin_seconds(config: Any, what: str) -> Optional[int]:
+    """The kvpool pin of a ReplicateConfig: 0 none, seconds, or PIN_FOREVER; None (logged) when invalid.
+
+    ``with_hard_pin`` pins until the object is removed or replaced. A soft pin (``with_soft_pin``, or
+    ``soft_pin_action == ENABLE``) lasts ``soft_pin_ttl_ms`` rounded up to whole seconds, else 30 minutes;
+    a TTL without a soft pin is invalid, as in Mooncake. kvpool pins differ from Mooncake's in two ways:
+    a pinned object is still evicted once nothing unpinned is left (never a failed put), and reading it
+    does not extend the pin.
+    """
+    if getattr(config, "with_hard_pin", False):
+        return PIN_FOREVER
+    action = int(getattr(config, "soft_pin_action", 0) or 0)
+    soft = bool(getattr(config, "with_soft_pin", False)) or action == 1  # SoftPinAction.ENABLE
+    ttl = getattr(config, "soft_pin_ttl_ms", None)
+    if ttl is None:
+        return DEFAULT_SOFT_PIN_SECONDS if soft else 0
+    if not soft:
+        log.error("kvpool.mooncake %s: soft_pin_ttl_ms is set but the soft pin is not enabled", what)
+        return None
+    if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl <= 0:
+        log.error("kvpool.mooncake %s: soft_pin_ttl_ms must be a positive number of milliseconds, got %r", what, ttl)
+        return None
+    return min(math.ceil(ttl / 1000), 0x7FFFFFFF)
 
 
 # ------------------------------------------------------------------------------------------ writes
