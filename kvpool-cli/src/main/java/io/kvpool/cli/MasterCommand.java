@@ -46,10 +46,13 @@ final class MasterCommand implements Callable<Integer> {
     @Mixin
     MasterOptions options;
 
+    @Mixin
+    ConnectionLimitOptions connections;
+
     @Override
     public Integer call() throws Exception {
         CountDownLatch stop = new CountDownLatch(1);
-        MasterConfig config = options.toConfig(host);
+        MasterConfig config = options.toConfig(host, connections);
         AutoCloseable running;
         if (etcd != null) {
             String advertise = advertiseHost != null ? advertiseHost

@@ -54,10 +54,10 @@ final class MasterOptions {
     Duration summaryInterval = MasterConfig.DEFAULT_SUMMARY_INTERVAL;
 
     /** Builds the typed config; a bad combination raises IllegalArgumentException naming the field. */
-    MasterConfig toConfig(String listenHost) {
+    MasterConfig toConfig(String listenHost, ConnectionLimitOptions connections) {
         MasterConfig d = MasterConfig.defaults();
         return new MasterConfig(listenHost, port, httpPort, nodeTtl, d.clientTtl(), readLease, putTimeout, highWatermark,
-                evictionRatio, maxValueSize, replicas, d.tickInterval(), summaryInterval, d.frameTimeout(), d.limits(), 0,
-                maxPinned);
+                evictionRatio, maxValueSize, replicas, d.tickInterval(), summaryInterval, d.frameTimeout(),
+                connections.apply(d.limits()), 0, maxPinned);
     }
 }

@@ -35,10 +35,13 @@ final class NodeCommand implements Callable<Integer> {
     @Mixin
     NodeOptions options;
 
+    @Mixin
+    ConnectionLimitOptions connections;
+
     @Override
     public Integer call() throws Exception {
         CountDownLatch stop = new CountDownLatch(1);
-        StorageNode node = new StorageNode(options.toConfig(master, host, port, advertiseHost));
+        StorageNode node = new StorageNode(options.toConfig(master, host, port, advertiseHost, connections));
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
             node.close();
             stop.countDown();

@@ -51,11 +51,12 @@ final class NodeOptions {
                     + " keeps the objects in it that verify.")
     boolean noAdoptSegment;
 
-    NodeConfig toConfig(MasterAddress master, String listenHost, int port, String advertiseHost) {
+    NodeConfig toConfig(MasterAddress master, String listenHost, int port, String advertiseHost,
+                        ConnectionLimitOptions connections) {
         NodeConfig d = NodeConfig.defaults(master, segmentSize);
         Path shm = "none".equalsIgnoreCase(shmDir) ? null : Path.of(shmDir);
         return new NodeConfig(master, listenHost, port, advertiseHost, segmentSize, shm, heartbeatInterval,
-                d.regionWait(), d.frameTimeout(), verifyWrites, d.limits(), !noPrefault, diskDir, diskSize, promoteAfter,
+                d.regionWait(), d.frameTimeout(), verifyWrites, connections.apply(d.limits()), !noPrefault, diskDir, diskSize, promoteAfter,
                 !noAdoptSegment);
     }
 }

@@ -29,11 +29,15 @@ final class ServeCommand implements Callable<Integer> {
     @Mixin
     NodeOptions nodeOptions;
 
+    /** The same limits for the master's port and the node's. */
+    @Mixin
+    ConnectionLimitOptions connections;
+
     @Override
     public Integer call() throws Exception {
         CountDownLatch stop = new CountDownLatch(1);
-        EmbeddedPool pool = new EmbeddedPool(masterOptions.toConfig(host),
-                master -> nodeOptions.toConfig(MasterAddress.of(master), host, nodePort, host));
+        EmbeddedPool pool = new EmbeddedPool(masterOptions.toConfig(host, connections),
+                master -> nodeOptions.toConfig(MasterAddress.of(master), host, nodePort, host, connections));
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
             pool.close();
             stop.countDown();

@@ -9,10 +9,6 @@ import io.kvpool.client.PutStatus;
 import org.junit.jupiter.api.Test;
 
 import java.lang.foreign.MemorySegment;
-import java.net.URI;
-import java.net.http.HttpClient;
-import java.net.http.HttpRequest;
-import java.net.http.HttpResponse;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Comparator;
@@ -23,8 +19,6 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicLong;
-import java.util.regex.Matcher;
-import java.util.regex.Pattern;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
@@ -45,16 +39,6 @@ class NodeLossIT {
             out.add(MemorySegment.ofArray(FailoverIT.valueOf(k)));
         }
         return out;
-    }
-
-    private static double metric(ProcessCluster cluster, String name) throws Exception {
-        String body = HttpClient.newHttpClient().send(HttpRequest.newBuilder(URI.create(
-                "http://127.0.0.1:" + cluster.httpPort + "/metrics")).build(), HttpResponse.BodyHandlers.ofString()).body();
-        Matcher m = Pattern.compile("(?m)^" + name + " (\\S+)$").matcher(body);
-        if (!m.find()) {
-            throw new AssertionError(name + " not exported; metrics:\n" + body);
-        }
-        return Double.parseDouble(m.group(1));
     }
 
     private static KvPoolClient client(ProcessCluster cluster) {
@@ -118,15 +102,15 @@ class NodeLossIT {
                 ProcessCluster.awaitStats(c, s -> s.segments().size() == 2, "the killed node dropped");
                 // the repair restores the copies: nothing below its count, and two regions per object
                 long deadline = System.nanoTime() + 60_000_000_000L;
-                while (System.nanoTime() < deadline && (metric(cluster, "master_repair_copies_total") == 0
-                        || metric(cluster, "master_objects_under_replicated") > 0)) {
+                while (System.nanoTime() < deadline && (cluster.metric("master_repair_copies_total") == 0
+                        || cluster.metric("master_objects_under_replicated") > 0)) {
                     Thread.sleep(100);
                 }
                 stop.set(true);
                 traffic.join();
 
-                assertThat(metric(cluster, "master_objects_under_replicated")).isZero();
-                assertThat(metric(cluster, "master_repair_copies_total")).isPositive();
+                assertThat(cluster.metric("master_objects_under_replicated")).isZero();
+                assertThat(cluster.metric("master_repair_copies_total")).isPositive();
                 PoolStats s = ProcessCluster.awaitStats(c, st -> st.pendingPuts() == 0, "no put in flight");
                 long regions = s.segments().stream().mapToLong(PoolStats.SegmentStats::objects).sum();
                 assertThat(regions).as("two copies of each of the %d objects", s.keys()).isEqualTo(2 * s.keys());
@@ -182,7 +166,7 @@ class NodeLossIT {
                     }
                 }
                 assertThat(misses).isEqualTo(onVictim);
-                assertThat(metric(cluster, "master_objects_under_replicated")).isZero();
+                assertThat(cluster.metric("master_objects_under_replicated")).isZero();
             }
         }
     }

@@ -8,6 +8,10 @@ import java.io.IOException;
 import java.io.InputStreamReader;
 import java.io.PrintWriter;
 import java.net.ServerSocket;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -100,6 +104,21 @@ final class ProcessCluster implements AutoCloseable {
 
     void killMaster() {
         master.kill9();
+    }
+
+    long masterPid() {
+        return master.pid();
+    }
+
+    /** A metric without labels from the master's /metrics. */
+    double metric(String name) throws Exception {
+        String body = HttpClient.newHttpClient().send(HttpRequest.newBuilder(URI.create(
+                "http://127.0.0.1:" + httpPort + "/metrics")).build(), HttpResponse.BodyHandlers.ofString()).body();
+        Matcher m = Pattern.compile("(?m)^" + name + " (\\S+)$").matcher(body);
+        if (!m.find()) {
+            throw new AssertionError(name + " not exported; metrics:\n" + body);
+        }
+        return Double.parseDouble(m.group(1));
     }
 
     Managed startNode(String segmentSize) throws Exception {

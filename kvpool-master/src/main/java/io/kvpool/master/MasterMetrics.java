@@ -1,6 +1,7 @@
 package io.kvpool.master;
 
 import io.kvpool.config.Size;
+import io.kvpool.protocol.FrameServer;
 import io.kvpool.protocol.Opcode;
 import io.kvpool.protocol.Tier;
 import io.kvpool.protocol.msg.MasterMessages.SegmentInfo;
@@ -199,6 +200,17 @@ public final class MasterMetrics {
                 }
             }
         }).register(registry);
+    }
+
+    /** What peers make the master's port hold, and what its limits refused (see {@link FrameServer}). */
+    void connections(FrameServer rpc) {
+        gauge("master_connections_open", "Connections open to the master's port", rpc::connectionCount);
+        counter("master_connections_refused_total", "Connections refused at the connection limits (in all, per host)",
+                rpc::refusedConnections);
+        counter("master_frames_timed_out_total", "Connections closed because a frame (or a new connection's first"
+                + " frame) did not arrive within the frame timeout", rpc::timedOutFrames);
+        counter("master_large_bodies_refused_total", "Frames refused because the budget for bodies over 1 MiB stayed"
+                + " in use", rpc::refusedBodies);
     }
 
     private void gauge(String name, String help, java.util.function.DoubleSupplier value) {

@@ -65,6 +65,7 @@ public final class MasterServer implements AutoCloseable {
         this.metrics = new MasterMetrics(service);
         this.rpc = new FrameServer("master", new InetSocketAddress(config.listenHost(), config.port()), config.limits(),
                 config.frameTimeout(), op -> !op.isNodeOp(), new MasterHandler(service, metrics, leading));
+        metrics.connections(rpc);
         HttpServer h = null;
         if (config.httpPort() >= 0) {
             try {

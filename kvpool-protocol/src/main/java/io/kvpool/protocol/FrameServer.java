@@ -5,7 +5,9 @@ import org.slf4j.LoggerFactory;
 
 import java.io.Closeable;
 import java.io.IOException;
+import java.net.InetAddress;
 import java.net.InetSocketAddress;
+import java.net.SocketAddress;
 import java.net.StandardSocketOptions;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
@@ -16,14 +18,20 @@ import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.Semaphore;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicLong;
 import java.util.function.Predicate;
 
 /**
  * The serving end of kvpool connections, used by the master and by nodes.
  *
  * <h2>Threads</h2>
- * One platform thread accepts; each connection is served on its own thread (platform by default,
- * see {@link #VIRTUAL_THREADS}), which blocks on the socket and runs the {@link RequestHandler} inline. Blocking channel I/O lets a node read a
+ * One platform thread accepts. A virtual thread waits for each new connection's first bytes (so a
+ * connection that never speaks costs a few KiB, not a thread stack); from then on the connection is
+ * served on its own thread (platform by default, see {@link #VIRTUAL_THREADS}), which blocks on the
+ * socket and runs the {@link RequestHandler} inline. Blocking channel I/O lets a node read a
  * payload straight from the socket into its segment and write a reply straight from it.
  *
  * <h2>Bad input</h2>
@@ -32,6 +40,22 @@ import java.util.function.Predicate;
  * problem and the connection is closed (its stream position can no longer be trusted). Other
  * connections are unaffected. Once a frame has begun to arrive, the rest of it must arrive within
  * the frame timeout, so a stalled sender cannot hold a half-written region forever.
+ *
+ * <h2>What a peer can make the server hold</h2>
+ * <ul>
+ *   <li>Connections: at most {@link Limits#maxConnections()} in all and
+ *       {@link Limits#maxConnectionsPerHost()} from one address; one more is answered with an error
+ *       naming the limit (request id 0, status {@code INTERNAL_ERROR}) and closed.</li>
+ *   <li>Time: a new connection's first frame must arrive within the frame timeout (every kvpool peer
+ *       sends one at once), and so must the rest of any frame once it began. After that an idle
+ *       connection is a pooled one and may wait.</li>
+ *   <li>Memory: a connection starts with a small body buffer that grows (fourfold at a time) only
+ *       as body bytes arrive, so a header announcing a large body costs nothing until the body is
+ *       sent. What a body buffer holds past {@link #SMALL_BODY_BYTES} comes out of a budget shared by
+ *       all connections ({@link #LARGE_BODY_BUDGET_BYTES}) until its frame is handled; a frame whose
+ *       buffer cannot get its share within the frame timeout is refused ({@code FRAME_TOO_LARGE},
+ *       naming the budget) and its connection closed.</li>
+ * </ul>
  */
 public final class FrameServer implements Closeable {
 
@@ -52,6 +76,13 @@ public final class FrameServer implements Closeable {
     private final RequestHandler handler;
     private final ServerSocketChannel server;
     private final Set<SocketChannel> connections = ConcurrentHashMap.newKeySet();
+    private final ConcurrentHashMap<InetAddress, AtomicInteger> perHost = new ConcurrentHashMap<>();
+    /** Bytes of large bodies being received or handled, across connections. */
+    private final Semaphore largeBodies;
+    private final int largeBodyBudget;
+    private final AtomicLong refusedConnections = new AtomicLong();
+    private final AtomicLong timedOutFrames = new AtomicLong();
+    private final AtomicLong refusedBodies = new AtomicLong();
     private final Thread acceptor;
     private volatile boolean closed;
 
@@ -65,6 +96,14 @@ public final class FrameServer implements Closeable {
      */
     public FrameServer(String name, InetSocketAddress bind, Limits limits, Duration frameTimeout,
                        Predicate<Opcode> accepts, RequestHandler handler) throws IOException {
+        this(name, bind, limits, frameTimeout, accepts, handler, LARGE_BODY_BUDGET_BYTES);
+    }
+
+    /** As the public constructor, with another budget for large bodies (tests). */
+    FrameServer(String name, InetSocketAddress bind, Limits limits, Duration frameTimeout,
+                Predicate<Opcode> accepts, RequestHandler handler, int largeBodyBudget) throws IOException {
+        this.largeBodyBudget = largeBodyBudget;
+        this.largeBodies = new Semaphore(largeBodyBudget);
         this.name = name;
         this.limits = limits;
         this.frameTimeout = frameTimeout;
@@ -89,14 +128,44 @@ public final class FrameServer implements Closeable {
         return connections.size();
     }
 
+    /** Connections refused because a connection limit was reached. */
+    public long refusedConnections() {
+        return refusedConnections.get();
+    }
+
+    /** Connections closed because a frame, or a new connection's first frame, did not arrive in time. */
+    public long timedOutFrames() {
+        return timedOutFrames.get();
+    }
+
+    /** Frames refused because the budget for large bodies stayed in use. */
+    public long refusedBodies() {
+        return refusedBodies.get();
+    }
+
+    /** Bodies up to this size need no share of the large-body budget. */
+    static final int SMALL_BODY_BYTES = 1 << 20;
+    /** The budget shared by bodies over {@link #SMALL_BODY_BYTES}, across all connections of one server. */
+    static final int LARGE_BODY_BUDGET_BYTES = 256 << 20;
+    /** A connection's first body buffer; it grows as body bytes arrive. */
+    private static final int INITIAL_BODY_BYTES = 4 << 10;
+    /** A body buffer that grew past this is let go after its frame, so idle connections stay small. */
+    private static final int KEPT_BODY_BYTES = 64 << 10;
+
     private void acceptLoop() {
         while (!closed) {
             try {
                 SocketChannel ch = server.accept();
                 ch.setOption(StandardSocketOptions.TCP_NODELAY, true);
+                InetAddress from = addressOf(ch);
+                String refusal = admit(from);
+                if (refusal != null) {
+                    refusedConnections.incrementAndGet();
+                    Thread.ofVirtual().name(name + "-refuse").start(() -> refuse(ch, refusal));
+                    continue;
+                }
                 connections.add(ch);
-                (VIRTUAL_THREADS ? Thread.ofVirtual() : Thread.ofPlatform().daemon())
-                        .name(name + "-conn").start(() -> serve(ch));
+                Thread.ofVirtual().name(name + "-greet").start(() -> greet(ch, from));
             } catch (ClosedChannelException e) {
                 return;
             } catch (IOException e) {
@@ -107,26 +176,125 @@ public final class FrameServer implements Closeable {
         }
     }
 
-    private void serve(SocketChannel ch) {
-        String peer;
-        try {
-            peer = String.valueOf(ch.getRemoteAddress()).replaceFirst("^/", "");
-        } catch (IOException e) {
-            peer = "unknown peer";
+    private static InetAddress addressOf(SocketChannel ch) throws IOException {
+        SocketAddress a = ch.getRemoteAddress();
+        return a instanceof InetSocketAddress isa ? isa.getAddress() : InetAddress.getLoopbackAddress();
+    }
+
+    /** Counts a new connection from {@code from}, or says which limit refuses it (nothing counted then). */
+    private String admit(InetAddress from) {
+        if (connections.size() >= limits.maxConnections()) {
+            return name + " has " + connections.size() + " connections open, its limit (max connections "
+                    + limits.maxConnections() + "); try again later";
         }
+        AtomicInteger n = perHost.computeIfAbsent(from, k -> new AtomicInteger());
+        if (n.incrementAndGet() > limits.maxConnectionsPerHost()) {
+            n.decrementAndGet();
+            return name + " has " + limits.maxConnectionsPerHost() + " connections open from "
+                    + from.getHostAddress() + ", its limit per host (max connections per host); try again later";
+        }
+        return null;
+    }
+
+    private void release(InetAddress from) {
+        perHost.computeIfPresent(from, (k, n) -> n.decrementAndGet() <= 0 ? null : n);
+    }
+
+    /** Tells a connection over a limit why, then closes it. */
+    private void refuse(SocketChannel ch, String why) {
+        log.warn("{}: refusing a connection: {}", name, why);
+        try {
+            writeError(ch, FrameHeader.allocate(), 0, 0, FrameStatus.INTERNAL_ERROR, why);
+        } catch (IOException ignored) {
+            // the peer went away; closing regardless
+        }
+        lingeringClose(ch, ByteBuffer.allocate(4 << 10));
+    }
+
+    /**
+     * Reads a body of {@code length} bytes, growing {@code body} only as bytes arrive; returns the
+     * buffer holding it (a larger one when it had to grow), flipped for reading, or null when growing
+     * past {@link #SMALL_BODY_BYTES} could not get its share of the large-body budget within the frame
+     * timeout. {@code held[0]} counts the budget taken, for the caller to give back.
+     */
+    private ByteBuffer readBody(SocketChannel ch, ByteBuffer body, int length, int[] held)
+            throws IOException, InterruptedException {
+        ByteBuffer b = body;
+        b.clear().limit(Math.min(length, b.capacity()));
+        while (true) {
+            Channels.readFully(ch, b);
+            if (b.position() == length) {
+                return b.flip();
+            }
+            int capacity = (int) Math.min(length, 4L * b.capacity());
+            int need = Math.max(0, capacity - SMALL_BODY_BYTES) - held[0];
+            if (need > 0) {
+                if (!largeBodies.tryAcquire(need, frameTimeout.toMillis(), TimeUnit.MILLISECONDS)) {
+                    return null;
+                }
+                held[0] += need;
+            }
+            ByteBuffer bigger = ByteBuffer.allocate(capacity).order(ByteOrder.LITTLE_ENDIAN);
+            bigger.put(b.flip());
+            bigger.limit(Math.min(length, bigger.capacity()));
+            b = bigger;
+        }
+    }
+
+    private static String peerOf(SocketChannel ch) {
+        try {
+            return String.valueOf(ch.getRemoteAddress()).replaceFirst("^/", "");
+        } catch (IOException e) {
+            return "unknown peer";
+        }
+    }
+
+    /**
+     * A new connection's first bytes, awaited on a virtual thread (cheap while it waits): every kvpool
+     * peer speaks at once, so one that stays silent for the frame timeout is closed. Then the
+     * connection is served on a connection thread.
+     */
+    private void greet(SocketChannel ch, InetAddress from) {
+        String peer = peerOf(ch);
         ByteBuffer header = FrameHeader.allocate();
+        try (Watchdog.Deadline d0 = Watchdog.arm(ch, frameTimeout)) {
+            if (ch.read(header) < 0) {
+                finish(ch, from, peer, null);
+                return;
+            }
+        } catch (IOException e) {
+            if (!ch.isOpen() && !closed) {
+                timedOutFrames.incrementAndGet();
+                log.info("{}: closed a connection from {} that sent nothing in {}", name, peer, frameTimeout);
+            }
+            finish(ch, from, peer, null);
+            return;
+        }
+        if (VIRTUAL_THREADS) {
+            serve(ch, from, peer, header);
+        } else {
+            Thread.ofPlatform().daemon().name(name + "-conn").start(() -> serve(ch, from, peer, header));
+        }
+    }
+
+    /** Serves a connection whose first frame has begun: {@code header} holds its first bytes. */
+    private void serve(SocketChannel ch, InetAddress from, String peer, ByteBuffer header) {
         ByteBuffer replyHeader = FrameHeader.allocate();
-        ByteBuffer scratch = ByteBuffer.allocateDirect(64 << 10);
+        ByteBuffer scratch = ByteBuffer.allocateDirect(16 << 10);
         // bodies live on the heap: parsing copies many small fields (keys) out of them, which is far
         // cheaper from a heap buffer than from a direct one; payloads never come through here
-        ByteBuffer body = ByteBuffer.allocate(64 << 10).order(ByteOrder.LITTLE_ENDIAN);
+        ByteBuffer body = ByteBuffer.allocate(INITIAL_BODY_BYTES).order(ByteOrder.LITTLE_ENDIAN);
+        boolean begun = true;
         try {
             while (!closed) {
-                header.clear();
-                // wait as long as it takes for a frame to begin, then bound the rest of it
-                if (ch.read(header) < 0) {
-                    return;
+                if (!begun) {
+                    header.clear();
+                    if (ch.read(header) < 0) {
+                        // a pooled connection may wait as long as it likes for its next frame to begin
+                        return;
+                    }
                 }
+                begun = false;
                 try (Watchdog.Deadline d = Watchdog.arm(ch, frameTimeout)) {
                     Channels.readFully(ch, header);
                     FrameHeader.Decoded h;
@@ -152,34 +320,57 @@ public final class FrameServer implements Closeable {
                                 e.status(), e.getMessage());
                         return;
                     }
-                    if (body.capacity() < h.bodyLength()) {
-                        body = ByteBuffer.allocate(h.bodyLength()).order(ByteOrder.LITTLE_ENDIAN);
-                    }
-                    body.clear().limit(h.bodyLength());
-                    Channels.readFully(ch, body);
-                    body.flip();
-                    Request req = new Request(ch, peer, op, h.requestId(), new BodyReader(body), h.payloadLength(),
-                            replyHeader, scratch);
-                    if (!dispatch(req, ch, replyHeader)) {
-                        return;
+                    int[] held = {0};
+                    try {
+                        ByteBuffer got = readBody(ch, body, h.bodyLength(), held);
+                        if (got == null) {
+                            refusedBodies.incrementAndGet();
+                            String why = String.format("a body of %d bytes cannot be buffered now: %s's budget of %d"
+                                    + " MiB for the parts of bodies past %d MiB stayed in use for %s", h.bodyLength(),
+                                    name, largeBodyBudget >> 20, SMALL_BODY_BYTES >> 20, frameTimeout);
+                            log.warn("{}: closing connection from {}: {}", name, peer, why);
+                            writeError(ch, replyHeader, op.code, h.requestId(), FrameStatus.FRAME_TOO_LARGE, why);
+                            return;
+                        }
+                        body = got;
+                        Request req = new Request(ch, peer, op, h.requestId(), new BodyReader(body),
+                                h.payloadLength(), replyHeader, scratch);
+                        if (!dispatch(req, ch, replyHeader)) {
+                            return;
+                        }
+                    } finally {
+                        if (body.capacity() > KEPT_BODY_BYTES) {
+                            body = ByteBuffer.allocate(INITIAL_BODY_BYTES).order(ByteOrder.LITTLE_ENDIAN);
+                        }
+                        if (held[0] > 0) {
+                            largeBodies.release(held[0]);
+                        }
                     }
                     if (d.fired()) {
+                        timedOutFrames.incrementAndGet();
                         return;
                     }
                 }
-                if (body.capacity() > (1 << 20)) {
-                    body = ByteBuffer.allocate(64 << 10).order(ByteOrder.LITTLE_ENDIAN);
-                }
             }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
         } catch (IOException e) {
             if (!closed) {
+                if (!ch.isOpen()) {
+                    timedOutFrames.incrementAndGet(); // the frame deadline closed it mid-frame
+                }
                 log.debug("{}: connection from {} ended: {}", name, peer, e.toString());
             }
         } finally {
-            connections.remove(ch);
-            lingeringClose(ch, scratch);
-            handler.connectionClosed(peer);
+            finish(ch, from, peer, scratch);
         }
+    }
+
+    private void finish(SocketChannel ch, InetAddress from, String peer, ByteBuffer scratch) {
+        connections.remove(ch);
+        release(from);
+        lingeringClose(ch, scratch == null ? ByteBuffer.allocate(4 << 10) : scratch);
+        handler.connectionClosed(peer);
     }
 
     /** Most bytes drained from a connection being closed, and how long that may take. */
