@@ -3,6 +3,7 @@ package io.kvpool.cli;
 import io.kvpool.config.Durations;
 import io.kvpool.config.HostPort;
 import io.kvpool.config.Size;
+import io.kvpool.engine.EngineServer;
 import io.kvpool.etcd.MasterAddress;
 import picocli.CommandLine.Command;
 import picocli.CommandLine;
@@ -27,6 +28,7 @@ public final class Main implements Runnable {
     CommandLine.Model.CommandSpec spec;
 
     public static void main(String[] args) {
+        EngineServer.limitRequestTime(); // before any HTTP server of this process starts
         System.exit(run(args));
     }
 

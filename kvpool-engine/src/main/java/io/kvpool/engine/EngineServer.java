@@ -48,11 +48,40 @@ import java.util.concurrent.TimeUnit;
  * </pre>
  * Errors answer 400 (bad request: the message names the field), 409 (wrong state, e.g. update
  * without pause) or 500, with {@code {"error": {"message": ...}}}.
+ *
+ * <p>Limits: a request body over {@link #MAX_BODY_BYTES} is answered 413 without being read (its
+ * declared length is checked first); a request whose headers and body do not all arrive within
+ * {@link #MAX_REQUEST_SECONDS} is closed (the JDK server's {@code sun.net.httpserver.maxReqTime},
+ * which this class sets for the process unless it is set already). A POST's body is read before its
+ * handler runs, so a long-running handler (a pause waiting for requests in flight) is not a slow
+ * request.
  */
 public final class EngineServer implements AutoCloseable {
 
     private static final Logger log = LoggerFactory.getLogger(EngineServer.class);
     private static final ObjectMapper JSON = new ObjectMapper();
+
+    /** Largest request body accepted: a prompt of a million token ids fits. */
+    public static final int MAX_BODY_BYTES = 8 << 20;
+    /** How long a request's headers and body may take to arrive, in seconds. */
+    public static final int MAX_REQUEST_SECONDS = 30;
+    private static final String BODY = "kvpool.body";
+
+    static {
+        limitRequestTime();
+    }
+
+    /**
+     * Bounds how long any request to this process's JDK HTTP servers (engines, the master's
+     * {@code /metrics}) may take to arrive, unless the operator set {@code sun.net.httpserver.maxReqTime}.
+     * The JDK reads it when its first HTTP server starts, so a program that starts other HTTP servers
+     * before an engine calls this first.
+     */
+    public static void limitRequestTime() {
+        if (System.getProperty("sun.net.httpserver.maxReqTime") == null) {
+            System.setProperty("sun.net.httpserver.maxReqTime", Integer.toString(MAX_REQUEST_SECONDS));
+        }
+    }
 
     private final Engine engine;
     private final HttpServer http;
@@ -107,6 +136,9 @@ public final class EngineServer implements AutoCloseable {
             if (!method.equals(e.getRequestMethod())) {
                 throw new HttpError(405, e.getRequestURI().getPath() + " takes " + method);
             }
+            if ("POST".equals(method)) {
+                e.setAttribute(BODY, readBody(e));
+            }
             h.handle(e);
         } catch (HttpError err) {
             error(e, err.status, err.getMessage());
@@ -145,8 +177,22 @@ public final class EngineServer implements AutoCloseable {
         }
     }
 
+    /** The request body, at most {@link #MAX_BODY_BYTES} (413 past it, checked on the declared length first). */
+    private static byte[] readBody(HttpExchange e) throws IOException {
+        String declared = e.getRequestHeaders().getFirst("Content-Length");
+        if (declared != null && Long.parseLong(declared.trim()) > MAX_BODY_BYTES) {
+            throw new HttpError(413, "the request body of " + declared.trim() + " bytes is over the engine's limit of "
+                    + MAX_BODY_BYTES + " bytes");
+        }
+        byte[] b = e.getRequestBody().readNBytes(MAX_BODY_BYTES + 1);
+        if (b.length > MAX_BODY_BYTES) {
+            throw new HttpError(413, "the request body is over the engine's limit of " + MAX_BODY_BYTES + " bytes");
+        }
+        return b;
+    }
+
     private static JsonNode body(HttpExchange e) throws IOException {
-        byte[] b = e.getRequestBody().readAllBytes();
+        byte[] b = e.getAttribute(BODY) instanceof byte[] read ? read : readBody(e);
         if (b.length == 0) {
             return JSON.createObjectNode();
         }

@@ -16,10 +16,13 @@ import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 
+import java.net.Socket;
+import java.net.SocketException;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
+import java.nio.charset.StandardCharsets;
 import java.util.List;
 import java.util.Set;
 
@@ -54,6 +57,47 @@ class EngineServerTest {
     private HttpResponse<String> get(String path) throws Exception {
         return http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + server.port() + path)).build(),
                 HttpResponse.BodyHandlers.ofString());
+    }
+
+    /** Sends {@code head} and then {@code bodyBytes} zero bytes on a raw connection; returns it. */
+    private Socket raw(String head, int bodyBytes) throws Exception {
+        Socket s = new Socket("127.0.0.1", server.port());
+        s.setSoTimeout(60_000);
+        s.getOutputStream().write(head.getBytes(StandardCharsets.US_ASCII));
+        s.getOutputStream().write(new byte[bodyBytes]);
+        s.getOutputStream().flush();
+        return s;
+    }
+
+    private static String readAll(Socket s) throws Exception {
+        try (s) {
+            return new String(s.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+        } catch (SocketException reset) {
+            return "";
+        }
+    }
+
+    @Test
+    void anOversizedBodyGets413WithoutBeingRead() throws Exception {
+        String head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1610612736\r\n\r\n";
+        String reply = readAll(raw(head, 100));
+        assertThat(reply).startsWith("HTTP/1.1 413").contains("over the engine's limit of " + EngineServer.MAX_BODY_BYTES);
+        // without a declared length (chunked), the limit holds on what arrives
+        Socket s = raw("POST /update_weights HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", 0);
+        String size = Integer.toHexString(EngineServer.MAX_BODY_BYTES + 16);
+        s.getOutputStream().write((size + "\r\n").getBytes(StandardCharsets.US_ASCII));
+        s.getOutputStream().write(new byte[EngineServer.MAX_BODY_BYTES + 16]);
+        s.getOutputStream().flush();
+        assertThat(readAll(s)).startsWith("HTTP/1.1 413");
+        assertThat(get("/health").statusCode()).isEqualTo(200);
+    }
+
+    @Test
+    void aRequestWhoseBodyStopsArrivingIsClosed() throws Exception {
+        // the engine module's tests run with sun.net.httpserver.maxReqTime=2 (the engine's default is 30 s)
+        Socket slow = raw("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n", 10);
+        assertThat(get("/health").statusCode()).isEqualTo(200); // others are served meanwhile
+        assertThat(readAll(slow)).as("the server closes it without an answer").isEmpty();
     }
 
     @Test
