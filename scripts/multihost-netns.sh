@@ -8,7 +8,9 @@
 #       overrides that;
 #   (c) killing one node mid-run leaves the others serving, with misses only for what was on it;
 #   (d) killing the leading master (on host 1) hands the pool to the standby on host 2: objects
-#       stay readable, puts succeed, and kvpool status names the new leader and a higher term.
+#       stay readable, puts succeed, and kvpool status names the new leader and a higher term;
+#   (e) the pool runs with the cluster and admin secrets (it listens on the bridge): a client without
+#       them is refused with a message naming KVPOOL_SECRET_FILE.
 # Needs root (ip netns). Everything it creates is removed on exit; processes are stopped by PID.
 #
 #   scripts/multihost-netns.sh
@@ -52,6 +54,13 @@ ip netns del "${tag}probe"
 check() { # name, condition result (0 = pass)
   if [ "$2" -eq 0 ]; then echo "PASS $1"; else echo "FAIL $1"; failures=$((failures + 1)); fi
 }
+
+# the pool listens on the bridge, so it needs its secrets: every process started below inherits them
+umask 077
+head -c 32 /dev/urandom | base64 > "$work/cluster.secret"
+head -c 32 /dev/urandom | base64 > "$work/admin.secret"
+umask 022
+export KVPOOL_SECRET_FILE="$work/cluster.secret" KVPOOL_ADMIN_SECRET_FILE="$work/admin.secret"
 
 ip link add "$br" type bridge
 ip addr add "$net.1/24" dev "$br"
@@ -119,6 +128,13 @@ hit="$(echo "$second" | jq .kvpool.external_hit_tokens)"
 echo "host 2's engine loaded $hit prompt tokens from the pool"
 check "(a) host 1's prefix is served to host 2's engine from the pool" $([ "$hit" -gt 0 ] && echo 0 || echo 1)
 check "(a) the same answer on both hosts" $([ "$(echo "$first" | jq -c .choices[0].token_ids)" = "$(echo "$second" | jq -c .choices[0].token_ids)" ] && echo 0 || echo 1)
+
+# (e) the pool is on a shared network: a process without the secrets is refused, naming what to set
+set +e
+refusal="$(env -u KVPOOL_SECRET_FILE -u KVPOOL_ADMIN_SECRET_FILE ip netns exec "${tag}h3" "$kvpool" get \
+  --master "$master" on-host-2 2>&1)"; refused=$?
+set -e
+check "(e) a client without the cluster secret is refused" $([ "$refused" -ne 0 ] && echo "$refusal" | grep -q "KVPOOL_SECRET_FILE" && echo 0 || echo 1)
 
 # (c) kill host 3's node mid-run: the rest keeps serving, misses only for what was on host 3
 victim="$(sed -n 's/^started node-2 on .* (pid \([0-9]*\)).*/\1/p' "$work/launch.out")"

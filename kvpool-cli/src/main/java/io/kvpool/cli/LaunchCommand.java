@@ -10,6 +10,7 @@ import io.kvpool.config.Size;
 import io.kvpool.connector.config.OffloadConfig;
 import io.kvpool.connector.config.OffloadConfigs;
 import io.kvpool.etcd.EtcdTarget;
+import io.kvpool.protocol.Secrets;
 import picocli.CommandLine.ArgGroup;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
@@ -144,6 +145,14 @@ final class LaunchCommand implements Callable<Integer> {
             Durations.requirePositive("--node-ttl", nodeTtl);
         }
         List<Host> hosts = hosts();
+        for (Host h : hosts) {
+            // every role started here inherits this environment: a pool on a shared network needs its secrets
+            if (!ExposureOptions.loopback(h.address()) && !Secrets.fromEnvironment().present()) {
+                throw new IllegalArgumentException(ExposureOptions.refusal(h.address(), "kvpool launch"
+                        + " KVPOOL_SECRET_FILE and KVPOOL_ADMIN_SECRET_FILE in its environment (every master, node and"
+                        + " client needs the same files"));
+            }
+        }
         if (masters < 1 || masters > 9) {
             throw new IllegalArgumentException("--masters: 1 to 9, got " + masters);
         }

@@ -47,12 +47,12 @@ final class MasterCommand implements Callable<Integer> {
     MasterOptions options;
 
     @Mixin
-    ConnectionLimitOptions connections;
+    ExposureOptions exposure;
 
     @Override
     public Integer call() throws Exception {
         CountDownLatch stop = new CountDownLatch(1);
-        MasterConfig config = options.toConfig(host, connections);
+        MasterConfig config = options.toConfig(host, exposure);
         AutoCloseable running;
         if (etcd != null) {
             String advertise = advertiseHost != null ? advertiseHost

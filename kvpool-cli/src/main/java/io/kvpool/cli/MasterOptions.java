@@ -2,6 +2,7 @@ package io.kvpool.cli;
 
 import io.kvpool.config.Size;
 import io.kvpool.master.MasterConfig;
+import io.kvpool.protocol.Secrets;
 import picocli.CommandLine.Option;
 
 import java.time.Duration;
@@ -54,10 +55,11 @@ final class MasterOptions {
     Duration summaryInterval = MasterConfig.DEFAULT_SUMMARY_INTERVAL;
 
     /** Builds the typed config; a bad combination raises IllegalArgumentException naming the field. */
-    MasterConfig toConfig(String listenHost, ConnectionLimitOptions connections) {
+    MasterConfig toConfig(String listenHost, ExposureOptions exposure) {
         MasterConfig d = MasterConfig.defaults();
         return new MasterConfig(listenHost, port, httpPort, nodeTtl, d.clientTtl(), readLease, putTimeout, highWatermark,
                 evictionRatio, maxValueSize, replicas, d.tickInterval(), summaryInterval, d.frameTimeout(),
-                connections.apply(d.limits()), 0, maxPinned);
+                exposure.apply(d.limits()), 0, maxPinned, Secrets.NONE)
+                .withSecrets(exposure.secrets("master", listenHost)); // after the flags' own checks
     }
 }

@@ -36,12 +36,12 @@ final class NodeCommand implements Callable<Integer> {
     NodeOptions options;
 
     @Mixin
-    ConnectionLimitOptions connections;
+    ExposureOptions exposure;
 
     @Override
     public Integer call() throws Exception {
         CountDownLatch stop = new CountDownLatch(1);
-        StorageNode node = new StorageNode(options.toConfig(master, host, port, advertiseHost, connections));
+        StorageNode node = new StorageNode(options.toConfig(master, host, port, advertiseHost, exposure));
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
             node.close();
             stop.countDown();

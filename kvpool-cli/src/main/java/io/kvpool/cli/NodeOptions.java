@@ -4,6 +4,7 @@ import io.kvpool.config.HostPort;
 import io.kvpool.config.Size;
 import io.kvpool.etcd.MasterAddress;
 import io.kvpool.node.NodeConfig;
+import io.kvpool.protocol.Secrets;
 import picocli.CommandLine.Option;
 
 import java.nio.file.Path;
@@ -52,11 +53,12 @@ final class NodeOptions {
     boolean noAdoptSegment;
 
     NodeConfig toConfig(MasterAddress master, String listenHost, int port, String advertiseHost,
-                        ConnectionLimitOptions connections) {
+                        ExposureOptions exposure) {
         NodeConfig d = NodeConfig.defaults(master, segmentSize);
         Path shm = "none".equalsIgnoreCase(shmDir) ? null : Path.of(shmDir);
         return new NodeConfig(master, listenHost, port, advertiseHost, segmentSize, shm, heartbeatInterval,
-                d.regionWait(), d.frameTimeout(), verifyWrites, connections.apply(d.limits()), !noPrefault, diskDir, diskSize, promoteAfter,
-                !noAdoptSegment);
+                d.regionWait(), d.frameTimeout(), verifyWrites, exposure.apply(d.limits()), !noPrefault, diskDir, diskSize,
+                promoteAfter, !noAdoptSegment, Secrets.NONE)
+                .withSecrets(exposure.secrets("node", listenHost)); // after the flags' own checks
     }
 }

@@ -31,13 +31,13 @@ final class ServeCommand implements Callable<Integer> {
 
     /** The same limits for the master's port and the node's. */
     @Mixin
-    ConnectionLimitOptions connections;
+    ExposureOptions exposure;
 
     @Override
     public Integer call() throws Exception {
         CountDownLatch stop = new CountDownLatch(1);
-        EmbeddedPool pool = new EmbeddedPool(masterOptions.toConfig(host, connections),
-                master -> nodeOptions.toConfig(MasterAddress.of(master), host, nodePort, host, connections));
+        EmbeddedPool pool = new EmbeddedPool(masterOptions.toConfig(host, exposure),
+                master -> nodeOptions.toConfig(MasterAddress.of(master), host, nodePort, host, exposure));
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
             pool.close();
             stop.countDown();

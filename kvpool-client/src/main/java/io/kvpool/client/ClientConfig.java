@@ -4,6 +4,7 @@ import io.kvpool.config.Durations;
 import io.kvpool.config.HostPort;
 import io.kvpool.etcd.MasterAddress;
 import io.kvpool.protocol.Limits;
+import io.kvpool.protocol.Secrets;
 
 import java.time.Duration;
 
@@ -33,11 +34,14 @@ import java.time.Duration;
  *                           (also turned on by the environment variable {@value #TIER_LOG_ENV}=1)
  * @param writeLeases        put single-copy objects under write leases (a node write and a batched
  *                           COMMIT; see docs/architecture.md) instead of the two-phase put; on by default
+ * @param secrets            what this client proves to secured masters and nodes (docs/security.md): by
+ *                           default the environment's ({@code KVPOOL_SECRET_FILE}, {@code KVPOOL_ADMIN_SECRET_FILE});
+ *                           {@link Secrets#NONE} talks to open pools only
  */
 public record ClientConfig(MasterAddress master, String preferredSegment, boolean autoDetectLocal, int replicas,
                            Duration connectTimeout, Duration requestTimeout, int maxConnections,
                            Duration pingInterval, Limits limits, boolean sharedMemory, int locationCache,
-                           long diskLoadBudget, boolean tierLog, boolean writeLeases) {
+                           long diskLoadBudget, boolean tierLog, boolean writeLeases, Secrets secrets) {
 
     /** Environment variable naming the preferred segment, set by launchers for node-local placement. */
     public static final String PREFERRED_SEGMENT_ENV = "KVPOOL_PREFERRED_SEGMENT";
@@ -55,6 +59,9 @@ public record ClientConfig(MasterAddress master, String preferredSegment, boolea
     public static final int DEFAULT_LOCATION_CACHE = 65_536;
 
     public ClientConfig {
+        if (secrets == null) {
+            throw new IllegalArgumentException("client: secrets must not be null (Secrets.NONE for an open pool)");
+        }
         if (master == null) {
             throw new IllegalArgumentException("client: master address is required");
         }
@@ -94,75 +101,82 @@ public record ClientConfig(MasterAddress master, String preferredSegment, boolea
     public static ClientConfig forMaster(MasterAddress master) {
         return new ClientConfig(master, null, true, 0, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT,
                 DEFAULT_MAX_CONNECTIONS, DEFAULT_PING_INTERVAL, Limits.DEFAULT, true, DEFAULT_LOCATION_CACHE,
-                DEFAULT_DISK_LOAD_BUDGET, "1".equals(System.getenv(TIER_LOG_ENV)), true);
+                DEFAULT_DISK_LOAD_BUDGET, "1".equals(System.getenv(TIER_LOG_ENV)), true,
+                Secrets.fromEnvironment());
+    }
+
+    /** The secrets this client proves ({@link Secrets#NONE}: none, for open pools). */
+    public ClientConfig withSecrets(Secrets s) {
+        return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, requestTimeout,
+                maxConnections, pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog, writeLeases, s);
     }
 
     public ClientConfig withPreferredSegment(String segment) {
         return new ClientConfig(master, segment, autoDetectLocal, replicas, connectTimeout, requestTimeout,
-                maxConnections, pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog, writeLeases);
+                maxConnections, pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog, writeLeases, secrets);
     }
 
     public ClientConfig withAutoDetectLocal(boolean on) {
         return new ClientConfig(master, preferredSegment, on, replicas, connectTimeout, requestTimeout, maxConnections,
-                pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog, writeLeases);
+                pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog, writeLeases, secrets);
     }
 
     public ClientConfig withReplicas(int n) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, n, connectTimeout, requestTimeout,
-                maxConnections, pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog, writeLeases);
+                maxConnections, pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog, writeLeases, secrets);
     }
 
     public ClientConfig withRequestTimeout(Duration d) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, d, maxConnections,
-                pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog, writeLeases);
+                pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog, writeLeases, secrets);
     }
 
     public ClientConfig withConnectTimeout(Duration d) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, d, requestTimeout, maxConnections,
-                pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog, writeLeases);
+                pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog, writeLeases, secrets);
     }
 
     public ClientConfig withMaxConnections(int n) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, requestTimeout, n,
-                pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog, writeLeases);
+                pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog, writeLeases, secrets);
     }
 
     /** Turns the same-machine shared-memory path on or off (on by default; off forces TCP everywhere). */
     public ClientConfig withSharedMemory(boolean on) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, requestTimeout,
-                maxConnections, pingInterval, limits, on, locationCache, diskLoadBudget, tierLog, writeLeases);
+                maxConnections, pingInterval, limits, on, locationCache, diskLoadBudget, tierLog, writeLeases, secrets);
     }
 
     /** Locations to remember for repeated reads; 0 asks the master on every read. */
     public ClientConfig withLocationCache(int entries) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, requestTimeout,
-                maxConnections, pingInterval, limits, sharedMemory, entries, diskLoadBudget, tierLog, writeLeases);
+                maxConnections, pingInterval, limits, sharedMemory, entries, diskLoadBudget, tierLog, writeLeases, secrets);
     }
 
     public ClientConfig withDiskLoadBudget(long bytes) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, requestTimeout,
-                maxConnections, pingInterval, limits, sharedMemory, locationCache, bytes, tierLog, writeLeases);
+                maxConnections, pingInterval, limits, sharedMemory, locationCache, bytes, tierLog, writeLeases, secrets);
     }
 
     public ClientConfig withTierLog(boolean on) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, requestTimeout,
-                maxConnections, pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, on, writeLeases);
+                maxConnections, pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, on, writeLeases, secrets);
     }
 
     public ClientConfig withLimits(Limits l) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, requestTimeout,
-                maxConnections, pingInterval, l, sharedMemory, locationCache, diskLoadBudget, tierLog, writeLeases);
+                maxConnections, pingInterval, l, sharedMemory, locationCache, diskLoadBudget, tierLog, writeLeases, secrets);
     }
 
     /** Puts under write leases (the default) or through the two-phase put (PUT_START, write, PUT_END). */
     public ClientConfig withWriteLeases(boolean on) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, requestTimeout,
-                maxConnections, pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog, on);
+                maxConnections, pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog, on, secrets);
     }
 
     /** How often the client pings the master (and releases idle write leases); default 2 s. */
     public ClientConfig withPingInterval(Duration d) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, requestTimeout,
-                maxConnections, d, limits, sharedMemory, locationCache, diskLoadBudget, tierLog, writeLeases);
+                maxConnections, d, limits, sharedMemory, locationCache, diskLoadBudget, tierLog, writeLeases, secrets);
     }
 }

@@ -3,6 +3,7 @@ package io.kvpool.client;
 import io.kvpool.config.HostPort;
 import io.kvpool.protocol.FrameConnection;
 import io.kvpool.protocol.Limits;
+import io.kvpool.protocol.Secrets;
 
 import java.io.IOException;
 import java.time.Duration;
@@ -35,6 +36,7 @@ final class ConnectionPool implements AutoCloseable {
     private final int max;
     private final Duration connectTimeout;
     private final Limits limits;
+    private final Secrets secrets;
     private final Initializer initializer;
     private final Semaphore permits;
     /** Idle connections no virtual thread used: their sockets block. */
@@ -49,6 +51,13 @@ final class ConnectionPool implements AutoCloseable {
     private volatile boolean closed;
 
     ConnectionPool(HostPort peer, int max, Duration connectTimeout, Limits limits, Initializer initializer) {
+        this(peer, max, connectTimeout, limits, Secrets.NONE, initializer);
+    }
+
+    /** A pool whose connections authenticate with {@code secrets} before anything else (when present). */
+    ConnectionPool(HostPort peer, int max, Duration connectTimeout, Limits limits, Secrets secrets,
+                   Initializer initializer) {
+        this.secrets = secrets;
         this.peer = peer;
         this.max = max;
         this.connectTimeout = connectTimeout;
@@ -86,7 +95,7 @@ final class ConnectionPool implements AutoCloseable {
         if (c == null) {
             try {
                 open.incrementAndGet();
-                c = FrameConnection.connect(peer, connectTimeout, limits);
+                c = FrameConnection.connect(peer, connectTimeout, limits, secrets);
                 all.add(c);
                 if (initializer != null) {
                     initializer.init(c);

@@ -138,7 +138,7 @@ final class LeaseKeeper implements AutoCloseable {
         try {
             if (poll == null || poll.isBroken()) {
                 closePoll();
-                poll = FrameConnection.connect(master.address(), config.connectTimeout(), config.limits());
+                poll = FrameConnection.connect(master.address(), config.connectTimeout(), config.limits(), config.secrets());
             }
             BodyWriter w = new BodyWriter(48);
             req.write(w);

@@ -4,6 +4,7 @@ import io.kvpool.config.HostPort;
 import io.kvpool.config.LocalHost;
 import io.kvpool.etcd.LeaderRecord;
 import io.kvpool.etcd.MasterLocator;
+import io.kvpool.protocol.AuthenticationException;
 import io.kvpool.protocol.BodyReader;
 import io.kvpool.protocol.BodyWriter;
 import io.kvpool.protocol.FrameConnection;
@@ -153,7 +154,7 @@ final class MasterChannel implements AutoCloseable {
 
     private Current open(MasterLocator.Leader l) {
         return new Current(l, new ConnectionPool(l.address(), config.maxConnections(), config.connectTimeout(),
-                config.limits(), this::hello));
+                config.limits(), config.secrets(), this::hello));
     }
 
     /**
@@ -228,6 +229,8 @@ final class MasterChannel implements AutoCloseable {
                             + " within " + timeout.toMillis() + " ms", e);
                 }
                 last = e; // a new leader took over meanwhile: go there
+            } catch (AuthenticationException e) {
+                throw new KvPoolException(e.getMessage(), e); // a wrong secret: retrying cannot help
             } catch (IOException e) {
                 last = e;
                 cur.pool().drainIdle();

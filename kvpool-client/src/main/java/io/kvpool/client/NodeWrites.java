@@ -172,7 +172,8 @@ final class NodeWrites {
         Arrays.fill(codes, ResultCode.FAILED);
         try {
             if (lease.node == null) {
-                FrameConnection c = FrameConnection.connect(seg.address(), config.connectTimeout(), config.limits());
+                FrameConnection c = FrameConnection.connect(seg.address(), config.connectTimeout(), config.limits(),
+                        config.secrets());
                 lease.node = c;
                 long from = slots.getFirst().offset;
                 BodyWriter w = new BodyWriter(32);

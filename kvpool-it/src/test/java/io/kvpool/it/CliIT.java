@@ -10,6 +10,8 @@ import org.junit.jupiter.api.Test;
 import java.io.ByteArrayOutputStream;
 import java.io.PrintStream;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
@@ -82,6 +84,31 @@ class CliIT {
 
         r = run("frobnicate");
         assertThat(r.code()).isEqualTo(2);
+    }
+
+    @Test
+    void aServerOnAPublicAddressWithoutSecretsRefusesToStartAndSaysHowToSetThem() throws Exception {
+        Run r = run("master", "--port", "0", "--http-port", "-1"); // the master listens on 0.0.0.0 by default
+        assertThat(r.code()).isEqualTo(2);
+        assertThat(r.err()).contains("refusing to listen on 0.0.0.0 without a cluster secret").contains("--secret-file")
+                .contains("KVPOOL_SECRET_FILE").contains("--insecure");
+        r = run("node", "--master", "127.0.0.1:1", "--host", "0.0.0.0", "--port", "0");
+        assertThat(r.code()).isEqualTo(2);
+        assertThat(r.err()).contains("refusing to listen on 0.0.0.0");
+        // --insecure lets it past that check (here it then stops at a bad flag of its own)
+        r = run("master", "--insecure", "--eviction-ratio", "2", "--port", "0", "--http-port", "-1");
+        assertThat(r.code()).isEqualTo(2);
+        assertThat(r.err()).contains("--eviction-ratio").doesNotContain("refusing to listen");
+        // the two secret files go together, and a short secret is named as such
+        Path dir = Files.createTempDirectory("kvpool-cli-secrets");
+        Path shortSecret = Files.writeString(dir.resolve("short"), "tooshort\n");
+        r = run("master", "--port", "0", "--http-port", "-1", "--secret-file", shortSecret.toString());
+        assertThat(r.code()).isEqualTo(2);
+        assertThat(r.err()).contains("--secret-file and --admin-secret-file go together");
+        r = run("master", "--port", "0", "--http-port", "-1", "--secret-file", shortSecret.toString(),
+                "--admin-secret-file", shortSecret.toString());
+        assertThat(r.code()).isEqualTo(2);
+        assertThat(r.err()).contains("has 8 characters; it needs at least 16").doesNotContain("tooshort");
     }
 
     @Test

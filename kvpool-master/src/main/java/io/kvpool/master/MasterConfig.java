@@ -3,6 +3,7 @@ package io.kvpool.master;
 import io.kvpool.config.Durations;
 import io.kvpool.config.Size;
 import io.kvpool.protocol.Limits;
+import io.kvpool.protocol.Secrets;
 
 import java.time.Duration;
 
@@ -35,7 +36,7 @@ import java.time.Duration;
 public record MasterConfig(String listenHost, int port, int httpPort, Duration nodeTtl, Duration clientTtl,
                            Duration readLease, Duration putTimeout, double highWatermark, double evictionRatio, Size maxValueSize,
                            int defaultReplicas, Duration tickInterval, Duration summaryInterval, Duration frameTimeout,
-                           Limits limits, long term, double maxPinnedFraction) {
+                           Limits limits, long term, double maxPinnedFraction, Secrets secrets) {
 
     public static final int DEFAULT_PORT = 50051;
     public static final int DEFAULT_HTTP_PORT = 9003;
@@ -101,6 +102,13 @@ public record MasterConfig(String listenHost, int port, int httpPort, Duration n
         if (maxValueSize == null || maxValueSize.bytes() < 1) {
             throw new IllegalArgumentException("master: max value size (--max-value-size) must be positive");
         }
+        if (secrets == null) {
+            throw new IllegalArgumentException("master: secrets must not be null (Secrets.NONE for an open master)");
+        }
+        if (secrets.present() && !secrets.hasAdmin()) {
+            throw new IllegalArgumentException("master: the cluster secret needs the admin secret too"
+                    + " (--admin-secret-file or KVPOOL_ADMIN_SECRET_FILE)");
+        }
         if (maxValueSize.bytes() > limits.maxPayloadBytes()) {
             throw new IllegalArgumentException("master: max value size (--max-value-size) " + maxValueSize
                     + " exceeds the frame payload limit " + Size.ofBytes(limits.maxPayloadBytes()));
@@ -110,63 +118,70 @@ public record MasterConfig(String listenHost, int port, int httpPort, Duration n
     public static MasterConfig defaults() {
         return new MasterConfig("0.0.0.0", DEFAULT_PORT, DEFAULT_HTTP_PORT, DEFAULT_NODE_TTL, DEFAULT_CLIENT_TTL, DEFAULT_READ_LEASE,
                 DEFAULT_PUT_TIMEOUT, DEFAULT_HIGH_WATERMARK, DEFAULT_EVICTION_RATIO, DEFAULT_MAX_VALUE_SIZE, 1,
-                DEFAULT_TICK, DEFAULT_SUMMARY_INTERVAL, Duration.ofSeconds(30), Limits.DEFAULT, 0, DEFAULT_MAX_PINNED);
+                DEFAULT_TICK, DEFAULT_SUMMARY_INTERVAL, Duration.ofSeconds(30), Limits.DEFAULT, 0, DEFAULT_MAX_PINNED, Secrets.NONE);
+    }
+
+    /** The secrets this master checks connections against, and proves to nodes ({@link Secrets#NONE}: open). */
+    public MasterConfig withSecrets(Secrets s) {
+        return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, readLease, putTimeout, highWatermark,
+                evictionRatio, maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term,
+                maxPinnedFraction, s);
     }
 
     public MasterConfig withListen(String host, int rpcPort, int http) {
         return new MasterConfig(host, rpcPort, http, nodeTtl, clientTtl, readLease, putTimeout, highWatermark, evictionRatio,
-                maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term, maxPinnedFraction);
+                maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term, maxPinnedFraction, secrets);
     }
 
     /** The same configuration for the leadership of {@code t}. */
     public MasterConfig withTerm(long t) {
         return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, readLease, putTimeout, highWatermark,
-                evictionRatio, maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, t, maxPinnedFraction);
+                evictionRatio, maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, t, maxPinnedFraction, secrets);
     }
 
     public MasterConfig withNodeTtl(Duration d) {
         return new MasterConfig(listenHost, port, httpPort, d, clientTtl, readLease, putTimeout, highWatermark, evictionRatio,
-                maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term, maxPinnedFraction);
+                maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term, maxPinnedFraction, secrets);
     }
 
     public MasterConfig withPutTimeout(Duration d) {
         return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, readLease, d, highWatermark, evictionRatio,
-                maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term, maxPinnedFraction);
+                maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term, maxPinnedFraction, secrets);
     }
 
     public MasterConfig withEviction(double watermark, double ratio) {
         return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, readLease, putTimeout, watermark, ratio,
-                maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term, maxPinnedFraction);
+                maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term, maxPinnedFraction, secrets);
     }
 
     public MasterConfig withReplicas(int n) {
         return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, readLease, putTimeout, highWatermark,
-                evictionRatio, maxValueSize, n, tickInterval, summaryInterval, frameTimeout, limits, term, maxPinnedFraction);
+                evictionRatio, maxValueSize, n, tickInterval, summaryInterval, frameTimeout, limits, term, maxPinnedFraction, secrets);
     }
 
     public MasterConfig withSummaryInterval(Duration d) {
         return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, readLease, putTimeout, highWatermark,
-                evictionRatio, maxValueSize, defaultReplicas, tickInterval, d, frameTimeout, limits, term, maxPinnedFraction);
+                evictionRatio, maxValueSize, defaultReplicas, tickInterval, d, frameTimeout, limits, term, maxPinnedFraction, secrets);
     }
 
     public MasterConfig withTickInterval(Duration d) {
         return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, readLease, putTimeout, highWatermark,
-                evictionRatio, maxValueSize, defaultReplicas, d, summaryInterval, frameTimeout, limits, term, maxPinnedFraction);
+                evictionRatio, maxValueSize, defaultReplicas, d, summaryInterval, frameTimeout, limits, term, maxPinnedFraction, secrets);
     }
 
     public MasterConfig withMaxValueSize(Size s) {
         return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, readLease, putTimeout, highWatermark,
-                evictionRatio, s, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term, maxPinnedFraction);
+                evictionRatio, s, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term, maxPinnedFraction, secrets);
     }
 
     public MasterConfig withReadLease(Duration d) {
         return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, d, putTimeout, highWatermark,
-                evictionRatio, maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term, maxPinnedFraction);
+                evictionRatio, maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term, maxPinnedFraction, secrets);
     }
 
     public MasterConfig withMaxPinned(double fraction) {
         return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, readLease, putTimeout, highWatermark,
                 evictionRatio, maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term,
-                fraction);
+                fraction, secrets);
     }
 }

@@ -209,6 +209,8 @@ public final class MasterMetrics {
                 rpc::refusedConnections);
         counter("master_frames_timed_out_total", "Connections closed because a frame (or a new connection's first"
                 + " frame) did not arrive within the frame timeout", rpc::timedOutFrames);
+        counter("master_auth_refused_total", "Connections closed because their authentication failed or a request"
+                + " needed a secret they had not proven", rpc::refusedAuth);
         counter("master_large_bodies_refused_total", "Frames refused because the budget for bodies over 1 MiB stayed"
                 + " in use", rpc::refusedBodies);
     }

@@ -60,11 +60,12 @@ public final class MasterServer implements AutoCloseable {
         this.config = config;
         this.leading = leading;
         // nodes get as long to acknowledge a removal or reset as a frozen client can make it wait
-        this.nodes = new NodeControl(config.limits(), config.readLease(), config.term());
+        this.nodes = new NodeControl(config.limits(), config.readLease(), config.term(), config.secrets());
         this.service = MasterService.serving(config, clock, random, nodes);
         this.metrics = new MasterMetrics(service);
         this.rpc = new FrameServer("master", new InetSocketAddress(config.listenHost(), config.port()), config.limits(),
-                config.frameTimeout(), op -> !op.isNodeOp(), new MasterHandler(service, metrics, leading));
+                config.frameTimeout(), op -> !op.isNodeOp(), new MasterHandler(service, metrics, leading), config.secrets(),
+                Opcode::access);
         metrics.connections(rpc);
         HttpServer h = null;
         if (config.httpPort() >= 0) {

@@ -3,6 +3,7 @@ package io.kvpool.master;
 import io.kvpool.protocol.BodyWriter;
 import io.kvpool.protocol.FrameConnection;
 import io.kvpool.protocol.Limits;
+import io.kvpool.protocol.Secrets;
 import io.kvpool.protocol.Opcode;
 import io.kvpool.protocol.ResultCode;
 import io.kvpool.protocol.Tier;
@@ -62,12 +63,16 @@ final class NodeControl implements NodeNotifier {
         }
     }
 
-    NodeControl(Limits limits, Duration ackWait, long term) {
+    NodeControl(Limits limits, Duration ackWait, long term, Secrets secrets) {
         this.limits = limits;
+        this.secrets = secrets;
         this.term = term;
         this.ackWait = ackWait;
         this.flusher = Thread.ofPlatform().daemon().name("kvpool-master-free-flusher").start(this::flushLoop);
     }
+
+    /** What the master proves to nodes on its connections (the admin secret: frees, resets and copies need it). */
+    private final Secrets secrets;
 
     /** The term every frame to a node carries: a node that knows a newer one refuses them. */
     private final long term;
@@ -115,7 +120,7 @@ final class NodeControl implements NodeNotifier {
         BodyWriter w = new BodyWriter(64 + items.size() * 96);
         new NodeMessages.Replicate(epoch, term, target.address.host(), target.address.port(), items).write(w);
         // a connection of its own: a copy may take a while and must not hold up the frees on the channel
-        try (FrameConnection conn = FrameConnection.connect(source.address, CALL_TIMEOUT, limits)) {
+        try (FrameConnection conn = FrameConnection.connect(source.address, CALL_TIMEOUT, limits, secrets)) {
             List<ResultCode> codes = MasterMessages.Codes.read(conn.call(Opcode.NODE_REPLICATE, w, REPLICATE_TIMEOUT).body())
                     .codes();
             if (codes.size() != items.size()) {
@@ -254,7 +259,7 @@ final class NodeControl implements NodeNotifier {
     private void call(Channel c, Opcode op, BodyWriter w) throws IOException {
         if (c.conn == null || c.conn.isBroken()) {
             closeConn(c);
-            c.conn = FrameConnection.connect(c.segment.address, CALL_TIMEOUT, limits);
+            c.conn = FrameConnection.connect(c.segment.address, CALL_TIMEOUT, limits, secrets);
         }
         try {
             c.conn.call(op, w, CALL_TIMEOUT);

@@ -236,7 +236,7 @@ final class DiskTier implements AutoCloseable {
             try {
                 if (conn == null || conn.isBroken()) {
                     conn = FrameConnection.connect(masters.locate(Duration.ofSeconds(3), true).address(),
-                            Duration.ofSeconds(3), config.limits());
+                            Duration.ofSeconds(3), config.limits(), config.secrets());
                 }
                 if (promote(conn, generation)) {
                     promoted.incrementAndGet();

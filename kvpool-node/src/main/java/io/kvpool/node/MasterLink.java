@@ -157,7 +157,7 @@ final class MasterLink implements AutoCloseable {
                 if (conn == null || conn.isBroken()) {
                     closeConn();
                     MasterLocator.Leader l = masters.locate(config.heartbeatInterval().multipliedBy(3), false);
-                    conn = FrameConnection.connect(l.address(), Duration.ofSeconds(3), config.limits());
+                    conn = FrameConnection.connect(l.address(), Duration.ofSeconds(3), config.limits(), config.secrets());
                     master = l;
                     hello();
                 }

@@ -5,6 +5,7 @@ import io.kvpool.config.HostPort;
 import io.kvpool.etcd.MasterAddress;
 import io.kvpool.config.Size;
 import io.kvpool.protocol.Limits;
+import io.kvpool.protocol.Secrets;
 
 import java.nio.file.Path;
 import java.time.Duration;
@@ -34,7 +35,7 @@ import java.time.Duration;
 public record NodeConfig(MasterAddress master, String listenHost, int port, String advertiseHost, Size segmentSize,
                          Path shmDir, Duration heartbeatInterval, Duration regionWait, Duration frameTimeout,
                          boolean verifyWrites, Limits limits, boolean prefault, Path diskDir, Size diskSize,
-                         int promoteAfter, boolean adoptSegment) {
+                         int promoteAfter, boolean adoptSegment, Secrets secrets) {
 
     /** Default port a node listens on. */
     public static final int DEFAULT_PORT = 50052;
@@ -52,6 +53,13 @@ public record NodeConfig(MasterAddress master, String listenHost, int port, Stri
     public static final Path DEFAULT_SHM_DIR = Path.of("/dev/shm");
 
     public NodeConfig {
+        if (secrets == null) {
+            throw new IllegalArgumentException("node: secrets must not be null (Secrets.NONE for an open node)");
+        }
+        if (secrets.present() && !secrets.hasAdmin()) {
+            throw new IllegalArgumentException("node: the cluster secret needs the admin secret too"
+                    + " (--admin-secret-file or KVPOOL_ADMIN_SECRET_FILE): nodes register with it");
+        }
         if (master == null) {
             throw new IllegalArgumentException("node: master address is required (--master HOST:PORT or etcd://HOST:PORT,...)");
         }
@@ -85,63 +93,69 @@ public record NodeConfig(MasterAddress master, String listenHost, int port, Stri
     public static NodeConfig defaults(MasterAddress master, Size segmentSize) {
         return new NodeConfig(master, "0.0.0.0", DEFAULT_PORT, null, segmentSize, DEFAULT_SHM_DIR,
                 DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_REGION_WAIT, DEFAULT_FRAME_TIMEOUT, false, Limits.DEFAULT, true, null, null,
-                DEFAULT_PROMOTE_AFTER, true);
+                DEFAULT_PROMOTE_AFTER, true, Secrets.NONE);
     }
 
     public NodeConfig withPort(int p) {
         return new NodeConfig(master, listenHost, p, advertiseHost, segmentSize, shmDir, heartbeatInterval, regionWait,
-                frameTimeout, verifyWrites, limits, prefault, diskDir, diskSize, promoteAfter, adoptSegment);
+                frameTimeout, verifyWrites, limits, prefault, diskDir, diskSize, promoteAfter, adoptSegment, secrets);
     }
 
     public NodeConfig withListen(String host, int p) {
         return new NodeConfig(master, host, p, advertiseHost, segmentSize, shmDir, heartbeatInterval, regionWait,
-                frameTimeout, verifyWrites, limits, prefault, diskDir, diskSize, promoteAfter, adoptSegment);
+                frameTimeout, verifyWrites, limits, prefault, diskDir, diskSize, promoteAfter, adoptSegment, secrets);
     }
 
     public NodeConfig withAdvertiseHost(String host) {
         return new NodeConfig(master, listenHost, port, host, segmentSize, shmDir, heartbeatInterval, regionWait,
-                frameTimeout, verifyWrites, limits, prefault, diskDir, diskSize, promoteAfter, adoptSegment);
+                frameTimeout, verifyWrites, limits, prefault, diskDir, diskSize, promoteAfter, adoptSegment, secrets);
     }
 
     public NodeConfig withHeartbeatInterval(Duration d) {
         return new NodeConfig(master, listenHost, port, advertiseHost, segmentSize, shmDir, d, regionWait,
-                frameTimeout, verifyWrites, limits, prefault, diskDir, diskSize, promoteAfter, adoptSegment);
+                frameTimeout, verifyWrites, limits, prefault, diskDir, diskSize, promoteAfter, adoptSegment, secrets);
     }
 
     public NodeConfig withShmDir(Path dir) {
         return new NodeConfig(master, listenHost, port, advertiseHost, segmentSize, dir, heartbeatInterval, regionWait,
-                frameTimeout, verifyWrites, limits, prefault, diskDir, diskSize, promoteAfter, adoptSegment);
+                frameTimeout, verifyWrites, limits, prefault, diskDir, diskSize, promoteAfter, adoptSegment, secrets);
     }
 
     public NodeConfig withRegionWait(Duration d) {
         return new NodeConfig(master, listenHost, port, advertiseHost, segmentSize, shmDir, heartbeatInterval, d,
-                frameTimeout, verifyWrites, limits, prefault, diskDir, diskSize, promoteAfter, adoptSegment);
+                frameTimeout, verifyWrites, limits, prefault, diskDir, diskSize, promoteAfter, adoptSegment, secrets);
     }
 
     /** An SSD tier in {@code dir} of {@code size}, or none when {@code dir} is null. */
     public NodeConfig withDisk(Path dir, Size size) {
         return new NodeConfig(master, listenHost, port, advertiseHost, segmentSize, shmDir, heartbeatInterval,
-                regionWait, frameTimeout, verifyWrites, limits, prefault, dir, size, promoteAfter, adoptSegment);
+                regionWait, frameTimeout, verifyWrites, limits, prefault, dir, size, promoteAfter, adoptSegment, secrets);
     }
 
     public NodeConfig withPromoteAfter(int hits) {
         return new NodeConfig(master, listenHost, port, advertiseHost, segmentSize, shmDir, heartbeatInterval,
-                regionWait, frameTimeout, verifyWrites, limits, prefault, diskDir, diskSize, hits, adoptSegment);
+                regionWait, frameTimeout, verifyWrites, limits, prefault, diskDir, diskSize, hits, adoptSegment, secrets);
     }
 
     /** Whether a restarted node takes over the segment file its previous run left (default on). */
     public NodeConfig withAdoptSegment(boolean v) {
         return new NodeConfig(master, listenHost, port, advertiseHost, segmentSize, shmDir, heartbeatInterval,
-                regionWait, frameTimeout, verifyWrites, limits, prefault, diskDir, diskSize, promoteAfter, v);
+                regionWait, frameTimeout, verifyWrites, limits, prefault, diskDir, diskSize, promoteAfter, v, secrets);
+    }
+
+    /** The secrets this node checks connections against and proves to the master ({@link Secrets#NONE}: open). */
+    public NodeConfig withSecrets(Secrets s) {
+        return new NodeConfig(master, listenHost, port, advertiseHost, segmentSize, shmDir, heartbeatInterval,
+                regionWait, frameTimeout, verifyWrites, limits, prefault, diskDir, diskSize, promoteAfter, adoptSegment, s);
     }
 
     public NodeConfig withPrefault(boolean v) {
         return new NodeConfig(master, listenHost, port, advertiseHost, segmentSize, shmDir, heartbeatInterval,
-                regionWait, frameTimeout, verifyWrites, limits, v, diskDir, diskSize, promoteAfter, adoptSegment);
+                regionWait, frameTimeout, verifyWrites, limits, v, diskDir, diskSize, promoteAfter, adoptSegment, secrets);
     }
 
     public NodeConfig withVerifyWrites(boolean v) {
         return new NodeConfig(master, listenHost, port, advertiseHost, segmentSize, shmDir, heartbeatInterval,
-                regionWait, frameTimeout, v, limits, prefault, diskDir, diskSize, promoteAfter, adoptSegment);
+                regionWait, frameTimeout, v, limits, prefault, diskDir, diskSize, promoteAfter, adoptSegment, secrets);
     }
 }

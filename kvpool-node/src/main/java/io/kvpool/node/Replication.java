@@ -7,6 +7,7 @@ import io.kvpool.protocol.BodyWriter;
 import io.kvpool.protocol.Channels;
 import io.kvpool.protocol.FrameConnection;
 import io.kvpool.protocol.Limits;
+import io.kvpool.protocol.Secrets;
 import io.kvpool.protocol.ObjectLayout;
 import io.kvpool.protocol.Opcode;
 import io.kvpool.protocol.RemoteException;
@@ -49,8 +50,11 @@ final class Replication {
     /** Null without an SSD tier. */
     private final DiskTier disk;
     private final Limits limits;
+    private final Secrets secrets;
 
-    Replication(String name, LocalSegment local, RegionLedger ledger, MemorySegment segment, DiskTier disk, Limits limits) {
+    Replication(String name, LocalSegment local, RegionLedger ledger, MemorySegment segment, DiskTier disk, Limits limits,
+                Secrets secrets) {
+        this.secrets = secrets;
         this.name = name;
         this.local = local;
         this.ledger = ledger;
@@ -140,7 +144,7 @@ final class Replication {
         BodyWriter w = new BodyWriter(32 + writes.size() * 64);
         new NodeMessages.Write(rp.epoch(), rp.term(), writes).write(w);
         HostPort target = new HostPort(rp.targetHost(), rp.targetPort());
-        try (FrameConnection conn = FrameConnection.connect(target, TARGET_TIMEOUT, limits)) {
+        try (FrameConnection conn = FrameConnection.connect(target, TARGET_TIMEOUT, limits, secrets)) {
             List<ResultCode> got = Codes.read(conn.call(Opcode.NODE_WRITE, w, TARGET_TIMEOUT,
                     views.toArray(ByteBuffer[]::new)).body()).codes();
             for (int i = 0; i < out.length; i++) {

@@ -18,10 +18,14 @@ import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
 import java.nio.file.StandardCopyOption;
 import java.nio.file.StandardOpenOption;
+import java.nio.file.attribute.FileAttribute;
+import java.nio.file.attribute.PosixFilePermission;
+import java.nio.file.attribute.PosixFilePermissions;
 import java.util.ArrayList;
 import java.util.Comparator;
 import java.util.List;
 import java.util.Optional;
+import java.util.Set;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
@@ -67,6 +71,10 @@ import java.util.regex.Pattern;
  * so a node that never comes back leaves nothing behind once any node starts on the machine.
  */
 final class SegmentMemory implements AutoCloseable {
+
+    /** Segment files are the node user's alone (mode 0600): they hold every value stored on the node. */
+    private static final FileAttribute<Set<PosixFilePermission>> OWNER_ONLY =
+            PosixFilePermissions.asFileAttribute(PosixFilePermissions.fromString("rw-------"));
 
     private static final Logger log = LoggerFactory.getLogger(SegmentMemory.class);
 
@@ -153,8 +161,10 @@ final class SegmentMemory implements AutoCloseable {
         FileChannel ch = null;
         boolean locked = false;
         try {
-            ch = FileChannel.open(file, StandardOpenOption.CREATE, StandardOpenOption.READ, StandardOpenOption.WRITE,
-                    LinkOption.NOFOLLOW_LINKS);
+            // readable and writable by this node's user only: the segment holds every value stored here
+            ch = FileChannel.open(file, Set.of(StandardOpenOption.CREATE, StandardOpenOption.READ,
+                    StandardOpenOption.WRITE, LinkOption.NOFOLLOW_LINKS), OWNER_ONLY);
+            Files.setPosixFilePermissions(file, PosixFilePermissions.fromString("rw-------")); // a file that existed
             if (tryLock(ch) == null) {
                 throw new IOException("the file is locked by another live process");
             }
@@ -231,6 +241,7 @@ final class SegmentMemory implements AutoCloseable {
                     throw new IOException("it is in use or changed");
                 }
                 Files.move(f, mine, StandardCopyOption.ATOMIC_MOVE);
+                Files.setPosixFilePermissions(mine, PosixFilePermissions.fromString("rw-------"));
                 MemorySegment seg = ch.map(FileChannel.MapMode.READ_WRITE, 0, size, arena);
                 log.info("segment {}: adopting {} ({}) left by pid {}, as {}", name, f, Size.human(size), pid, mine);
                 return new SegmentMemory(arena, seg, mine, ch, true);

@@ -72,7 +72,7 @@ public final class StorageNode implements AutoCloseable {
                 : (!"0.0.0.0".equals(config.listenHost()) && !"::".equals(config.listenHost()) ? config.listenHost()
                 : LocalHost.defaultAdvertiseAddress());
         this.server = new FrameServer("node", new InetSocketAddress(config.listenHost(), config.port()), config.limits(),
-                config.frameTimeout(), Opcode::isNodeOp, new Handler());
+                config.frameTimeout(), Opcode::isNodeOp, new Handler(), config.secrets(), Opcode::access);
         try {
             this.name = new HostPort(advertiseHost, server.port()).toString();
             this.memory = SegmentMemory.allocate(config.segmentSize().bytes(), config.shmDir(), name, config.prefault(),
@@ -104,7 +104,7 @@ public final class StorageNode implements AutoCloseable {
             throw e;
         }
         this.disk = d;
-        this.replication = new Replication(name, local, ledger, segment, disk, config.limits());
+        this.replication = new Replication(name, local, ledger, segment, disk, config.limits(), config.secrets());
         this.link = new MasterLink(local, disk, config, masters);
         if (disk != null) {
             disk.onChange(link::wake);

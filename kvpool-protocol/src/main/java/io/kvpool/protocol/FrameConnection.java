@@ -48,6 +48,30 @@ public final class FrameConnection implements Closeable {
      * @throws IOException naming the peer when it cannot be reached within {@code timeout}
      */
     public static FrameConnection connect(HostPort peer, Duration timeout, Limits limits) throws IOException {
+        return connect(peer, timeout, limits, Secrets.NONE);
+    }
+
+    /**
+     * Connects to {@code peer} and, when {@code secrets} are present, authenticates the connection
+     * with them ({@link Handshake}) before returning it.
+     *
+     * @throws AuthenticationException naming the peer when either side's proof fails
+     */
+    public static FrameConnection connect(HostPort peer, Duration timeout, Limits limits, Secrets secrets)
+            throws IOException {
+        FrameConnection c = open(peer, timeout, limits);
+        if (secrets.present()) {
+            try {
+                Handshake.authenticate(c, secrets, timeout);
+            } catch (IOException | RuntimeException e) {
+                c.close();
+                throw e;
+            }
+        }
+        return c;
+    }
+
+    private static FrameConnection open(HostPort peer, Duration timeout, Limits limits) throws IOException {
         SocketChannel ch = SocketChannel.open();
         try {
             ch.setOption(StandardSocketOptions.TCP_NODELAY, true);

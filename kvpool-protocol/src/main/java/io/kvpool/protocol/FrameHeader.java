@@ -59,7 +59,7 @@ public final class FrameHeader {
      * elected through etcd) to the HELLO, PUT_START, WRITE_LEASE and REGISTER_NODE replies and to
      * NODE_WRITE, NODE_SHM_WRITE_BEGIN, NODE_SHM_LEASE, NODE_FREE and NODE_RESET, and the result code DEPOSED.
      */
-    public static final byte VERSION = 7;
+    public static final byte VERSION = 8;
     public static final byte FLAG_REPLY = 0x01;
 
     public static final int MAGIC_OFFSET = 0;

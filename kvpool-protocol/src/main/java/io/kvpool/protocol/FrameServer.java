@@ -22,6 +22,7 @@ import java.util.concurrent.Semaphore;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.function.Function;
 import java.util.function.Predicate;
 
 /**
@@ -53,9 +54,17 @@ import java.util.function.Predicate;
  *       as body bytes arrive, so a header announcing a large body costs nothing until the body is
  *       sent. What a body buffer holds past {@link #SMALL_BODY_BYTES} comes out of a budget shared by
  *       all connections ({@link #LARGE_BODY_BUDGET_BYTES}) until its frame is handled; a frame whose
- *       buffer cannot get its share within the frame timeout is refused ({@code FRAME_TOO_LARGE},
+ *       buffer cannot get its share within half the frame timeout is refused ({@code FRAME_TOO_LARGE},
  *       naming the budget) and its connection closed.</li>
  * </ul>
+ *
+ * <h2>Authentication (version 8)</h2>
+ * A server given {@link Secrets} serves nothing on a connection but AUTH_BEGIN and AUTH_PROVE
+ * ({@link Handshake}) until it has proven the level the request needs ({@code required}: the
+ * cluster secret for data operations, the admin secret for destructive ones and node
+ * administration). A request above the connection's level, or a failed proof, is answered
+ * {@code UNAUTHORIZED} naming what is missing, counted, and its connection closed. A server without
+ * secrets is open: every connection may do everything.
  */
 public final class FrameServer implements Closeable {
 
@@ -74,6 +83,9 @@ public final class FrameServer implements Closeable {
     private final Duration frameTimeout;
     private final Predicate<Opcode> accepts;
     private final RequestHandler handler;
+    private final Secrets secrets;
+    private final Function<Opcode, Access> required;
+    private final AtomicLong refusedAuth = new AtomicLong();
     private final ServerSocketChannel server;
     private final Set<SocketChannel> connections = ConcurrentHashMap.newKeySet();
     private final ConcurrentHashMap<InetAddress, AtomicInteger> perHost = new ConcurrentHashMap<>();
@@ -96,12 +108,28 @@ public final class FrameServer implements Closeable {
      */
     public FrameServer(String name, InetSocketAddress bind, Limits limits, Duration frameTimeout,
                        Predicate<Opcode> accepts, RequestHandler handler) throws IOException {
-        this(name, bind, limits, frameTimeout, accepts, handler, LARGE_BODY_BUDGET_BYTES);
+        this(name, bind, limits, frameTimeout, accepts, handler, Secrets.NONE, op -> Access.NONE, LARGE_BODY_BUDGET_BYTES);
     }
 
-    /** As the public constructor, with another budget for large bodies (tests). */
+    /**
+     * As the open constructor, checking that each connection proved with {@code secrets} the level
+     * {@code required} names for each opcode (secrets {@link Secrets#NONE}: open).
+     */
+    public FrameServer(String name, InetSocketAddress bind, Limits limits, Duration frameTimeout,
+                       Predicate<Opcode> accepts, RequestHandler handler, Secrets secrets,
+                       Function<Opcode, Access> required) throws IOException {
+        this(name, bind, limits, frameTimeout, accepts, handler, secrets, required, LARGE_BODY_BUDGET_BYTES);
+    }
+
+    /** As the public constructors, with another budget for large bodies (tests). */
     FrameServer(String name, InetSocketAddress bind, Limits limits, Duration frameTimeout,
-                Predicate<Opcode> accepts, RequestHandler handler, int largeBodyBudget) throws IOException {
+                Predicate<Opcode> accepts, RequestHandler handler, Secrets secrets, Function<Opcode, Access> required,
+                int largeBodyBudget) throws IOException {
+        if (secrets.present() && !secrets.hasAdmin()) {
+            throw new IllegalArgumentException(name + ": a server with the cluster secret needs the admin secret too");
+        }
+        this.secrets = secrets;
+        this.required = required;
         this.largeBodyBudget = largeBodyBudget;
         this.largeBodies = new Semaphore(largeBodyBudget);
         this.name = name;
@@ -136,6 +164,11 @@ public final class FrameServer implements Closeable {
     /** Connections closed because a frame, or a new connection's first frame, did not arrive in time. */
     public long timedOutFrames() {
         return timedOutFrames.get();
+    }
+
+    /** Connections closed because their authentication failed or a request needed more than they proved. */
+    public long refusedAuth() {
+        return refusedAuth.get();
     }
 
     /** Frames refused because the budget for large bodies stayed in use. */
@@ -229,7 +262,8 @@ public final class FrameServer implements Closeable {
             int capacity = (int) Math.min(length, 4L * b.capacity());
             int need = Math.max(0, capacity - SMALL_BODY_BYTES) - held[0];
             if (need > 0) {
-                if (!largeBodies.tryAcquire(need, frameTimeout.toMillis(), TimeUnit.MILLISECONDS)) {
+                // half the frame timeout, so the refusal is written before the frame's own deadline closes it
+                if (!largeBodies.tryAcquire(need, frameTimeout.toMillis() / 2, TimeUnit.MILLISECONDS)) {
                     return null;
                 }
                 held[0] += need;
@@ -279,6 +313,7 @@ public final class FrameServer implements Closeable {
 
     /** Serves a connection whose first frame has begun: {@code header} holds its first bytes. */
     private void serve(SocketChannel ch, InetAddress from, String peer, ByteBuffer header) {
+        Handshake.ServerSide auth = new Handshake.ServerSide(secrets);
         ByteBuffer replyHeader = FrameHeader.allocate();
         ByteBuffer scratch = ByteBuffer.allocateDirect(16 << 10);
         // bodies live on the heap: parsing copies many small fields (keys) out of them, which is far
@@ -310,7 +345,7 @@ public final class FrameServer implements Closeable {
                             throw new MalformedFrameException(FrameStatus.MALFORMED_FRAME, h.requestId(),
                                     "a request must have status 0, got " + h.status());
                         }
-                        if (op == null || !accepts.test(op)) {
+                        if (op == null || (!op.isAuth() && !accepts.test(op))) {
                             throw new MalformedFrameException(FrameStatus.UNKNOWN_OPCODE, h.requestId(),
                                     String.format("opcode 0x%02x is not served by %s", h.opcode(), name));
                         }
@@ -327,7 +362,7 @@ public final class FrameServer implements Closeable {
                             refusedBodies.incrementAndGet();
                             String why = String.format("a body of %d bytes cannot be buffered now: %s's budget of %d"
                                     + " MiB for the parts of bodies past %d MiB stayed in use for %s", h.bodyLength(),
-                                    name, largeBodyBudget >> 20, SMALL_BODY_BYTES >> 20, frameTimeout);
+                                    name, largeBodyBudget >> 20, SMALL_BODY_BYTES >> 20, frameTimeout.dividedBy(2));
                             log.warn("{}: closing connection from {}: {}", name, peer, why);
                             writeError(ch, replyHeader, op.code, h.requestId(), FrameStatus.FRAME_TOO_LARGE, why);
                             return;
@@ -335,7 +370,17 @@ public final class FrameServer implements Closeable {
                         body = got;
                         Request req = new Request(ch, peer, op, h.requestId(), new BodyReader(body),
                                 h.payloadLength(), replyHeader, scratch);
-                        if (!dispatch(req, ch, replyHeader)) {
+                        if (!op.isAuth() && !auth.level().allows(required.apply(op))) {
+                            refusedAuth.incrementAndGet();
+                            String why = String.format("%s needs the %s secret; this connection has proven %s (set"
+                                    + " KVPOOL_SECRET_FILE%s)", op.metricName, required.apply(op) == Access.ADMIN
+                                    ? "admin" : "cluster", auth.level() == Access.NONE ? "none" : "the cluster secret only",
+                                    required.apply(op) == Access.ADMIN ? " and KVPOOL_ADMIN_SECRET_FILE" : "");
+                            log.warn("{}: refusing {} from {}: {}", name, op.metricName, peer, why);
+                            writeError(ch, replyHeader, op.code, h.requestId(), FrameStatus.UNAUTHORIZED, why);
+                            return;
+                        }
+                        if (!dispatch(req, ch, replyHeader, op.isAuth() ? auth::serve : handler)) {
                             return;
                         }
                     } finally {
@@ -405,9 +450,9 @@ public final class FrameServer implements Closeable {
     }
 
     /** Runs the handler; returns false when the connection must be closed afterwards. */
-    private boolean dispatch(Request req, SocketChannel ch, ByteBuffer replyHeader) throws IOException {
+    private boolean dispatch(Request req, SocketChannel ch, ByteBuffer replyHeader, RequestHandler h) throws IOException {
         try {
-            handler.handle(req);
+            h.handle(req);
             if (!req.replied()) {
                 throw new IllegalStateException("handler for " + req.opcode().metricName + " sent no reply");
             }
@@ -417,6 +462,11 @@ public final class FrameServer implements Closeable {
                 return false;
             }
             return true;
+        } catch (Handshake.UnauthorizedException e) {
+            refusedAuth.incrementAndGet();
+            log.warn("{}: refusing the authentication of {}: {}", name, req.peer(), e.getMessage());
+            writeError(ch, replyHeader, req.opcode().code, req.requestId(), FrameStatus.UNAUTHORIZED, e.getMessage());
+            return false;
         } catch (MalformedFrameException e) {
             log.warn("{}: closing connection from {}: {}", name, req.peer(), e.getMessage());
             if (!req.replied()) {

@@ -20,9 +20,14 @@ public enum FrameStatus {
     /** The request was well formed but its contents are invalid (key too long, offset outside the segment). */
     BAD_REQUEST(5),
     /** The server failed while handling the request; the message says how. */
-    INTERNAL_ERROR(6);
+    INTERNAL_ERROR(6),
+    /**
+     * (version 8) The connection has not proven the secret this request needs (none yet, or the
+     * cluster secret where the admin secret is needed), or a proof failed. Connection closed.
+     */
+    UNAUTHORIZED(7);
 
-    private static final FrameStatus[] BY_CODE = new FrameStatus[7];
+    private static final FrameStatus[] BY_CODE = new FrameStatus[8];
 
     static {
         for (FrameStatus s : values()) {

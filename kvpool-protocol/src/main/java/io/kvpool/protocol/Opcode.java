@@ -15,6 +15,13 @@ public enum Opcode {
      * (long poll) for new ones. Body: {@code LeaseMessages.LeaseRequest} / {@code LeaseReply}.
      */
     LEASE(0x03, "lease"),
+    /**
+     * (version 8) The first half of a connection's authentication, served by masters and nodes alike:
+     * the client's nonce; the reply is the server's nonce and its proof. See {@link Handshake}.
+     */
+    AUTH_BEGIN(0x04, "auth_begin"),
+    /** (version 8) The second half: the level the client claims and its proof; the reply is the level granted. */
+    AUTH_PROVE(0x05, "auth_prove"),
 
     // ---- master: writes (two-phase put) ----
     PUT_START(0x10, "put_start"),
@@ -111,5 +118,24 @@ public enum Opcode {
     /** True for operations served by nodes rather than the master. */
     public boolean isNodeOp() {
         return code >= 0x80;
+    }
+
+    /**
+     * The secret a connection must have proven for this request on a secured server (version 8): the
+     * admin secret for destructive operations and for node administration (a node's registration and
+     * reports to the master, the master's frees, resets and copies to a node), the cluster secret for
+     * everything else.
+     */
+    public Access access() {
+        return switch (this) {
+            case REMOVE_ALL, REMOVE_BY_PREFIX, REGISTER_NODE, NODE_HEARTBEAT, NODE_INVENTORY, NODE_DISK_ADD,
+                 NODE_DISK_DROP, NODE_FREE, NODE_RESET, NODE_REPLICATE -> Access.ADMIN;
+            default -> Access.DATA;
+        };
+    }
+
+    /** True for the authentication exchange, which every server serves whatever its role. */
+    public boolean isAuth() {
+        return this == AUTH_BEGIN || this == AUTH_PROVE;
     }
 }

@@ -95,6 +95,23 @@ public final class WireVectors {
                 new NodeMessages.ShmWriteEndItem(4096, 1234, true), new NodeMessages.ShmWriteEndItem(64, 5, false)))
                 .write(w)));
         out.put("digest_list", body(w -> DigestList.of(List.of(k1, k2), 0, 2).write(w)));
+        // the authentication exchange (version 8) with fixed nonces and the secrets named in AUTH_*_SECRET
+        byte[] cn = new byte[Handshake.NONCE_BYTES];
+        byte[] sn = new byte[Handshake.NONCE_BYTES];
+        for (int i = 0; i < cn.length; i++) {
+            cn[i] = (byte) i;
+            sn[i] = (byte) (0x80 + i);
+        }
+        Secrets s = Secrets.of(AUTH_CLUSTER_SECRET, AUTH_ADMIN_SECRET);
+        out.put("auth_begin", body(w -> w.bytes(cn)));
+        out.put("auth_begin_reply", body(w -> w.u8(Handshake.MODE_SECURED).bytes(sn)
+                .bytes(Handshake.serverProof(s.key(Access.DATA), cn, sn))));
+        out.put("auth_begin_reply_open", body(w -> w.u8(Handshake.MODE_OPEN).bytes(sn).bytes(new byte[0])));
+        out.put("auth_prove_data", body(w -> w.u8(Access.DATA.code)
+                .bytes(Handshake.clientProof(s.key(Access.DATA), Access.DATA, sn, cn))));
+        out.put("auth_prove_admin", body(w -> w.u8(Access.ADMIN.code)
+                .bytes(Handshake.clientProof(s.key(Access.ADMIN), Access.ADMIN, sn, cn))));
+        out.put("auth_prove_reply", body(w -> w.u8(Access.ADMIN.code)));
         for (String k : List.of("a", "12345678", "123456789", "kvp1/m/v1/tp0of1-pp0of1/f32/" + "0f".repeat(32), "ключ-é")) {
             long[] d = KeyDigest.of(k.getBytes(StandardCharsets.UTF_8));
             out.put("digest:" + HexFormat.of().formatHex(k.getBytes(StandardCharsets.UTF_8)),
@@ -102,6 +119,10 @@ public final class WireVectors {
         }
         return out;
     }
+
+    /** The secrets of the auth vectors (test values, never a deployment's). */
+    static final String AUTH_CLUSTER_SECRET = "cluster-secret-for-vectors-0123";
+    static final String AUTH_ADMIN_SECRET = "admin-secret-for-vectors-456789";
 
     /** The tables as name=code lines. */
     public static Map<String, Integer> tables() {

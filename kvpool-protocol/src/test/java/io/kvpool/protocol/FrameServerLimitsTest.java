@@ -58,7 +58,7 @@ class FrameServerLimitsTest {
 
     private void start(Limits limits, Duration frameTimeout, int largeBodyBudget) throws IOException {
         server = new FrameServer("test", new InetSocketAddress(InetAddress.getLoopbackAddress(), 0), limits,
-                frameTimeout, op -> true, this::handle, largeBodyBudget);
+                frameTimeout, op -> true, this::handle, Secrets.NONE, op -> Access.NONE, largeBodyBudget);
         address = new HostPort("127.0.0.1", server.port());
     }
 

@@ -1,0 +1,183 @@
+package io.kvpool.it;
+
+import io.kvpool.client.KvPoolClient;
+import io.kvpool.client.KvPoolException;
+import io.kvpool.client.PoolStats;
+import io.kvpool.client.PutStatus;
+import io.kvpool.config.HostPort;
+import io.kvpool.config.Size;
+import io.kvpool.protocol.Access;
+import io.kvpool.protocol.AuthenticationException;
+import io.kvpool.protocol.BodyWriter;
+import io.kvpool.protocol.FrameConnection;
+import io.kvpool.protocol.FrameStatus;
+import io.kvpool.protocol.Limits;
+import io.kvpool.protocol.Opcode;
+import io.kvpool.protocol.RemoteException;
+import io.kvpool.protocol.Secrets;
+import io.kvpool.protocol.msg.MasterMessages.RegisterNode;
+import io.kvpool.protocol.msg.NodeMessages;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.attribute.PosixFilePermission;
+import java.time.Duration;
+import java.util.List;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+import static org.assertj.core.api.Assertions.catchThrowableOfType;
+
+/**
+ * A pool whose master and node hold the secrets (protocol version 8), probed the way the issue's
+ * outside probe did: bare frames with no proof, a wrong secret, the cluster secret where the admin
+ * secret is needed. Each is refused with UNAUTHORIZED naming what is missing, nothing stored is
+ * lost or changed, and clients holding the secrets are served on both data paths.
+ */
+class SecuredPoolIT {
+
+    private static final Secrets BOTH = Secrets.of("cluster-secret-of-the-secured-pool-it", "admin-secret-of-the-secured-pool-it");
+    private static final Secrets DATA_ONLY = Secrets.of("cluster-secret-of-the-secured-pool-it", null);
+    private static final Duration CALL = Duration.ofSeconds(10);
+    private static final byte[] KEPT = Payloads.make("kept", 1, 100_000);
+
+    private static InProcessCluster cluster;
+    private static KvPoolClient admin;
+
+    @BeforeAll
+    static void start() throws Exception {
+        cluster = new InProcessCluster(1, Size.ofMiB(32), m -> m.withSecrets(BOTH), n -> n.withSecrets(BOTH));
+        admin = cluster.client(c -> c.withSecrets(BOTH));
+        assertThat(admin.put("kept", KEPT)).isEqualTo(PutStatus.OK);
+    }
+
+    @AfterAll
+    static void stop() {
+        // every probe left what was stored in place
+        assertThat(admin.get("kept")).hasValueSatisfying(b -> assertThat(b).isEqualTo(KEPT));
+        admin.close();
+        cluster.close();
+    }
+
+    private static HostPort master() {
+        return HostPort.parse(cluster.masterAddress());
+    }
+
+    private static HostPort node() {
+        PoolStats.SegmentStats s = admin.stats().segments().getFirst();
+        return new HostPort(s.host(), s.port());
+    }
+
+    private static RemoteException refused(HostPort to, Secrets as, Opcode op, BodyWriter body) throws Exception {
+        try (FrameConnection c = FrameConnection.connect(to, CALL, Limits.DEFAULT, as)) {
+            RemoteException e = catchThrowableOfType(RemoteException.class, () -> c.call(op, body, CALL));
+            assertThat(e).as(op + " should be refused").isNotNull();
+            assertThat(e.status()).isEqualTo(FrameStatus.UNAUTHORIZED);
+            return e;
+        }
+    }
+
+    @Test
+    void clientsWithTheSecretsAreServedOnBothPaths() {
+        for (boolean shm : new boolean[]{true, false}) {
+            try (KvPoolClient c = cluster.client(cfg -> cfg.withSecrets(DATA_ONLY).withSharedMemory(shm))) {
+                byte[] v = Payloads.make("data/" + shm, 2, 50_000);
+                assertThat(c.put("data/" + shm, v)).isEqualTo(PutStatus.OK);
+                assertThat(c.get("data/" + shm)).hasValueSatisfying(b -> assertThat(b).isEqualTo(v));
+                assertThat(c.get("kept")).hasValueSatisfying(b -> assertThat(b).isEqualTo(KEPT));
+            }
+        }
+    }
+
+    @Test
+    void theSegmentFileIsReadableByTheNodesUserAlone() throws Exception {
+        String shm = admin.stats().segments().getFirst().shmPath();
+        assertThat(shm).isNotEmpty();
+        assertThat(Files.getPosixFilePermissions(Path.of(shm)))
+                .containsExactlyInAnyOrder(PosixFilePermission.OWNER_READ, PosixFilePermission.OWNER_WRITE);
+    }
+
+    @Test
+    void bareFramesWithoutAProofAreRefusedOnMasterAndNode() throws Exception {
+        // the probe's read, in-place overwrite and reset, sent with no proof at all
+        RemoteException e = refused(master(), Secrets.NONE, Opcode.GET_REPLICA_LIST,
+                new BodyWriter().i32(1).bytes("kept".getBytes()));
+        assertThat(e.getMessage()).contains("needs the cluster secret").contains("KVPOOL_SECRET_FILE");
+        refused(node(), Secrets.NONE, Opcode.NODE_READ, new BodyWriter().i32(0));
+        refused(node(), Secrets.NONE, Opcode.NODE_WRITE, new BodyWriter());
+        e = refused(node(), Secrets.NONE, Opcode.NODE_RESET, new BodyWriter().i64(1L << 62).i64(0));
+        assertThat(e.getMessage()).contains("node_reset needs the admin secret");
+        refused(master(), Secrets.NONE, Opcode.REMOVE_ALL, new BodyWriter().bool(true));
+        // a put still works: the node was not fenced
+        assertThat(admin.put("after-bare-frames", new byte[100])).isEqualTo(PutStatus.OK);
+    }
+
+    @Test
+    void theClusterSecretAloneCannotEmptyThePoolOrActAsTheMaster() throws Exception {
+        try (KvPoolClient data = cluster.client(c -> c.withSecrets(DATA_ONLY))) {
+            assertThatThrownBy(() -> data.removeAll(true)).isInstanceOf(KvPoolException.class)
+                    .hasMessageContaining("remove_all needs the admin secret");
+            assertThatThrownBy(() -> data.removeByPrefix("k")).isInstanceOf(KvPoolException.class)
+                    .hasMessageContaining("needs the admin secret");
+        }
+        // nor reset a node, free its regions, or register a fake node with the master
+        refused(node(), DATA_ONLY, Opcode.NODE_RESET, new BodyWriter().i64(1L << 62).i64(0));
+        refused(node(), DATA_ONLY, Opcode.NODE_FREE, new BodyWriter().i64(0).i32(0));
+        BodyWriter reg = new BodyWriter();
+        new RegisterNode("10.6.6.6:1", "10.6.6.6", 1, 1 << 30, 0, 1, 0, "").write(reg);
+        refused(master(), DATA_ONLY, Opcode.REGISTER_NODE, reg);
+        assertThat(admin.stats().segments()).hasSize(1);
+        assertThat(admin.get("kept")).isPresent();
+    }
+
+    @Test
+    void aWrongSecretIsRefusedWithoutShowingEitherSecret() throws Exception {
+        Secrets wrong = Secrets.of("another-cluster-secret-entirely", null);
+        AuthenticationException e = catchThrowableOfType(AuthenticationException.class,
+                () -> FrameConnection.connect(master(), CALL, Limits.DEFAULT, wrong).close());
+        assertThat(e).isNotNull();
+        assertThat(e.getMessage()).contains(master().toString()).contains("did not prove it knows the cluster secret")
+                .doesNotContain("another-cluster-secret").doesNotContain("secured-pool-it");
+        // a client with the right cluster secret but a wrong admin secret is refused at the proof
+        Secrets wrongAdmin = Secrets.of("cluster-secret-of-the-secured-pool-it", "not-the-admin-secret-at-all");
+        AuthenticationException a = catchThrowableOfType(AuthenticationException.class,
+                () -> FrameConnection.connect(node(), CALL, Limits.DEFAULT, wrongAdmin).close());
+        assertThat(a.getMessage()).contains("refused this connection").contains("admin secret does not match");
+        try (KvPoolClient c = cluster.client(cfg -> cfg.withSecrets(wrong))) {
+            throw new AssertionError("connected with a wrong secret: " + c);
+        } catch (KvPoolException expected) {
+            assertThat(expected.getMessage()).contains("did not prove");
+        }
+    }
+
+    @Test
+    void aClientWithASecretRefusesAnOpenServer() throws Exception {
+        try (InProcessCluster open = new InProcessCluster(1, Size.ofMiB(8))) {
+            AuthenticationException e = catchThrowableOfType(AuthenticationException.class,
+                    () -> FrameConnection.connect(HostPort.parse(open.masterAddress()), CALL, Limits.DEFAULT, BOTH).close());
+            assertThat(e.getMessage()).contains("holds no cluster secret");
+        }
+    }
+
+    @Test
+    void theAdminSecretGrantsAdminAndAProofIsGoodForOneChallengeOnly() throws Exception {
+        try (FrameConnection c = FrameConnection.connect(node(), CALL, Limits.DEFAULT, Secrets.NONE)) {
+            // replaying a proof recorded from another exchange fails: the server's nonce is new each time
+            c.call(Opcode.AUTH_BEGIN, new BodyWriter().bytes(new byte[32]), CALL);
+            RemoteException e = catchThrowableOfType(RemoteException.class, () -> c.call(Opcode.AUTH_PROVE,
+                    new BodyWriter().u8(Access.ADMIN.code).bytes(new byte[32]), CALL));
+            assertThat(e.status()).isEqualTo(FrameStatus.UNAUTHORIZED);
+        }
+        try (FrameConnection c = FrameConnection.connect(node(), CALL, Limits.DEFAULT, BOTH)) {
+            // the admin level passes the check for node administration (an empty NODE_FREE frees nothing)
+            BodyWriter w = new BodyWriter();
+            new NodeMessages.Free(0, List.of()).write(w);
+            assertThat(c.call(Opcode.NODE_FREE, w, CALL).header().status()).isEqualTo(FrameStatus.OK.code);
+        }
+        assertThat(admin.get("kept")).isPresent();
+        assertThat(List.of(admin.put("after-admin", new byte[10]))).containsExactly(PutStatus.OK);
+    }
+}
