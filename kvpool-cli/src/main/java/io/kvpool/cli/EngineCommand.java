@@ -9,6 +9,7 @@ import io.kvpool.connector.config.ConnectorFactory;
 import io.kvpool.connector.config.OffloadConfig;
 import io.kvpool.connector.hash.BlockHasher;
 import io.kvpool.connector.hash.KeyFormat;
+import io.kvpool.engine.ApiToken;
 import io.kvpool.engine.Engine;
 import io.kvpool.engine.EngineConfig;
 import io.kvpool.engine.EngineServer;
@@ -53,6 +54,15 @@ final class EngineCommand implements Callable<Integer> {
     @Mixin
     EngineOptions engine;
 
+    @Option(names = "--api-token-file", paramLabel = "FILE",
+            description = "File holding the bearer token every POST must carry (default: env KVPOOL_ENGINE_TOKEN_FILE or"
+                    + " KVPOOL_ENGINE_TOKEN; none: an open API, loopback only).")
+    java.nio.file.Path apiTokenFile;
+
+    @Option(names = "--insecure", description = "Listen on a non-loopback address without an API token: anyone who"
+            + " reaches the port can pause the engine, swap its weights and reset its caches.")
+    boolean insecure;
+
     /** The pool client's config: the defaults, with --request-timeout if given. */
     private ClientConfig clientConfig(String master) {
         ClientConfig c = ClientConfig.forMaster(master);
@@ -63,6 +73,13 @@ final class EngineCommand implements Callable<Integer> {
     public Integer call() throws Exception {
         if (requestTimeout != null) {
             Durations.requirePositive("--request-timeout", requestTimeout);
+        }
+        ApiToken token = ApiToken.load(apiTokenFile);
+        if (token == null && !insecure && !ExposureOptions.loopback(host)) {
+            throw new IllegalArgumentException("refusing to serve the engine API on " + host + " without a token: anyone"
+                    + " who can reach it could pause the engine, load other weights or reset its caches. Give it"
+                    + " --api-token-file FILE (or KVPOOL_ENGINE_TOKEN_FILE; make it with: head -c 32 /dev/urandom | base64"
+                    + " > FILE; chmod 600 FILE) and give the trainer the same file, or listen on 127.0.0.1, or say --insecure.");
         }
         ModelConfig mc = engine.modelConfig();
         EngineConfig ec = engine.engineConfig(EngineConfig.DEFAULT_BLOCKS);
@@ -103,7 +120,7 @@ final class EngineCommand implements Callable<Integer> {
         }
         KvPoolClient ownedClient = client;
         Engine e = new Engine(ec, mc, engine.weights(mc), engine.weightsVersion, connector);
-        EngineServer server = new EngineServer(e, host, port);
+        EngineServer server = new EngineServer(e, host, port, token);
         CountDownLatch stop = new CountDownLatch(1);
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
             server.close();

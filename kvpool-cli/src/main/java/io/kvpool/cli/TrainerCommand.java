@@ -3,6 +3,7 @@ package io.kvpool.cli;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.kvpool.engine.ApiToken;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
 
@@ -10,6 +11,7 @@ import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
+import java.nio.file.Path;
 import java.time.Duration;
 import java.time.LocalTime;
 import java.time.format.DateTimeFormatter;
@@ -91,6 +93,23 @@ final class TrainerCommand implements Callable<Integer> {
     private long frozenAt;
 
     private final HttpClient http = HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(5)).build();
+
+    @Option(names = "--api-token-file", paramLabel = "FILE",
+            description = "File holding the engines' API token (default: env KVPOOL_ENGINE_TOKEN_FILE or"
+                    + " KVPOOL_ENGINE_TOKEN; none: the engines' APIs are open).")
+    Path apiTokenFile;
+
+    /** The engines' API token, loaded on first use (null: none). */
+    private ApiToken token;
+    private boolean tokenLoaded;
+
+    private HttpRequest.Builder authorized(HttpRequest.Builder b) {
+        if (!tokenLoaded) {
+            token = ApiToken.load(apiTokenFile);
+            tokenLoaded = true;
+        }
+        return token == null ? b : b.header("Authorization", token.header());
+    }
     private final ObjectMapper json = new ObjectMapper();
 
     private void log(String fmt, Object... args) {
@@ -101,8 +120,9 @@ final class TrainerCommand implements Callable<Integer> {
 
     /** POSTs and returns the JSON answer; anything but 200 throws, naming the endpoint, the status and why. */
     private JsonNode post(String base, String path, String body) throws Exception {
-        HttpResponse<String> r = http.send(HttpRequest.newBuilder(URI.create(base + path)).timeout(Duration.ofMinutes(5))
-                .POST(HttpRequest.BodyPublishers.ofString(body)).build(), HttpResponse.BodyHandlers.ofString());
+        HttpResponse<String> r = http.send(authorized(HttpRequest.newBuilder(URI.create(base + path)))
+                .timeout(Duration.ofMinutes(5)).POST(HttpRequest.BodyPublishers.ofString(body)).build(),
+                HttpResponse.BodyHandlers.ofString());
         JsonNode n;
         try {
             n = json.readTree(r.body());

@@ -21,6 +21,7 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
 import java.util.HashMap;
 import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Executors;
 import java.util.concurrent.LinkedBlockingQueue;
@@ -46,6 +47,8 @@ import java.util.concurrent.TimeUnit;
  *                               (the engine must be paused)
  *   GET  /health, GET /metrics
  * </pre>
+ * With an {@link ApiToken}, every POST needs {@code Authorization: Bearer TOKEN} (401 otherwise);
+ * {@code /health} and {@code /metrics} stay open and read-only.
  * Errors answer 400 (bad request: the message names the field), 409 (wrong state, e.g. update
  * without pause) or 500, with {@code {"error": {"message": ...}}}.
  *
@@ -65,7 +68,11 @@ public final class EngineServer implements AutoCloseable {
     public static final int MAX_BODY_BYTES = 8 << 20;
     /** How long a request's headers and body may take to arrive, in seconds. */
     public static final int MAX_REQUEST_SECONDS = 30;
-    private static final String BODY = "kvpool.body";
+    /**
+     * POST bodies read before their handlers run, by exchange. Not exchange attributes: the JDK server
+     * keeps those in the context's map, shared by every request to the same path at once.
+     */
+    private final Map<HttpExchange, byte[]> bodies = new ConcurrentHashMap<>();
 
     static {
         limitRequestTime();
@@ -86,9 +93,20 @@ public final class EngineServer implements AutoCloseable {
     private final Engine engine;
     private final HttpServer http;
     private final ByteTokenizer tokenizer = new ByteTokenizer();
+    /** Null: the API is open (loopback, or the operator said --insecure). */
+    private final ApiToken token;
 
     public EngineServer(Engine engine, String host, int port) throws IOException {
+        this(engine, host, port, null);
+    }
+
+    /**
+     * An engine's HTTP API; with a {@code token}, every POST needs {@code Authorization: Bearer TOKEN}
+     * (401 otherwise), while {@code /health} and {@code /metrics} stay open.
+     */
+    public EngineServer(Engine engine, String host, int port, ApiToken token) throws IOException {
         this.engine = engine;
+        this.token = token;
         this.http = HttpServer.create(new InetSocketAddress(host, port), 128);
         http.setExecutor(Executors.newVirtualThreadPerTaskExecutor());
         http.createContext("/v1/completions", ex -> handle(ex, "POST", this::completions));
@@ -137,7 +155,13 @@ public final class EngineServer implements AutoCloseable {
                 throw new HttpError(405, e.getRequestURI().getPath() + " takes " + method);
             }
             if ("POST".equals(method)) {
-                e.setAttribute(BODY, readBody(e));
+                if (token != null && !token.admits(e.getRequestHeaders().getFirst("Authorization"))) {
+                    e.getResponseHeaders().set("WWW-Authenticate", "Bearer");
+                    throw new HttpError(401, e.getRequestURI().getPath() + " needs the engine's API token: send"
+                            + " 'Authorization: Bearer TOKEN' (the token the engine was given in KVPOOL_ENGINE_TOKEN_FILE"
+                            + " or --api-token-file)");
+                }
+                bodies.put(e, readBody(e));
             }
             h.handle(e);
         } catch (HttpError err) {
@@ -154,6 +178,7 @@ public final class EngineServer implements AutoCloseable {
             log.warn("{} {} failed", e.getRequestMethod(), e.getRequestURI(), err);
             error(e, 500, err.toString());
         } finally {
+            bodies.remove(e);
             e.close();
         }
     }
@@ -191,8 +216,9 @@ public final class EngineServer implements AutoCloseable {
         return b;
     }
 
-    private static JsonNode body(HttpExchange e) throws IOException {
-        byte[] b = e.getAttribute(BODY) instanceof byte[] read ? read : readBody(e);
+    private JsonNode body(HttpExchange e) throws IOException {
+        byte[] read = bodies.get(e);
+        byte[] b = read != null ? read : readBody(e);
         if (b.length == 0) {
             return JSON.createObjectNode();
         }

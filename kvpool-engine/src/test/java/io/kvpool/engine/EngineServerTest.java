@@ -15,6 +15,7 @@ import io.kvpool.engine.llama.Weights;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
 
 import java.net.Socket;
 import java.net.SocketException;
@@ -23,10 +24,16 @@ import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import java.util.Set;
+import java.util.concurrent.CompletableFuture;
 
 import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 /** The HTTP API of an engine with no external cache. */
 class EngineServerTest {
@@ -75,6 +82,72 @@ class EngineServerTest {
         } catch (SocketException reset) {
             return "";
         }
+    }
+
+    @Test
+    void withATokenEveryPostNeedsItAndHealthAndMetricsStayOpen() throws Exception {
+        ModelConfig c = ModelConfig.tiny();
+        Engine other = new Engine(EngineConfig.defaults().withNumBlocks(64), c, Weights.random(c, 1), "v1", null);
+        EngineServer secured = new EngineServer(other, "127.0.0.1", 0, ApiToken.of("engine-token-for-this-test"));
+        try {
+            String base = "http://127.0.0.1:" + secured.port();
+            for (String auth : new String[]{null, "Bearer not-the-engine-token-at-all", "Basic engine-token-for-this-test"}) {
+                HttpRequest.Builder b = HttpRequest.newBuilder(URI.create(base + "/pause_generation"))
+                        .POST(HttpRequest.BodyPublishers.noBody());
+                if (auth != null) {
+                    b.header("Authorization", auth);
+                }
+                HttpResponse<String> r = http.send(b.build(), HttpResponse.BodyHandlers.ofString());
+                assertThat(r.statusCode()).as(String.valueOf(auth)).isEqualTo(401);
+                assertThat(r.body()).contains("needs the engine's API token").doesNotContain("engine-token-for-this-test");
+            }
+            assertThat(other.isPaused()).isFalse();
+            HttpResponse<String> ok = http.send(HttpRequest.newBuilder(URI.create(base + "/v1/completions"))
+                    .header("Authorization", ApiToken.of("engine-token-for-this-test").header())
+                    .POST(HttpRequest.BodyPublishers.ofString("{\"prompt\": \"hi\", \"max_tokens\": 2}")).build(),
+                    HttpResponse.BodyHandlers.ofString());
+            assertThat(ok.statusCode()).isEqualTo(200);
+            for (String open : new String[]{"/health", "/metrics"}) {
+                assertThat(http.send(HttpRequest.newBuilder(URI.create(base + open)).build(),
+                        HttpResponse.BodyHandlers.ofString()).statusCode()).isEqualTo(200);
+            }
+        } finally {
+            secured.close();
+            other.close();
+        }
+    }
+
+    @Test
+    void concurrentRequestsEachGetTheAnswerToTheirOwnPrompt() throws Exception {
+        // each prompt's answer alone, then all of them at once: every request must read its own body
+        List<String> prompts = new ArrayList<>();
+        List<JsonNode> alone = new ArrayList<>();
+        for (int i = 0; i < 12; i++) {
+            prompts.add("{\"prompt\": \"prompt number " + i + " of a concurrency test\", \"max_tokens\": 3}");
+            alone.add(JSON.readTree(post("/v1/completions", prompts.get(i)).body()).path("choices").get(0).path("token_ids"));
+        }
+        List<CompletableFuture<HttpResponse<String>>> together = new ArrayList<>();
+        for (String p : prompts) {
+            together.add(http.sendAsync(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + server.port()
+                    + "/v1/completions")).POST(HttpRequest.BodyPublishers.ofString(p)).build(),
+                    HttpResponse.BodyHandlers.ofString()));
+        }
+        for (int i = 0; i < prompts.size(); i++) {
+            assertThat(JSON.readTree(together.get(i).get().body()).path("choices").get(0).path("token_ids"))
+                    .as(prompts.get(i)).isEqualTo(alone.get(i));
+        }
+    }
+
+    @Test
+    void theTokenComesFromAFileOrTheEnvironmentAndIsNeverShown(@TempDir Path dir) throws Exception {
+        Path f = Files.writeString(dir.resolve("token"), "a-token-from-a-file-here\n");
+        assertThat(ApiToken.load(f, Map.of()).header()).isEqualTo("Bearer a-token-from-a-file-here");
+        assertThat(ApiToken.load(null, Map.of("KVPOOL_ENGINE_TOKEN_FILE", f.toString())).header())
+                .isEqualTo("Bearer a-token-from-a-file-here");
+        assertThat(ApiToken.load(null, Map.of("KVPOOL_ENGINE_TOKEN", "a-token-in-the-environment"))).isNotNull();
+        assertThat(ApiToken.load(null, Map.of())).isNull();
+        assertThatThrownBy(() -> ApiToken.of("short")).hasMessageContaining("at least 16").hasMessageNotContaining("short\"");
+        assertThat(ApiToken.of("a-token-from-a-file-here").toString()).doesNotContain("a-token");
     }
 
     @Test

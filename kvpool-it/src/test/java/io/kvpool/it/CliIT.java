@@ -99,6 +99,11 @@ class CliIT {
         r = run("master", "--insecure", "--eviction-ratio", "2", "--port", "0", "--http-port", "-1");
         assertThat(r.code()).isEqualTo(2);
         assertThat(r.err()).contains("--eviction-ratio").doesNotContain("refusing to listen");
+        // an engine's API on a public address needs its token
+        r = run("engine", "--host", "0.0.0.0", "--port", "0", "--model", "tiny");
+        assertThat(r.code()).isEqualTo(2);
+        assertThat(r.err()).contains("refusing to serve the engine API on 0.0.0.0 without a token")
+                .contains("KVPOOL_ENGINE_TOKEN_FILE");
         // the two secret files go together, and a short secret is named as such
         Path dir = Files.createTempDirectory("kvpool-cli-secrets");
         Path shortSecret = Files.writeString(dir.resolve("short"), "tooshort\n");
