@@ -22,6 +22,8 @@ import time
 from typing import Callable, Sequence
 
 from . import protocol as p
+from .auth import NONE as NO_SECRETS
+from .auth import Secrets, authenticate
 from .errors import KvPoolError, MasterUnreachable
 
 
@@ -140,12 +142,15 @@ class Connection:
 class ConnectionPool:
     """Up to ``max_connections`` connections to one peer, lent to one thread at a time.
 
-    ``on_connect`` runs on every new connection before it is lent (the master's HELLO). Fork-safe:
-    a pool used in a process other than the one that filled it starts empty.
+    A new connection first authenticates with ``secrets`` when there are any (docs/security.md), then
+    ``on_connect`` runs on it before it is lent (the master's HELLO). Fork-safe: a pool used in a
+    process other than the one that filled it starts empty.
     """
 
     def __init__(self, host: str, port: int, *, max_connections: int, connect_timeout: float,
-                 on_connect: Callable[[Connection], None] | None = None, master: bool = False) -> None:
+                 on_connect: Callable[[Connection], None] | None = None, master: bool = False,
+                 secrets: Secrets = NO_SECRETS) -> None:
+        self.secrets = secrets
         self.host = host
         self.port = port
         self.address = f"{host}:{port}"
@@ -187,6 +192,8 @@ class ConnectionPool:
                 self._lock.wait(left)
         try:
             c = Connection(self.host, self.port, min(self.connect_timeout, max(0.001, deadline - time.monotonic())))
+            if self.secrets.present:
+                authenticate(c, self.secrets, max(self.connect_timeout, deadline - time.monotonic()))
             if self.on_connect is not None:
                 self.on_connect(c)
             return c

@@ -36,6 +36,7 @@ from typing import Callable, Sequence, TypeVar
 
 from . import protocol as p
 from ._net import Connection, ConnectionPool, parse_host_port
+from .auth import Secrets
 from .buffers import Buffer, as_memoryview
 from .config import master_from_environment
 from .crc import crc32c
@@ -112,12 +113,17 @@ class Client:
     ``timeout`` bounds every network wait of a call (seconds); ``connect_timeout`` each connect.
     ``shared_memory=False`` turns the same-machine path off (every byte over TCP).
     ``max_connections`` caps the pooled connections per peer (master, each node).
+    ``secrets`` (``kvpool.Secrets``) are proven on every connection to a secured pool; by default they
+    come from ``KVPOOL_SECRET_FILE`` / ``KVPOOL_ADMIN_SECRET_FILE`` (docs/security.md). A wrong or
+    missing secret raises ``AuthenticationError`` or a ``KvPoolError`` naming the secret to set.
     """
 
     def __init__(self, master: str | None = None, *, timeout: float = 10.0, connect_timeout: float = 3.0,
-                 shared_memory: bool = True, max_connections: int = 8) -> None:
+                 shared_memory: bool = True, max_connections: int = 8, secrets: Secrets | None = None) -> None:
         if master is None:
             master = master_from_environment()
+        #: What this client proves to a secured pool (docs/security.md); by default the environment's.
+        self.secrets = Secrets.from_environment() if secrets is None else secrets
         if not timeout > 0 or not connect_timeout > 0:
             raise ValueError(f"timeouts must be positive, got timeout={timeout}, connect_timeout={connect_timeout}")
         if max_connections < 1:
@@ -166,7 +172,7 @@ class Client:
 
     def _master_pool(self, host: str, port: int) -> ConnectionPool:
         return ConnectionPool(host, port, max_connections=self.max_connections, connect_timeout=self.connect_timeout,
-                              on_connect=self._hello, master=True)
+                              on_connect=self._hello, master=True, secrets=self.secrets)
 
     def _relocate(self, deadline: float) -> bool:
         """After the master failed at the connection level: moves to the leader etcd names now, waiting (up to
@@ -266,7 +272,8 @@ class Client:
                 pool = self._nodes.get(key)
                 if pool is None:
                     pool = self._nodes[key] = ConnectionPool(seg.host, seg.port, max_connections=self.max_connections,
-                                                             connect_timeout=self.connect_timeout)
+                                                             connect_timeout=self.connect_timeout,
+                                                             secrets=self.secrets)
         return pool
 
     def _run(self, tasks: list[Callable[[], None]]) -> None:

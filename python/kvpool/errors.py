@@ -11,3 +11,8 @@ class MasterUnreachable(KvPoolError):
 
 class MasterTimeout(MasterUnreachable):
     """The master did not answer within the client's timeout (the message names it and the timeout)."""
+
+
+class AuthenticationError(KvPoolError):
+    """A connection's authentication failed: the server refused this process's proof, or the server
+    could not prove it knows the cluster secret. The message names the peer, never a secret."""

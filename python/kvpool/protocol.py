@@ -20,13 +20,15 @@ Frame header (section 2.1)::
 from __future__ import annotations
 
 import enum
+import hashlib as _hashlib
+import hmac as _hmac
 import struct
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from .errors import KvPoolError
 
-VERSION = 7
+VERSION = 8
 MAGIC = 0x504B
 HEADER = struct.Struct("<HBBBBHQIIQ")
 HEADER_BYTES = HEADER.size  # 32
@@ -79,6 +81,8 @@ class Opcode(enum.IntEnum):
     HELLO = 0x01
     PING = 0x02
     LEASE = 0x03
+    AUTH_BEGIN = 0x04
+    AUTH_PROVE = 0x05
     PUT_START = 0x10
     BATCH_PUT_START = 0x11
     PUT_END = 0x12
@@ -134,6 +138,7 @@ class FrameStatus(enum.IntEnum):
     FRAME_TOO_LARGE = 4
     BAD_REQUEST = 5
     INTERNAL_ERROR = 6
+    UNAUTHORIZED = 7
 
 
 class ProtocolError(KvPoolError):
@@ -165,9 +170,11 @@ def encode_header(opcode: int, request_id: int, body_length: int, payload_length
 def decode_header(data: bytes | bytearray | memoryview) -> Header:
     """Decodes and checks a header; raises ProtocolError naming the field that is wrong.
 
-    A version other than 3 is reported as such (before any other field is trusted), so a client
-    talking to a master of another release gets a message that says so.
+    A version other than this client's is reported as such (before any other field is trusted), so a
+    client talking to a master of another release gets a message that says so.
     """
+    if len(data) < HEADER_BYTES:
+        raise ProtocolError(f"a frame header has {HEADER_BYTES} bytes, got {len(data)}")
     magic, version, opcode, flags, reserved, status, rid, body_len, reserved2, payload_len = HEADER.unpack_from(data)
     if magic != MAGIC:
         raise ProtocolError(f"bad magic 0x{magic:04x} (expected 0x{MAGIC:04x}): the peer is not a kvpool server")
@@ -314,7 +321,11 @@ class BodyReader:
         return bytes(self.data[p:p + n])
 
     def string(self, f: str) -> str:
-        return self.bstr(f).decode("utf-8")
+        raw = self.bstr(f)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ProtocolError(f"{self.what}: {f} is not valid UTF-8 ({e.reason} at byte {e.start})") from None
 
     def done(self) -> None:
         left = len(self.data) - self.pos
@@ -734,3 +745,50 @@ def encode_node_read(items: Sequence[tuple[int, int, int, int]]) -> bytes:
     for it in items:
         out += _READ_ITEM.pack(*it)
     return bytes(out)
+
+
+# ------------------------------------------------------------------------- authentication (version 8)
+# Section 4.31: AUTH_BEGIN / AUTH_PROVE, a mutual HMAC-SHA256 challenge-response at connect.
+
+AUTH_NONCE_BYTES = 32
+AUTH_MODE_OPEN = 0
+AUTH_MODE_SECURED = 1
+ACCESS_DATA = 1
+ACCESS_ADMIN = 2
+_SERVER_LABEL = b"kvpool auth v8 server\x00"
+_CLIENT_LABEL = b"kvpool auth v8 client\x00"
+
+
+def server_proof(cluster_key: bytes, client_nonce: bytes, server_nonce: bytes) -> bytes:
+    """The server's proof that it knows the cluster secret."""
+    return _hmac.new(cluster_key, _SERVER_LABEL + client_nonce + server_nonce, _hashlib.sha256).digest()
+
+
+def client_proof(key: bytes, level: int, server_nonce: bytes, client_nonce: bytes) -> bytes:
+    """The client's proof that it knows the secret of ``level`` (1 cluster, 2 admin)."""
+    return _hmac.new(key, _CLIENT_LABEL + bytes([level]) + server_nonce + client_nonce, _hashlib.sha256).digest()
+
+
+def encode_auth_begin(client_nonce: bytes) -> bytes:
+    return BodyWriter().bstr(client_nonce).bytes()
+
+
+def decode_auth_begin_reply(body: bytes) -> tuple[int, bytes, bytes]:
+    """(mode, server nonce, server proof)."""
+    r = BodyReader(body, "AUTH_BEGIN reply")
+    mode = r.u8("mode")
+    nonce = r.bstr("server nonce")
+    proof = r.bstr("server proof")
+    r.done()
+    return mode, nonce, proof
+
+
+def encode_auth_prove(level: int, proof: bytes) -> bytes:
+    return BodyWriter().u8(level).bstr(proof).bytes()
+
+
+def decode_auth_prove_reply(body: bytes) -> int:
+    r = BodyReader(body, "AUTH_PROVE reply")
+    level = r.u8("granted level")
+    r.done()
+    return level

@@ -47,7 +47,9 @@ def free_port() -> int:
 class Pool:
     """A running embedded pool (master and one node in one JVM)."""
 
-    def __init__(self, *, segment_size: str = "512MiB", extra: list[str] | None = None) -> None:
+    def __init__(self, *, segment_size: str = "512MiB", extra: list[str] | None = None,
+                 secrets: kvpool.Secrets | None = None) -> None:
+        self.secrets = secrets if secrets is not None else kvpool.Secrets()
         if not JAR.exists():
             raise RuntimeError(f"{JAR} is missing: run ./kvpool build first")
         self.java = find_java()
@@ -73,7 +75,7 @@ class Pool:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"kvpool serve exited with {self.proc.returncode}: {self.log.read_text()[-2000:]}")
             try:
-                with kvpool.Client(self.master, timeout=5, connect_timeout=1) as c:
+                with kvpool.Client(self.master, timeout=5, connect_timeout=1, secrets=self.secrets) as c:
                     if any(s.active for s in c.status().segments):
                         return
             except kvpool.KvPoolError as e:

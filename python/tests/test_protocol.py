@@ -194,3 +194,25 @@ def test_lookups_by_digest_against_a_real_master(client) -> None:  # type: ignor
     flags = client._call_master(p.Opcode.BATCH_EXIST_DIGEST, body, lambda b: p.decode_flags(b, "reply"))
     assert flags == [True] * 30 + [False] * 10
     assert flags == client.batch_exists(keys)
+
+
+def test_auth_exchange_equals_java(java_vectors: dict[str, str]) -> None:
+    """Version 8's AUTH_BEGIN / AUTH_PROVE with WireVectors' fixed nonces and secrets: the same bodies and
+    proofs, byte for byte, so a Python client and a Java server (or the reverse) agree."""
+    from kvpool.auth import Secrets
+    s = Secrets.of("cluster-secret-for-vectors-0123", "admin-secret-for-vectors-456789")
+    cn = bytes(range(32))
+    sn = bytes(0x80 + i for i in range(32))
+    assert p.encode_auth_begin(cn) == vec(java_vectors, "auth_begin")
+    assert p.decode_auth_begin_reply(vec(java_vectors, "auth_begin_reply")) == \
+        (p.AUTH_MODE_SECURED, sn, p.server_proof(s.key(p.ACCESS_DATA), cn, sn))
+    assert p.decode_auth_begin_reply(vec(java_vectors, "auth_begin_reply_open")) == (p.AUTH_MODE_OPEN, sn, b"")
+    assert p.encode_auth_prove(p.ACCESS_DATA, p.client_proof(s.key(p.ACCESS_DATA), p.ACCESS_DATA, sn, cn)) == \
+        vec(java_vectors, "auth_prove_data")
+    assert p.encode_auth_prove(p.ACCESS_ADMIN, p.client_proof(s.key(p.ACCESS_ADMIN), p.ACCESS_ADMIN, sn, cn)) == \
+        vec(java_vectors, "auth_prove_admin")
+    assert p.decode_auth_prove_reply(vec(java_vectors, "auth_prove_reply")) == p.ACCESS_ADMIN
+    # every input changes the proofs
+    assert p.client_proof(s.key(p.ACCESS_DATA), p.ACCESS_DATA, sn, cn) != p.client_proof(s.key(p.ACCESS_DATA),
+                                                                                          p.ACCESS_ADMIN, sn, cn)
+    assert p.server_proof(s.key(p.ACCESS_DATA), cn, sn) != p.server_proof(s.key(p.ACCESS_DATA), sn, cn)
