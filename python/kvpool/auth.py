@@ -104,9 +104,9 @@ NONE = Secrets()
 def _one(env: Mapping[str, str], name: str, what: str) -> str | None:
     file = env.get(name + "_FILE")
     value = env.get(name)
-    if file and value is not None:
+    if file is not None and file.strip() and value is not None:
         raise ValueError(f"both {name}_FILE and {name} are set; set one")
-    if file:
+    if file is not None and file.strip():
         return _read(file, what)
     return value
 
@@ -133,7 +133,7 @@ def authenticate(conn: Any, secrets: Secrets, timeout: float) -> int:
     except AuthenticationError:
         conn.close()
         raise
-    except KvPoolError as e:
+    except (KvPoolError, ValueError) as e:  # ValueError: a BAD_REQUEST answer, or no secret for the level
         conn.close()
         if isinstance(e, p.ProtocolError):
             raise

@@ -41,6 +41,9 @@ def test_the_cluster_secret_reads_and_writes_and_the_admin_secret_empties(secure
         buf = bytearray(len(v))
         assert c.get_into(f"a/{shm}", buf) == len(v) and buf == v
         assert c.remove(f"a/{shm}")
+        # the node accepted this client's authenticated connections on the path asked for
+        path = "shm" if shm else "tcp"
+        assert c.counters[f"bytes_written_{path}"] >= len(v) and c.counters[f"bytes_read_{path}"] >= 2 * len(v)
         with pytest.raises(KvPoolError, match="remove_all needs the admin secret"):
             c.remove_all(force=True)
         with pytest.raises(KvPoolError, match="needs the admin secret"):
@@ -88,6 +91,19 @@ def test_short_or_lonely_secrets_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="cannot read the cluster secret file"):
         Secrets.from_files(tmp_path / "missing")
     assert CLUSTER not in repr(Secrets.of(CLUSTER, ADMIN))
+    # a blank *_FILE counts as unset, as in Java's Secrets
+    assert Secrets.from_environment({"KVPOOL_SECRET_FILE": " ", "KVPOOL_SECRET": CLUSTER}) == Secrets.of(CLUSTER)
+
+
+def test_a_short_secret_in_the_environment_stops_the_client_before_it_connects(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KVPOOL_SECRET_FILE", raising=False)
+    monkeypatch.delenv("KVPOOL_ADMIN_SECRET_FILE", raising=False)
+    monkeypatch.delenv("KVPOOL_ADMIN_SECRET", raising=False)
+    monkeypatch.setenv("KVPOOL_SECRET", "too-short")
+    with pytest.raises(ValueError, match="the cluster secret has 9 characters; it needs at least 16") as e:
+        kvpool.Client("127.0.0.1:1", timeout=1, connect_timeout=0.1)
+    assert "too-short" not in str(e.value)
 
 
 def test_a_client_with_a_secret_refuses_an_open_pool(pool: Pool) -> None:
