@@ -59,8 +59,12 @@ check() { # name, condition result (0 = pass)
 umask 077
 head -c 32 /dev/urandom | base64 > "$work/cluster.secret"
 head -c 32 /dev/urandom | base64 > "$work/admin.secret"
+head -c 32 /dev/urandom | base64 > "$work/engine.token"
 umask 022
 export KVPOOL_SECRET_FILE="$work/cluster.secret" KVPOOL_ADMIN_SECRET_FILE="$work/admin.secret"
+# the engines listen on the bridge too, so their control endpoints need the bearer token
+export KVPOOL_ENGINE_TOKEN_FILE="$work/engine.token"
+auth="Authorization: Bearer $(cat "$work/engine.token")"
 
 ip link add "$br" type bridge
 ip addr add "$net.1/24" dev "$br"
@@ -121,13 +125,15 @@ for i in 1 2; do
 done
 prompt="$(printf 'the shared system prompt of a multi-host test %.0s' $(seq 1 6))"
 body="$(jq -cn --arg p "$prompt" '{prompt: $p, max_tokens: 4}')"
-first="$(curl -fs -X POST "http://$net.11:8300/v1/completions" -d "$body")"
+first="$(curl -fs -X POST -H "$auth" "http://$net.11:8300/v1/completions" -d "$body")"
 sleep 1 # saves are asynchronous
-second="$(curl -fs -X POST "http://$net.12:8300/v1/completions" -d "$body")"
+second="$(curl -fs -X POST -H "$auth" "http://$net.12:8300/v1/completions" -d "$body")"
 hit="$(echo "$second" | jq .kvpool.external_hit_tokens)"
 echo "host 2's engine loaded $hit prompt tokens from the pool"
 check "(a) host 1's prefix is served to host 2's engine from the pool" $([ "$hit" -gt 0 ] && echo 0 || echo 1)
 check "(a) the same answer on both hosts" $([ "$(echo "$first" | jq -c .choices[0].token_ids)" = "$(echo "$second" | jq -c .choices[0].token_ids)" ] && echo 0 || echo 1)
+code="$(curl -s -o /dev/null -w '%{http_code}' -X POST "http://$net.12:8300/v1/completions" -d "$body")"
+check "(e) an engine on the bridge refuses a prompt without its bearer token (HTTP $code)" $([ "$code" = 401 ] && echo 0 || echo 1)
 
 # (e) the pool is on a shared network: a process without the secrets is refused, naming what to set
 set +e

@@ -2,6 +2,7 @@ package io.kvpool.it;
 
 import io.kvpool.client.ClientConfig;
 import io.kvpool.client.KvPoolClient;
+import io.kvpool.client.PoolStats;
 import io.kvpool.client.PutStatus;
 import io.kvpool.protocol.FrameHeader;
 import io.kvpool.protocol.Opcode;
@@ -64,6 +65,8 @@ class ConnectionFloodIT {
             List<SocketChannel> hostile = new ArrayList<>();
             try (KvPoolClient c = KvPoolClient.connect(ClientConfig.forMaster(cluster.masterAddress())
                     .withSharedMemory(false))) {
+                ProcessCluster.awaitStats(c, s -> s.segments().stream().anyMatch(PoolStats.SegmentStats::active),
+                        "the node registered");
                 putAndRead(c, "before/");
                 double base = cluster.metric("master_connections_open");
                 long rssBefore = rssKiB(cluster.masterPid());
