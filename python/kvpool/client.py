@@ -441,9 +441,10 @@ class Client:
             i = lo + j
             if r.code == ResultCode.OK:
                 crc = crc32c(views[i])
+                region = p.region_length(len(kb[i]), views[i].nbytes)
                 for rep_no, rep in enumerate(r.replicas):
-                    by_segment.setdefault(rep.segment_id, []).append(
-                        (j, rep_no, p.WriteItem(rep.offset, r.generation, kb[i], views[i].nbytes, crc)))
+                    by_segment.setdefault(rep.segment_id, []).append((j, rep_no, p.WriteItem(
+                        rep.offset, r.generation, kb[i], views[i].nbytes, crc, r.grant(rep_no, region))))
             else:
                 status[i] = {ResultCode.ALREADY_EXISTS: PutStatus.ALREADY_EXISTS, ResultCode.POOL_FULL:
                              PutStatus.POOL_FULL, ResultCode.NO_SEGMENT: PutStatus.NO_SEGMENT}.get(r.code, PutStatus.FAILED)

@@ -28,7 +28,7 @@ from typing import Iterable, Sequence
 
 from .errors import KvPoolError
 
-VERSION = 8
+VERSION = 9
 MAGIC = 0x504B
 HEADER = struct.Struct("<HBBBBHQIIQ")
 HEADER_BYTES = HEADER.size  # 32
@@ -73,6 +73,11 @@ def align64(n: int) -> int:
 def value_offset(key_length: int) -> int:
     """Offset of the value from the start of its region: ``align64(48 + key length)``."""
     return align64(OBJECT_KEY_OFFSET + key_length)
+
+
+def region_length(key_length: int, value_length: int) -> int:
+    """Bytes an object takes in its segment: its value offset plus the value rounded up to 64."""
+    return value_offset(key_length) + align64(value_length)
 
 
 class Opcode(enum.IntEnum):
@@ -248,6 +253,11 @@ class BodyWriter:
         self.buf += struct.pack("<q", v)
         return self
 
+    def fixed(self, b: bytes) -> BodyWriter:
+        """Bytes of a length both sides know (a MAC): no length prefix."""
+        self.buf += b
+        return self
+
     def bstr(self, b: bytes) -> BodyWriter:
         if len(b) > 0xFFFF:
             raise ValueError(f"byte string of {len(b)} bytes exceeds 65535")
@@ -314,6 +324,10 @@ class BodyReader:
             raise ProtocolError(f"{self.what}: item count of {n} does not fit the "
                                 f"{len(self.data) - self.pos} bytes left in the body")
         return n
+
+    def fixed(self, n: int, f: str) -> bytes:
+        p = self._take(n, f)
+        return bytes(self.data[p:p + n])
 
     def bstr(self, f: str) -> bytes:
         n = self.u16(f)
@@ -394,17 +408,48 @@ class Replica:
     offset: int
 
 
+def _replica(r: BodyReader) -> Replica:
+    seg = r.i32("segment id")
+    tier = r.u8("tier")
+    if tier not in (TIER_MEMORY, TIER_DISK):
+        raise ProtocolError(f"{r.what}: unknown tier {tier}")
+    return Replica(seg, tier, r.i64("region offset"))
+
+
 def _replicas(r: BodyReader) -> tuple[Replica, ...]:
-    n = r.u8("replica count")
-    out = []
-    for _ in range(n):
-        seg = r.i32("segment id")
-        tier = r.u8("tier")
-        if tier not in (TIER_MEMORY, TIER_DISK):
-            raise ProtocolError(f"{r.what}: unknown tier {tier}")
-        off = r.i64("region offset")
-        out.append(Replica(seg, tier, off))
-    return tuple(out)
+    return tuple(_replica(r) for _ in range(r.u8("replica count")))
+
+
+#: A write grant's MAC (section 4.32): the first 16 bytes of an HMAC-SHA256 only master and nodes can make.
+GRANT_MAC_BYTES = 16
+
+
+@dataclass(frozen=True, slots=True)
+class WriteGrant:
+    """The master's permission to write ``[offset, offset + length)`` of one segment under the
+    generations ``[first_generation, first_generation + generation_count)`` (version 9, section 4.32).
+
+    The client relays it unchanged with each write; a node serving a connection that proved only the
+    cluster secret writes nothing a grant does not cover.
+    """
+
+    offset: int
+    length: int
+    first_generation: int
+    generation_count: int
+    mac: bytes
+
+    def write(self, w: BodyWriter) -> None:
+        w.i64(self.offset).i64(self.length).i64(self.first_generation).i32(self.generation_count).fixed(self.mac)
+
+    @staticmethod
+    def read(r: BodyReader) -> WriteGrant:
+        return WriteGrant(r.i64("grant offset"), r.i64("grant length"), r.i64("grant first generation"),
+                          r.i32("grant generation count"), r.fixed(GRANT_MAC_BYTES, "grant mac"))
+
+
+#: No grant: for a writer that proved the admin secret, or an open pool.
+NO_GRANT = WriteGrant(0, 0, 0, 0, bytes(GRANT_MAC_BYTES))
 
 
 def _code(r: BodyReader) -> ResultCode:
@@ -434,6 +479,12 @@ class PutStartResult:
     replicas: tuple[Replica, ...] = ()
     pinned: bool = False
     """The master granted the pin the put asked for."""
+    macs: tuple[bytes, ...] = ()
+    """Per replica, the MAC of its write grant (version 9)."""
+
+    def grant(self, i: int, region_bytes: int) -> WriteGrant:
+        """Replica ``i``'s grant: its region of ``region_bytes`` (:func:`region_length`) and this generation."""
+        return WriteGrant(self.replicas[i].offset, region_bytes, self.generation, 1, self.macs[i])
 
 
 def decode_put_start_reply(body: bytes) -> tuple[int, int, list[PutStartResult]]:
@@ -447,7 +498,11 @@ def decode_put_start_reply(body: bytes) -> tuple[int, int, list[PutStartResult]]
         if code == ResultCode.OK:
             gen = r.i64("generation")
             flags = r.u8("flags")
-            out.append(PutStartResult(code, gen, _replicas(r), bool(flags & PUT_FLAG_PINNED)))
+            reps, macs = [], []
+            for _ in range(r.u8("replica count")):
+                reps.append(_replica(r))
+                macs.append(r.fixed(GRANT_MAC_BYTES, "grant mac"))
+            out.append(PutStartResult(code, gen, tuple(reps), bool(flags & PUT_FLAG_PINNED), tuple(macs)))
         else:
             out.append(PutStartResult(code))
     r.done()
@@ -488,6 +543,11 @@ class WriteLease:
     first_generation: int = 0
     generation_count: int = 0
     idle_millis: int = 0
+    mac: bytes = bytes(GRANT_MAC_BYTES)
+
+    def grant(self) -> WriteGrant:
+        """The lease's range and generations as the grant to relay with each write into it (version 9)."""
+        return WriteGrant(self.offset, self.length, self.first_generation, self.generation_count, self.mac)
 
 
 def decode_write_lease(body: bytes) -> WriteLease:
@@ -497,7 +557,8 @@ def decode_write_lease(body: bytes) -> WriteLease:
         r.done()
         return WriteLease(code)
     out = WriteLease(code, r.i64("lease id"), r.i64("epoch"), r.i64("master term"), r.i32("segment id"), r.i64("offset"),
-                     r.i64("length"), r.i64("first generation"), r.i32("generation count"), r.i32("idle millis"))
+                     r.i64("length"), r.i64("first generation"), r.i32("generation count"), r.i32("idle millis"),
+                     r.fixed(GRANT_MAC_BYTES, "grant mac"))
     r.done()
     return out
 
@@ -515,13 +576,15 @@ def encode_release(lease_id: int) -> bytes:
     return BodyWriter().i64(lease_id).bytes()
 
 
-def encode_shm_lease(epoch: int, term: int, offset: int, length: int) -> bytes:
+def encode_shm_lease(epoch: int, term: int, offset: int, length: int, grant: WriteGrant) -> bytes:
     """NODE_SHM_LEASE: a same-machine writer sets [offset, offset + length) of its lease aside on the node.
 
-    The objects copied there are then recorded with NODE_SHM_LEASE_WRITE, whose body is NODE_WRITE's
-    (:func:`encode_node_write`) without payload.
+    ``grant``: the lease's (:meth:`WriteLease.grant`). The objects copied there are then recorded with
+    NODE_SHM_LEASE_WRITE, whose body is NODE_WRITE's (:func:`encode_node_write`) without payload.
     """
-    return BodyWriter().i64(epoch).i64(term).i64(offset).i64(length).bytes()
+    w = BodyWriter().i64(epoch).i64(term).i64(offset).i64(length)
+    grant.write(w)
+    return w.bytes()
 
 
 def decode_codes(body: bytes, what: str) -> list[ResultCode]:
@@ -715,6 +778,8 @@ class WriteItem:
     key: bytes
     length: int
     crc: int
+    grant: WriteGrant
+    """The master's grant covering this write (version 9), relayed unchanged."""
 
 
 def encode_node_write(epoch: int, term: int, items: Iterable[WriteItem]) -> bytes:
@@ -724,6 +789,7 @@ def encode_node_write(epoch: int, term: int, items: Iterable[WriteItem]) -> byte
     for it in items:
         w.i64(it.offset).i64(it.generation).bstr(it.key).i64(it.length)
         w.buf += struct.pack("<I", it.crc & 0xFFFFFFFF)
+        it.grant.write(w)
     return w.bytes()
 
 

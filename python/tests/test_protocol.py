@@ -32,6 +32,8 @@ def vec(java_vectors: dict[str, str], name: str) -> bytes:
 K1 = "model@0@abc".encode()
 K2 = "ключ-é".encode()
 ID = (0x1122334455667788, -0x123456789ABCDEF)
+MAC1 = bytes(0xA0 + i for i in range(16))
+MAC2 = bytes(0x10 + i for i in range(16))
 
 
 def test_tables_match_java(java_vectors: dict[str, str]) -> None:
@@ -73,15 +75,17 @@ def test_request_bodies_equal_java(java_vectors: dict[str, str]) -> None:
     assert p.encode_keys([K1, K2]) == vec(java_vectors, "keys")
     assert p.BodyWriter().bstr(K1).bytes() == vec(java_vectors, "prefix")
     assert p.BodyWriter().boolean(True).bytes() == vec(java_vectors, "remove_all")
-    assert p.encode_node_write(3, 0x0A0B0C0D, [p.WriteItem(4096, 1234, K1, 1 << 20, 0xE3069283),
-                                   p.WriteItem(0, 1, K2, 0, 0)]) == vec(java_vectors, "node_write")
+    assert p.encode_node_write(3, 0x0A0B0C0D, [
+        p.WriteItem(4096, 1234, K1, 1 << 20, 0xE3069283, p.WriteGrant(4096, 1 << 21, 1234, 1, MAC2)),
+        p.WriteItem(0, 1, K2, 0, 0, p.NO_GRANT)]) == vec(java_vectors, "node_write")
     assert p.encode_node_read([(4096, 1234, 1 << 20, 0), (0, 7, 9, 1)]) == vec(java_vectors, "node_read")
     assert p.encode_shm_write_end([(4096, 1234, True), (64, 5, False)]) == vec(java_vectors, "shm_write_end")
     assert p.encode_write_lease("127.0.0.1:50052", 1 << 20, 64 << 20, 16) == vec(java_vectors, "write_lease")
     assert p.encode_commit(0x0102030405, True, [(K1, 4096, 1 << 20, 5000), (K2, 4096 + (2 << 20), 0, 5001)]) \
         == vec(java_vectors, "commit")
     assert p.encode_release(0x0102030405) == vec(java_vectors, "release")
-    assert p.encode_shm_lease(7, 0x0A0B0C0D, 4096, 64 << 20) == vec(java_vectors, "shm_lease")
+    assert p.encode_shm_lease(7, 0x0A0B0C0D, 4096, 64 << 20, p.WriteGrant(4096, 64 << 20, 5000, 16, MAC1)) == \
+        vec(java_vectors, "shm_lease")
     # frames only masters send, checked so the documented layouts stay the ones Java writes
     assert (p.BodyWriter().i64(0x0A0B0C0D).i32(3).i64(4096).i64(1234).u8(0).boolean(False)
             .i64(0).i64(7).u8(1).boolean(False).i64(64).i64(9).u8(0).boolean(True).bytes()) == vec(java_vectors, "node_free")
@@ -95,13 +99,15 @@ def test_request_bodies_equal_java(java_vectors: dict[str, str]) -> None:
 def test_reply_bodies_decode(java_vectors: dict[str, str]) -> None:
     assert p.decode_hello_reply(vec(java_vectors, "hello_reply")) == p.HelloReply(77, 3, 512, 256 << 20, 2, 0x0A0B0C0D)
     assert p.decode_write_lease(vec(java_vectors, "write_lease_reply")) == p.WriteLease(
-        p.ResultCode.OK, 0x0102030405, 7, 0x0A0B0C0D, 3, 4096, 64 << 20, 5000, 16, 30_000)
+        p.ResultCode.OK, 0x0102030405, 7, 0x0A0B0C0D, 3, 4096, 64 << 20, 5000, 16, 30_000, MAC1)
     assert p.decode_write_lease(vec(java_vectors, "write_lease_refused")) == p.WriteLease(p.ResultCode.POOL_FULL)
     epoch, term, results = p.decode_put_start_reply(vec(java_vectors, "put_start_reply"))
     assert (epoch, term) == (9, 0x0A0B0C0D)
-    assert results == [p.PutStartResult(p.ResultCode.OK, 1234, (p.Replica(1, 0, 4096), p.Replica(2, 1, 0)), True),
-                       p.PutStartResult(p.ResultCode.OK, 1235, (p.Replica(3, 0, 0),), False),
+    assert results == [p.PutStartResult(p.ResultCode.OK, 1234, (p.Replica(1, 0, 4096), p.Replica(2, 1, 0)), True,
+                                        (MAC1, MAC2)),
+                       p.PutStartResult(p.ResultCode.OK, 1235, (p.Replica(3, 0, 0),), False, (bytes(16),)),
                        p.PutStartResult(p.ResultCode.POOL_FULL)]
+    assert results[0].grant(1, 4096) == p.WriteGrant(0, 4096, 1234, 1, MAC2)
     assert p.decode_codes(vec(java_vectors, "codes"), "codes") == list(p.ResultCode)
     assert p.decode_replica_lists(vec(java_vectors, "replica_lists")) == [
         p.ReplicaList(p.ResultCode.OK, 1 << 20, 1234, (p.Replica(3, 0, 128),)), p.ReplicaList(p.ResultCode.NOT_FOUND)]
@@ -216,3 +222,17 @@ def test_auth_exchange_equals_java(java_vectors: dict[str, str]) -> None:
     assert p.client_proof(s.key(p.ACCESS_DATA), p.ACCESS_DATA, sn, cn) != p.client_proof(s.key(p.ACCESS_DATA),
                                                                                           p.ACCESS_ADMIN, sn, cn)
     assert p.server_proof(s.key(p.ACCESS_DATA), cn, sn) != p.server_proof(s.key(p.ACCESS_DATA), sn, cn)
+
+
+def test_write_grant_mac_is_the_documented_construction(java_vectors: dict[str, str]) -> None:
+    """Version 9's write grant as Java's master signs it, recomputed from docs/protocol.md 4.32: another
+    implementation of a master or node can make and check grants that this pool's accept."""
+    import hmac
+    import struct
+    from kvpool.auth import Secrets
+    s = Secrets.of("cluster-secret-for-vectors-0123", "admin-secret-for-vectors-456789")
+    key = hmac.new(s.key(p.ACCESS_ADMIN), b"kvpool write grant v9", "sha256").digest()
+    mac = hmac.new(key, struct.pack("<iqqqqi", 3, 0x0A0B0C0D, 4096, 64 << 20, 5000, 16), "sha256").digest()[:16]
+    r = p.BodyReader(vec(java_vectors, "write_grant"), "write grant")
+    assert p.WriteGrant.read(r) == p.WriteGrant(4096, 64 << 20, 5000, 16, mac)
+    r.done()

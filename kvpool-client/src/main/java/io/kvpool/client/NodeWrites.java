@@ -9,6 +9,7 @@ import io.kvpool.protocol.RemoteException;
 import io.kvpool.protocol.ResultCode;
 import io.kvpool.protocol.msg.MasterMessages;
 import io.kvpool.protocol.msg.NodeMessages;
+import io.kvpool.protocol.msg.WriteGrant;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -47,8 +48,11 @@ final class NodeWrites {
         this.tasks = tasks;
     }
 
-    /** One replica write: which item (index within the chunk), which of its replicas, where, which version. */
-    record Slot(int item, int replica, long offset, long generation) {
+    /**
+     * One replica write: which item (index within the chunk), which of its replicas, where, which
+     * version, and the master's grant that covers it (relayed to the node).
+     */
+    record Slot(int item, int replica, long offset, long generation, WriteGrant grant) {
     }
 
     /**
@@ -177,7 +181,7 @@ final class NodeWrites {
                 lease.node = c;
                 long from = slots.getFirst().offset;
                 BodyWriter w = new BodyWriter(32);
-                new NodeMessages.ShmLease(b.epoch, b.term, from, lease.end - from).write(w);
+                new NodeMessages.ShmLease(b.epoch, b.term, from, lease.end - from, lease.grant).write(w);
                 ResultCode set = MasterMessages.Codes.read(c.call(Opcode.NODE_SHM_LEASE, w, config.requestTimeout())
                         .body()).codes().getFirst();
                 if (set != ResultCode.OK) {
@@ -231,7 +235,7 @@ final class NodeWrites {
         for (int s = start; s < end; s++) {
             Slot slot = slots.get(s);
             items.add(new NodeMessages.WriteItem(slot.offset, slot.generation, b.key(slot.item),
-                    b.value(slot.item).byteSize(), b.crc(slot.item)));
+                    b.value(slot.item).byteSize(), b.crc(slot.item), slot.grant));
         }
         return new NodeMessages.Write(b.epoch, b.term, items);
     }

@@ -148,7 +148,7 @@ final class ObjectWrites {
             }
             List<NodeWrites.Slot> slots = new ArrayList<>();
             while (j < items.length && lease.fits(region[j])) {
-                slots.add(new NodeWrites.Slot(items[j], 0, lease.next, lease.nextGeneration++));
+                slots.add(new NodeWrites.Slot(items[j], 0, lease.next, lease.nextGeneration++, lease.grant));
                 lease.next += region[j];
                 remaining -= region[j];
                 j++;
@@ -254,10 +254,11 @@ final class ObjectWrites {
             int i = from + j;
             switch (r.code()) {
                 case OK -> {
+                    long regionLength = ObjectLayout.regionLength(k[i].length, values.get(i).byteSize());
                     for (int rep = 0; rep < r.replicas().size(); rep++) {
                         Replica replica = r.replicas().get(rep);
-                        bySegment.computeIfAbsent(replica.segmentId(), x -> new ArrayList<>())
-                                .add(new NodeWrites.Slot(j, rep, replica.offset(), r.generation()));
+                        bySegment.computeIfAbsent(replica.segmentId(), x -> new ArrayList<>()).add(new NodeWrites.Slot(
+                                j, rep, replica.offset(), r.generation(), r.grant(rep, regionLength)));
                     }
                 }
                 case ALREADY_EXISTS -> status[i] = PutStatus.ALREADY_EXISTS;

@@ -4,6 +4,7 @@ import io.kvpool.protocol.BodyWriter;
 import io.kvpool.protocol.FrameConnection;
 import io.kvpool.protocol.Opcode;
 import io.kvpool.protocol.ResultCode;
+import io.kvpool.protocol.msg.WriteGrant;
 import io.kvpool.protocol.msg.WriteLeaseMessages;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -61,6 +62,8 @@ final class WriteLeasePool implements AutoCloseable {
         final String preference;
         /** The pool's era when granted: a lease of an earlier era is never used again. */
         final int era;
+        /** The master's grant of the range and generations, relayed with every write into it. */
+        final WriteGrant grant;
         long next;
         long nextGeneration;
         long lastUsedNanos;
@@ -72,6 +75,7 @@ final class WriteLeasePool implements AutoCloseable {
 
         Lease(WriteLeaseMessages.Granted g, String preference, int era, long nowNanos) {
             this.era = era;
+            this.grant = g.grant();
             this.id = g.leaseId();
             this.epoch = g.epoch();
             this.term = g.term();

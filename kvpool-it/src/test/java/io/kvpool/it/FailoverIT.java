@@ -14,6 +14,7 @@ import io.kvpool.protocol.RemoteException;
 import io.kvpool.protocol.ResultCode;
 import io.kvpool.protocol.msg.MasterMessages;
 import io.kvpool.protocol.msg.NodeMessages;
+import io.kvpool.protocol.msg.WriteGrant;
 import org.junit.jupiter.api.Test;
 
 import java.io.IOException;
@@ -189,7 +190,8 @@ class FailoverIT {
                     byte[] value = valueOf("forged");
                     BodyWriter w = new BodyWriter();
                     new NodeMessages.Write(0, old.term(), List.of(new NodeMessages.WriteItem(0, 1, "forged".getBytes(
-                            StandardCharsets.UTF_8), value.length, ObjectLayout.valueCrc(MemorySegment.ofArray(value)))))
+                            StandardCharsets.UTF_8), value.length, ObjectLayout.valueCrc(MemorySegment.ofArray(value)),
+                            WriteGrant.none())))
                             .write(w);
                     List<ResultCode> codes = MasterMessages.Codes.read(fc.call(Opcode.NODE_WRITE, w, T,
                             ByteBuffer.wrap(value)).body()).codes();

@@ -13,6 +13,7 @@ import io.kvpool.protocol.Opcode;
 import io.kvpool.protocol.ResultCode;
 import io.kvpool.protocol.msg.MasterMessages;
 import io.kvpool.protocol.msg.NodeMessages;
+import io.kvpool.protocol.msg.WriteGrant;
 import io.kvpool.protocol.msg.Replica;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
@@ -74,7 +75,7 @@ class FencingIT {
         try (FrameConnection node = FrameConnection.connect(s.node, T, Limits.DEFAULT)) {
             BodyWriter w = new BodyWriter();
             new NodeMessages.Write(s.epoch, 0, List.of(new NodeMessages.WriteItem(s.replica.offset(), s.generation, key,
-                    value.length, ObjectLayout.valueCrc(MemorySegment.ofArray(value))))).write(w);
+                    value.length, ObjectLayout.valueCrc(MemorySegment.ofArray(value)), WriteGrant.none()))).write(w);
             return MasterMessages.Codes.read(node.call(Opcode.NODE_WRITE, w, T, ByteBuffer.wrap(value)).body())
                     .codes().getFirst();
         }

@@ -12,6 +12,7 @@ import io.kvpool.protocol.Opcode;
 import io.kvpool.protocol.ResultCode;
 import io.kvpool.protocol.msg.MasterMessages;
 import io.kvpool.protocol.msg.NodeMessages;
+import io.kvpool.protocol.msg.WriteGrant;
 import org.junit.jupiter.api.Test;
 
 import java.lang.foreign.MemorySegment;
@@ -54,7 +55,7 @@ class LargeSegmentIT {
                 }
                 BodyWriter w = new BodyWriter();
                 new NodeMessages.Write(0, 0, List.of(new NodeMessages.WriteItem(offset, 100 + i, key.getBytes(), value.length,
-                        ObjectLayout.valueCrc(MemorySegment.ofArray(value))))).write(w);
+                        ObjectLayout.valueCrc(MemorySegment.ofArray(value)), WriteGrant.none()))).write(w);
                 assertThat(MasterMessages.Codes.read(c.call(Opcode.NODE_WRITE, w, Duration.ofSeconds(10),
                         ByteBuffer.wrap(value)).body()).codes()).containsExactly(ResultCode.OK);
 

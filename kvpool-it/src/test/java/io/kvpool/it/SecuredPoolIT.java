@@ -12,20 +12,28 @@ import io.kvpool.protocol.BodyWriter;
 import io.kvpool.protocol.FrameConnection;
 import io.kvpool.protocol.FrameStatus;
 import io.kvpool.protocol.Limits;
+import io.kvpool.protocol.ObjectLayout;
 import io.kvpool.protocol.Opcode;
 import io.kvpool.protocol.RemoteException;
+import io.kvpool.protocol.ResultCode;
 import io.kvpool.protocol.Secrets;
 import io.kvpool.protocol.msg.MasterMessages.RegisterNode;
+import io.kvpool.protocol.msg.MasterMessages;
 import io.kvpool.protocol.msg.NodeMessages;
+import io.kvpool.protocol.msg.WriteGrant;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 
+import java.lang.foreign.MemorySegment;
+import java.nio.ByteBuffer;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.attribute.PosixFilePermission;
 import java.time.Duration;
+import java.util.Arrays;
 import java.util.List;
+import java.util.Random;
 
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
@@ -113,6 +121,71 @@ class SecuredPoolIT {
         refused(master(), Secrets.NONE, Opcode.REMOVE_ALL, new BodyWriter().bool(true));
         // a put still works: the node was not fenced
         assertThat(admin.put("after-bare-frames", new byte[100])).isEqualTo(PutStatus.OK);
+    }
+
+    /** One NODE_WRITE of {@code value} on a fresh connection proving the cluster secret: its codes, or the refusal. */
+    private static Object nodeWrite(long epoch, long term, long offset, long generation, byte[] key, byte[] value,
+                                    WriteGrant grant) throws Exception {
+        try (FrameConnection c = FrameConnection.connect(node(), CALL, Limits.DEFAULT, DATA_ONLY)) {
+            BodyWriter w = new BodyWriter();
+            new NodeMessages.Write(epoch, term, List.of(new NodeMessages.WriteItem(offset, generation, key, value.length,
+                    ObjectLayout.valueCrc(MemorySegment.ofArray(value)), grant))).write(w);
+            try {
+                return MasterMessages.Codes.read(c.call(Opcode.NODE_WRITE, w, CALL, ByteBuffer.wrap(value)).body()).codes();
+            } catch (RemoteException e) {
+                return e;
+            }
+        }
+    }
+
+    @Test
+    void theClusterSecretWritesOnlyWhatTheMasterGranted() throws Exception {
+        byte[] victim = Payloads.make("victim", 3, 4096);
+        assertThat(admin.put("victim", victim)).isEqualTo(PutStatus.OK);
+        byte[] forged = new byte[4096];
+        Arrays.fill(forged, (byte) 0x66);
+        long region = ObjectLayout.regionLength("victim".length(), forged.length);
+        try (FrameConnection m = FrameConnection.connect(master(), CALL, Limits.DEFAULT, DATA_ONLY)) {
+            // where the victim lives, as GET_REPLICA_LIST hands it to anyone with the cluster secret
+            MasterMessages.ReplicaList where = MasterMessages.ReplicaListReply.read(m.call(Opcode.GET_REPLICA_LIST,
+                    new BodyWriter().i32(1).bytes("victim".getBytes()), CALL).body()).items().getFirst();
+            long offset = where.replicas().getFirst().offset();
+            long gen = where.generation();
+            // the attacker's own put, with its genuine grant
+            BodyWriter w = new BodyWriter();
+            new MasterMessages.PutStart(false, 1, "", List.of(new MasterMessages.PutStartItem("mine!!".getBytes(),
+                    forged.length))).write(w);
+            MasterMessages.PutStartReply own = MasterMessages.PutStartReply.read(m.call(Opcode.PUT_START, w, CALL).body());
+            MasterMessages.PutStartResult mine = own.results().getFirst();
+            assertThat(mine.code()).isEqualTo(ResultCode.OK);
+            WriteGrant ownGrant = mine.grant(0, region);
+            byte[] madeUp = new byte[WriteGrant.MAC_BYTES];
+            new Random(7).nextBytes(madeUp);
+            byte[] key = "victim".getBytes();
+            List<Object> attempts = List.of(
+                    // the probe: the victim's offset and generation, no grant
+                    nodeWrite(own.epoch(), own.term(), offset, gen, key, forged, WriteGrant.none()),
+                    // a grant of exactly that region with a made-up MAC
+                    nodeWrite(own.epoch(), own.term(), offset, gen, key, forged, WriteGrant.region(offset, region, gen, madeUp)),
+                    // the attacker's genuine grant, widened to cover the victim
+                    nodeWrite(own.epoch(), own.term(), offset, gen, key, forged, new WriteGrant(0, Long.MAX_VALUE / 2,
+                            0, Integer.MAX_VALUE, ownGrant.mac())),
+                    // the genuine grant as it is, used for the victim's region
+                    nodeWrite(own.epoch(), own.term(), offset, gen, key, forged, ownGrant),
+                    // the genuine grant for its own region, under another term than the one it was made for
+                    nodeWrite(own.epoch(), own.term() + 1, ownGrant.offset(), mine.generation(), "mine!!".getBytes(),
+                            forged, ownGrant));
+            for (Object a : attempts) {
+                assertThat(a).isInstanceOfSatisfying(RemoteException.class, e -> {
+                    assertThat(e.status()).isEqualTo(FrameStatus.UNAUTHORIZED);
+                    assertThat(e.getMessage()).contains("refuses a write without the admin secret").contains("grant");
+                });
+            }
+            // the control: the genuine grant writes the region it was made for
+            assertThat(nodeWrite(own.epoch(), own.term(), ownGrant.offset(), mine.generation(), "mine!!".getBytes(),
+                    forged, ownGrant)).isEqualTo(List.of(ResultCode.OK));
+        }
+        assertThat(admin.get("victim")).hasValueSatisfying(b -> assertThat(b).isEqualTo(victim));
     }
 
     @Test

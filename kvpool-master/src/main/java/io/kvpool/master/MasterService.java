@@ -2,6 +2,7 @@ package io.kvpool.master;
 
 import io.kvpool.protocol.ObjectLayout;
 import io.kvpool.protocol.ResultCode;
+import io.kvpool.protocol.WriteGrants;
 import io.kvpool.protocol.Tier;
 import io.kvpool.protocol.msg.LeaseMessages.LeaseReply;
 import io.kvpool.protocol.msg.LeaseMessages.LeaseRequest;
@@ -108,6 +109,8 @@ public final class MasterService {
     final WriteLeases writeLeases;
     /** Generations handed to puts; rebuilt objects raise it past theirs ({@link Membership}). */
     private final AtomicLong generations;
+    /** Signs what each put and lease may write, for the nodes to check (keyed by the admin secret). */
+    private final WriteGrants grants;
     private final Map<UUID, Long> clients = new ConcurrentHashMap<>();
     /** Read leases and invalidations: what makes removals, resets and upserts absolute (see {@link ReadLeases}). */
     final ReadLeases leases;
@@ -150,7 +153,8 @@ public final class MasterService {
         this.membership = new Membership(config, clock, epoch, index, segments, spills, leases, nodes, generations,
                 eviction::accessTick, repair::markDirty);
         this.probes = new Probes(index);
-        this.writeLeases = new WriteLeases(config, clock, epoch, index, segments, eviction, nodes, generations);
+        this.grants = WriteGrants.of(config.secrets());
+        this.writeLeases = new WriteLeases(config, clock, epoch, index, segments, eviction, nodes, generations, grants);
     }
 
     /** The master as a server runs it: leases on the monotonic clock, with the start grace. */
@@ -295,10 +299,12 @@ public final class MasterService {
             return PutStartResult.of(code);
         }
         List<Replica> reps = new ArrayList<>(placed.size());
+        List<byte[]> macs = new ArrayList<>(placed.size());
         for (int i = 0; i < segIds.length; i++) {
             reps.add(new Replica(segIds[i], offsets[i]));
+            macs.add(grants.sign(segIds[i], config.term(), offsets[i], regionLength, generation, 1).mac());
         }
-        return new PutStartResult(ResultCode.OK, generation, reps, pinUntil != 0);
+        return new PutStartResult(ResultCode.OK, generation, reps, pinUntil != 0, macs);
     }
 
     /** Pins asked for and refused because the pool's pins were at their cap. */

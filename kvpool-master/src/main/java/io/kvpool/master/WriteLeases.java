@@ -2,6 +2,7 @@ package io.kvpool.master;
 
 import io.kvpool.protocol.ObjectLayout;
 import io.kvpool.protocol.ResultCode;
+import io.kvpool.protocol.WriteGrants;
 import io.kvpool.protocol.Tier;
 import io.kvpool.protocol.msg.WriteLeaseMessages.Commit;
 import io.kvpool.protocol.msg.WriteLeaseMessages.CommitItem;
@@ -115,6 +116,7 @@ final class WriteLeases {
     private final Eviction eviction;
     private final NodeNotifier nodes;
     private final AtomicLong generations;
+    private final WriteGrants grants;
     private final Map<Long, Lease> live = new ConcurrentHashMap<>();
     /** Ids start at random, so a writer's lease from a previous master process names none of this one's. */
     private final AtomicLong ids = new AtomicLong(ThreadLocalRandom.current().nextLong() >>> 2);
@@ -123,7 +125,7 @@ final class WriteLeases {
     final AtomicLong committed = new AtomicLong();
 
     WriteLeases(MasterConfig config, InstantSource clock, Epoch epoch, ObjectIndex index, Segments segments,
-                Eviction eviction, NodeNotifier nodes, AtomicLong generations) {
+                Eviction eviction, NodeNotifier nodes, AtomicLong generations, WriteGrants grants) {
         this.config = config;
         this.clock = clock;
         this.epoch = epoch;
@@ -132,6 +134,7 @@ final class WriteLeases {
         this.eviction = eviction;
         this.nodes = nodes;
         this.generations = generations;
+        this.grants = grants;
     }
 
     /** How long a lease lives without a COMMIT: the put timeout, as for a two-phase put. */
@@ -170,7 +173,8 @@ final class WriteLeases {
         live.put(l.id, l);
         granted.incrementAndGet();
         return new Granted(ResultCode.OK, l.id, ep, config.term(), p.segment().id, l.start, length, first, count,
-                (int) Math.min(Integer.MAX_VALUE, idle));
+                (int) Math.min(Integer.MAX_VALUE, idle),
+                grants.sign(p.segment().id, config.term(), l.start, length, first, count).mac());
     }
 
     /** The name of the active segment with the most free bytes, or "" when there is none. */

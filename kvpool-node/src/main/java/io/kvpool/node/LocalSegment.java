@@ -1,8 +1,12 @@
 package io.kvpool.node;
 
+import io.kvpool.protocol.Access;
 import io.kvpool.protocol.BadRequestException;
+import io.kvpool.protocol.Handshake;
 import io.kvpool.protocol.ObjectLayout;
+import io.kvpool.protocol.WriteGrants;
 import io.kvpool.protocol.msg.NodeMessages;
+import io.kvpool.protocol.msg.WriteGrant;
 
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
@@ -24,6 +28,12 @@ import java.util.concurrent.atomic.AtomicLong;
  * next. The segment remembers the highest term it has seen (from registrations and from master
  * commands) and every write, free and reset carries the term of the master that authorised it; one
  * from an older term is refused ({@link #currentTerm}). A single master has term 0 throughout.
+ *
+ * <h2>Write admission</h2>
+ * A connection that proved the admin secret (the master, a node replicating) writes where it says.
+ * One that proved only the cluster secret (a client) writes only what a {@link WriteGrant} the master
+ * signed for this segment and the write's term covers ({@link #checkWrites}); anything else closes
+ * the connection as UNAUTHORIZED before a byte of it is stored. An open node grants everyone admin.
  */
 final class LocalSegment {
 
@@ -39,6 +49,7 @@ final class LocalSegment {
     private final AtomicLong refusedWrites = new AtomicLong();
     private final AtomicLong memoryReads = new AtomicLong();
     private final AtomicLong term = new AtomicLong();
+    private final WriteGrants grants;
     private volatile int segmentId = -1;
 
     LocalSegment(NodeConfig config, SegmentMemory memory, String name, String advertiseHost, int port) {
@@ -49,6 +60,7 @@ final class LocalSegment {
         this.name = name;
         this.advertiseHost = advertiseHost;
         this.port = port;
+        this.grants = WriteGrants.of(config.secrets());
     }
 
     /** {@code host:port} as clients reach this node. */
@@ -123,6 +135,32 @@ final class LocalSegment {
             throw new BadRequestException("region at offset " + offset + " of " + length + " bytes (generation "
                     + generation + ") does not fit segment " + name + " of " + segment.byteSize()
                     + " bytes, or is not " + ObjectLayout.ALIGNMENT + "-byte aligned");
+        }
+    }
+
+    /**
+     * Checks every item of a write (NODE_WRITE, NODE_SHM_WRITE_BEGIN, NODE_SHM_LEASE_WRITE) before any
+     * is admitted: the region fits the segment (BadRequestException), and a connection without the
+     * admin secret holds a grant covering it (UnauthorizedException naming what is wrong).
+     */
+    void checkWrites(Access access, NodeMessages.Write w) {
+        for (NodeMessages.WriteItem it : w.items()) {
+            long length = ObjectLayout.regionLength(it.key().length, it.valueLength());
+            checkRegion(it.offset(), length, it.generation());
+            checkGrant(access, w.term(), it.offset(), length, it.generation(), it.grant());
+        }
+    }
+
+    /** The grant check of one region (a lease's range: any of its generations). */
+    void checkGrant(Access access, long t, long offset, long length, long generation, WriteGrant g) {
+        if (access == Access.ADMIN) {
+            return;
+        }
+        String why = grants.refusal(g, segmentId, t, offset, length, generation);
+        if (why != null) {
+            refusedWrites.incrementAndGet();
+            throw new Handshake.UnauthorizedException("segment " + name + " refuses a write without the admin secret: "
+                    + why);
         }
     }
 

@@ -16,6 +16,7 @@ import io.kvpool.protocol.ResultCode;
 import io.kvpool.protocol.Tier;
 import io.kvpool.protocol.msg.MasterMessages.Codes;
 import io.kvpool.protocol.msg.NodeMessages;
+import io.kvpool.protocol.msg.WriteGrant;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -94,7 +95,7 @@ final class Replication {
                 }
                 itemOf[writes.size()] = i;
                 writes.add(new NodeMessages.WriteItem(it.targetOffset(), it.generation(), it.key(), it.valueLength(),
-                        ObjectLayout.valueCrc(value)));
+                        ObjectLayout.valueCrc(value), WriteGrant.none())); // an admin connection: no grant needed
                 Channels.addViews(views, value);
             }
             if (!writes.isEmpty()) {

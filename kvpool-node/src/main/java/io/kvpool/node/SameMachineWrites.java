@@ -70,9 +70,7 @@ final class SameMachineWrites {
         BodyReader body = req.body();
         NodeMessages.Write w = NodeMessages.Write.read(body);
         body.end("node_shm_write_begin");
-        for (NodeMessages.WriteItem it : w.items()) {
-            node.checkRegion(it.offset(), ObjectLayout.regionLength(it.key().length, it.valueLength()), it.generation());
-        }
+        node.checkWrites(req.access(), w);
         if (!node.currentTerm(w.term())) {
             reply(req, deposed(w.items().size()));
             return;
@@ -145,6 +143,7 @@ final class SameMachineWrites {
         if (l.length() == 0) {
             throw new BadRequestException("node_shm_lease of 0 bytes at offset " + l.offset());
         }
+        node.checkGrant(req.access(), l.term(), l.offset(), l.length(), l.grant().firstGeneration(), l.grant());
         RegionLedger.Region previous = leases.remove(req.peer());
         if (previous != null) {
             ledger.endWrite(previous, false);
@@ -181,9 +180,7 @@ final class SameMachineWrites {
         BodyReader body = req.body();
         NodeMessages.Write w = NodeMessages.Write.read(body);
         body.end("node_shm_lease_write");
-        for (NodeMessages.WriteItem it : w.items()) {
-            node.checkRegion(it.offset(), ObjectLayout.regionLength(it.key().length, it.valueLength()), it.generation());
-        }
+        node.checkWrites(req.access(), w);
         if (!node.currentTerm(w.term())) {
             RegionLedger.Region lease = leases.remove(req.peer());
             if (lease != null) {

@@ -199,9 +199,7 @@ public final class StorageNode implements AutoCloseable {
             throw new MalformedFrameException(FrameStatus.MALFORMED_FRAME, req.requestId(), "node_write items total "
                     + w.payloadLength() + " value bytes but the frame carries " + req.payloadLength());
         }
-        for (NodeMessages.WriteItem it : w.items()) {
-            local.checkRegion(it.offset(), ObjectLayout.regionLength(it.key().length, it.valueLength()), it.generation());
-        }
+        local.checkWrites(req.access(), w);
         List<ResultCode> codes = new ArrayList<>(w.items().size());
         if (!local.currentTerm(w.term())) {
             // placed by a master that lost its leadership: refuse, whatever the epoch

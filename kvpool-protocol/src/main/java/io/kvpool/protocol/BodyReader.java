@@ -82,6 +82,14 @@ public final class BodyReader {
         return b;
     }
 
+    /** {@code n} bytes of a length both sides know (no length prefix): the counterpart of BodyWriter.fixed. */
+    public byte[] fixed(int n, String field) {
+        need(n, field);
+        byte[] b = new byte[n];
+        buf.get(b);
+        return b;
+    }
+
     public String string(String field) {
         return new String(bytes(field), StandardCharsets.UTF_8);
     }

@@ -70,6 +70,13 @@ public final class BodyWriter {
         return this;
     }
 
+    /** Bytes of a length both sides know (a MAC, say): no length prefix. */
+    public BodyWriter fixed(byte[] b) {
+        ensure(b.length);
+        buf.put(b);
+        return this;
+    }
+
     /** A UTF-8 string with a u16 length. */
     public BodyWriter string(String s) {
         return bytes(s.getBytes(StandardCharsets.UTF_8));

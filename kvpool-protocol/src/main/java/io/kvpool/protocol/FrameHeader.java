@@ -57,9 +57,13 @@ public final class FrameHeader {
      * (PREFIX_MATCH_DIGEST, BATCH_EXIST_DIGEST); 5 added write leases (WRITE_LEASE, COMMIT, RELEASE)
      * and the master's default replica count in the HELLO reply; 6 added the master's term (masters
      * elected through etcd) to the HELLO, PUT_START, WRITE_LEASE and REGISTER_NODE replies and to
-     * NODE_WRITE, NODE_SHM_WRITE_BEGIN, NODE_SHM_LEASE, NODE_FREE and NODE_RESET, and the result code DEPOSED.
+     * NODE_WRITE, NODE_SHM_WRITE_BEGIN, NODE_SHM_LEASE, NODE_FREE and NODE_RESET, and the result code DEPOSED;
+     * 7 added pins, replica counts in put results and repair; 8 authentication (AUTH_BEGIN, AUTH_PROVE,
+     * the status UNAUTHORIZED); 9 write grants: the master's signed permission for each region it
+     * reserves, in the PUT_START and WRITE_LEASE replies and relayed in every node write item and
+     * NODE_SHM_LEASE ({@link WriteGrants}).
      */
-    public static final byte VERSION = 8;
+    public static final byte VERSION = 9;
     public static final byte FLAG_REPLY = 0x01;
 
     public static final int MAGIC_OFFSET = 0;

@@ -369,7 +369,7 @@ public final class FrameServer implements Closeable {
                         }
                         body = got;
                         Request req = new Request(ch, peer, op, h.requestId(), new BodyReader(body),
-                                h.payloadLength(), replyHeader, scratch);
+                                h.payloadLength(), replyHeader, scratch, auth.level());
                         if (!op.isAuth() && !auth.level().allows(required.apply(op))) {
                             refusedAuth.incrementAndGet();
                             String why = String.format("%s needs the %s secret; this connection has proven %s (set"
@@ -464,7 +464,7 @@ public final class FrameServer implements Closeable {
             return true;
         } catch (Handshake.UnauthorizedException e) {
             refusedAuth.incrementAndGet();
-            log.warn("{}: refusing the authentication of {}: {}", name, req.peer(), e.getMessage());
+            log.warn("{}: refusing {} from {}: {}", name, req.opcode().metricName, req.peer(), e.getMessage());
             writeError(ch, replyHeader, req.opcode().code, req.requestId(), FrameStatus.UNAUTHORIZED, e.getMessage());
             return false;
         } catch (MalformedFrameException e) {

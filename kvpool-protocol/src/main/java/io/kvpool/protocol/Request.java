@@ -20,11 +20,12 @@ public final class Request {
     private final long payloadLength;
     private final ByteBuffer replyHeader;
     private final ByteBuffer scratch;
+    private final Access access;
     private long payloadRead;
     private boolean replied;
 
     Request(SocketChannel channel, String peer, Opcode opcode, long requestId, BodyReader body, long payloadLength,
-            ByteBuffer replyHeader, ByteBuffer scratch) {
+            ByteBuffer replyHeader, ByteBuffer scratch, Access access) {
         this.channel = channel;
         this.peer = peer;
         this.opcode = opcode;
@@ -33,6 +34,16 @@ public final class Request {
         this.payloadLength = payloadLength;
         this.replyHeader = replyHeader;
         this.scratch = scratch;
+        this.access = access;
+    }
+
+    /**
+     * What the connection had proven when this request arrived ({@link Access#ADMIN} on a server
+     * without secrets): handlers that grant less than their opcode's level allows (a node writing for
+     * a cluster-secret client only what a write grant covers) ask here.
+     */
+    public Access access() {
+        return access;
     }
 
     public Opcode opcode() {

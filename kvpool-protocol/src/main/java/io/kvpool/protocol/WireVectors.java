@@ -5,6 +5,7 @@ import io.kvpool.protocol.msg.KeyList;
 import io.kvpool.protocol.msg.MasterMessages;
 import io.kvpool.protocol.msg.NodeMessages;
 import io.kvpool.protocol.msg.Replica;
+import io.kvpool.protocol.msg.WriteGrant;
 import io.kvpool.protocol.msg.WriteLeaseMessages;
 
 import java.nio.ByteBuffer;
@@ -46,9 +47,15 @@ public final class WireVectors {
                 new MasterMessages.PutStartItem(k1, 1 << 20, 0), new MasterMessages.PutStartItem(k2, 0, 0))).write(w)));
         out.put("put_start_pin_forever", body(w -> new MasterMessages.PutStart(false, 0, "",
                 MasterMessages.PutStart.PIN_FOREVER, List.of(new MasterMessages.PutStartItem(k1, 7, 0))).write(w)));
+        byte[] mac1 = new byte[WriteGrant.MAC_BYTES];
+        byte[] mac2 = new byte[WriteGrant.MAC_BYTES];
+        for (int i = 0; i < mac1.length; i++) {
+            mac1[i] = (byte) (0xA0 + i);
+            mac2[i] = (byte) (0x10 + i);
+        }
         out.put("put_start_reply", body(w -> new MasterMessages.PutStartReply(9, 0x0A0B0C0DL, List.of(
                 new MasterMessages.PutStartResult(ResultCode.OK, 1234, List.of(new Replica(1, Tier.MEMORY, 4096),
-                        new Replica(2, Tier.DISK, 0)), true),
+                        new Replica(2, Tier.DISK, 0)), true, List.of(mac1, mac2)),
                 new MasterMessages.PutStartResult(ResultCode.OK, 1235, List.of(new Replica(3, Tier.MEMORY, 0))),
                 new MasterMessages.PutStartResult(ResultCode.POOL_FULL, 0, List.of()))).write(w)));
         out.put("put_end", body(w -> new MasterMessages.PutEnd(List.of(new MasterMessages.PutEndItem(k1, 1234, 2),
@@ -56,12 +63,13 @@ public final class WireVectors {
         out.put("write_lease", body(w -> new WriteLeaseMessages.Grant("127.0.0.1:50052", 1 << 20, 64L << 20, 16)
                 .write(w)));
         out.put("write_lease_reply", body(w -> new WriteLeaseMessages.Granted(ResultCode.OK, 0x0102030405L, 7, 0x0A0B0C0DL, 3,
-                4096, 64L << 20, 5000, 16, 30_000).write(w)));
+                4096, 64L << 20, 5000, 16, 30_000, mac1).write(w)));
         out.put("write_lease_refused", body(w -> WriteLeaseMessages.Granted.refused(ResultCode.POOL_FULL).write(w)));
         out.put("commit", body(w -> new WriteLeaseMessages.Commit(0x0102030405L, true, List.of(
                 new WriteLeaseMessages.CommitItem(k1, 4096, 1 << 20, 5000),
                 new WriteLeaseMessages.CommitItem(k2, 4096 + (2L << 20), 0, 5001))).write(w)));
-        out.put("shm_lease", body(w -> new NodeMessages.ShmLease(7, 0x0A0B0C0DL, 4096, 64L << 20).write(w)));
+        out.put("shm_lease", body(w -> new NodeMessages.ShmLease(7, 0x0A0B0C0DL, 4096, 64L << 20,
+                new WriteGrant(4096, 64L << 20, 5000, 16, mac1)).write(w)));
         out.put("release", body(w -> new WriteLeaseMessages.Release(0x0102030405L).write(w)));
         out.put("codes", body(w -> new MasterMessages.Codes(List.of(ResultCode.values())).write(w)));
         out.put("keys", body(w -> new KeyList(List.of(k1, k2)).write(w)));
@@ -86,8 +94,8 @@ public final class WireVectors {
                 new MasterMessages.SegmentInfo(1, "127.0.0.1:50052", "127.0.0.1", 50052, 1 << 30, 4096, 10,
                         MasterMessages.SegmentInfo.STATE_ACTIVE, 250, "/dev/shm/kvpool-x.seg", tiers))).write(w)));
         out.put("node_write", body(w -> new NodeMessages.Write(3, 0x0A0B0C0DL, List.of(
-                new NodeMessages.WriteItem(4096, 1234, k1, 1 << 20, 0xE3069283),
-                new NodeMessages.WriteItem(0, 1, k2, 0, 0))).write(w)));
+                new NodeMessages.WriteItem(4096, 1234, k1, 1 << 20, 0xE3069283, WriteGrant.region(4096, 1 << 21, 1234, mac2)),
+                new NodeMessages.WriteItem(0, 1, k2, 0, 0, WriteGrant.none()))).write(w)));
         out.put("node_read", body(w -> new NodeMessages.Read(List.of(
                 new NodeMessages.ReadItem(4096, 1234, 1 << 20, Tier.MEMORY),
                 new NodeMessages.ReadItem(0, 7, 9, Tier.DISK))).write(w)));
@@ -112,6 +120,8 @@ public final class WireVectors {
         out.put("auth_prove_admin", body(w -> w.u8(Access.ADMIN.code)
                 .bytes(Handshake.clientProof(s.key(Access.ADMIN), Access.ADMIN, sn, cn))));
         out.put("auth_prove_reply", body(w -> w.u8(Access.ADMIN.code)));
+        // a write grant (version 9) signed with the admin secret of the auth vectors: segment 3, term 0x0A0B0C0D
+        out.put("write_grant", body(w -> WriteGrants.of(s).sign(3, 0x0A0B0C0DL, 4096, 64L << 20, 5000, 16).write(w)));
         for (String k : List.of("a", "12345678", "123456789", "kvp1/m/v1/tp0of1-pp0of1/f32/" + "0f".repeat(32), "ключ-é")) {
             long[] d = KeyDigest.of(k.getBytes(StandardCharsets.UTF_8));
             out.put("digest:" + HexFormat.of().formatHex(k.getBytes(StandardCharsets.UTF_8)),

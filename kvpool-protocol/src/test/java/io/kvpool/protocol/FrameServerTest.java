@@ -264,7 +264,7 @@ class FrameServerTest {
     void unsupportedVersionGetsUnsupportedVersionAndClose() throws IOException {
         SocketChannel ch = raw();
         ByteBuffer h = validHeader(Opcode.PING.code, 12, 0, 0);
-        h.put(FrameHeader.VERSION_OFFSET, (byte) 9);
+        h.put(FrameHeader.VERSION_OFFSET, (byte) (FrameHeader.VERSION + 1));
         Channels.writeFully(ch, h);
         RawReply r = readReply(ch);
         assertThat(FrameStatus.of(r.header().status())).isEqualTo(FrameStatus.UNSUPPORTED_VERSION);

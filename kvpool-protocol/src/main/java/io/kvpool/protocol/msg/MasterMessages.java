@@ -155,12 +155,31 @@ public final class MasterMessages {
     }
 
     /**
-     * Outcome for one key of a PUT_START: where to write it, under which generation, and whether the
-     * pin the put asked for was granted (false when none was asked for).
+     * Outcome for one key of a PUT_START: where to write it, under which generation, whether the
+     * pin the put asked for was granted (false when none was asked for), and for each replica the MAC
+     * of its {@link WriteGrant} (since version 9: the grant of that region and generation, which the
+     * writer rebuilds from the key and value lengths and relays to the node).
      */
-    public record PutStartResult(ResultCode code, long generation, List<Replica> replicas, boolean pinned) {
+    public record PutStartResult(ResultCode code, long generation, List<Replica> replicas, boolean pinned,
+                                 List<byte[]> macs) {
+        public PutStartResult {
+            if (macs.size() != replicas.size()) {
+                throw new IllegalArgumentException(replicas.size() + " replicas but " + macs.size() + " grant MACs");
+            }
+        }
+
+        /** Unsigned grants (an open master, tests). */
+        public PutStartResult(ResultCode code, long generation, List<Replica> replicas, boolean pinned) {
+            this(code, generation, replicas, pinned, replicas.stream().map(r -> new byte[WriteGrant.MAC_BYTES]).toList());
+        }
+
         public PutStartResult(ResultCode code, long generation, List<Replica> replicas) {
             this(code, generation, replicas, false);
+        }
+
+        /** The grant of replica {@code i}, a region of {@code regionLength} bytes. */
+        public WriteGrant grant(int i, long regionLength) {
+            return WriteGrant.region(replicas.get(i).offset(), regionLength, generation, macs.get(i));
         }
 
         public static PutStartResult of(ResultCode code) {
@@ -179,8 +198,9 @@ public final class MasterMessages {
                 w.u8(res.code.code);
                 if (res.code == ResultCode.OK) {
                     w.i64(res.generation).u8(res.pinned ? 1 : 0).u8(res.replicas.size());
-                    for (Replica rep : res.replicas) {
-                        rep.write(w);
+                    for (int j = 0; j < res.replicas.size(); j++) {
+                        res.replicas.get(j).write(w);
+                        w.fixed(res.macs.get(j));
                     }
                 }
             }
@@ -201,10 +221,12 @@ public final class MasterMessages {
                 int flags = r.u8("flags");
                 int nr = r.u8("replica count");
                 List<Replica> reps = new ArrayList<>(nr);
+                List<byte[]> macs = new ArrayList<>(nr);
                 for (int j = 0; j < nr; j++) {
                     reps.add(Replica.read(r));
+                    macs.add(r.fixed(WriteGrant.MAC_BYTES, "grant mac"));
                 }
-                out.add(new PutStartResult(code, gen, reps, (flags & 1) != 0));
+                out.add(new PutStartResult(code, gen, reps, (flags & 1) != 0, macs));
             }
             return new PutStartReply(epoch, term, out);
         }

@@ -20,8 +20,9 @@ public final class NodeMessages {
      * @param offset      region start, as reserved by the master
      * @param generation  from PUT_START; identifies this object version in every later read
      * @param valueCrc    CRC32C of the value, computed by the writer, stored in the object header
+     * @param grant       the master's permission covering this write (since version 9), relayed by the writer
      */
-    public record WriteItem(long offset, long generation, byte[] key, long valueLength, int valueCrc) {
+    public record WriteItem(long offset, long generation, byte[] key, long valueLength, int valueCrc, WriteGrant grant) {
     }
 
     /** NODE_WRITE: values for regions the master reserved, fenced by the writer's epoch. */
@@ -30,17 +31,18 @@ public final class NodeMessages {
             w.i64(epoch).i64(term).i32(items.size());
             for (WriteItem it : items) {
                 w.i64(it.offset).i64(it.generation).bytes(it.key).i64(it.valueLength).i32(it.valueCrc);
+                it.grant.write(w);
             }
         }
 
         public static Write read(BodyReader r) {
             long epoch = r.i64("epoch");
             long term = r.i64("term");
-            int n = r.count("item count", 31);
+            int n = r.count("item count", 31 + WriteGrant.WIRE_BYTES);
             List<WriteItem> items = new ArrayList<>(n);
             for (int i = 0; i < n; i++) {
                 items.add(new WriteItem(r.length("offset"), r.i64("generation"), KeyList.readKey(r),
-                        r.length("value length"), r.i32("value crc")));
+                        r.length("value length"), r.i32("value crc"), WriteGrant.read(r)));
             }
             return new Write(epoch, term, items);
         }
@@ -114,15 +116,18 @@ public final class NodeMessages {
      * NODE_SHM_LEASE: a same-machine writer asks the node to set {@code [offset, offset + length)} of
      * its write lease aside for it, so that it can copy values there and have the node record each
      * object with one NODE_SHM_LEASE_WRITE (whose body is a {@link Write} without payload). Reply:
-     * {@link MasterMessages.Codes} with one code.
+     * {@link MasterMessages.Codes} with one code. {@code grant}: the lease's (since version 9), which
+     * must cover the range.
      */
-    public record ShmLease(long epoch, long term, long offset, long length) {
+    public record ShmLease(long epoch, long term, long offset, long length, WriteGrant grant) {
         public void write(BodyWriter w) {
             w.i64(epoch).i64(term).i64(offset).i64(length);
+            grant.write(w);
         }
 
         public static ShmLease read(BodyReader r) {
-            return new ShmLease(r.i64("epoch"), r.i64("term"), r.length("offset"), r.length("length"));
+            return new ShmLease(r.i64("epoch"), r.i64("term"), r.length("offset"), r.length("length"),
+                    WriteGrant.read(r));
         }
     }
 

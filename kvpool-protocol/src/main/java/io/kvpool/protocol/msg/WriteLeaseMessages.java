@@ -25,8 +25,8 @@ import java.util.List;
  *                                          | first generation (i64)         |
  * COMMIT request                           | generation count (i32)         |
  * +--------------------------------+       | idle timeout millis (i32)      |
- * | lease id (i64)                 |       +--------------------------------+
- * | upsert (u8)                    |
+ * | lease id (i64)                 |       | grant MAC (16 bytes, since 9)  |
+ * | upsert (u8)                    |       +--------------------------------+
  * | item count (i32)               |
  * | items: key (u16 length, bytes),|       COMMIT reply: Codes (one result per item)
  * |   offset (i64),                |
@@ -67,17 +67,22 @@ public final class WriteLeaseMessages {
      * @param idleMillis the lease is reclaimed when no COMMIT renewed it for this long
      */
     public record Granted(ResultCode code, long leaseId, long epoch, long term, int segmentId, long offset, long length,
-                          long firstGeneration, int generationCount, int idleMillis) {
+                          long firstGeneration, int generationCount, int idleMillis, byte[] mac) {
 
         public static Granted refused(ResultCode code) {
-            return new Granted(code, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+            return new Granted(code, 0, 0, 0, 0, 0, 0, 0, 0, 0, new byte[WriteGrant.MAC_BYTES]);
+        }
+
+        /** The lease's range and generations as the grant a writer relays to the node (since version 9). */
+        public WriteGrant grant() {
+            return new WriteGrant(offset, length, firstGeneration, generationCount, mac);
         }
 
         public void write(BodyWriter w) {
             w.u8(code.code);
             if (code == ResultCode.OK) {
                 w.i64(leaseId).i64(epoch).i64(term).i32(segmentId).i64(offset).i64(length).i64(firstGeneration)
-                        .i32(generationCount).i32(idleMillis);
+                        .i32(generationCount).i32(idleMillis).fixed(mac);
             }
         }
 
@@ -87,7 +92,8 @@ public final class WriteLeaseMessages {
                 return refused(code);
             }
             return new Granted(code, r.i64("lease id"), r.i64("epoch"), r.i64("term"), r.i32("segment id"), r.length("offset"),
-                    r.length("length"), r.i64("first generation"), r.i32("generation count"), r.i32("idle millis"));
+                    r.length("length"), r.i64("first generation"), r.i32("generation count"), r.i32("idle millis"),
+                    r.fixed(WriteGrant.MAC_BYTES, "grant mac"));
         }
     }
 

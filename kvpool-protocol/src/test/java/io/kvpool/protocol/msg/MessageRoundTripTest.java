@@ -69,6 +69,16 @@ class MessageRoundTripTest {
     }
 
     /** Writes {@code msg}, reads it back, checks the body was consumed exactly and every field matches. */
+    private byte[] randomMac() {
+        byte[] mac = new byte[WriteGrant.MAC_BYTES];
+        rnd.nextBytes(mac);
+        return mac;
+    }
+
+    private WriteGrant randomGrant() {
+        return new WriteGrant(64L * rnd.nextInt(1 << 20), rnd.nextLong() >>> 1, rnd.nextLong(), rnd.nextInt(), randomMac());
+    }
+
     private static <T> T roundTrip(T msg, BiConsumer<T, BodyWriter> write, Function<BodyReader, T> read) {
         BodyWriter w = new BodyWriter(1);
         write.accept(msg, w);
@@ -192,7 +202,9 @@ class MessageRoundTripTest {
         roundTrip(new WriteLeaseMessages.Grant("seg-\u00e9", 0, Long.MAX_VALUE, Integer.MAX_VALUE),
                 WriteLeaseMessages.Grant::write, WriteLeaseMessages.Grant::read);
         roundTrip(new WriteLeaseMessages.Granted(ResultCode.OK, rnd.nextLong(), 3, rnd.nextLong(), 7, 4096, 1L << 26, rnd.nextLong(),
-                64, 30_000), WriteLeaseMessages.Granted::write, WriteLeaseMessages.Granted::read);
+                64, 30_000, randomMac()), WriteLeaseMessages.Granted::write, WriteLeaseMessages.Granted::read);
+        roundTrip(new NodeMessages.ShmLease(rnd.nextLong(), rnd.nextLong(), 4096, 1L << 26, randomGrant()),
+                NodeMessages.ShmLease::write, NodeMessages.ShmLease::read);
         for (ResultCode c : List.of(ResultCode.POOL_FULL, ResultCode.NO_SEGMENT, ResultCode.TOO_LARGE)) {
             roundTrip(WriteLeaseMessages.Granted.refused(c), WriteLeaseMessages.Granted::write,
                     WriteLeaseMessages.Granted::read);
@@ -229,6 +241,8 @@ class MessageRoundTripTest {
         List<PutStartResult> results = new ArrayList<>();
         results.add(new PutStartResult(ResultCode.OK, 99, List.of(new Replica(1, 64), new Replica(2, 128))));
         results.add(new PutStartResult(ResultCode.OK, 100, List.of()));
+        results.add(new PutStartResult(ResultCode.OK, 101, List.of(new Replica(3, 0), new Replica(4, 4096)), true,
+                List.of(randomMac(), randomMac())));
         for (ResultCode c : ResultCode.values()) {
             if (c != ResultCode.OK) {
                 results.add(PutStartResult.of(c));
@@ -351,7 +365,7 @@ class MessageRoundTripTest {
         List<NodeMessages.WriteItem> items = new ArrayList<>();
         for (int i = 0; i < 20; i++) {
             items.add(new NodeMessages.WriteItem(64L * rnd.nextInt(1 << 20), rnd.nextLong(), randomKey(),
-                    rnd.nextInt(1 << 20), rnd.nextInt()));
+                    rnd.nextInt(1 << 20), rnd.nextInt(), i % 2 == 0 ? randomGrant() : WriteGrant.none()));
         }
         NodeMessages.Write w = new NodeMessages.Write(rnd.nextLong(), rnd.nextLong(), items);
         roundTrip(w, NodeMessages.Write::write, NodeMessages.Write::read);
@@ -378,7 +392,9 @@ class MessageRoundTripTest {
 
     @Test
     void nodeWriteRejectsBadKeys() {
-        BodyWriter w = new BodyWriter().i64(1).i64(2).i32(1).i64(0).i64(1).bytes(new byte[0]).i64(0).i32(0).i64(0);
+        BodyWriter w = new BodyWriter().i64(1).i64(2).i32(1).i64(0).i64(1).bytes(new byte[0]).i64(0).i32(0);
+        WriteGrant.none().write(w);
+        w.u8(0); // keeps the item count plausible (an item with a key of at least one byte)
         assertThatThrownBy(() -> NodeMessages.Write.read(new BodyReader(w.buffer())))
                 .isInstanceOf(BadRequestException.class).hasMessageContaining("key of 0 bytes");
     }
