@@ -78,6 +78,49 @@ class NodeRestartIT {
         }
     }
 
+    /**
+     * The soak's finding: keys removed while their node was down came back when it restarted and
+     * listed its segment. The master keeps the frees the node missed and refuses those copies.
+     */
+    @Test
+    void keysRemovedWhileTheirNodeWasDownStayRemovedWhenItComesBack() throws Exception {
+        // a long node TTL: the dead node stays registered, so the removals reach the index and their frees fail
+        try (ProcessCluster cluster = new ProcessCluster("node-restart-removed", "--node-ttl", "60s")) {
+            int port = ProcessCluster.freePort();
+            ProcessCluster.Managed node = cluster.startNode("64MiB", shm.toString(), port);
+            try (KvPoolClient c = KvPoolClient.connect(ClientConfig.forMaster(cluster.masterAddress())
+                    .withSharedMemory(false))) {
+                int first = ProcessCluster.awaitStats(c, s -> s.segments().size() == 1 && s.segments().getFirst().active(),
+                        "the node registered").segments().getFirst().id();
+                putAll(c);
+                node.kill9();
+                List<String> removed = new ArrayList<>();
+                for (int i = 0; i < OBJECTS; i += 2) {
+                    assertThat(c.remove("restart/" + i)).as("removal of restart/" + i).isTrue();
+                    removed.add("restart/" + i);
+                }
+                cluster.startNode("64MiB", shm.toString(), port);
+                ProcessCluster.awaitStats(c, s -> s.segments().size() == 1 && s.segments().getFirst().id() != first
+                        && s.segments().getFirst().active(), "the restarted node registered");
+                assertThat(c.stats().segments().getFirst().objects()).as("objects taken back")
+                        .isEqualTo(OBJECTS - removed.size());
+                try (KvPoolClient fresh = KvPoolClient.connect(ClientConfig.forMaster(cluster.masterAddress())
+                        .withSharedMemory(false))) {
+                    for (int i = 0; i < OBJECTS; i++) {
+                        String k = "restart/" + i;
+                        if (i % 2 == 0) {
+                            assertThat(fresh.get(k)).as("removed " + k).isEmpty();
+                        } else {
+                            assertThat(fresh.get(k)).as(k).hasValueSatisfying(v -> assertThat(v).isEqualTo(FailoverIT.valueOf(k)));
+                        }
+                    }
+                }
+                assertThat(cluster.metric("master_frees_undelivered")).as("nothing owed once it listed its segment")
+                        .isZero();
+            }
+        }
+    }
+
     @Test
     void aNodeThatComesBackOnAnotherPortLeavesNoOrphanedFile() throws Exception {
         try (ProcessCluster cluster = new ProcessCluster("node-restart-other-port")) {

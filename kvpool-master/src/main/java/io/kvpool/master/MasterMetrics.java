@@ -51,6 +51,8 @@ public final class MasterMetrics {
         gauge("master_allocated_bytes", "Bytes reserved in active segments, headers included", service::allocated);
         gauge("master_total_capacity_bytes", "Bytes contributed by active segments", service::capacity);
         gauge("master_active_clients", "Clients seen within the client TTL", service::activeClients);
+        gauge("master_frees_undelivered", "Frees owed to nodes that could not be reached; their copies are refused"
+                + " if those nodes come back", service::undeliveredFrees);
         gauge("master_cluster_epoch", "Current cluster epoch (moves on every removeAll(force))", service::epoch);
         gauge("master_segments", "Registered segments, joining ones included", () -> service.segmentInfos().size());
         // the index lives on the heap (about 140 bytes per object): watch it against -Xmx

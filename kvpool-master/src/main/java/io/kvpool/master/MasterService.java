@@ -307,6 +307,11 @@ public final class MasterService {
         return new PutStartResult(ResultCode.OK, generation, reps, pinUntil != 0, macs);
     }
 
+    /** Frees owed to nodes that could not be reached ({@link UndeliveredFrees}). */
+    public long undeliveredFrees() {
+        return nodes.undeliveredFrees();
+    }
+
     /** Pins asked for and refused because the pool's pins were at their cap. */
     final AtomicLong pinsRefused = new AtomicLong();
 

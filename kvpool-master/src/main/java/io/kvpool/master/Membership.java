@@ -112,7 +112,8 @@ public final class Membership {
                 toReset = new ArrayList<>(segments.all());
             }
             newEpoch = epoch.current();
-            keep = r.epoch() == newEpoch;
+            // a node that missed too many frees while away comes back empty rather than with removed objects
+            keep = r.epoch() == newEpoch && !nodes.mustComeBackEmpty(r.name());
             seg = segments.add(r.name(), address, r.capacity(), r.nodeIncarnation(), r.shmPath(), clock.millis());
         } finally {
             epoch.exclusive().unlock();
@@ -124,7 +125,8 @@ public final class Membership {
             leases.await(seq);
         }
         log.info("{} registered at {} with {} bytes; {} objects offered{}", seg, address, r.capacity(),
-                r.inventoryCount(), keep ? "" : " (older epoch " + r.epoch() + ": dropped)");
+                r.inventoryCount(), keep ? "" : r.epoch() != newEpoch ? " (older epoch " + r.epoch() + ": dropped)"
+                        : " (it missed too many frees while away: dropped)");
         return new RegisterReply(seg.id, newEpoch, keep, config.term());
     }
 
@@ -135,10 +137,13 @@ public final class Membership {
         }
         epoch.exclusive().lock();
         try {
-            List<ResultCode> out = eachItem(inv, "node_inventory", this::adopt);
+            // a copy whose free the node missed (removed or evicted while it was away) is not taken back
+            List<ResultCode> out = eachItem(inv, "node_inventory", (seg, it, tick) ->
+                    nodes.freedWhileAway(seg.name, it.generation()) ? ResultCode.ALREADY_EXISTS : adopt(seg, it, tick));
             if (inv.last()) {
                 // still registered: nothing drops a segment while we hold the write lock
                 Segment seg = segments.get(inv.segmentId());
+                nodes.inventoryTaken(seg.name);
                 seg.active = true;
                 copiesChanged.run(); // room for copies that waited for it
                 log.info("{} active: {} objects, {} bytes used", seg, seg.allocator.allocations(), seg.allocator.used());

@@ -45,6 +45,8 @@ final class NodeControl implements NodeNotifier {
     /** Longest a removal or reset waits for nodes to acknowledge; a node slower than that catches up later. */
     private final Duration ackWait;
     private final Map<Integer, Channel> channels = new ConcurrentHashMap<>();
+    /** Frees a node missed (down or cut off), owed to it until its copies can no longer come back. */
+    private final UndeliveredFrees undelivered = new UndeliveredFrees();
     private final Thread flusher;
     private volatile boolean running = true;
 
@@ -134,10 +136,33 @@ final class NodeControl implements NodeNotifier {
     }
 
     @Override
+    public boolean mustComeBackEmpty(String segmentName) {
+        return undelivered.overflowed(segmentName);
+    }
+
+    @Override
+    public boolean freedWhileAway(String segmentName, long generation) {
+        return undelivered.covers(segmentName, generation);
+    }
+
+    @Override
+    public void inventoryTaken(String segmentName) {
+        undelivered.settled(segmentName);
+    }
+
+    @Override
+    public long undeliveredFrees() {
+        return undelivered.size();
+    }
+
+    @Override
     public void forget(Segment segment) {
         Channel c = channels.remove(segment.id);
         if (c != null) {
+            // the node may come back with its segment: what it was never told stays owed
+            List<NodeMessages.FreeItem> left = new ArrayList<>(c.queue);
             c.queue.clear();
+            undelivered.record(segment.name, left);
             c.lock.lock();
             try {
                 closeConn(c);
@@ -239,13 +264,17 @@ final class NodeControl implements NodeNotifier {
                     call(c, Opcode.NODE_FREE, w);
                     c.stalled = false;
                     if (c.failing) {
-                        log.info("control channel to {} works again", c.segment);
+                        List<NodeMessages.FreeItem> owed = undelivered.drain(c.segment.name);
+                        log.info("control channel to {} works again; sending the {} frees it missed", c.segment,
+                                owed.size());
+                        c.queue.addAll(owed);
                         c.failing = false;
                     }
                 } catch (IOException | RuntimeException e) {
+                    undelivered.record(c.segment.name, batch);
                     if (!c.failing) {
-                        log.warn("cannot send frees to {} ({}); they are dropped (the node also frees on overwrite)",
-                                c.segment, e.getMessage());
+                        log.warn("cannot send frees to {} ({}); kept until it is reachable, and refused from its"
+                                + " inventory if it comes back", c.segment, e.getMessage());
                         c.failing = true;
                     }
                 }

@@ -55,8 +55,30 @@ interface NodeNotifier extends AutoCloseable {
         return Collections.nCopies(items.size(), ResultCode.FAILED);
     }
 
-    /** The segment is gone; drop anything queued for it. */
+    /** The segment is gone; what was queued for it stays owed to its name ({@link UndeliveredFrees}). */
     void forget(Segment segment);
+
+    /** Whether the node of this segment name missed so many frees that it must come back empty. */
+    default boolean mustComeBackEmpty(String segmentName) {
+        return false;
+    }
+
+    /**
+     * Whether a free of {@code generation} to the node of this segment name was never delivered: the
+     * copy it offers in its inventory was removed or evicted meanwhile, and must be refused.
+     */
+    default boolean freedWhileAway(String segmentName, long generation) {
+        return false;
+    }
+
+    /** The node of this segment name finished its inventory: nothing owed to it is needed any more. */
+    default void inventoryTaken(String segmentName) {
+    }
+
+    /** Frees owed to nodes that could not be reached (a gauge). */
+    default long undeliveredFrees() {
+        return 0;
+    }
 
     @Override
     void close();
