@@ -298,7 +298,9 @@ final class TlsChannel implements ByteChannel, GatheringByteChannel {
 
     private static String hint(String why) {
         if (why.contains("certificate_required")) {
-            return " (the server requires a client certificate: give --tls-cert/--tls-key or KVPOOL_TLS_CERT/KVPOOL_TLS_KEY)";
+            // the JDK's client sends no certificate when it has none the server's CA list names
+            return " (the server requires a client certificate signed by its CA; the client had none, or none that"
+                    + " CA signed: check --tls-cert/--tls-key or KVPOOL_TLS_CERT/KVPOOL_TLS_KEY)";
         }
         if (why.contains("unknown_ca") || why.contains("bad_certificate") || why.contains("PKIX path")
                 || why.contains("certificate_unknown")) {
