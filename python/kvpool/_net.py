@@ -8,6 +8,10 @@ Error replies become exceptions: ``BAD_REQUEST`` a ValueError carrying the serve
 request was invalid; the connection stays usable when nothing was left unread), every other status a
 ``KvPoolError``. A connection that saw any error other than a clean BAD_REQUEST is discarded.
 
+A connection given an ``ssl.SSLContext`` (``kvpool.tls``) runs TLS below the frames: the handshake
+happens at connect, within the connect timeout, before authentication; a failed one is an OSError
+whose message says why (``kvpool.tls.explain``).
+
 A ``ConnectionPool`` lends connections to threads under a lock. It remembers the process id that
 opened them: after ``fork()`` the child never touches the parent's sockets (it forgets them and
 opens its own), because two processes interleaving frames on one socket would corrupt both.
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import os
 import socket
+import ssl
 import threading
 import time
 from typing import Callable, Sequence
@@ -25,6 +30,7 @@ from . import protocol as p
 from .auth import NONE as NO_SECRETS
 from .auth import Secrets, authenticate
 from .errors import KvPoolError, MasterUnreachable
+from .tls import explain
 
 
 def parse_host_port(s: str, what: str = "address") -> tuple[str, int]:
@@ -46,10 +52,21 @@ class Connection:
     """One TCP connection to a master or a node, carrying one exchange at a time."""
 
     def __init__(self, host: str, port: int, connect_timeout: float,
-                 max_body: int = p.DEFAULT_MAX_BODY_BYTES, max_payload: int = p.DEFAULT_MAX_PAYLOAD_BYTES) -> None:
+                 max_body: int = p.DEFAULT_MAX_BODY_BYTES, max_payload: int = p.DEFAULT_MAX_PAYLOAD_BYTES,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.address = f"{host}:{port}"
-        self.sock = socket.create_connection((host, port), timeout=connect_timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock = socket.create_connection((host, port), timeout=connect_timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if tls is not None:
+            try:
+                sock = tls.wrap_socket(sock, server_hostname=host)
+            except ssl.SSLError as e:
+                sock.close()
+                raise ConnectionError(explain(e, self.address)) from e
+            except OSError:
+                sock.close()
+                raise
+        self.sock: socket.socket = sock
         self.max_body = max_body
         self.max_payload = max_payload
         self.next_id = 1
@@ -91,6 +108,9 @@ class Connection:
             reply = bytearray(h.body_length)
             if h.body_length:
                 self._recv_exact(reply)
+        except ssl.SSLError as e:
+            self.close()
+            raise ConnectionError(explain(e, self.address)) from e
         except (OSError, p.ProtocolError):
             self.close()
             raise
@@ -142,15 +162,17 @@ class Connection:
 class ConnectionPool:
     """Up to ``max_connections`` connections to one peer, lent to one thread at a time.
 
-    A new connection first authenticates with ``secrets`` when there are any (docs/security.md), then
+    A new connection runs TLS with ``tls`` when given, authenticates with ``secrets`` when there are any
+    (docs/security.md), then
     ``on_connect`` runs on it before it is lent (the master's HELLO). Fork-safe: a pool used in a
     process other than the one that filled it starts empty.
     """
 
     def __init__(self, host: str, port: int, *, max_connections: int, connect_timeout: float,
                  on_connect: Callable[[Connection], None] | None = None, master: bool = False,
-                 secrets: Secrets = NO_SECRETS) -> None:
+                 secrets: Secrets = NO_SECRETS, tls: ssl.SSLContext | None = None) -> None:
         self.secrets = secrets
+        self.tls = tls
         self.host = host
         self.port = port
         self.address = f"{host}:{port}"
@@ -191,7 +213,8 @@ class ConnectionPool:
                                       f"({self.max} in use)")
                 self._lock.wait(left)
         try:
-            c = Connection(self.host, self.port, min(self.connect_timeout, max(0.001, deadline - time.monotonic())))
+            c = Connection(self.host, self.port, min(self.connect_timeout, max(0.001, deadline - time.monotonic())),
+                           tls=self.tls)
             if self.secrets.present:
                 authenticate(c, self.secrets, max(self.connect_timeout, deadline - time.monotonic()))
             if self.on_connect is not None:

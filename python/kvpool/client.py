@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import logging
 import os
 import socket
+import ssl
 import threading
 import time
 import uuid
@@ -37,6 +38,7 @@ from typing import Callable, Sequence, TypeVar
 from . import protocol as p
 from ._net import Connection, ConnectionPool, parse_host_port
 from .auth import Secrets
+from .tls import from_environment as tls_from_environment
 from .buffers import Buffer, as_memoryview
 from .config import master_from_environment
 from .crc import crc32c
@@ -116,14 +118,20 @@ class Client:
     ``secrets`` (``kvpool.Secrets``) are proven on every connection to a secured pool; by default they
     come from ``KVPOOL_SECRET_FILE`` / ``KVPOOL_ADMIN_SECRET_FILE`` (docs/security.md). A wrong or
     missing secret raises ``AuthenticationError`` or a ``KvPoolError`` naming the secret to set.
+    ``tls`` (an ``ssl.SSLContext``, see ``kvpool.tls.client_context``) runs every master and node
+    connection in mutual TLS; by default it comes from ``KVPOOL_TLS_CERT``, ``KVPOOL_TLS_KEY`` and
+    ``KVPOOL_TLS_CA`` (none set: plain TCP). The same-machine path needs none.
     """
 
     def __init__(self, master: str | None = None, *, timeout: float = 10.0, connect_timeout: float = 3.0,
-                 shared_memory: bool = True, max_connections: int = 8, secrets: Secrets | None = None) -> None:
+                 shared_memory: bool = True, max_connections: int = 8, secrets: Secrets | None = None,
+                 tls: ssl.SSLContext | None = None) -> None:
         if master is None:
             master = master_from_environment()
         #: What this client proves to a secured pool (docs/security.md); by default the environment's.
         self.secrets = Secrets.from_environment() if secrets is None else secrets
+        #: The TLS context of master and node connections (None: plain TCP); by default the environment's.
+        self.tls = tls_from_environment() if tls is None else tls
         if not timeout > 0 or not connect_timeout > 0:
             raise ValueError(f"timeouts must be positive, got timeout={timeout}, connect_timeout={connect_timeout}")
         if max_connections < 1:
@@ -172,7 +180,7 @@ class Client:
 
     def _master_pool(self, host: str, port: int) -> ConnectionPool:
         return ConnectionPool(host, port, max_connections=self.max_connections, connect_timeout=self.connect_timeout,
-                              on_connect=self._hello, master=True, secrets=self.secrets)
+                              on_connect=self._hello, master=True, secrets=self.secrets, tls=self.tls)
 
     def _relocate(self, deadline: float) -> bool:
         """After the master failed at the connection level: moves to the leader etcd names now, waiting (up to
@@ -273,7 +281,7 @@ class Client:
                 if pool is None:
                     pool = self._nodes[key] = ConnectionPool(seg.host, seg.port, max_connections=self.max_connections,
                                                              connect_timeout=self.connect_timeout,
-                                                             secrets=self.secrets)
+                                                             secrets=self.secrets, tls=self.tls)
         return pool
 
     def _run(self, tasks: list[Callable[[], None]]) -> None:

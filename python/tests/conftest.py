@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -48,8 +49,9 @@ class Pool:
     """A running embedded pool (master and one node in one JVM)."""
 
     def __init__(self, *, segment_size: str = "512MiB", extra: list[str] | None = None,
-                 secrets: kvpool.Secrets | None = None) -> None:
+                 secrets: kvpool.Secrets | None = None, tls: ssl.SSLContext | None = None) -> None:
         self.secrets = secrets if secrets is not None else kvpool.Secrets()
+        self.tls = tls  # what the readiness check connects with (a pool started with --tls-*)
         if not JAR.exists():
             raise RuntimeError(f"{JAR} is missing: run ./kvpool build first")
         self.java = find_java()
@@ -75,7 +77,7 @@ class Pool:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"kvpool serve exited with {self.proc.returncode}: {self.log.read_text()[-2000:]}")
             try:
-                with kvpool.Client(self.master, timeout=5, connect_timeout=1, secrets=self.secrets) as c:
+                with kvpool.Client(self.master, timeout=5, connect_timeout=1, secrets=self.secrets, tls=self.tls) as c:
                     if any(s.active for s in c.status().segments):
                         return
             except kvpool.KvPoolError as e:

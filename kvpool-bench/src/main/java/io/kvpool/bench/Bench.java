@@ -50,7 +50,7 @@ public final class Bench {
     /** What to run and where to write it. */
     public record Options(boolean quick, Set<String> sections, Path outDir, PrintStream out, Path diskDir) {
         public static final Set<String> ALL = Set.of("store", "lookup", "metadata", "reset", "disk", "restore", "python",
-                "failover", "replicas");
+                "failover", "replicas", "tls");
 
         public Options {
             for (String s : sections) {
@@ -143,6 +143,9 @@ public final class Bench {
         if (o.sections.contains("replicas")) {
             steps += 1;
         }
+        if (o.sections.contains("tls")) {
+            steps += TlsBench.steps();
+        }
         try (ProgressBar pb = new ProgressBarBuilder().setTaskName("bench").setInitialMax(steps)
                 .setStyle(ProgressBarStyle.ASCII).setUpdateIntervalMillis(500).continuousUpdate().build()) {
             bar = pb;
@@ -175,6 +178,9 @@ public final class Bench {
             if (o.sections.contains("replicas")) {
                 ReplicaBench.run(results, warmup(), duration(), targetWarmup(), bar);
                 step("replicas");
+            }
+            if (o.sections.contains("tls")) {
+                TlsBench.run(results, warmup(), duration(), targetWarmup(), bar);
             }
             if (o.sections.contains("failover")) {
                 bar.setExtraMessage(" failover");
@@ -587,6 +593,18 @@ public final class Bench {
             results.ratio("1 MiB put, same machine, " + clients + " client(s), vs memory copy",
                     results.find("store", "kvpool-shm", "put", mib, clients),
                     results.find("store", "memcpy", "put", mib, clients), 0.5);
+        }
+        for (String op : List.of("put", "get")) {
+            for (int size : TlsBench.SIZES) {
+                for (int clients : TlsBench.CLIENTS) {
+                    // a plain 1 MiB get is a gathering write from the segment at memory speed; in TLS every
+                    // byte is encrypted by the node and decrypted by the client, on the same two vCPUs
+                    double goal = op.equals("get") && size >= 1 << 20 ? 0.15 : 0.3;
+                    results.ratio(Size.human(size) + " " + op + ", " + clients + " client(s), in mutual TLS vs plain TCP",
+                            results.find("tls", "kvpool-tls", op, size, clients),
+                            results.find("tls", "kvpool-tcp", op, size, clients), goal);
+                }
+            }
         }
         results.ratio("SSD spill write vs fio sequential write", results.find("disk", "kvpool", "spill write", mib, 1),
                 results.find("disk", "fio", "sequential write", mib, 16), 0.7);

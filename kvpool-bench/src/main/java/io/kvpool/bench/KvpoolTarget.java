@@ -3,6 +3,7 @@ package io.kvpool.bench;
 import io.kvpool.client.ClientConfig;
 import io.kvpool.client.KvPoolClient;
 import io.kvpool.client.PutStatus;
+import io.kvpool.protocol.Tls;
 
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
@@ -28,6 +29,7 @@ final class KvpoolTarget implements StoreTarget {
     private final boolean writeLeases;
     /** Copies per put (0: the master's default). */
     private final int replicas;
+    private final Tls tls;
     private int run;
 
     KvpoolTarget(String masterAddress, boolean sharedMemory) {
@@ -41,21 +43,31 @@ final class KvpoolTarget implements StoreTarget {
 
     /** Puts of {@code replicas} copies each (on distinct segments). */
     KvpoolTarget(String masterAddress, boolean sharedMemory, boolean writeLeases, int replicas) {
+        this(masterAddress, sharedMemory, writeLeases, replicas, Tls.NONE);
+    }
+
+    /** Over TCP in mutual TLS with {@code tls} (the pool must use the same CA). */
+    KvpoolTarget(String masterAddress, Tls tls) {
+        this(masterAddress, false, true, 0, tls);
+    }
+
+    private KvpoolTarget(String masterAddress, boolean sharedMemory, boolean writeLeases, int replicas, Tls tls) {
         this.masterAddress = masterAddress;
         this.sharedMemory = sharedMemory;
         this.writeLeases = writeLeases;
         this.replicas = replicas;
+        this.tls = tls;
     }
 
     @Override
     public String name() {
-        return (sharedMemory ? "kvpool-shm" : "kvpool-tcp") + (writeLeases ? "" : "-2phase")
+        return (sharedMemory ? "kvpool-shm" : tls.enabled() ? "kvpool-tls" : "kvpool-tcp") + (writeLeases ? "" : "-2phase")
                 + (replicas > 0 ? "-x" + replicas : "");
     }
 
     private KvPoolClient connect() {
         return KvPoolClient.connect(ClientConfig.forMaster(masterAddress).withSharedMemory(sharedMemory)
-                .withWriteLeases(writeLeases).withReplicas(replicas));
+                .withWriteLeases(writeLeases).withReplicas(replicas).withTls(tls));
     }
 
     private static MemorySegment value(Arena arena, int size, long seed) {

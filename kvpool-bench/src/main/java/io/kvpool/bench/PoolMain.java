@@ -6,7 +6,9 @@ import io.kvpool.master.MasterConfig;
 import io.kvpool.master.MasterServer;
 import io.kvpool.node.NodeConfig;
 import io.kvpool.node.StorageNode;
+import io.kvpool.protocol.Tls;
 
+import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -14,12 +16,12 @@ import java.util.concurrent.CountDownLatch;
 
 /**
  * The pool under test, in its own JVM: a master, and NODES nodes (default 1) unless the segment
- * size is 0 (then a master alone, for the metadata benchmark). Prints
- * {@code ready MASTER_PORT HTTP_PORT PID} once serving, and runs until killed. Started by
- * {@link PoolProcess}.
+ * size is 0 (then a master alone, for the metadata benchmark), in mutual TLS when given the three
+ * PEM files. Prints {@code ready MASTER_PORT HTTP_PORT PID} once serving, and runs until killed.
+ * Started by {@link PoolProcess}.
  *
  * <pre>
- *   java -cp ... io.kvpool.bench.PoolMain SEGMENT_SIZE [NODES]
+ *   java -cp ... io.kvpool.bench.PoolMain SEGMENT_SIZE [NODES [CERT KEY CA]]
  * </pre>
  */
 public final class PoolMain {
@@ -32,12 +34,14 @@ public final class PoolMain {
         long segment = Size.parse(args[0]).bytes();
         MasterConfig mc = MasterConfig.defaults().withListen("127.0.0.1", 0, 0).withSummaryInterval(Duration.ZERO)
                 .withMaxValueSize(Size.ofMiB(64));
+        Tls tls = args.length > 4 ? Tls.load(Path.of(args[2]), Path.of(args[3]), Path.of(args[4])) : Tls.NONE;
+        mc = mc.withTls(tls);
         MasterServer master = new MasterServer(mc);
         int count = segment > 0 ? (args.length > 1 ? Integer.parseInt(args[1]) : 1) : 0;
         List<StorageNode> nodes = new ArrayList<>();
         for (int i = 0; i < count; i++) {
             StorageNode node = new StorageNode(NodeConfig.defaults(new HostPort("127.0.0.1", master.port()),
-                    Size.ofBytes(segment)).withListen("127.0.0.1", 0));
+                    Size.ofBytes(segment)).withListen("127.0.0.1", 0).withTls(tls));
             nodes.add(node);
             if (!node.awaitRegistered(Duration.ofSeconds(30))) {
                 throw new IllegalStateException("node " + node.name() + " did not register");

@@ -1,5 +1,7 @@
 package io.kvpool.bench;
 
+import io.kvpool.protocol.Tls;
+
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
 import java.net.URI;
@@ -12,6 +14,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
@@ -41,6 +44,11 @@ final class PoolProcess implements AutoCloseable {
 
     /** A pool of {@code nodes} nodes of {@code segmentSize} each. */
     static PoolProcess start(String segmentSize, String maxHeap, int nodes) throws Exception {
+        return start(segmentSize, maxHeap, nodes, Tls.NONE);
+    }
+
+    /** The same in mutual TLS with {@code tls}'s files ({@link Tls#NONE}: plain TCP). */
+    static PoolProcess start(String segmentSize, String maxHeap, int nodes, Tls tls) throws Exception {
         List<String> cmd = new ArrayList<>();
         cmd.add(Path.of(System.getProperty("java.home"), "bin", "java").toString());
         cmd.addAll(List.of("-Xmx" + maxHeap, "-XX:+UseParallelGC", "--enable-native-access=ALL-UNNAMED"));
@@ -51,6 +59,9 @@ final class PoolProcess implements AutoCloseable {
         }
         cmd.addAll(List.of("-cp", System.getProperty("java.class.path"), PoolMain.class.getName(), segmentSize,
                 Integer.toString(nodes)));
+        if (tls.enabled()) {
+            cmd.addAll(List.of(tls.certFile().toString(), tls.keyFile().toString(), tls.caFile().toString()));
+        }
         Process p = new ProcessBuilder(cmd).redirectErrorStream(true).start();
         CompletableFuture<String> ready = new CompletableFuture<>();
         StringBuilder out = new StringBuilder();
@@ -69,7 +80,14 @@ final class PoolProcess implements AutoCloseable {
             }
             ready.completeExceptionally(new IllegalStateException("the pool process exited:\n" + out));
         });
-        String[] f = ready.get(60, TimeUnit.SECONDS).split(" ");
+        String[] f;
+        try {
+            f = ready.get(60, TimeUnit.SECONDS).split(" ");
+        } catch (TimeoutException e) {
+            p.destroyForcibly();
+            throw new IllegalStateException("the pool process (segment " + segmentSize + ") was not ready within 60 s"
+                    + " (a loaded machine commits a large segment slowly); its output:\n" + out, e);
+        }
         return new PoolProcess(p, Integer.parseInt(f[1]), Integer.parseInt(f[2]), Long.parseLong(f[3]));
     }
 

@@ -15,7 +15,8 @@ import java.util.concurrent.Callable;
         description = {"Measure kvpool against raw memory copy, raw loopback TCP and Redis 7, all in one run.",
                 "Sections: store (put/get GB/s and latency), lookup (batchExists/prefixMatch of 1024 keys),",
                 "metadata (10M objects in one master), reset (removeAll of 1M objects),",
-                "disk (SSD tier spill and read-back vs fio on the same directory).",
+                "disk (SSD tier spill and read-back vs fio on the same directory),",
+                "tls (put/get in mutual TLS vs plain TCP, same run; needs openssl).",
                 "Redis is installed from Debian's packages and started on loopback by scripts/redis.sh."})
 final class BenchCommand implements Callable<Integer> {
 
@@ -24,7 +25,8 @@ final class BenchCommand implements Callable<Integer> {
     boolean quick;
 
     @Option(names = "--only", split = ",", paramLabel = "SECTION",
-            description = "Run only these sections (store, lookup, metadata, reset, disk, restore, python, failover, replicas); default: all.")
+            description = "Run only these sections (store, lookup, metadata, reset, disk, restore, python, failover, replicas,"
+                    + " tls); default: all.")
     List<String> only;
 
     @Option(names = "--out", paramLabel = "DIR",

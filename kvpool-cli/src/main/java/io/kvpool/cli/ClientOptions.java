@@ -5,11 +5,12 @@ import io.kvpool.client.KvPoolClient;
 import io.kvpool.config.HostPort;
 import io.kvpool.etcd.MasterAddress;
 import io.kvpool.master.MasterConfig;
+import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
 
 /**
  * {@code --master} for the client commands, defaulting to env {@code KVPOOL_MASTER}, then 127.0.0.1:50051;
- * {@code --no-shm} to force TCP.
+ * {@code --no-shm} to force TCP; the TLS flags ({@link TlsOptions}).
  */
 final class ClientOptions {
 
@@ -22,6 +23,9 @@ final class ClientOptions {
     @Option(names = "--no-shm", description = "Move bytes over TCP even to a node on this machine (default: the"
             + " same-machine shared-memory path where it is available).")
     boolean noSharedMemory;
+
+    @Mixin
+    TlsOptions tls;
 
     MasterAddress master() {
         if (master != null) {
@@ -39,6 +43,7 @@ final class ClientOptions {
     }
 
     KvPoolClient connect() {
-        return KvPoolClient.connect(ClientConfig.forMaster(master()).withSharedMemory(!noSharedMemory));
+        return KvPoolClient.connect(ClientConfig.forMaster(master()).withSharedMemory(!noSharedMemory)
+                .withTls(tls.tls()));
     }
 }

@@ -46,6 +46,7 @@ public final class EmbeddedPool implements AutoCloseable {
             throw new IOException("interrupted while starting", e);
         }
         this.node = n;
+        master.metrics().embeddedNode(n::refusedAuth, n::tlsHandshakeFailures);
     }
 
     public MasterServer master() {

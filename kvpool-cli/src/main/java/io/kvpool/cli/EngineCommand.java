@@ -54,6 +54,9 @@ final class EngineCommand implements Callable<Integer> {
     @Mixin
     EngineOptions engine;
 
+    @Mixin
+    TlsOptions tls;
+
     @Option(names = "--api-token-file", paramLabel = "FILE",
             description = "File holding the bearer token every POST must carry (default: env KVPOOL_ENGINE_TOKEN_FILE or"
                     + " KVPOOL_ENGINE_TOKEN; none: an open API, loopback only).")
@@ -63,10 +66,14 @@ final class EngineCommand implements Callable<Integer> {
             + " reaches the port can pause the engine, swap its weights and reset its caches.")
     boolean insecure;
 
-    /** The pool client's config: the defaults, with --request-timeout if given. */
+    /** The pool client's config: the defaults, with --request-timeout and the TLS flags if given. */
     private ClientConfig clientConfig(String master) {
-        ClientConfig c = ClientConfig.forMaster(master);
-        return requestTimeout == null ? c : c.withRequestTimeout(requestTimeout);
+        return adjust(ClientConfig.forMaster(master));
+    }
+
+    private ClientConfig adjust(ClientConfig c) {
+        ClientConfig t = c.withTls(tls.tls());
+        return requestTimeout == null ? t : t.withRequestTimeout(requestTimeout);
     }
 
     @Override
@@ -105,8 +112,7 @@ final class EngineCommand implements Callable<Integer> {
             long blockBytes = mc.kvBytesPerToken() * ec.blockSize();
             var side = new ConnectorFactory.EngineSide(ec.blockSize(), ec.hashSeed(), ec.modelName(), engine.weightsVersion,
                     "f32", blockBytes);
-            var built = ConnectorFactory.build(loaded.config(), side,
-                    c -> requestTimeout == null ? c : c.withRequestTimeout(requestTimeout));
+            var built = ConnectorFactory.build(loaded.config(), side, this::adjust);
             client = built.client();
             connector = built.connector();
             if (loaded.config().versionedKeys() && !ec.versionedKeys()) {

@@ -2,6 +2,7 @@ package io.kvpool.cli;
 
 import io.kvpool.protocol.Limits;
 import io.kvpool.protocol.Secrets;
+import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
 
 import java.net.InetAddress;
@@ -9,8 +10,8 @@ import java.net.UnknownHostException;
 import java.nio.file.Path;
 
 /**
- * What a master's or node's port exposes, and to whom: connection limits and the secrets its peers
- * must prove. One mixin per command ({@code serve} shares it between its master and node).
+ * What a master's or node's port exposes, and to whom: connection limits, the secrets its peers
+ * must prove, and TLS. One mixin per command ({@code serve} shares it between its master and node).
  *
  * <p>Fail closed: a server asked to listen on an address other than loopback without a cluster
  * secret refuses to start, unless {@code --insecure} says the operator means it.
@@ -35,6 +36,9 @@ final class ExposureOptions {
                     + " (default: env KVPOOL_ADMIN_SECRET_FILE or KVPOOL_ADMIN_SECRET). Required with a cluster secret.")
     Path adminSecretFile;
 
+    @Mixin
+    TlsOptions tls;
+
     @Option(names = "--insecure",
             description = "Listen on a non-loopback address without secrets: anyone who reaches the port can read,"
                     + " overwrite or delete every key.")
@@ -54,8 +58,9 @@ final class ExposureOptions {
 
     /**
      * The secrets of a {@code role} listening on {@code listenHost}: from the flags, else the
-     * environment. IllegalArgumentException saying how to set them when the address is not loopback
-     * and there are none (unless {@code --insecure}), or when only one of the two is given.
+     * environment, with the TLS identity the TLS flags or the environment name. IllegalArgumentException
+     * saying how to set them when the address is not loopback and there are none (unless
+     * {@code --insecure}), when only one of the two is given, or naming a TLS file that is wrong.
      */
     Secrets secrets(String role, String listenHost) {
         Secrets env = Secrets.fromEnvironment();
@@ -77,7 +82,7 @@ final class ExposureOptions {
             throw new IllegalArgumentException(refusal(listenHost, "the " + role + " --secret-file FILE"
                     + " --admin-secret-file FILE (or KVPOOL_SECRET_FILE and KVPOOL_ADMIN_SECRET_FILE"));
         }
-        return s;
+        return s.withTls(tls.tls());
     }
 
     /** Why a pool cannot listen on {@code address} without secrets, and how to give them ({@code how}). */

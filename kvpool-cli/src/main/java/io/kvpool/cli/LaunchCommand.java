@@ -11,6 +11,7 @@ import io.kvpool.connector.config.OffloadConfig;
 import io.kvpool.connector.config.OffloadConfigs;
 import io.kvpool.etcd.EtcdTarget;
 import io.kvpool.protocol.Secrets;
+import io.kvpool.protocol.Tls;
 import picocli.CommandLine.ArgGroup;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
@@ -145,6 +146,11 @@ final class LaunchCommand implements Callable<Integer> {
             Durations.requirePositive("--node-ttl", nodeTtl);
         }
         List<Host> hosts = hosts();
+        // every role inherits KVPOOL_TLS_*: check the files once, here, so a bad one is named before anything starts
+        Tls tls = Tls.fromEnvironment();
+        if (tls.enabled()) {
+            say.println("TLS: every master, node and client started here uses " + tls);
+        }
         for (Host h : hosts) {
             // every role started here inherits this environment: a pool on a shared network needs its secrets
             if (!ExposureOptions.loopback(h.address()) && !Secrets.fromEnvironment().present()) {

@@ -5,6 +5,7 @@ import io.kvpool.config.HostPort;
 import io.kvpool.etcd.MasterAddress;
 import io.kvpool.protocol.Limits;
 import io.kvpool.protocol.Secrets;
+import io.kvpool.protocol.Tls;
 
 import java.time.Duration;
 
@@ -36,7 +37,8 @@ import java.time.Duration;
  *                           COMMIT; see docs/architecture.md) instead of the two-phase put; on by default
  * @param secrets            what this client proves to secured masters and nodes (docs/security.md): by
  *                           default the environment's ({@code KVPOOL_SECRET_FILE}, {@code KVPOOL_ADMIN_SECRET_FILE});
- *                           {@link Secrets#NONE} talks to open pools only
+ *                           {@link Secrets#NONE} talks to open pools only. They carry the client's TLS
+ *                           identity too ({@link #tls()})
  */
 public record ClientConfig(MasterAddress master, String preferredSegment, boolean autoDetectLocal, int replicas,
                            Duration connectTimeout, Duration requestTimeout, int maxConnections,
@@ -105,7 +107,25 @@ public record ClientConfig(MasterAddress master, String preferredSegment, boolea
                 Secrets.fromEnvironment());
     }
 
-    /** The secrets this client proves ({@link Secrets#NONE}: none, for open pools). */
+    /**
+     * The TLS identity this client's connections to masters and nodes use ({@link Tls#NONE}: plain
+     * TCP). By default the environment's ({@code KVPOOL_TLS_CERT}, {@code KVPOOL_TLS_KEY},
+     * {@code KVPOOL_TLS_CA}); it travels with the secrets ({@link Secrets#tls()}). The same-machine
+     * shared-memory path moves bytes without it (they never leave the host).
+     */
+    public Tls tls() {
+        return secrets.tls();
+    }
+
+    /** This config with {@code t} as its TLS identity ({@link Tls#NONE}: plain TCP). */
+    public ClientConfig withTls(Tls t) {
+        return withSecrets(secrets.withTls(t));
+    }
+
+    /**
+     * The secrets this client proves ({@link Secrets#NONE}: none, for open pools), with the TLS
+     * identity they carry ({@link #withTls} after this to keep another).
+     */
     public ClientConfig withSecrets(Secrets s) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, requestTimeout,
                 maxConnections, pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog, writeLeases, s);

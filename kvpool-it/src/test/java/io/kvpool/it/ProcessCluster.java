@@ -132,9 +132,15 @@ final class ProcessCluster implements AutoCloseable {
 
     /** The same on a fixed port (a node restarted on its port keeps its name, and its segment file). */
     Managed startNode(String segmentSize, String shmDir, int port) throws Exception {
-        Managed n = start("node", List.of("node", "--master", masterAddress(), "--host", "127.0.0.1", "--port", "" + port,
-                "--segment-size", segmentSize, "--shm-dir", shmDir, "--heartbeat-interval", "250ms"),
-                line -> NODE_LINE.matcher(line).find());
+        return startNode(segmentSize, shmDir, port, List.of());
+    }
+
+    /** The same with {@code extra} flags (secrets, TLS). */
+    Managed startNode(String segmentSize, String shmDir, int port, List<String> extra) throws Exception {
+        List<String> args = new ArrayList<>(List.of("node", "--master", masterAddress(), "--host", "127.0.0.1", "--port",
+                "" + port, "--segment-size", segmentSize, "--shm-dir", shmDir, "--heartbeat-interval", "250ms"));
+        args.addAll(extra);
+        Managed n = start("node", args, line -> NODE_LINE.matcher(line).find());
         nodes.add(n);
         return n;
     }
@@ -179,6 +185,11 @@ final class ProcessCluster implements AutoCloseable {
             throw new AssertionError("kvpool " + String.join(" ", args) + " did not finish");
         }
         return p.exitValue();
+    }
+
+    /** Where the {@code n}-th process started (1 for the master) writes its output. */
+    Path log(String role, int n) {
+        return logDir.resolve(role + "-" + n + ".log");
     }
 
     private Managed start(String role, List<String> args, Predicate<String> ready) throws Exception {

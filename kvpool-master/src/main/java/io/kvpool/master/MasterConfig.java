@@ -4,6 +4,7 @@ import io.kvpool.config.Durations;
 import io.kvpool.config.Size;
 import io.kvpool.protocol.Limits;
 import io.kvpool.protocol.Secrets;
+import io.kvpool.protocol.Tls;
 
 import java.time.Duration;
 
@@ -119,6 +120,19 @@ public record MasterConfig(String listenHost, int port, int httpPort, Duration n
         return new MasterConfig("0.0.0.0", DEFAULT_PORT, DEFAULT_HTTP_PORT, DEFAULT_NODE_TTL, DEFAULT_CLIENT_TTL, DEFAULT_READ_LEASE,
                 DEFAULT_PUT_TIMEOUT, DEFAULT_HIGH_WATERMARK, DEFAULT_EVICTION_RATIO, DEFAULT_MAX_VALUE_SIZE, 1,
                 DEFAULT_TICK, DEFAULT_SUMMARY_INTERVAL, Duration.ofSeconds(30), Limits.DEFAULT, 0, DEFAULT_MAX_PINNED, Secrets.NONE);
+    }
+
+    /**
+     * The TLS identity of this master's port and of its connections to nodes ({@link Tls#NONE}: plain
+     * TCP); it travels with the secrets ({@link Secrets#tls()}).
+     */
+    public Tls tls() {
+        return secrets.tls();
+    }
+
+    /** This config with {@code t} as its TLS identity ({@link Tls#NONE}: plain TCP). */
+    public MasterConfig withTls(Tls t) {
+        return withSecrets(secrets.withTls(t));
     }
 
     /** The secrets this master checks connections against, and proves to nodes ({@link Secrets#NONE}: open). */

@@ -13,6 +13,7 @@ import java.lang.management.ManagementFactory;
 import java.lang.management.MemoryMXBean;
 import java.util.Locale;
 import java.util.concurrent.atomic.LongAdder;
+import java.util.function.LongSupplier;
 
 /**
  * The master's metrics: request counters per operation, kept in {@link LongAdder}s indexed by
@@ -213,8 +214,21 @@ public final class MasterMetrics {
                 + " frame) did not arrive within the frame timeout", rpc::timedOutFrames);
         counter("master_auth_refused_total", "Connections closed because their authentication failed or a request"
                 + " needed a secret they had not proven", rpc::refusedAuth);
+        counter("master_tls_handshake_failures_total", "Connections refused for TLS: a failed or timed-out handshake"
+                + " (no client certificate, one of another CA), a plain-TCP client of a TLS port or the reverse",
+                rpc::tlsHandshakeFailures);
         counter("master_large_bodies_refused_total", "Frames refused because the budget for bodies over 1 MiB stayed"
                 + " in use", rpc::refusedBodies);
+    }
+
+    /**
+     * The same counters for the node embedded with this master ({@code kvpool serve}), which has no
+     * metrics endpoint of its own.
+     */
+    public void embeddedNode(LongSupplier authRefused, LongSupplier tlsFailures) {
+        counter("node_auth_refused_total", "The embedded node's connections closed because their authentication"
+                + " failed or a request needed a secret they had not proven", authRefused);
+        counter("node_tls_handshake_failures_total", "The embedded node's connections refused for TLS", tlsFailures);
     }
 
     private void gauge(String name, String help, java.util.function.DoubleSupplier value) {

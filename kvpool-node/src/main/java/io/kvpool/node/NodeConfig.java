@@ -6,6 +6,7 @@ import io.kvpool.etcd.MasterAddress;
 import io.kvpool.config.Size;
 import io.kvpool.protocol.Limits;
 import io.kvpool.protocol.Secrets;
+import io.kvpool.protocol.Tls;
 
 import java.nio.file.Path;
 import java.time.Duration;
@@ -141,6 +142,19 @@ public record NodeConfig(MasterAddress master, String listenHost, int port, Stri
     public NodeConfig withAdoptSegment(boolean v) {
         return new NodeConfig(master, listenHost, port, advertiseHost, segmentSize, shmDir, heartbeatInterval,
                 regionWait, frameTimeout, verifyWrites, limits, prefault, diskDir, diskSize, promoteAfter, v, secrets);
+    }
+
+    /**
+     * The TLS identity of this node's port and of its connections to the master and other nodes
+     * ({@link Tls#NONE}: plain TCP); it travels with the secrets ({@link Secrets#tls()}).
+     */
+    public Tls tls() {
+        return secrets.tls();
+    }
+
+    /** This config with {@code t} as its TLS identity ({@link Tls#NONE}: plain TCP). */
+    public NodeConfig withTls(Tls t) {
+        return withSecrets(secrets.withTls(t));
     }
 
     /** The secrets this node checks connections against and proves to the master ({@link Secrets#NONE}: open). */

@@ -125,6 +125,16 @@ public final class StorageNode implements AutoCloseable {
         return server.port();
     }
 
+    /** Connections closed because their authentication failed or a request needed more than they proved. */
+    public long refusedAuth() {
+        return server.refusedAuth();
+    }
+
+    /** Connections refused for TLS (failed handshake, plain client of a TLS node or the reverse); each is logged. */
+    public long tlsHandshakeFailures() {
+        return server.tlsHandshakeFailures();
+    }
+
     /** The shared-memory file backing the segment, or "" when it is anonymous memory. */
     public String shmPath() {
         return local.shmPath();

@@ -4,9 +4,10 @@ import java.io.EOFException;
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
 import java.nio.ByteBuffer;
-import java.nio.channels.SocketChannel;
+import java.nio.channels.GatheringByteChannel;
+import java.nio.channels.ReadableByteChannel;
 
-/** Loops that move whole buffers through a blocking channel. */
+/** Loops that move whole buffers through a blocking channel (a socket, or TLS over one). */
 public final class Channels {
 
     /** Heap buffers are written in slices of this size so the JDK's temporary direct copy stays small. */
@@ -17,7 +18,7 @@ public final class Channels {
     private Channels() {
     }
 
-    public static void readFully(SocketChannel ch, ByteBuffer dst) throws IOException {
+    public static void readFully(ReadableByteChannel ch, ByteBuffer dst) throws IOException {
         while (dst.hasRemaining()) {
             if (ch.read(dst) < 0) {
                 throw new EOFException("connection closed by peer with " + dst.remaining() + " bytes still expected");
@@ -26,7 +27,7 @@ public final class Channels {
     }
 
     /** Reads exactly {@code dst.byteSize()} bytes from the socket straight into {@code dst}. */
-    public static void readFully(SocketChannel ch, MemorySegment dst) throws IOException {
+    public static void readFully(ReadableByteChannel ch, MemorySegment dst) throws IOException {
         long off = 0;
         long len = dst.byteSize();
         while (off < len) {
@@ -37,7 +38,7 @@ public final class Channels {
     }
 
     /** Reads and drops {@code n} bytes. */
-    public static void skip(SocketChannel ch, long n, ByteBuffer scratch) throws IOException {
+    public static void skip(ReadableByteChannel ch, long n, ByteBuffer scratch) throws IOException {
         while (n > 0) {
             scratch.clear();
             scratch.limit((int) Math.min(scratch.capacity(), n));
@@ -47,7 +48,7 @@ public final class Channels {
     }
 
     /** Writes every buffer in full, gathering direct buffers and slicing heap ones. */
-    public static void writeFully(SocketChannel ch, ByteBuffer... bufs) throws IOException {
+    public static void writeFully(GatheringByteChannel ch, ByteBuffer... bufs) throws IOException {
         boolean anyLargeHeap = false;
         for (ByteBuffer b : bufs) {
             if (!b.isDirect() && b.remaining() > HEAP_CHUNK) {

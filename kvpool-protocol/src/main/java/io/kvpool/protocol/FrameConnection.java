@@ -1,5 +1,6 @@
 package io.kvpool.protocol;
 
+import io.kvpool.config.Durations;
 import io.kvpool.config.HostPort;
 
 import java.io.Closeable;
@@ -25,7 +26,7 @@ import java.time.Duration;
  */
 public final class FrameConnection implements Closeable {
 
-    private final SocketChannel channel;
+    private final Wire wire;
     private final HostPort peer;
     private final Limits limits;
     private final ByteBuffer header = FrameHeader.allocate();
@@ -36,8 +37,8 @@ public final class FrameConnection implements Closeable {
     private Opcode inFlight;
     private long payloadLeft;
 
-    private FrameConnection(SocketChannel channel, HostPort peer, Limits limits) {
-        this.channel = channel;
+    private FrameConnection(Wire wire, HostPort peer, Limits limits) {
+        this.wire = wire;
         this.peer = peer;
         this.limits = limits;
     }
@@ -52,14 +53,17 @@ public final class FrameConnection implements Closeable {
     }
 
     /**
-     * Connects to {@code peer} and, when {@code secrets} are present, authenticates the connection
-     * with them ({@link Handshake}) before returning it.
+     * Connects to {@code peer} in TLS when {@code secrets} carry a TLS identity ({@link Secrets#tls()};
+     * the handshake runs within {@code timeout}) and, when {@code secrets} are present, authenticates
+     * the connection with them ({@link Handshake}) before returning it.
      *
      * @throws AuthenticationException naming the peer when either side's proof fails
+     * @throws IOException             naming the peer when the TLS handshake fails: a certificate not
+     *                                 trusted, a server without TLS
      */
     public static FrameConnection connect(HostPort peer, Duration timeout, Limits limits, Secrets secrets)
             throws IOException {
-        FrameConnection c = open(peer, timeout, limits);
+        FrameConnection c = open(peer, timeout, limits, secrets.tls());
         if (secrets.present()) {
             try {
                 Handshake.authenticate(c, secrets, timeout);
@@ -71,16 +75,29 @@ public final class FrameConnection implements Closeable {
         return c;
     }
 
-    private static FrameConnection open(HostPort peer, Duration timeout, Limits limits) throws IOException {
+    private static FrameConnection open(HostPort peer, Duration timeout, Limits limits, Tls tls) throws IOException {
         SocketChannel ch = SocketChannel.open();
         try {
             ch.setOption(StandardSocketOptions.TCP_NODELAY, true);
             ch.socket().connect(peer.toSocketAddress(), (int) Math.max(1, timeout.toMillis()));
-            return new FrameConnection(ch, peer, limits);
         } catch (IOException e) {
             ch.close();
-            IOException wrapped = new IOException("cannot connect to " + peer + ": " + e.getMessage(), e);
-            throw wrapped;
+            throw new IOException("cannot connect to " + peer + ": " + e.getMessage(), e);
+        }
+        if (!tls.enabled()) {
+            return new FrameConnection(Wire.plain(ch), peer, limits);
+        }
+        TlsChannel t = new TlsChannel(ch, tls.clientEngine(peer), peer.toString(), ByteBuffer.allocate(0));
+        try (Watchdog.Deadline d = Watchdog.arm(ch, timeout)) {
+            t.handshake();
+            return new FrameConnection(Wire.tls(ch, t), peer, limits);
+        } catch (IOException | RuntimeException e) {
+            ch.close();
+            if (e instanceof ClosedChannelException) {
+                throw new SocketTimeoutException("no TLS handshake with " + peer + " within "
+                        + Durations.format(timeout) + " (is it a kvpool server with TLS?)");
+            }
+            throw e;
         }
     }
 
@@ -89,7 +106,7 @@ public final class FrameConnection implements Closeable {
     }
 
     public boolean isBroken() {
-        return broken || !channel.isOpen();
+        return broken || !wire.socket().isOpen();
     }
 
     /** The reply to one request: its header fields and body. Payload, if any, is read separately. */
@@ -108,7 +125,7 @@ public final class FrameConnection implements Closeable {
      * @throws IOException     on timeout or a broken connection, naming the peer
      */
     public Reply call(Opcode op, BodyWriter request, Duration timeout, ByteBuffer... payload) throws IOException {
-        try (Watchdog.Deadline d = Watchdog.arm(channel, timeout)) {
+        try (Watchdog.Deadline d = Watchdog.arm(wire.socket(), timeout)) {
             try {
                 send(op, request, payload);
                 return receive();
@@ -116,7 +133,7 @@ public final class FrameConnection implements Closeable {
                 broken = true;
                 if (d.fired()) {
                     throw new SocketTimeoutException("no reply from " + peer + " to " + op.metricName + " within "
-                            + io.kvpool.config.Durations.format(timeout));
+                            + Durations.format(timeout));
                 }
                 throw new IOException("connection to " + peer + " closed during " + op.metricName, e);
             } catch (IOException | RuntimeException e) {
@@ -155,12 +172,12 @@ public final class FrameConnection implements Closeable {
         all[1] = bodyBuf;
         System.arraycopy(payload, 0, all, 2, payload.length);
         inFlight = op;
-        Channels.writeFully(channel, all);
+        Channels.writeFully(wire.out(), all);
     }
 
     private Reply receive() throws IOException {
         header.clear();
-        Channels.readFully(channel, header);
+        Channels.readFully(wire.in(), header);
         FrameHeader.Decoded h = FrameHeader.decode(header, limits);
         if (!h.reply()) {
             throw new MalformedFrameException(FrameStatus.MALFORMED_FRAME, "peer " + peer + " sent a request where a reply was due");
@@ -174,7 +191,7 @@ public final class FrameConnection implements Closeable {
             body = ByteBuffer.allocate(h.bodyLength()).order(ByteOrder.LITTLE_ENDIAN);
         }
         body.clear().limit(h.bodyLength());
-        Channels.readFully(channel, body);
+        Channels.readFully(wire.in(), body);
         body.flip();
         BodyReader reader = new BodyReader(body);
         if (h.status() != FrameStatus.OK.code) {
@@ -201,8 +218,8 @@ public final class FrameConnection implements Closeable {
             throw new MalformedFrameException(FrameStatus.MALFORMED_FRAME,
                     "reply from " + peer + " has " + payloadLeft + " payload bytes left, " + dst.byteSize() + " expected");
         }
-        try (Watchdog.Deadline d = Watchdog.arm(channel, timeout)) {
-            Channels.readFully(channel, dst);
+        try (Watchdog.Deadline d = Watchdog.arm(wire.socket(), timeout)) {
+            Channels.readFully(wire.in(), dst);
             payloadLeft -= dst.byteSize();
         } catch (IOException e) {
             broken = true;
@@ -217,9 +234,9 @@ public final class FrameConnection implements Closeable {
             throw new MalformedFrameException(FrameStatus.MALFORMED_FRAME,
                     "reply from " + peer + " has " + payloadLeft + " payload bytes left, " + n + " to skip");
         }
-        try (Watchdog.Deadline d = Watchdog.arm(channel, timeout)) {
+        try (Watchdog.Deadline d = Watchdog.arm(wire.socket(), timeout)) {
             ByteBuffer scratch = ByteBuffer.allocateDirect((int) Math.min(n, 1 << 20));
-            Channels.skip(channel, n, scratch);
+            Channels.skip(wire.in(), n, scratch);
             payloadLeft -= n;
         } catch (IOException e) {
             broken = true;
@@ -242,7 +259,7 @@ public final class FrameConnection implements Closeable {
     @Override
     public void close() throws IOException {
         broken = true;
-        channel.close();
+        wire.socket().close();
     }
 
     /** Gives the caller the underlying channel's limits (for splitting large batches). */

@@ -12,6 +12,8 @@ import java.net.StandardSocketOptions;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.channels.ClosedChannelException;
+import java.nio.channels.GatheringByteChannel;
+import java.nio.channels.ReadableByteChannel;
 import java.nio.channels.ServerSocketChannel;
 import java.nio.channels.SocketChannel;
 import java.nio.charset.StandardCharsets;
@@ -65,6 +67,16 @@ import java.util.function.Predicate;
  * administration). A request above the connection's level, or a failed proof, is answered
  * {@code UNAUTHORIZED} naming what is missing, counted, and its connection closed. A server without
  * secrets is open: every connection may do everything.
+ *
+ * <h2>TLS</h2>
+ * When the secrets carry a TLS identity ({@link Secrets#tls()}), every connection is TLS 1.3 with a
+ * client certificate the CA bundle vouches for ({@link Tls}), below the frames: the handshake runs on
+ * the greeting virtual thread within the frame timeout, then frames (authentication first) flow as
+ * without TLS. A new connection whose first bytes are a kvpool frame (a client without TLS) is
+ * answered, in plain TCP, {@code UNAUTHORIZED} saying the server requires TLS; a failed handshake
+ * gets the TLS alert. Both are counted ({@link #tlsHandshakeFailures()}) and logged with the peer's
+ * address. A server without TLS that receives a TLS handshake answers with an error frame saying it
+ * does not use TLS, which the client's {@link TlsChannel} recognises and reports.
  */
 public final class FrameServer implements Closeable {
 
@@ -86,6 +98,8 @@ public final class FrameServer implements Closeable {
     private final Secrets secrets;
     private final Function<Opcode, Access> required;
     private final AtomicLong refusedAuth = new AtomicLong();
+    private final Tls tls;
+    private final AtomicLong tlsFailures = new AtomicLong();
     private final ServerSocketChannel server;
     private final Set<SocketChannel> connections = ConcurrentHashMap.newKeySet();
     private final ConcurrentHashMap<InetAddress, AtomicInteger> perHost = new ConcurrentHashMap<>();
@@ -129,6 +143,7 @@ public final class FrameServer implements Closeable {
             throw new IllegalArgumentException(name + ": a server with the cluster secret needs the admin secret too");
         }
         this.secrets = secrets;
+        this.tls = secrets.tls();
         this.required = required;
         this.largeBodyBudget = largeBodyBudget;
         this.largeBodies = new Semaphore(largeBodyBudget);
@@ -169,6 +184,19 @@ public final class FrameServer implements Closeable {
     /** Connections closed because their authentication failed or a request needed more than they proved. */
     public long refusedAuth() {
         return refusedAuth.get();
+    }
+
+    /**
+     * Connections refused for TLS: a failed or timed-out handshake (no client certificate, one of
+     * another CA), a plain-TCP client of a TLS server, or a TLS client of a plain one.
+     */
+    public long tlsHandshakeFailures() {
+        return tlsFailures.get();
+    }
+
+    /** Whether connections must use TLS. */
+    public boolean tls() {
+        return tls.enabled();
     }
 
     /** Frames refused because the budget for large bodies stayed in use. */
@@ -233,9 +261,13 @@ public final class FrameServer implements Closeable {
         perHost.computeIfPresent(from, (k, n) -> n.decrementAndGet() <= 0 ? null : n);
     }
 
-    /** Tells a connection over a limit why, then closes it. */
+    /** Tells a connection over a limit why (in a frame it can read only without TLS), then closes it. */
     private void refuse(SocketChannel ch, String why) {
         log.warn("{}: refusing a connection: {}", name, why);
+        if (tls.enabled()) {
+            lingeringClose(ch, ByteBuffer.allocate(4 << 10));
+            return;
+        }
         try {
             writeError(ch, FrameHeader.allocate(), 0, 0, FrameStatus.INTERNAL_ERROR, why);
         } catch (IOException ignored) {
@@ -250,7 +282,7 @@ public final class FrameServer implements Closeable {
      * past {@link #SMALL_BODY_BYTES} could not get its share of the large-body budget within the frame
      * timeout. {@code held[0]} counts the budget taken, for the caller to give back.
      */
-    private ByteBuffer readBody(SocketChannel ch, ByteBuffer body, int length, int[] held)
+    private ByteBuffer readBody(ReadableByteChannel ch, ByteBuffer body, int length, int[] held)
             throws IOException, InterruptedException {
         ByteBuffer b = body;
         b.clear().limit(Math.min(length, b.capacity()));
@@ -304,34 +336,77 @@ public final class FrameServer implements Closeable {
             finish(ch, from, peer, null);
             return;
         }
+        Wire wire = tls.enabled() ? handshake(ch, from, peer, header) : Wire.plain(ch);
+        if (wire == null) {
+            return;
+        }
+        boolean begun = !tls.enabled();
         if (VIRTUAL_THREADS) {
-            serve(ch, from, peer, header);
+            serve(wire, from, peer, header, begun);
         } else {
-            Thread.ofPlatform().daemon().name(name + "-conn").start(() -> serve(ch, from, peer, header));
+            Thread.ofPlatform().daemon().name(name + "-conn").start(() -> serve(wire, from, peer, header, begun));
         }
     }
 
-    /** Serves a connection whose first frame has begun: {@code header} holds its first bytes. */
-    private void serve(SocketChannel ch, InetAddress from, String peer, ByteBuffer header) {
+    /**
+     * The TLS handshake of a new connection whose first bytes are in {@code first}, within the frame
+     * timeout: its wire, or null when it failed (counted, logged, the connection closed). A peer whose
+     * first bytes are a kvpool frame is told in plain TCP that this server requires TLS.
+     */
+    private Wire handshake(SocketChannel ch, InetAddress from, String peer, ByteBuffer first) {
+        try (Watchdog.Deadline d = Watchdog.arm(ch, frameTimeout)) {
+            if (first.get(0) == (byte) (FrameHeader.MAGIC & 0xFF)) {
+                Channels.readFully(ch, first);
+                String why = name + " requires TLS and this connection is plain TCP: give the client the pool's"
+                        + " certificate files (--tls-cert, --tls-key, --tls-ca, or KVPOOL_TLS_CERT, KVPOOL_TLS_KEY"
+                        + " and KVPOOL_TLS_CA)";
+                tlsFailures.incrementAndGet();
+                log.warn("{}: refusing a plain-TCP connection from {}: it must use TLS", name, peer);
+                writeError(ch, FrameHeader.allocate(), first.get(FrameHeader.OPCODE_OFFSET) & 0xFF,
+                        first.getLong(FrameHeader.REQUEST_ID_OFFSET), FrameStatus.UNAUTHORIZED, why);
+                finish(ch, from, peer, null);
+                return null;
+            }
+            TlsChannel t = new TlsChannel(ch, tls.serverEngine(), peer, first.flip());
+            t.handshake();
+            return Wire.tls(ch, t);
+        } catch (IOException | RuntimeException e) {
+            tlsFailures.incrementAndGet();
+            if (!closed) {
+                log.warn("{}: TLS handshake with {} failed: {}", name, peer, ch.isOpen() ? e.getMessage()
+                        : "not finished within " + frameTimeout);
+            }
+            finish(ch, from, peer, null);
+            return null;
+        }
+    }
+
+    /**
+     * Serves a connection: {@code header} holds the first bytes of its first frame when {@code begun}
+     * (a plain connection's greeting read them); otherwise the first frame is yet to be read.
+     */
+    private void serve(Wire wire, InetAddress from, String peer, ByteBuffer header, boolean begun) {
+        SocketChannel ch = wire.socket();
         Handshake.ServerSide auth = new Handshake.ServerSide(secrets);
         ByteBuffer replyHeader = FrameHeader.allocate();
         ByteBuffer scratch = ByteBuffer.allocateDirect(16 << 10);
         // bodies live on the heap: parsing copies many small fields (keys) out of them, which is far
         // cheaper from a heap buffer than from a direct one; payloads never come through here
         ByteBuffer body = ByteBuffer.allocate(INITIAL_BODY_BYTES).order(ByteOrder.LITTLE_ENDIAN);
-        boolean begun = true;
+        ReadableByteChannel in = wire.in();
+        GatheringByteChannel out = wire.out();
         try {
             while (!closed) {
                 if (!begun) {
                     header.clear();
-                    if (ch.read(header) < 0) {
+                    if (in.read(header) < 0) {
                         // a pooled connection may wait as long as it likes for its next frame to begin
                         return;
                     }
                 }
                 begun = false;
                 try (Watchdog.Deadline d = Watchdog.arm(ch, frameTimeout)) {
-                    Channels.readFully(ch, header);
+                    Channels.readFully(in, header);
                     FrameHeader.Decoded h;
                     Opcode op;
                     try {
@@ -350,25 +425,32 @@ public final class FrameServer implements Closeable {
                                     String.format("opcode 0x%02x is not served by %s", h.opcode(), name));
                         }
                     } catch (MalformedFrameException e) {
-                        log.warn("{}: closing connection from {}: {}", name, peer, e.getMessage());
-                        writeError(ch, replyHeader, header.get(FrameHeader.OPCODE_OFFSET) & 0xFF, e.requestId(),
-                                e.status(), e.getMessage());
+                        String why = e.getMessage();
+                        if (!tls.enabled() && header.get(0) == TLS_HANDSHAKE_RECORD && header.get(1) == 3) {
+                            tlsFailures.incrementAndGet();
+                            why = name + " does not use TLS and this connection began a TLS handshake: start "
+                                    + name + " with the pool's certificate files (--tls-cert, --tls-key, --tls-ca)"
+                                    + " or connect without TLS";
+                        }
+                        log.warn("{}: closing connection from {}: {}", name, peer, why);
+                        writeError(out, replyHeader, header.get(FrameHeader.OPCODE_OFFSET) & 0xFF, e.requestId(),
+                                e.status(), why);
                         return;
                     }
                     int[] held = {0};
                     try {
-                        ByteBuffer got = readBody(ch, body, h.bodyLength(), held);
+                        ByteBuffer got = readBody(in, body, h.bodyLength(), held);
                         if (got == null) {
                             refusedBodies.incrementAndGet();
                             String why = String.format("a body of %d bytes cannot be buffered now: %s's budget of %d"
                                     + " MiB for the parts of bodies past %d MiB stayed in use for %s", h.bodyLength(),
                                     name, largeBodyBudget >> 20, SMALL_BODY_BYTES >> 20, frameTimeout.dividedBy(2));
                             log.warn("{}: closing connection from {}: {}", name, peer, why);
-                            writeError(ch, replyHeader, op.code, h.requestId(), FrameStatus.FRAME_TOO_LARGE, why);
+                            writeError(out, replyHeader, op.code, h.requestId(), FrameStatus.FRAME_TOO_LARGE, why);
                             return;
                         }
                         body = got;
-                        Request req = new Request(ch, peer, op, h.requestId(), new BodyReader(body),
+                        Request req = new Request(wire, peer, op, h.requestId(), new BodyReader(body),
                                 h.payloadLength(), replyHeader, scratch, auth.level());
                         if (!op.isAuth() && !auth.level().allows(required.apply(op))) {
                             refusedAuth.incrementAndGet();
@@ -377,10 +459,10 @@ public final class FrameServer implements Closeable {
                                     ? "admin" : "cluster", auth.level() == Access.NONE ? "none" : "the cluster secret only",
                                     required.apply(op) == Access.ADMIN ? " and KVPOOL_ADMIN_SECRET_FILE" : "");
                             log.warn("{}: refusing {} from {}: {}", name, op.metricName, peer, why);
-                            writeError(ch, replyHeader, op.code, h.requestId(), FrameStatus.UNAUTHORIZED, why);
+                            writeError(out, replyHeader, op.code, h.requestId(), FrameStatus.UNAUTHORIZED, why);
                             return;
                         }
-                        if (!dispatch(req, ch, replyHeader, op.isAuth() ? auth::serve : handler)) {
+                        if (!dispatch(req, out, replyHeader, op.isAuth() ? auth::serve : handler)) {
                             return;
                         }
                     } finally {
@@ -418,6 +500,9 @@ public final class FrameServer implements Closeable {
         handler.connectionClosed(peer);
     }
 
+    /** The first byte of a TLS handshake record (a ClientHello): what a TLS client sends first. */
+    private static final byte TLS_HANDSHAKE_RECORD = 0x16;
+
     /** Most bytes drained from a connection being closed, and how long that may take. */
     private static final int LINGER_BYTES = 4 << 20;
     private static final Duration LINGER_TIME = Duration.ofSeconds(1);
@@ -450,7 +535,8 @@ public final class FrameServer implements Closeable {
     }
 
     /** Runs the handler; returns false when the connection must be closed afterwards. */
-    private boolean dispatch(Request req, SocketChannel ch, ByteBuffer replyHeader, RequestHandler h) throws IOException {
+    private boolean dispatch(Request req, GatheringByteChannel ch, ByteBuffer replyHeader, RequestHandler h)
+            throws IOException {
         try {
             h.handle(req);
             if (!req.replied()) {
@@ -491,7 +577,7 @@ public final class FrameServer implements Closeable {
         }
     }
 
-    static void writeError(SocketChannel ch, ByteBuffer header, int opcode, long requestId, FrameStatus status,
+    static void writeError(GatheringByteChannel ch, ByteBuffer header, int opcode, long requestId, FrameStatus status,
                            String message) throws IOException {
         String text = message == null ? "" : message;
         if (text.length() > 2000) {

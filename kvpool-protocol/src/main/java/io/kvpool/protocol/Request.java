@@ -3,7 +3,6 @@ package io.kvpool.protocol;
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
 import java.nio.ByteBuffer;
-import java.nio.channels.SocketChannel;
 
 /**
  * One request received by a {@link FrameServer}, handed to a {@link RequestHandler}. The handler
@@ -12,7 +11,7 @@ import java.nio.channels.SocketChannel;
  */
 public final class Request {
 
-    private final SocketChannel channel;
+    private final Wire wire;
     private final String peer;
     private final Opcode opcode;
     private final long requestId;
@@ -24,9 +23,9 @@ public final class Request {
     private long payloadRead;
     private boolean replied;
 
-    Request(SocketChannel channel, String peer, Opcode opcode, long requestId, BodyReader body, long payloadLength,
+    Request(Wire wire, String peer, Opcode opcode, long requestId, BodyReader body, long payloadLength,
             ByteBuffer replyHeader, ByteBuffer scratch, Access access) {
-        this.channel = channel;
+        this.wire = wire;
         this.peer = peer;
         this.opcode = opcode;
         this.requestId = requestId;
@@ -80,7 +79,7 @@ public final class Request {
             throw new MalformedFrameException(FrameStatus.MALFORMED_FRAME, opcode.metricName + " from " + peer
                     + " declares " + payloadLength + " payload bytes but its items need more");
         }
-        Channels.readFully(channel, dst);
+        Channels.readFully(wire.in(), dst);
         payloadRead += dst.byteSize();
     }
 
@@ -90,7 +89,7 @@ public final class Request {
             throw new MalformedFrameException(FrameStatus.MALFORMED_FRAME, opcode.metricName + " from " + peer
                     + " declares " + payloadLength + " payload bytes but its items need more");
         }
-        Channels.skip(channel, n, scratch);
+        Channels.skip(wire.in(), n, scratch);
         payloadRead += n;
     }
 
@@ -116,14 +115,14 @@ public final class Request {
         all[1] = bodyBuf;
         System.arraycopy(payload, 0, all, 2, payload.length);
         replied = true;
-        Channels.writeFully(channel, all);
+        Channels.writeFully(wire.out(), all);
     }
 
     /** Sends an error reply with a message. */
     public void replyError(FrameStatus status, String message) throws IOException {
         checkNotReplied();
         replied = true;
-        FrameServer.writeError(channel, replyHeader, opcode.code, requestId, status, message);
+        FrameServer.writeError(wire.out(), replyHeader, opcode.code, requestId, status, message);
     }
 
     private void checkNotReplied() {

@@ -19,6 +19,12 @@ import java.util.Map;
  * {@code KVPOOL_SECRET} / {@code KVPOOL_ADMIN_SECRET} hold the values. A file's content is the
  * secret with surrounding white space (a trailing newline) removed. A secret has at least
  * {@link #MIN_LENGTH} characters. {@link #toString()} never shows them.
+ *
+ * <p>They may also carry the process's TLS identity ({@link #tls()}, {@link Tls}): what a connection
+ * presents and checks below the frames, before the secrets are proven over it. It travels with the
+ * secrets because every connection that proves them (every role's, to masters and nodes) must use it
+ * too. {@link #fromEnvironment()} reads it from {@code KVPOOL_TLS_CERT}, {@code KVPOOL_TLS_KEY} and
+ * {@code KVPOOL_TLS_CA}.
  */
 public final class Secrets {
 
@@ -26,14 +32,16 @@ public final class Secrets {
     public static final int MIN_LENGTH = 16;
 
     /** No secrets: for open (loopback) deployments. */
-    public static final Secrets NONE = new Secrets(null, null);
+    public static final Secrets NONE = new Secrets(null, null, Tls.NONE);
 
     private final byte[] data;
     private final byte[] admin;
+    private final Tls tls;
 
-    private Secrets(byte[] data, byte[] admin) {
+    private Secrets(byte[] data, byte[] admin, Tls tls) {
         this.data = data;
         this.admin = admin;
+        this.tls = tls;
     }
 
     /**
@@ -47,7 +55,7 @@ public final class Secrets {
             }
             return NONE;
         }
-        return new Secrets(check("cluster secret", data), admin == null ? null : check("admin secret", admin));
+        return new Secrets(check("cluster secret", data), admin == null ? null : check("admin secret", admin), Tls.NONE);
     }
 
     private static byte[] check(String what, String value) {
@@ -68,13 +76,30 @@ public final class Secrets {
         }
     }
 
-    /** The secrets the environment names ({@code KVPOOL_SECRET_FILE}, {@code KVPOOL_SECRET}, and the admin ones). */
+    /**
+     * The secrets the environment names ({@code KVPOOL_SECRET_FILE}, {@code KVPOOL_SECRET}, and the
+     * admin ones), with the TLS identity it names ({@link Tls#fromEnvironment()}).
+     */
     public static Secrets fromEnvironment() {
         return fromEnvironment(System.getenv());
     }
 
     static Secrets fromEnvironment(Map<String, String> env) {
-        return of(one(env, "KVPOOL_SECRET", "cluster secret"), one(env, "KVPOOL_ADMIN_SECRET", "admin secret"));
+        return of(one(env, "KVPOOL_SECRET", "cluster secret"), one(env, "KVPOOL_ADMIN_SECRET", "admin secret"))
+                .withTls(Tls.fromEnvironment(env));
+    }
+
+    /** These secrets with {@code t} as the TLS identity ({@link Tls#NONE}: plain TCP). */
+    public Secrets withTls(Tls t) {
+        if (t == null) {
+            throw new IllegalArgumentException("tls must not be null (Tls.NONE for plain TCP)");
+        }
+        return data == null && t == Tls.NONE ? NONE : new Secrets(data, admin, t);
+    }
+
+    /** The TLS identity connections use ({@link Tls#NONE}: plain TCP). */
+    public Tls tls() {
+        return tls;
     }
 
     private static String one(Map<String, String> env, String name, String what) {
@@ -115,16 +140,18 @@ public final class Secrets {
 
     @Override
     public String toString() {
-        return "Secrets[" + (data == null ? "none" : admin == null ? "cluster" : "cluster, admin") + "]";
+        return "Secrets[" + (data == null ? "none" : admin == null ? "cluster" : "cluster, admin")
+                + (tls.enabled() ? ", tls" : "") + "]";
     }
 
     @Override
     public boolean equals(Object o) {
-        return o instanceof Secrets s && Arrays.equals(data, s.data) && Arrays.equals(admin, s.admin);
+        return o instanceof Secrets s && Arrays.equals(data, s.data) && Arrays.equals(admin, s.admin)
+                && tls.equals(s.tls);
     }
 
     @Override
     public int hashCode() {
-        return Arrays.hashCode(data) * 31 + Arrays.hashCode(admin);
+        return (Arrays.hashCode(data) * 31 + Arrays.hashCode(admin)) * 31 + tls.hashCode();
     }
 }
