@@ -125,22 +125,23 @@ final class History {
     Verdict judge(String key, long version, long start, long end) {
         Op[] h = snapshot(key);
         if (version < 0) {
+            // only the acknowledged put that began last matters: a removal that may have undone an
+            // earlier one (it may take effect after that put began) may also have undone a later one
+            Op last = null;
             for (Op p : h) {
-                if (!p.acknowledged() || p.end >= start) {
-                    continue;
-                }
-                boolean removable = false;
-                for (Op x : h) {
-                    if (x.kind == Kind.REMOVE && x.start < end && x.latestEffect() > p.start) {
-                        removable = true;
-                        break;
-                    }
-                }
-                if (!removable) {
-                    return Verdict.ACKNOWLEDGED_MISS;
+                if (p.acknowledged() && p.end < start && (last == null || p.start > last.start)) {
+                    last = p;
                 }
             }
-            return Verdict.MISS;
+            if (last == null) {
+                return Verdict.MISS;
+            }
+            for (Op x : h) {
+                if (x.kind == Kind.REMOVE && x.start < end && x.latestEffect() > last.start) {
+                    return Verdict.MISS;
+                }
+            }
+            return Verdict.ACKNOWLEDGED_MISS;
         }
         Op put = null;
         for (Op p : h) {

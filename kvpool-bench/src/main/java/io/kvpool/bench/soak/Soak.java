@@ -107,14 +107,11 @@ public final class Soak {
             ScheduledExecutorService ticker = Executors.newSingleThreadScheduledExecutor();
             long[] lastOps = {0};
             long[] lastTick = {start};
-            long periodMs = config.progressEvery().toMillis();
-            long[] sinceProgress = {0};
-            ticker.scheduleAtFixedRate(() -> {
+            long period = config.progressEvery().toNanos();
+            ticker.scheduleWithFixedDelay(() -> {
                 traffic.judgeOlderThan(JUDGE_LAG_NANOS);
-                sinceProgress[0] += 1000;
-                if (sinceProgress[0] >= periodMs) {
-                    sinceProgress[0] = 0;
-                    long nowNanos = System.nanoTime();
+                long nowNanos = System.nanoTime();
+                if (nowNanos - lastTick[0] >= period) {
                     long ops = stats.totalOps();
                     out.println(progress(nowNanos - start, ops, (ops - lastOps[0]) * 1e9 / (nowNanos - lastTick[0]), c));
                     lastOps[0] = ops;
