@@ -177,12 +177,17 @@ final class History {
                 .append(span(start, end, origin));
         Op put = null;
         for (Op p : h) {
-            if (p.kind == Kind.PUT && p.version == version) {
+            if (version < 0 ? p.acknowledged() && p.end < start && (put == null || p.start > put.start)
+                    : p.kind == Kind.PUT && p.version == version) {
                 put = p;
             }
         }
         if (put == null) {
-            return b.append(", never put").toString();
+            return b.append(version < 0 ? ", nothing acknowledged" : ", never put").toString();
+        }
+        if (version < 0) {
+            return b.append(", missed acknowledged put v").append(put.version).append(' ')
+                    .append(span(put.start, put.end, origin)).toString();
         }
         b.append(", put ").append(span(put.start, put.end, origin)).append(' ').append(put.outcome);
         long installedBy = put.latestEffect();
