@@ -239,7 +239,10 @@ final class LocalPool implements AutoCloseable {
 
     /** Stops every child this pool started, by PID (SIGKILL: the soak's verdict is already taken). */
     @Override
-    public void close() {
+    public synchronized void close() {
+        if (closed) {
+            return; // the soak's end and a shutdown hook may both close
+        }
         closed = true;
         List<Process> all;
         synchronized (children) {
