@@ -20,7 +20,7 @@ import java.util.function.Function;
         subcommands = {ServeCommand.class, MasterCommand.class, NodeCommand.class, StatusCommand.class,
                 PutCommand.class, GetCommand.class, RmCommand.class, DemoCommand.class, PoolDemoCommand.class, EngineCommand.class,
                 LaunchCommand.class, TrainerCommand.class, OffloadConfigCommand.class,
-                BenchCommand.class,
+                BenchCommand.class, SoakCommand.class,
                 CommandLine.HelpCommand.class})
 public final class Main implements Runnable {
 
