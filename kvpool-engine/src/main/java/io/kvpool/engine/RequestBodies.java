@@ -1,11 +1,17 @@
 package io.kvpool.engine;
 
+import com.fasterxml.jackson.core.ErrorReportConfiguration;
+import com.fasterxml.jackson.core.JsonFactory;
+import com.fasterxml.jackson.core.JsonProcessingException;
+import com.fasterxml.jackson.core.StreamReadFeature;
+import com.fasterxml.jackson.databind.DeserializationFeature;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.ObjectReader;
 import io.kvpool.engine.llama.ByteTokenizer;
 
 import java.io.IOException;
+import java.nio.file.InvalidPathException;
 import java.nio.file.Path;
 
 /**
@@ -16,10 +22,26 @@ import java.nio.file.Path;
  * (the checks that need the model, such as token ids inside the vocabulary and the context length,
  * stay with {@link Engine#generate}), or throws an {@link IllegalArgumentException} whose message
  * names the field that was wrong, which {@link EngineServer} answers 400. No other exception escapes.
+ *
+ * <p>Strictness: a body is one JSON object (an empty body counts as {@code {}}); content after it and
+ * a field given twice are refused rather than silently resolved; a field of the wrong type is
+ * refused rather than coerced ({@code "seed": "7"} or {@code "max_tokens": 2.5} is an error, not 7
+ * or 2, and {@code "stream": "yes"} is not false). Unknown fields are ignored, as OpenAI-style
+ * servers do. Jackson's stream limits (nesting depth 1,000, numbers of 1,000 digits) bound the work a
+ * body can cause, and its messages quote at most {@value #QUOTED_TOKEN_CHARS} characters of it; the
+ * server bounds the body's size before this runs.
  */
 public final class RequestBodies {
 
-    private static final ObjectReader READER = new ObjectMapper().reader();
+    /** Jackson quotes at most this much of a bad token in its messages (its default: 256 characters). */
+    private static final int QUOTED_TOKEN_CHARS = 40;
+    private static final ObjectReader READER = new ObjectMapper(JsonFactory.builder()
+            .errorReportConfiguration(ErrorReportConfiguration.builder().maxErrorTokenLength(QUOTED_TOKEN_CHARS)
+                    .maxRawContentLength(QUOTED_TOKEN_CHARS).build())
+            .enable(StreamReadFeature.STRICT_DUPLICATE_DETECTION)
+            .build())
+            .enable(DeserializationFeature.FAIL_ON_TRAILING_TOKENS)
+            .reader();
     private static final ByteTokenizer TOKENIZER = new ByteTokenizer();
     /** How much of a bad value an error message quotes. */
     private static final int SHOWN_CHARS = 80;
@@ -45,20 +67,30 @@ public final class RequestBodies {
         SamplingParams params = new SamplingParams(intField(b, "max_tokens", 16), doubleField(b, "temperature", 0),
                 doubleField(b, "top_p", 1), intField(b, "seed", 0), true);
         String salt = stringField(b, "cache_salt", "omit it for no salt");
-        return new CompletionRequest(prompt, params, salt, b.path("stream").asBoolean(false));
+        return new CompletionRequest(prompt, params, salt, booleanField(b, "stream", false));
     }
 
     public static WeightUpdateRequest weightUpdate(byte[] body) {
         JsonNode b = object(body);
-        String version = b.path("version").asText(null);
-        if (version == null || version.isEmpty()) {
+        String version = stringField(b, "version", "names the new weights in keys and outputs");
+        if (version == null) {
             throw new IllegalArgumentException("version is required (names the new weights in keys and outputs)");
         }
-        if (b.hasNonNull("path")) {
-            return new WeightUpdateRequest(version, Path.of(b.get("path").asText()), null);
+        String path = stringField(b, "path", "a directory of weights");
+        if (path != null) {
+            try {
+                return new WeightUpdateRequest(version, Path.of(path), null);
+            } catch (InvalidPathException err) {
+                throw new IllegalArgumentException("path is not a valid path (" + err.getReason() + "), got "
+                        + shown(b.get("path")));
+            }
         }
-        if (b.hasNonNull("seed")) {
-            return new WeightUpdateRequest(version, null, b.get("seed").asLong());
+        JsonNode seed = b.get("seed");
+        if (seed != null && !seed.isNull()) {
+            if (!seed.isIntegralNumber() || !seed.canConvertToLong()) {
+                throw new IllegalArgumentException("seed must be a 64-bit integer, got " + shown(seed));
+            }
+            return new WeightUpdateRequest(version, null, seed.longValue());
         }
         throw new IllegalArgumentException("update_weights needs \"seed\" or \"path\"");
     }
@@ -71,10 +103,12 @@ public final class RequestBodies {
         JsonNode n;
         try {
             n = READER.readTree(body);
-        } catch (com.fasterxml.jackson.core.JsonProcessingException err) {
+        } catch (JsonProcessingException err) {
             throw new IllegalArgumentException("the request body is not valid JSON: " + err.getOriginalMessage());
         } catch (IOException err) {
-            throw new java.io.UncheckedIOException(err);
+            // CharConversionException: bytes that are not text in the encoding Jackson detected (UTF-32
+            // when the body starts with zero bytes); no other IOException comes from reading a byte array
+            throw new IllegalArgumentException("the request body is not valid JSON: " + err.getMessage());
         }
         if (n == null || !n.isObject()) {
             throw new IllegalArgumentException("the request body must be a JSON object");
@@ -94,7 +128,7 @@ public final class RequestBodies {
             int[] t = new int[p.size()];
             for (int i = 0; i < t.length; i++) {
                 JsonNode id = p.get(i);
-                if (!id.canConvertToInt()) {
+                if (!id.isIntegralNumber() || !id.canConvertToInt()) {
                     throw new IllegalArgumentException("prompt[" + i + "] is not a token id: " + shown(id));
                 }
                 t[i] = id.intValue();
@@ -109,7 +143,7 @@ public final class RequestBodies {
         if (n == null || n.isNull()) {
             return dflt;
         }
-        if (!n.canConvertToInt()) {
+        if (!n.isIntegralNumber() || !n.canConvertToInt()) {
             throw new IllegalArgumentException(name + " must be an integer, got " + shown(n));
         }
         return n.intValue();
@@ -120,10 +154,21 @@ public final class RequestBodies {
         if (n == null || n.isNull()) {
             return dflt;
         }
-        if (!n.isNumber()) {
-            throw new IllegalArgumentException(name + " must be a number, got " + shown(n));
+        if (!n.isNumber() || !Double.isFinite(n.doubleValue())) {
+            throw new IllegalArgumentException(name + " must be a finite number, got " + shown(n));
         }
         return n.doubleValue();
+    }
+
+    private static boolean booleanField(JsonNode b, String name, boolean dflt) {
+        JsonNode n = b.get(name);
+        if (n == null || n.isNull()) {
+            return dflt;
+        }
+        if (!n.isBoolean()) {
+            throw new IllegalArgumentException(name + " must be true or false, got " + shown(n));
+        }
+        return n.booleanValue();
     }
 
     /** An optional string field: absent or null gives null; present, it must be a non-empty string. */
