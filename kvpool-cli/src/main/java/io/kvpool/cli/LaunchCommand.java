@@ -194,6 +194,9 @@ final class LaunchCommand implements Callable<Integer> {
                     args.addAll(List.of("--disk-dir", pool.disk().path().resolve("node-" + i).toString(), "--disk-size",
                             pool.disk().size().toString()));
                 }
+                if (pool.shmGroup() != null) {
+                    args.addAll(List.of("--shm-group", pool.shmGroup()));
+                }
                 start("node-" + i, h, args);
             }
             awaitRegistered(masterAddress, hosts.size());

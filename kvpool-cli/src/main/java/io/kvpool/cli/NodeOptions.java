@@ -4,6 +4,7 @@ import io.kvpool.config.HostPort;
 import io.kvpool.config.Size;
 import io.kvpool.etcd.MasterAddress;
 import io.kvpool.node.NodeConfig;
+import io.kvpool.node.ShmDir;
 import io.kvpool.protocol.Secrets;
 import picocli.CommandLine.Option;
 
@@ -21,6 +22,12 @@ final class NodeOptions {
             description = "Directory for the shared-memory file backing the segment; 'none' for anonymous memory"
                     + " (default: ${DEFAULT-VALUE}).")
     String shmDir = NodeConfig.DEFAULT_SHM_DIR.toString();
+
+    @Option(names = "--shm-group", paramLabel = "NAME",
+            description = "Give the shared-memory segment file to this group, readable and writable by it (mode 0660),"
+                    + " so same-machine clients running as other users in the group can map it (default: none, the"
+                    + " file is the node's user's alone, mode 0600).")
+    String shmGroup;
 
     @Option(names = "--heartbeat-interval", paramLabel = "DURATION",
             description = "How often the node heartbeats to the master (default: 1s).")
@@ -55,10 +62,22 @@ final class NodeOptions {
     NodeConfig toConfig(MasterAddress master, String listenHost, int port, String advertiseHost,
                         ExposureOptions exposure) {
         NodeConfig d = NodeConfig.defaults(master, segmentSize);
-        Path shm = "none".equalsIgnoreCase(shmDir) ? null : Path.of(shmDir);
+        ShmDir shm = shm();
         return new NodeConfig(master, listenHost, port, advertiseHost, segmentSize, shm, heartbeatInterval,
                 d.regionWait(), d.frameTimeout(), verifyWrites, exposure.apply(d.limits()), !noPrefault, diskDir, diskSize,
                 promoteAfter, !noAdoptSegment, Secrets.NONE)
                 .withSecrets(exposure.secrets("node", listenHost)); // after the flags' own checks
+    }
+
+    /** The segment file's directory and group; null for anonymous memory. */
+    private ShmDir shm() {
+        if ("none".equalsIgnoreCase(shmDir)) {
+            if (shmGroup != null) {
+                throw new IllegalArgumentException("--shm-group " + shmGroup + " needs a shared-memory directory, not"
+                        + " --shm-dir none (anonymous memory has no file to share)");
+            }
+            return null;
+        }
+        return new ShmDir(Path.of(shmDir), shmGroup);
     }
 }

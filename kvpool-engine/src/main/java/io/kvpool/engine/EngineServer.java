@@ -216,21 +216,10 @@ public final class EngineServer implements AutoCloseable {
         return b;
     }
 
-    private JsonNode body(HttpExchange e) throws IOException {
+    /** The POST body read before the handler ran. */
+    private byte[] body(HttpExchange e) throws IOException {
         byte[] read = bodies.get(e);
-        byte[] b = read != null ? read : readBody(e);
-        if (b.length == 0) {
-            return JSON.createObjectNode();
-        }
-        try {
-            JsonNode n = JSON.readTree(b);
-            if (!n.isObject()) {
-                throw new IllegalArgumentException("the request body must be a JSON object");
-            }
-            return n;
-        } catch (com.fasterxml.jackson.core.JsonProcessingException err) {
-            throw new IllegalArgumentException("the request body is not valid JSON: " + err.getOriginalMessage());
-        }
+        return read != null ? read : readBody(e);
     }
 
     private static Map<String, String> query(HttpExchange e) {
@@ -246,70 +235,13 @@ public final class EngineServer implements AutoCloseable {
         return q;
     }
 
-    private static int intField(JsonNode b, String name, int dflt) {
-        JsonNode n = b.get(name);
-        if (n == null || n.isNull()) {
-            return dflt;
-        }
-        if (!n.canConvertToInt()) {
-            throw new IllegalArgumentException(name + " must be an integer, got " + n);
-        }
-        return n.intValue();
-    }
-
-    private static double doubleField(JsonNode b, String name, double dflt) {
-        JsonNode n = b.get(name);
-        if (n == null || n.isNull()) {
-            return dflt;
-        }
-        if (!n.isNumber()) {
-            throw new IllegalArgumentException(name + " must be a number, got " + n);
-        }
-        return n.doubleValue();
-    }
-
-    /** An optional string field: absent or null gives null; present, it must be a non-empty string. */
-    private static String stringField(JsonNode b, String name, String meaning) {
-        JsonNode n = b.get(name);
-        if (n == null || n.isNull()) {
-            return null;
-        }
-        if (!n.isTextual() || n.textValue().isEmpty()) {
-            throw new IllegalArgumentException(name + " must be a non-empty string (" + meaning + "), got " + n);
-        }
-        return n.textValue();
-    }
-
-    private int[] prompt(JsonNode b) {
-        JsonNode p = b.get("prompt");
-        if (p == null || p.isNull()) {
-            throw new IllegalArgumentException("prompt is required (a string or an array of token ids)");
-        }
-        if (p.isTextual()) {
-            return tokenizer.encode(p.textValue(), true);
-        }
-        if (p.isArray()) {
-            int[] t = new int[p.size()];
-            for (int i = 0; i < t.length; i++) {
-                if (!p.get(i).canConvertToInt()) {
-                    throw new IllegalArgumentException("prompt[" + i + "] is not a token id: " + p.get(i));
-                }
-                t[i] = p.get(i).intValue();
-            }
-            return t;
-        }
-        throw new IllegalArgumentException("prompt must be a string or an array of token ids");
-    }
-
     private void completions(HttpExchange e) throws Exception {
-        JsonNode b = body(e);
-        int[] prompt = prompt(b);
-        SamplingParams params = new SamplingParams(intField(b, "max_tokens", 16), doubleField(b, "temperature", 0),
-                doubleField(b, "top_p", 1), intField(b, "seed", 0), true);
-        String salt = stringField(b, "cache_salt", "omit it for no salt");
-        boolean stream = b.path("stream").asBoolean(false);
+        RequestBodies.CompletionRequest r = RequestBodies.completion(body(e));
+        int[] prompt = r.prompt();
+        SamplingParams params = r.params();
+        String salt = r.cacheSalt();
         String model = engine.config().modelName();
-        if (!stream) {
+        if (!r.stream()) {
             Completion c = engine.generate(prompt, params, salt, null).get();
             json(e, c.error() != null ? 500 : 200, completionJson(c, model));
             return;
@@ -383,13 +315,10 @@ public final class EngineServer implements AutoCloseable {
     }
 
     private void updateWeights(HttpExchange e) throws Exception {
-        JsonNode b = body(e);
-        String version = b.path("version").asText(null);
-        if (version == null || version.isEmpty()) {
-            throw new IllegalArgumentException("version is required (names the new weights in keys and outputs)");
-        }
-        if (b.hasNonNull("path")) {
-            Path dir = Path.of(b.get("path").asText());
+        RequestBodies.WeightUpdateRequest r = RequestBodies.weightUpdate(body(e));
+        String version = r.version();
+        if (r.path() != null) {
+            Path dir = r.path();
             engine.updateWeights(() -> {
                 try {
                     return Weights.load(dir);
@@ -397,11 +326,9 @@ public final class EngineServer implements AutoCloseable {
                     throw new IllegalArgumentException("cannot load weights from " + dir + ": " + err.getMessage(), err);
                 }
             }, version);
-        } else if (b.hasNonNull("seed")) {
-            long seed = b.get("seed").asLong();
-            engine.updateWeights(() -> Weights.random(engine.modelConfig(), seed), version);
         } else {
-            throw new IllegalArgumentException("update_weights needs \"seed\" or \"path\"");
+            long seed = r.seed();
+            engine.updateWeights(() -> Weights.random(engine.modelConfig(), seed), version);
         }
         json(e, 200, JSON.createObjectNode().put("status", "updated").put("weights_version", version));
     }

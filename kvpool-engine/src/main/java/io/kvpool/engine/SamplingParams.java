@@ -11,8 +11,8 @@ public record SamplingParams(int maxTokens, double temperature, double topP, lon
         if (maxTokens < 1) {
             throw new IllegalArgumentException("max_tokens must be at least 1, got " + maxTokens);
         }
-        if (temperature < 0 || Double.isNaN(temperature)) {
-            throw new IllegalArgumentException("temperature must be >= 0, got " + temperature);
+        if (!(temperature >= 0 && Double.isFinite(temperature))) {
+            throw new IllegalArgumentException("temperature must be a finite number >= 0, got " + temperature);
         }
         if (!(topP > 0 && topP <= 1)) {
             throw new IllegalArgumentException("top_p must be in (0, 1], got " + topP);

@@ -229,6 +229,31 @@ class EngineServerTest {
     }
 
     @Test
+    void malformedBodiesGet400NamingTheFieldAndNeverA500() throws Exception {
+        String[][] cases = {
+                {"/v1/completions", "{\"prompt\": \"x\", \"stream\": \"yes\"}", "stream must be true or false"},
+                {"/v1/completions", "{\"prompt\": \"x\", \"max_tokens\": 2.5}", "max_tokens must be an integer"},
+                {"/v1/completions", "{\"prompt\": \"x\", \"temperature\": 1e999}", "temperature must be a finite number"},
+                {"/v1/completions", "{\"prompt\": \"x\", \"prompt\": \"y\"}", "Duplicate field 'prompt'"},
+                {"/v1/completions", "{\"prompt\": \"x\"} trailing", "not valid JSON"},
+                {"/update_weights", "{\"seed\": \"7\", \"version\": \"v2\"}", "seed must be a 64-bit integer"},
+                {"/update_weights", "{\"seed\": 7, \"version\": 2}", "version must be a non-empty string"},
+                {"/update_weights", "{\"path\": \"/m/\\u0000\", \"version\": \"v2\"}", "path is not a valid path"},
+        };
+        for (String[] c : cases) {
+            HttpResponse<String> r = post(c[0], c[1]);
+            assertThat(r.statusCode()).as(c[1]).isEqualTo(400);
+            assertThat(JSON.readTree(r.body()).path("error").path("message").asText()).as(c[1]).contains(c[2]);
+        }
+        // a campaign finding: bytes Jackson reads as UTF-32 were answered 500
+        HttpResponse<String> utf32 = http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + server.port()
+                + "/v1/completions")).POST(HttpRequest.BodyPublishers.ofByteArray(new byte[]{0, 0, 0, 0, 0, 'T', 'T', 'T'}))
+                .build(), HttpResponse.BodyHandlers.ofString());
+        assertThat(utf32.statusCode()).isEqualTo(400);
+        assertThat(engine.weightsVersion()).as("no refused update reached the engine").isEqualTo("v1");
+    }
+
+    @Test
     void aCacheSaltKeepsARequestOffCachedKvAndMustBeANonEmptyString() throws Exception {
         String prompt = "\"prompt\": \"abcdefghijklmnopqrstuvwxyz0123456789\", \"max_tokens\": 4";
         JsonNode plain = JSON.readTree(post("/v1/completions", "{" + prompt + "}").body());

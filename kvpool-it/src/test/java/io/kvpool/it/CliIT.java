@@ -87,6 +87,18 @@ class CliIT {
     }
 
     @Test
+    void aShmGroupTheMachineDoesNotHaveOrWithoutAFileFailsTheNodesStartNamingIt() {
+        Run r = run("node", "--master", "127.0.0.1:1", "--host", "127.0.0.1", "--port", "0",
+                "--shm-group", "no-such-group-kvpool-cli");
+        assertThat(r.code()).isEqualTo(2);
+        assertThat(r.err()).contains("--shm-group no-such-group-kvpool-cli: no such group on this machine");
+        r = run("node", "--master", "127.0.0.1:1", "--host", "127.0.0.1", "--port", "0", "--shm-dir", "none",
+                "--shm-group", "users");
+        assertThat(r.code()).isEqualTo(2);
+        assertThat(r.err()).contains("--shm-group users needs a shared-memory directory");
+    }
+
+    @Test
     void aServerOnAPublicAddressWithoutSecretsRefusesToStartAndSaysHowToSetThem() throws Exception {
         Run r = run("master", "--port", "0", "--http-port", "-1"); // the master listens on 0.0.0.0 by default
         assertThat(r.code()).isEqualTo(2);

@@ -175,6 +175,19 @@ class LaunchIT {
     }
 
     @Test
+    void aNodeGivenAnUnknownShmGroupFailsTheLaunchAndItsLogNamesTheGroup(@TempDir Path dir) throws Exception {
+        Launcher l = launch(dir, "type: pool\ncpu: 64MiB\nshm_group: no-such-group-kvpool-it\n", "--local", "1");
+        assertThat(l.process().waitFor(90, TimeUnit.SECONDS)).isTrue();
+        assertThat(l.process().exitValue()).isEqualTo(1);
+        awaitPrinted(l, "FAILED: node-0");
+        assertAllGone(l.childPids());
+        try (var logs = Files.list(dir.resolve("logs"))) {
+            Path log = logs.filter(f -> f.getFileName().toString().startsWith("node-0")).findFirst().orElseThrow();
+            assertThat(Files.readString(log)).contains("--shm-group no-such-group-kvpool-it: no such group on this machine");
+        }
+    }
+
+    @Test
     void aBadConfigIsRefusedNamingTheField(@TempDir Path dir) throws Exception {
         Launcher l = launch(dir, "type: pool\ncpu_size: 1GiB\n", "--local", "1");
         assertThat(l.process().waitFor(60, TimeUnit.SECONDS)).isTrue();

@@ -19,7 +19,8 @@ import java.time.Duration;
  * @param port              port to listen on; 0 picks a free one
  * @param advertiseHost     address clients use to reach this node; null detects one
  * @param segmentSize       bytes of off-heap memory this node contributes
- * @param shmDir            where to put the shared-memory file backing the segment; null for anonymous memory
+ * @param shmDir            where to put the shared-memory file backing the segment, and the group (if any)
+ *                          allowed to open it besides the node's user; null for anonymous memory
  * @param heartbeatInterval how often the node tells the master it is alive
  * @param regionWait        how long a write waits for reads of the region it overwrites to finish
  * @param frameTimeout      how long a frame may take to arrive once it began
@@ -34,7 +35,7 @@ import java.time.Duration;
  *                          node (same name, same size) left behind, with the objects in it that verify
  */
 public record NodeConfig(MasterAddress master, String listenHost, int port, String advertiseHost, Size segmentSize,
-                         Path shmDir, Duration heartbeatInterval, Duration regionWait, Duration frameTimeout,
+                         ShmDir shmDir, Duration heartbeatInterval, Duration regionWait, Duration frameTimeout,
                          boolean verifyWrites, Limits limits, boolean prefault, Path diskDir, Size diskSize,
                          int promoteAfter, boolean adoptSegment, Secrets secrets) {
 
@@ -92,7 +93,7 @@ public record NodeConfig(MasterAddress master, String listenHost, int port, Stri
 
     /** A config with every default, for the master (fixed or elected) and segment size. */
     public static NodeConfig defaults(MasterAddress master, Size segmentSize) {
-        return new NodeConfig(master, "0.0.0.0", DEFAULT_PORT, null, segmentSize, DEFAULT_SHM_DIR,
+        return new NodeConfig(master, "0.0.0.0", DEFAULT_PORT, null, segmentSize, ShmDir.ownerOnly(DEFAULT_SHM_DIR),
                 DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_REGION_WAIT, DEFAULT_FRAME_TIMEOUT, false, Limits.DEFAULT, true, null, null,
                 DEFAULT_PROMOTE_AFTER, true, Secrets.NONE);
     }
@@ -117,7 +118,13 @@ public record NodeConfig(MasterAddress master, String listenHost, int port, Stri
                 frameTimeout, verifyWrites, limits, prefault, diskDir, diskSize, promoteAfter, adoptSegment, secrets);
     }
 
-    public NodeConfig withShmDir(Path dir) {
+    /** The segment file's directory (null: anonymous memory), keeping the group given access to it. */
+    public NodeConfig withShmDir(Path path) {
+        return withShm(path == null ? null : new ShmDir(path, shmDir == null ? null : shmDir.group()));
+    }
+
+    /** Where the segment file goes and who may open it (null: anonymous memory). */
+    public NodeConfig withShm(ShmDir dir) {
         return new NodeConfig(master, listenHost, port, advertiseHost, segmentSize, dir, heartbeatInterval, regionWait,
                 frameTimeout, verifyWrites, limits, prefault, diskDir, diskSize, promoteAfter, adoptSegment, secrets);
     }

@@ -18,9 +18,6 @@ import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
 import java.nio.file.StandardCopyOption;
 import java.nio.file.StandardOpenOption;
-import java.nio.file.attribute.FileAttribute;
-import java.nio.file.attribute.PosixFilePermission;
-import java.nio.file.attribute.PosixFilePermissions;
 import java.util.ArrayList;
 import java.util.Comparator;
 import java.util.List;
@@ -69,12 +66,15 @@ import java.util.regex.Pattern;
  * objects in it ({@link SegmentAdoption}). Several candidates: the newest is taken, the others are
  * reclaimed. A file of another name or size, or a node whose port changed, is reclaimed as before,
  * so a node that never comes back leaves nothing behind once any node starts on the machine.
+ *
+ * <h2>Who may open the file</h2>
+ * The file holds every value stored on the node: it is the node user's alone (mode 0600), or, with
+ * a group in {@link ShmDir}, readable and writable by that group too (0660), for same-machine clients
+ * running as other users ({@link SegmentAccess}). A new file and an adopted one both get the current
+ * setting before they are mapped; a group that cannot be set fails the start rather than falling
+ * back to anonymous memory, which would quietly cost every client its same-machine path.
  */
 final class SegmentMemory implements AutoCloseable {
-
-    /** Segment files are the node user's alone (mode 0600): they hold every value stored on the node. */
-    private static final FileAttribute<Set<PosixFilePermission>> OWNER_ONLY =
-            PosixFilePermissions.asFileAttribute(PosixFilePermissions.fromString("rw-------"));
 
     private static final Logger log = LoggerFactory.getLogger(SegmentMemory.class);
 
@@ -108,19 +108,30 @@ final class SegmentMemory implements AutoCloseable {
         return allocate(size, shmDir, name, prefault, false);
     }
 
+    /** {@link #allocate(long, ShmDir, String, boolean, boolean)} with the file the node user's alone. */
+    static SegmentMemory allocate(long size, Path shmDir, String name, boolean prefault, boolean adopt) {
+        return allocate(size, shmDir == null ? null : ShmDir.ownerOnly(shmDir), name, prefault, adopt);
+    }
+
     /**
      * Allocates a segment of {@code size} bytes; with {@code adopt}, takes over the file a previous run
      * of the node of this name left, when there is one of this size (see the class comment).
+     *
+     * @param shm where the file goes and who may open it; null for anonymous memory
+     * @throws IllegalArgumentException when {@code shm} names a group this machine does not have
+     * @throws SegmentAccess.Refused    when the file cannot be given that group
      */
-    static SegmentMemory allocate(long size, Path shmDir, String name, boolean prefault, boolean adopt) {
+    static SegmentMemory allocate(long size, ShmDir shm, String name, boolean prefault, boolean adopt) {
         if (size <= 0) {
             throw new IllegalArgumentException("segment size must be positive, got " + size);
         }
-        if (shmDir != null) {
+        SegmentAccess access = SegmentAccess.of(shm); // an unknown group fails here, before anything is touched
+        if (shm != null) {
+            Path shmDir = shm.path();
             try {
                 Path mine = shmDir.resolve(filePrefix(name) + ProcessHandle.current().pid() + ".seg");
                 if (adopt && Files.isDirectory(shmDir)) {
-                    SegmentMemory taken = adoptOrphan(shmDir, name, size, mine);
+                    SegmentMemory taken = adoptOrphan(shmDir, name, size, mine, access);
                     if (taken != null) {
                         reclaimOrphans(shmDir); // older runs' files of the same name, and anyone else's
                         return taken;
@@ -131,7 +142,7 @@ final class SegmentMemory implements AutoCloseable {
                 }
                 if (Files.isDirectory(shmDir) && Files.getFileStore(shmDir).getUsableSpace() >= size) {
                     Path file = mine;
-                    SegmentMemory mapped = mapFile(size, file, name, prefault);
+                    SegmentMemory mapped = mapFile(size, file, name, prefault, access);
                     if (mapped != null) {
                         return mapped;
                     }
@@ -155,20 +166,23 @@ final class SegmentMemory implements AutoCloseable {
         }
     }
 
-    /** Creates, locks and maps {@code file}; null (and a warning) if that fails. */
-    private static SegmentMemory mapFile(long size, Path file, String name, boolean prefault) {
+    /**
+     * Creates, locks and maps {@code file}; null (and a warning) if that fails, except that a file
+     * that cannot be given {@code access} fails the allocation.
+     */
+    private static SegmentMemory mapFile(long size, Path file, String name, boolean prefault, SegmentAccess access) {
         Arena arena = Arena.ofShared();
         FileChannel ch = null;
         boolean locked = false;
         try {
-            // readable and writable by this node's user only: the segment holds every value stored here
+            // created the node user's alone; widened to the chosen group (if any) once it is ours
             ch = FileChannel.open(file, Set.of(StandardOpenOption.CREATE, StandardOpenOption.READ,
-                    StandardOpenOption.WRITE, LinkOption.NOFOLLOW_LINKS), OWNER_ONLY);
-            Files.setPosixFilePermissions(file, PosixFilePermissions.fromString("rw-------")); // a file that existed
+                    StandardOpenOption.WRITE, LinkOption.NOFOLLOW_LINKS), SegmentAccess.atCreation());
             if (tryLock(ch) == null) {
                 throw new IOException("the file is locked by another live process");
             }
             locked = true;
+            access.apply(file); // also resets a file that existed under this name
             ch.truncate(0);
             // sparse: tmpfs commits pages as they are first written
             ch.write(ByteBuffer.wrap(new byte[1]), size - 1);
@@ -177,11 +191,11 @@ final class SegmentMemory implements AutoCloseable {
                 // nothing is stored yet, so writing zeros is safe; it allocates every page now
                 long t0 = System.nanoTime();
                 seg.fill((byte) 0);
-                log.info("segment {}: {} mapped from {}, pages committed in {} ms", name, Size.human(size),
-                        file, (System.nanoTime() - t0) / 1_000_000);
+                log.info("segment {}: {} mapped from {} ({}), pages committed in {} ms", name, Size.human(size),
+                        file, access, (System.nanoTime() - t0) / 1_000_000);
             } else {
-                log.info("segment {}: {} mapped from {} (pages committed on first use)", name,
-                        Size.human(size), file);
+                log.info("segment {}: {} mapped from {} ({}; pages committed on first use)", name,
+                        Size.human(size), file, access);
             }
             return new SegmentMemory(arena, seg, file, ch, false);
         } catch (IOException | RuntimeException e) {
@@ -194,6 +208,9 @@ final class SegmentMemory implements AutoCloseable {
                 }
             }
             closeQuietly(ch);
+            if (e instanceof SegmentAccess.Refused refused) {
+                throw refused;
+            }
             log.warn("segment {}: cannot map {} ({}); using anonymous memory", name, file, e.toString());
             return null;
         }
@@ -209,7 +226,7 @@ final class SegmentMemory implements AutoCloseable {
      * locks it, renames it to {@code mine} and maps it as it is. Null when there is none (or it cannot
      * be taken: then it is left for {@link #reclaimOrphans}).
      */
-    private static SegmentMemory adoptOrphan(Path shmDir, String name, long size, Path mine) {
+    private static SegmentMemory adoptOrphan(Path shmDir, String name, long size, Path mine, SegmentAccess access) {
         String prefix = filePrefix(name);
         List<Path> candidates = new ArrayList<>();
         try (DirectoryStream<Path> files = Files.newDirectoryStream(shmDir, prefix + "*.seg")) {
@@ -240,14 +257,18 @@ final class SegmentMemory implements AutoCloseable {
                 if (tryLock(ch) == null || isAlive(pid) || ch.size() != size) {
                     throw new IOException("it is in use or changed");
                 }
+                access.apply(f); // the current setting, whatever the previous run's was; before the name is ours
                 Files.move(f, mine, StandardCopyOption.ATOMIC_MOVE);
-                Files.setPosixFilePermissions(mine, PosixFilePermissions.fromString("rw-------"));
                 MemorySegment seg = ch.map(FileChannel.MapMode.READ_WRITE, 0, size, arena);
-                log.info("segment {}: adopting {} ({}) left by pid {}, as {}", name, f, Size.human(size), pid, mine);
+                log.info("segment {}: adopting {} ({}) left by pid {}, as {} ({})", name, f, Size.human(size), pid, mine,
+                        access);
                 return new SegmentMemory(arena, seg, mine, ch, true);
             } catch (IOException | RuntimeException e) {
                 arena.close();
                 closeQuietly(ch);
+                if (e instanceof SegmentAccess.Refused refused) {
+                    throw refused;
+                }
                 log.warn("segment {}: cannot adopt {} ({}); it is left to be reclaimed", name, f, e.toString());
             }
         }

@@ -24,6 +24,8 @@ import java.util.Objects;
  *   promote_after: 2        # disk hits before an object moves back to memory
  *   reset: all              # all (removeAll with fencing) | model (this model's keys)
  *   master: head:50051      # normally filled in by the launcher
+ *   shm_group: kvpool       # optional: nodes give their shared-memory segment files to this group
+ *                           #   (mode 0660) so same-machine clients of other users in it can map them
  *
  *   versioned_keys: false   # both: weight updates switch key versions instead of resetting
  *   transfer:               # both, optional: a disaggregated-prefill transfer connector, composed
@@ -60,13 +62,16 @@ public sealed interface OffloadConfig {
     record Native(Size cpu, Disk disk, boolean versionedKeys, Transfer transfer) implements OffloadConfig {
     }
 
-    /** kvpool: each node contributes {@code cpu} of memory and optionally a disk tier. */
+    /**
+     * kvpool: each node contributes {@code cpu} of memory and optionally a disk tier; {@code shmGroup}
+     * (null: none) is the group its segment file is given to (the node's {@code --shm-group}).
+     */
     record Pool(Size cpu, Disk disk, int promoteAfter, String reset, String master, boolean versionedKeys,
-                Transfer transfer) implements OffloadConfig {
+                Transfer transfer, String shmGroup) implements OffloadConfig {
 
         /** The same config with the master address the launcher chose. */
         public Pool withMaster(String address) {
-            return new Pool(cpu, disk, promoteAfter, reset, address, versionedKeys, transfer);
+            return new Pool(cpu, disk, promoteAfter, reset, address, versionedKeys, transfer, shmGroup);
         }
     }
 }

@@ -40,7 +40,7 @@ public final class OffloadConfigs {
     }
 
     private static final Set<String> COMMON = Set.of("type", "cpu", "disk", "versioned_keys", "transfer");
-    private static final Set<String> POOL_ONLY = Set.of("promote_after", "reset", "master");
+    private static final Set<String> POOL_ONLY = Set.of("promote_after", "reset", "master", "shm_group");
     private static final Map<String, String> RETIRED = Map.ofEntries(
             Map.entry("cpu_size", "cpu"),
             Map.entry("local_cpu", "cpu"),
@@ -148,7 +148,16 @@ public final class OffloadConfigs {
                         + master + "': " + e.getMessage(), e);
             }
         }
-        return new Loaded(new OffloadConfig.Pool(cpu, disk, promote, reset, master, versioned, transfer), warnings);
+        String shmGroup = null;
+        if (n.hasNonNull("shm_group")) {
+            JsonNode g = n.get("shm_group");
+            if (!g.isTextual() || g.textValue().isBlank() || !g.textValue().equals(g.textValue().strip())) {
+                throw new IllegalArgumentException("offload.shm_group: the name of a group on the nodes' machines, got " + g);
+            }
+            shmGroup = g.textValue();
+        }
+        return new Loaded(new OffloadConfig.Pool(cpu, disk, promote, reset, master, versioned, transfer, shmGroup),
+                warnings);
     }
 
     private static OffloadConfig.Disk disk(JsonNode d, String type) {

@@ -41,7 +41,10 @@ class OffloadConfigsTest {
             assertThat(c.reset()).isEqualTo("all");
             assertThat(c.versionedKeys()).isTrue();
             assertThat(c.disk().size().bytes()).isEqualTo(200L << 30);
+            assertThat(c.shmGroup()).as("no group: segment files stay the node user's").isNull();
         });
+        assertThat(((OffloadConfig.Pool) OffloadConfigs.parse("type: pool\ncpu: 1GiB\nshm_group: kvpool", true).config())
+                .shmGroup()).isEqualTo("kvpool");
     }
 
     private static void rejected(String yaml, String... messageParts) {
@@ -67,6 +70,8 @@ class OffloadConfigsTest {
         rejected("type: pool\ncpu: 1GiB\nmaster: 'etcd://h:1/bad name'", "offload.master", "cluster name");
         rejected("type: pool\ncpu: 1GiB\ntransfer: {role: kv_both}", "offload.transfer.connector");
         rejected("type: pool\n  cpu: [", "not valid YAML");
+        rejected("type: pool\ncpu: 1GiB\nshm_group: [a]", "offload.shm_group: the name of a group");
+        rejected("type: pool\ncpu: 1GiB\nshm_group: ''", "offload.shm_group");
     }
 
     @Test
