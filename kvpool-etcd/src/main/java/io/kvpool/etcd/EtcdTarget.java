@@ -84,6 +84,11 @@ public record EtcdTarget(List<HostPort> endpoints, String cluster) {
         return "/kvpool/" + cluster + "/nodes/";
     }
 
+    /** The prefix under which the leader lists the segments it owes frees to (they come back empty under the next). */
+    public String owedPrefix() {
+        return "/kvpool/" + cluster + "/owed/";
+    }
+
     @Override
     public String toString() {
         StringBuilder b = new StringBuilder(SCHEME);

@@ -16,11 +16,13 @@ import io.kvpool.protocol.msg.MasterMessages;
 import io.kvpool.protocol.msg.NodeMessages;
 import io.kvpool.protocol.msg.WriteGrant;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
 
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -148,6 +150,44 @@ class FailoverIT {
                     // a put that failed across the failover is a miss or whole: never part of a value
                     c.get(k).ifPresent(v -> assertThat(v).as("put %s", k).isEqualTo(valueOf(k)));
                 }
+            }
+        }
+    }
+
+    /**
+     * The soak's finding, across a failover: keys removed while their node was down must not come
+     * back when it restarts, adopts its segment and registers with the next leader, which never saw
+     * the removals. The leader lists the segments it owes frees to in etcd; the next one has them
+     * come back empty.
+     */
+    @Test
+    void keysRemovedWhileTheirNodeWasDownStayRemovedUnderTheNextLeader(@TempDir Path shm) throws Exception {
+        // a long node TTL: the dead node stays registered, so the removals reach the index and their frees fail
+        try (HaCluster ha = new HaCluster("failover-owed", 2, "--node-ttl", "60s")) {
+            int port = ProcessCluster.freePort();
+            ProcessCluster.Managed node = ha.startNode("64MiB", shm.toString(), port);
+            LeaderRecord first = ha.leader();
+            try (KvPoolClient c = KvPoolClient.connect(ClientConfig.forMaster(ha.url).withRequestTimeout(T))) {
+                awaitSegments(c, 1);
+                putOriginals(c, "gone/", 300);
+                ha.awaitNodesListed(1);
+                node.kill9();
+                for (int i = 0; i < 300; i++) {
+                    assertThat(c.remove("gone/" + i)).as("removal of gone/" + i).isTrue();
+                }
+                ha.awaitOwedListed();
+                ha.master(first.id()).kill9();
+                ha.awaitLeader(r -> r.ready() && r.term() > first.term(), "the next leader");
+                ha.startNode("64MiB", shm.toString(), port);
+                // the node adopts its segment and registers with the next leader, which has it come back empty
+                ProcessCluster.awaitStats(c, s -> s.segments().size() == 1 && s.segments().getFirst().active(),
+                        "the node back, active");
+                for (int i = 0; i < 300; i++) {
+                    assertThat(c.get("gone/" + i)).as("removed gone/" + i).isEmpty();
+                }
+                assertThat(c.stats().segments().getFirst().objects()).isZero();
+                // and it serves again
+                putOriginals(c, "after/", 50);
             }
         }
     }

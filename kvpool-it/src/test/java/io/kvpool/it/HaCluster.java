@@ -64,9 +64,14 @@ final class HaCluster implements AutoCloseable {
     }
 
     ProcessCluster.Managed startNode(String segmentSize) throws Exception {
+        return startNode(segmentSize, "none", 0);
+    }
+
+    /** A node whose segment lives in {@code shmDir}, on {@code port} (restarted there, it adopts its segment). */
+    ProcessCluster.Managed startNode(String segmentSize, String shmDir, int port) throws Exception {
         ProcessCluster.Managed n = ProcessCluster.launch(logDir.resolve("node-" + (++started) + ".log"), "node",
-                List.of("node", "--master", url, "--host", "127.0.0.1", "--port", "0", "--segment-size", segmentSize,
-                        "--shm-dir", "none", "--heartbeat-interval", "250ms"),
+                List.of("node", "--master", url, "--host", "127.0.0.1", "--port", "" + port, "--segment-size",
+                        segmentSize, "--shm-dir", shmDir, "--heartbeat-interval", "250ms"),
                 line -> line.startsWith("kvpool node "));
         nodes.add(n);
         return n;
@@ -93,6 +98,19 @@ final class HaCluster implements AutoCloseable {
             while (g.rangePrefix(target.nodesPrefix()).kvs().size() != n) {
                 if (System.nanoTime() > deadline) {
                     throw new AssertionError("the leader did not list " + n + " nodes in etcd");
+                }
+                Thread.sleep(50);
+            }
+        }
+    }
+
+    /** Waits until the leader lists at least one segment it owes frees to in etcd. */
+    void awaitOwedListed() throws Exception {
+        try (EtcdGateway g = new EtcdGateway(target.endpoints(), Duration.ofSeconds(5))) {
+            long deadline = System.nanoTime() + Duration.ofSeconds(60).toNanos();
+            while (g.rangePrefix(target.owedPrefix()).kvs().isEmpty()) {
+                if (System.nanoTime() > deadline) {
+                    throw new AssertionError("the leader listed no segment it owes frees to in etcd");
                 }
                 Thread.sleep(50);
             }

@@ -78,6 +78,8 @@ public final class ElectedMaster implements AutoCloseable {
     private final Options options;
     /** The node list as this leader last published it (null: read it from etcd first). */
     private Set<String> published;
+    /** The owed list last written to etcd (null: write it at the next sync). */
+    private Set<String> publishedOwed;
     private final Election election;
     private final Thread runner;
     private final CountDownLatch firstServing = new CountDownLatch(1);
@@ -128,7 +130,13 @@ public final class ElectedMaster implements AutoCloseable {
             l.onLost(lost::countDown);
             MasterServer s;
             try {
-                s = new MasterServer(config.withTerm(l.term()), InstantSource.system(), RandomGenerator.getDefault(), l::valid);
+                // segments the previous leader owed frees to come back empty, before any registers with us
+                Set<String> owed = listed(options.etcd().owedPrefix());
+                if (!owed.isEmpty()) {
+                    log.warn("master {}: the previous leader owed frees to {}; they come back empty", options.id(), owed);
+                }
+                s = new MasterServer(config.withTerm(l.term()), InstantSource.system(), RandomGenerator.getDefault(),
+                        l::valid, owed);
             } catch (IOException | RuntimeException e) {
                 log.error("master {}: elected at term {} but cannot serve: {}; resigning", options.id(), l.term(),
                         e.getMessage());
@@ -139,6 +147,7 @@ public final class ElectedMaster implements AutoCloseable {
             term = l.term();
             server = s;
             published = null;
+            publishedOwed = null;
             try {
                 long waited = awaitPreviousNodes(s, l);
                 l.markReady();
@@ -147,6 +156,7 @@ public final class ElectedMaster implements AutoCloseable {
                 firstServing.countDown();
                 while (!closed && !lost.await(NODE_LIST_SYNC.toMillis(), TimeUnit.MILLISECONDS)) {
                     syncNodeList(s);
+                    syncOwed(s);
                 }
             } catch (EtcdException e) {
                 log.warn("master {}: term {}: {}", options.id(), l.term(), e.getMessage());
@@ -203,6 +213,51 @@ public final class ElectedMaster implements AutoCloseable {
         return (System.nanoTime() - start) / 1_000_000;
     }
 
+    /** The names listed under {@code prefix} in etcd; empty (and a warning) when etcd cannot be read. */
+    private Set<String> listed(String prefix) {
+        Set<String> names = new HashSet<>();
+        try {
+            for (EtcdGateway.KeyValue kv : election.etcd().rangePrefix(prefix).kvs()) {
+                names.add(kv.key().substring(prefix.length()));
+            }
+        } catch (EtcdException e) {
+            log.warn("master {}: cannot read {} ({})", options.id(), prefix, e.getMessage());
+        }
+        return names;
+    }
+
+    /** Makes the owed list in etcd this leader's ({@link UndeliveredFrees}), when it changed. */
+    private void syncOwed(MasterServer s) {
+        Set<String> owed = s.owedSegments();
+        if (owed.equals(publishedOwed)) {
+            return;
+        }
+        try {
+            publish(options.etcd().owedPrefix(), owed);
+            publishedOwed = owed;
+        } catch (EtcdException e) {
+            log.debug("master {}: owed list not synced: {}", options.id(), e.getMessage());
+        }
+    }
+
+    /** Puts and deletes keys under {@code prefix} so that exactly {@code names} are listed. */
+    private void publish(String prefix, Set<String> names) throws EtcdException {
+        Set<String> listed = new HashSet<>();
+        for (EtcdGateway.KeyValue kv : election.etcd().rangePrefix(prefix).kvs()) {
+            listed.add(kv.key().substring(prefix.length()));
+        }
+        for (String name : names) {
+            if (!listed.contains(name)) {
+                election.etcd().put(prefix + name, name.getBytes(StandardCharsets.UTF_8), 0);
+            }
+        }
+        for (String name : listed) {
+            if (!names.contains(name)) {
+                election.etcd().delete(prefix + name);
+            }
+        }
+    }
+
     /**
      * Makes the node list in etcd the registered segments (what the next leader waits for); touches
      * etcd only when the set changed since it last did.
@@ -218,21 +273,7 @@ public final class ElectedMaster implements AutoCloseable {
             return;
         }
         try {
-            String prefix = options.etcd().nodesPrefix();
-            Set<String> listed = new HashSet<>();
-            for (EtcdGateway.KeyValue kv : election.etcd().rangePrefix(prefix).kvs()) {
-                listed.add(kv.key().substring(prefix.length()));
-            }
-            for (String name : active) {
-                if (!listed.contains(name)) {
-                    election.etcd().put(prefix + name, name.getBytes(StandardCharsets.UTF_8), 0);
-                }
-            }
-            for (String name : listed) {
-                if (!active.contains(name)) {
-                    election.etcd().delete(prefix + name);
-                }
-            }
+            publish(options.etcd().nodesPrefix(), active);
             published = active;
         } catch (EtcdException e) {
             log.debug("master {}: node list not synced: {}", options.id(), e.getMessage());

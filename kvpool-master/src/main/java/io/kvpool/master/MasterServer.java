@@ -16,6 +16,7 @@ import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.time.InstantSource;
 import java.util.Locale;
+import java.util.Set;
 import java.util.concurrent.Executors;
 import java.util.function.BooleanSupplier;
 import java.util.random.RandomGenerator;
@@ -57,10 +58,20 @@ public final class MasterServer implements AutoCloseable {
      */
     public MasterServer(MasterConfig config, InstantSource clock, RandomGenerator random, BooleanSupplier leading)
             throws IOException {
+        this(config, clock, random, leading, Set.of());
+    }
+
+    /**
+     * An elected master: {@code owedBefore} names the segments the previous leader could not deliver
+     * frees to; they come back empty (set before the first request is served).
+     */
+    public MasterServer(MasterConfig config, InstantSource clock, RandomGenerator random, BooleanSupplier leading,
+                        Set<String> owedBefore) throws IOException {
         this.config = config;
         this.leading = leading;
         // nodes get as long to acknowledge a removal or reset as a frozen client can make it wait
         this.nodes = new NodeControl(config.limits(), config.readLease(), config.term(), config.secrets());
+        nodes.owedBefore(owedBefore);
         this.service = MasterService.serving(config, clock, random, nodes);
         this.metrics = new MasterMetrics(service);
         this.rpc = new FrameServer("master", new InetSocketAddress(config.listenHost(), config.port()), config.limits(),
@@ -193,5 +204,10 @@ public final class MasterServer implements AutoCloseable {
         }
         nodes.close();
         log.info("master stopped");
+    }
+
+    /** Names of the segments this master owes frees to (an elected leader lists them in etcd for the next). */
+    public Set<String> owedSegments() {
+        return nodes.owed();
     }
 }

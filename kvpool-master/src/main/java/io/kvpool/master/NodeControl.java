@@ -20,6 +20,7 @@ import java.util.Collections;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ConcurrentLinkedQueue;
 import java.util.concurrent.TimeUnit;
@@ -153,6 +154,16 @@ final class NodeControl implements NodeNotifier {
     @Override
     public long undeliveredFrees() {
         return undelivered.size();
+    }
+
+    /** Segments a previous leader owed frees to ({@link UndeliveredFrees#forceEmpty}). */
+    void owedBefore(Collection<String> names) {
+        undelivered.forceEmpty(names);
+    }
+
+    /** Names of the segments frees are owed to, for the next leader. */
+    Set<String> owed() {
+        return undelivered.owed();
     }
 
     @Override

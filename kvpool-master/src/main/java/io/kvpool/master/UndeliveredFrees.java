@@ -3,6 +3,8 @@ package io.kvpool.master;
 import io.kvpool.protocol.msg.NodeMessages;
 
 import java.util.ArrayList;
+import java.util.Collection;
+import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -24,9 +26,11 @@ import java.util.concurrent.ConcurrentHashMap;
  * a recorded generation refused (ALREADY_EXISTS, and the node drops it). A segment whose record
  * overflowed {@link #MAX_PER_SEGMENT} comes back empty instead ({@code keepInventory} false).
  *
- * <p>What this does not cover: a master that restarts or loses its leadership forgets the record
- * (it lives in memory), so a copy on a node that was unreachable across both a removal and a
- * change of master can come back; docs/soak.md measures it. Thread-safe.
+ * <p>Across a change of leader: an elected leader lists the names it owes frees to in etcd (with
+ * its node list, every 200 ms), and the next leader makes those segments come back empty
+ * ({@link #forceEmpty}) before it accepts a registration. A single master that restarts forgets the
+ * record (it lives in memory), so a copy on a node that was unreachable across both a removal and
+ * that restart can come back. Thread-safe.
  */
 final class UndeliveredFrees {
 
@@ -80,6 +84,24 @@ final class UndeliveredFrees {
     /** Whether so many frees were lost that segment {@code name} must come back empty. */
     boolean overflowed(String name) {
         return overflowed.contains(name);
+    }
+
+    /** Segments a previous leader owed frees to: they come back empty, whatever they missed. */
+    void forceEmpty(Collection<String> names) {
+        overflowed.addAll(names);
+    }
+
+    /** The names of the segments something is owed to (for the next leader). */
+    Set<String> owed() {
+        Set<String> out = new HashSet<>(overflowed);
+        for (Map.Entry<String, Map<Long, NodeMessages.FreeItem>> e : bySegment.entrySet()) {
+            synchronized (e.getValue()) {
+                if (!e.getValue().isEmpty()) {
+                    out.add(e.getKey());
+                }
+            }
+        }
+        return out;
     }
 
     /** The node of {@code name} listed its whole inventory (or came back empty): nothing is owed to it any more. */
