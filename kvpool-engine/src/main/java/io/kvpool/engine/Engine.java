@@ -276,10 +276,12 @@ public final class Engine implements AutoCloseable {
 
     /**
      * Swaps the weights (the engine must be paused, so no request spans two versions). The local
-     * prefix cache is dropped (its KV came from the old weights); with versioned keys the connector
-     * switches to {@code version} and reclaims the old version in the background, otherwise the
-     * caller resets the external cache ({@link #resetPrefixCache}, or {@link #pauseGeneration} with
-     * clearCache).
+     * prefix cache is dropped (its KV came from the old weights); the connector's keys switch to
+     * {@code version} either way, so that a key always names the weights its KV was computed with.
+     * With versioned keys that is the remedy: the old version is reclaimed in the background;
+     * otherwise the caller resets the external cache ({@link #resetPrefixCache}, or
+     * {@link #pauseGeneration} with clearCache), which removes the old KV whatever its keys say (and is
+     * what keeps it out when the version name does not change).
      */
     public void updateWeights(Supplier<Weights> weights, String version) {
         Objects.requireNonNull(version, "version");
@@ -289,10 +291,17 @@ public final class Engine implements AutoCloseable {
             }
             Weights w = weights.get();
             model = new Transformer(modelConfig, w);
+            String previous = weightsVersion;
             weightsVersion = version;
             pool.reset();
-            if (config.versionedKeys() && connector instanceof VersionedKeys v) {
-                v.switchWeights(version, true);
+            if (connector instanceof VersionedKeys v) {
+                if (config.versionedKeys()) {
+                    v.switchWeights(version, true);
+                } else if (!version.equals(previous)) {
+                    // the hard reset removes the old KV; the keys must still name the weights their KV came
+                    // from, or an engine started later under the old name would load this KV as its own
+                    v.switchWeights(version, false);
+                }
             }
             metrics.weightUpdates.increment();
             log.info("engine: weights updated to version {}", version);
