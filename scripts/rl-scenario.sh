@@ -37,16 +37,18 @@ if [ "${KVPOOL_RL_INNER:-}" = "1" ]; then
   # inside kvpool launch --run: KVPOOL_CONFIG_PATH names the pool
   pids=()
   trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true' EXIT
-  # start_engines NAME FLAGS...: two engines on ports 8101 and 8102, logs engine-NAME-PORT.log.
+  # start_engines NAME FLAGS...: two engines on ports 8101 and 8102 (KVPOOL_RL_PORT: the first; the
+  # second is the next one), logs engine-NAME-PORT.log.
   # Engine i saves to node i (as an engine saves to the node on its own host), so node-0 holds what
   # the first engine of each step computed, which the second one restores. A short pool request
   # timeout: while a node is stopped, a load or save that went to it fails (a miss, recomputed; a
   # dropped save) after 3 s instead of the client's default 30 s
+  ports=("${KVPOOL_RL_PORT:-8101}" $((${KVPOOL_RL_PORT:-8101} + 1)))
   start_engines() {
     local name="$1" i=0 port segment
     shift
     engine_pids=()
-    for port in 8101 8102; do
+    for port in "${ports[@]}"; do
       segment="$(sed -n 's/^kvpool node \([^ ]*\): .*/\1/p' "$KVPOOL_RL_LOGS/node-$i.log" | head -n1)"
       [ -n "$segment" ] || { echo "no address in $KVPOOL_RL_LOGS/node-$i.log"; exit 1; }
       KVPOOL_PREFERRED_SEGMENT="$segment" "$here/kvpool" engine --port "$port" --kv-blocks 256 --request-timeout 3s \
@@ -55,7 +57,7 @@ if [ "${KVPOOL_RL_INNER:-}" = "1" ]; then
       engine_pids+=($!)
       i=$((i + 1))
     done
-    for port in 8101 8102; do
+    for port in "${ports[@]}"; do
       for _ in $(seq 1 120); do
         curl -fs "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
         sleep 0.5
@@ -68,7 +70,7 @@ if [ "${KVPOOL_RL_INNER:-}" = "1" ]; then
     for p in "${engine_pids[@]}"; do kill "$p" 2>/dev/null || true; done
     for p in "${engine_pids[@]}"; do wait "$p" 2>/dev/null || true; done
   }
-  engines=http://127.0.0.1:8101,http://127.0.0.1:8102
+  engines="http://127.0.0.1:${ports[0]},http://127.0.0.1:${ports[1]}"
   if [ "$mode" = soak ]; then
     updates="$steps"
     quiet=()
