@@ -75,10 +75,10 @@ if [ "${KVPOOL_RL_INNER:-}" = "1" ]; then
     updates="$steps"
     quiet=()
     [ "$updates" -ge 100 ] && quiet=(--quiet)
-    # a cheap cycle, so that a thousand updates take minutes: two rollouts per engine per step (two
-    # distinct prompts), a 128-token task prefix, racing rollouts of 8 to 32 tokens (KVPOOL_RL_SOAK_STEP:
-    # other trainer flags, e.g. "--rollouts 4 --prefix-tokens 256" for the scenario's own step)
-    read -r -a step_shape <<< "${KVPOOL_RL_SOAK_STEP:---rollouts 2 --prefix-tokens 128 --race-tokens 32}"
+    # the scenario's step (four rollouts per engine over a 256-token task prefix, 8 tokens each) and
+    # racing rollouts of 8 to 32 tokens; KVPOOL_RL_SOAK_STEP: other trainer flags for the step, e.g.
+    # "--rollouts 2 --prefix-tokens 128" for a cheaper one
+    read -r -a step_shape <<< "${KVPOOL_RL_SOAK_STEP:---rollouts 4 --prefix-tokens 256 --race-tokens 32}"
     soak=(--update-every "$every" --race --verify --seed 1 "${step_shape[@]}")
     echo "rl soak: negative control (no remedy, 5 updates): the verification must find stale outputs"
     start_engines control --model tiny
