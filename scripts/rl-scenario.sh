@@ -6,9 +6,22 @@
 # exit.
 #
 #   scripts/rl-scenario.sh [reset|versioned] [steps] [update-every] [freeze]
+#   scripts/rl-scenario.sh soak [updates] [update-every]
 #
 # freeze: a fault drill: the first pool node is stopped (SIGSTOP) just before the first weight
 # update and continued (SIGCONT) after the first step under the new weights.
+#
+# soak (the RL soak; defaults: 1000 updates, one every 2 steps): one pool, and for each of three
+# runs a fresh pair of engines (the small "tiny" model: the soak measures the cache, not the model)
+# and a trainer with rollouts racing every update (--race) and every completed rollout verified:
+#   1. a negative control: 5 updates with no remedy (--mode none --fixed-name: new weights under
+#      the old name); its trainer must find stale outputs, or the verification could not see them and
+#      the soak fails;
+#   2. the hard reset, [updates] updates, every version under one name (--fixed-name), so that the
+#      reset cascade alone keeps old KV out;   3. versioned keys, [updates] updates.
+# Each trainer starts by emptying the pool (the runs use the same version names).
+# Each trainer ends with its summary (updates, rollouts, verified, stale, hit rates, work in flight
+# at the updates, time); exit code 0 only if the control found stale outputs and both remedies none.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 mode="${1:-reset}"; steps="${2:-12}"; every="${3:-4}"; drill="${4:-}"
@@ -16,38 +29,88 @@ case "$drill" in
   ""|freeze) ;;
   *) echo "rl-scenario.sh: 4th argument: freeze or nothing, got '$drill'" >&2; exit 2 ;;
 esac
+if [ "$mode" = soak ]; then
+  steps="${2:-1000}"; every="${3:-2}" # soak: steps is the number of updates
+  [ "$steps" -ge 1 ] && [ "$every" -ge 2 ] || { echo "rl-scenario.sh soak: updates >= 1 and update-every >= 2 (a first and a later step per version)" >&2; exit 2; }
+fi
 if [ "${KVPOOL_RL_INNER:-}" = "1" ]; then
   # inside kvpool launch --run: KVPOOL_CONFIG_PATH names the pool
   pids=()
   trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true' EXIT
-  extra=()
-  [ "$mode" = versioned ] && extra=(--versioned-keys)
-  # engine i saves to node i (as an engine saves to the node on its own host), so node-0 holds what
+  # start_engines NAME FLAGS...: two engines on ports 8101 and 8102 (KVPOOL_RL_PORT: the first; the
+  # second is the next one), logs engine-NAME-PORT.log.
+  # Engine i saves to node i (as an engine saves to the node on its own host), so node-0 holds what
   # the first engine of each step computed, which the second one restores. A short pool request
   # timeout: while a node is stopped, a load or save that went to it fails (a miss, recomputed; a
   # dropped save) after 3 s instead of the client's default 30 s
-  i=0
-  for port in 8101 8102; do
-    segment="$(sed -n 's/^kvpool node \([^ ]*\): .*/\1/p' "$KVPOOL_RL_LOGS/node-$i.log" | head -n1)"
-    [ -n "$segment" ] || { echo "no address in $KVPOOL_RL_LOGS/node-$i.log"; exit 1; }
-    KVPOOL_PREFERRED_SEGMENT="$segment" "$here/kvpool" engine --port "$port" --kv-blocks 256 --request-timeout 3s \
-      "${extra[@]}" > "$KVPOOL_RL_LOGS/engine-$port.log" 2>&1 &
-    pids+=($!)
-    i=$((i + 1))
-  done
-  for port in 8101 8102; do
-    for _ in $(seq 1 120); do
-      curl -fs "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
-      sleep 0.5
+  ports=("${KVPOOL_RL_PORT:-8101}" $((${KVPOOL_RL_PORT:-8101} + 1)))
+  start_engines() {
+    local name="$1" i=0 port segment
+    shift
+    engine_pids=()
+    for port in "${ports[@]}"; do
+      segment="$(sed -n 's/^kvpool node \([^ ]*\): .*/\1/p' "$KVPOOL_RL_LOGS/node-$i.log" | head -n1)"
+      [ -n "$segment" ] || { echo "no address in $KVPOOL_RL_LOGS/node-$i.log"; exit 1; }
+      KVPOOL_PREFERRED_SEGMENT="$segment" "$here/kvpool" engine --port "$port" --kv-blocks 256 --request-timeout 3s \
+        "$@" > "$KVPOOL_RL_LOGS/engine-$name-$port.log" 2>&1 &
+      pids+=($!)
+      engine_pids+=($!)
+      i=$((i + 1))
     done
-    curl -fs "http://127.0.0.1:$port/health" >/dev/null || { echo "engine on port $port did not start; see $KVPOOL_RL_LOGS"; exit 1; }
-  done
+    for port in "${ports[@]}"; do
+      for _ in $(seq 1 120); do
+        curl -fs "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+        sleep 0.5
+      done
+      curl -fs "http://127.0.0.1:$port/health" >/dev/null || { echo "engine on port $port did not start; see $KVPOOL_RL_LOGS"; exit 1; }
+    done
+  }
+  stop_engines() {
+    local p
+    for p in "${engine_pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    for p in "${engine_pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  }
+  engines="http://127.0.0.1:${ports[0]},http://127.0.0.1:${ports[1]}"
+  if [ "$mode" = soak ]; then
+    updates="$steps"
+    quiet=()
+    [ "$updates" -ge 100 ] && quiet=(--quiet)
+    # the scenario's step (four rollouts per engine over a 256-token task prefix, 8 tokens each) and
+    # racing rollouts of 8 to 32 tokens; KVPOOL_RL_SOAK_STEP: other trainer flags for the step, e.g.
+    # "--rollouts 2 --prefix-tokens 128" for a cheaper one
+    read -r -a step_shape <<< "${KVPOOL_RL_SOAK_STEP:---rollouts 4 --prefix-tokens 256 --race-tokens 32}"
+    soak=(--update-every "$every" --race --verify --seed 1 "${step_shape[@]}")
+    echo "rl soak: negative control (no remedy, 5 updates): the verification must find stale outputs"
+    start_engines control --model tiny
+    control=0
+    "$here/kvpool" trainer --engines "$engines" --mode none --fixed-name --steps $((5 * every + 1)) "${soak[@]}" || control=$?
+    stop_engines
+    [ "$control" = 1 ] || { echo "rl soak: the control exited $control, not 1: the verification did not see stale KV"; exit 1; }
+    status=0
+    for remedy in reset versioned; do
+      echo "rl soak: $remedy, $updates updates"
+      flags=(--model tiny)
+      naming=(--fixed-name) # the reset: every version under one name, so that the reset alone keeps old KV out
+      [ "$remedy" = versioned ] && flags+=(--versioned-keys) && naming=()
+      start_engines "$remedy" "${flags[@]}"
+      rc=0
+      "$here/kvpool" trainer --engines "$engines" --mode "$remedy" "${naming[@]}" --steps $((updates * every + 1)) \
+        "${soak[@]}" "${quiet[@]}" || rc=$?
+      stop_engines
+      echo "rl soak: $remedy exited $rc"
+      [ "$rc" = 0 ] || status=1
+    done
+    exit "$status"
+  fi
+  extra=()
+  [ "$mode" = versioned ] && extra=(--versioned-keys)
+  start_engines "$mode" "${extra[@]}"
   drill_flags=()
   if [ "$drill" = freeze ]; then
     drill_flags=(--freeze-pid "${KVPOOL_NODE_PIDS:?kvpool launch sets KVPOOL_NODE_PIDS}")
     drill_flags[1]="${drill_flags[1]%%,*}" # the first node
   fi
-  "$here/kvpool" trainer --engines http://127.0.0.1:8101,http://127.0.0.1:8102 --mode "$mode" --steps "$steps" \
+  "$here/kvpool" trainer --engines "$engines" --mode "$mode" --steps "$steps" \
     --update-every "$every" --verify "${drill_flags[@]}"
   exit $?
 fi

@@ -94,6 +94,14 @@ public interface KvConnector extends AutoCloseable {
     /** Counters for metrics. */
     ConnectorStats stats();
 
+    /**
+     * Blocks whose saves are queued or running now (a gauge: what a pause or a reset finds in flight).
+     * 0 for a connector whose saves finish within the step.
+     */
+    default int savesInFlight() {
+        return 0;
+    }
+
     @Override
     void close();
 }

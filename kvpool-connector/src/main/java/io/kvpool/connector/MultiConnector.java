@@ -161,6 +161,15 @@ public final class MultiConnector implements KvConnector, VersionedKeys {
         return s;
     }
 
+    @Override
+    public int savesInFlight() {
+        int n = 0;
+        for (KvConnector c : children) {
+            n += c.savesInFlight();
+        }
+        return n;
+    }
+
     /** Switches every child that has versioned keys; the future sums their reclaims. */
     @Override
     public java.util.concurrent.CompletableFuture<Long> switchWeights(String weightsVersion, boolean reclaim) {

@@ -510,6 +510,17 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
     }
 
     @Override
+    public int savesInFlight() {
+        synchronized (saveLock) {
+            int n = 0;
+            for (int blocks : pendingSaves.values()) {
+                n += blocks;
+            }
+            return n;
+        }
+    }
+
+    @Override
     public ConnectorStats stats() {
         return new ConnectorStats(lookups.sum(), matchedTokens.sum(), loadedBlocks.sum(), loadedBytes.sum(),
                 failedLoads.sum(), savedBlocks.sum(), savedBytes.sum(), skippedSaves.sum(), droppedSaves.sum(),

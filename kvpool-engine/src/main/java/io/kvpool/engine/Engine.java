@@ -103,7 +103,19 @@ public final class Engine implements AutoCloseable {
     private boolean paused;
     private Pause pausing;
 
-    private record Pause(boolean abort, boolean clearCache, CompletableFuture<ResetResult> done) {
+    private record Pause(boolean abort, boolean clearCache, int aborted, CompletableFuture<Paused> done) {
+    }
+
+    /**
+     * What a pause found and did.
+     *
+     * @param reset          the cache reset's result (success with 0 removed when the pause cleared nothing)
+     * @param aborted        requests aborted by it (waiting and running)
+     * @param savesInFlight  blocks whose saves to the external cache were queued or running when the
+     *                       engine stopped (a reset or weight switch after the pause drops the ones not
+     *                       yet done; the engine keeps their blocks meanwhile)
+     */
+    public record Paused(ResetResult reset, int aborted, int savesInFlight) {
     }
 
     public Engine(EngineConfig config, ModelConfig modelConfig, Weights weights, String weightsVersion,
@@ -222,15 +234,21 @@ public final class Engine implements AutoCloseable {
      * Stops generating: with {@code abort}, every request in flight is aborted now; without, new
      * requests are refused and the ones in flight finish first. With {@code clearCache}, the local
      * prefix cache and the connector's external cache are then reset (see {@link #resetPrefixCache}).
-     * The future completes when the engine is paused, with the reset's result (success if none).
+     * The future completes when the engine is paused, with the reset's result (success if none), the
+     * requests aborted and the saves still in flight at that moment.
      */
-    public CompletableFuture<ResetResult> pauseGeneration(boolean clearCache, boolean abort) {
-        CompletableFuture<ResetResult> done = new CompletableFuture<>();
+    public CompletableFuture<Paused> pauseGeneration(boolean clearCache, boolean abort) {
+        CompletableFuture<Paused> done = new CompletableFuture<>();
         command(() -> {
-            pausing = new Pause(abort, clearCache, done);
-            if (abort) {
-                abortAll();
+            int aborted = abort ? abortAll() : 0;
+            Pause earlier = pausing;
+            if (earlier != null) {
+                // a pause still draining: this one supersedes it, and both callers hear when the engine stops
+                aborted += earlier.aborted();
+                done.whenComplete((p, e) -> earlier.done().complete(p));
             }
+            pausing = new Pause(abort || (earlier != null && earlier.abort()), clearCache || (earlier != null
+                    && earlier.clearCache()), aborted, done);
             return null;
         });
         return done;
@@ -258,10 +276,12 @@ public final class Engine implements AutoCloseable {
 
     /**
      * Swaps the weights (the engine must be paused, so no request spans two versions). The local
-     * prefix cache is dropped (its KV came from the old weights); with versioned keys the connector
-     * switches to {@code version} and reclaims the old version in the background, otherwise the
-     * caller resets the external cache ({@link #resetPrefixCache}, or {@link #pauseGeneration} with
-     * clearCache).
+     * prefix cache is dropped (its KV came from the old weights); the connector's keys switch to
+     * {@code version} either way, so that a key always names the weights its KV was computed with.
+     * With versioned keys that is the remedy: the old version is reclaimed in the background;
+     * otherwise the caller resets the external cache ({@link #resetPrefixCache}, or
+     * {@link #pauseGeneration} with clearCache), which removes the old KV whatever its keys say (and is
+     * what keeps it out when the version name does not change).
      */
     public void updateWeights(Supplier<Weights> weights, String version) {
         Objects.requireNonNull(version, "version");
@@ -271,10 +291,17 @@ public final class Engine implements AutoCloseable {
             }
             Weights w = weights.get();
             model = new Transformer(modelConfig, w);
+            String previous = weightsVersion;
             weightsVersion = version;
             pool.reset();
-            if (config.versionedKeys() && connector instanceof VersionedKeys v) {
-                v.switchWeights(version, true);
+            if (connector instanceof VersionedKeys v) {
+                if (config.versionedKeys()) {
+                    v.switchWeights(version, true);
+                } else if (!version.equals(previous)) {
+                    // the hard reset removes the old KV; the keys must still name the weights their KV came
+                    // from, or an engine started later under the old name would load this KV as its own
+                    v.switchWeights(version, false);
+                }
             }
             metrics.weightUpdates.increment();
             log.info("engine: weights updated to version {}", version);
@@ -320,7 +347,8 @@ public final class Engine implements AutoCloseable {
                 Pause p = pausing;
                 pausing = null;
                 paused = true;
-                p.done().complete(p.clearCache() ? resetCaches(true) : ResetResult.ok(0));
+                int saves = connector == null ? 0 : connector.savesInFlight(); // before a reset drops them
+                p.done().complete(new Paused(p.clearCache() ? resetCaches(true) : ResetResult.ok(0), p.aborted(), saves));
             }
             boolean worked = false;
             if (!paused) {

@@ -38,6 +38,8 @@ import java.util.concurrent.TimeUnit;
  *                               (cache_salt: optional, vLLM's; hashed into the first block only, so
  *                               the request shares no cached KV with requests not carrying it)
  *   POST /pause_generation      ?clear_cache=true|false  &amp;mode=abort|wait    (default: false, abort)
+ *                               (200 {"status": "paused", "success": true, "removed": N, "aborted": requests
+ *                               aborted, "saves_in_flight": KV blocks whose saves were still running})
  *   POST /resume
  *   POST /abort_all_requests
  *   POST /reset_prefix_cache    ?reset_connector=true|false                  (default: true)
@@ -300,10 +302,10 @@ public final class EngineServer implements AutoCloseable {
         if (!mode.equals("abort") && !mode.equals("wait")) {
             throw new IllegalArgumentException("mode must be abort or wait, got " + mode);
         }
-        ResetResult r = engine.pauseGeneration(clear, mode.equals("abort")).get();
-        ObjectNode n = reset(r);
-        n.put("status", "paused");
-        json(e, r.success() ? 200 : 500, n);
+        Engine.Paused p = engine.pauseGeneration(clear, mode.equals("abort")).get();
+        ObjectNode n = reset(p.reset());
+        n.put("status", "paused").put("aborted", p.aborted()).put("saves_in_flight", p.savesInFlight());
+        json(e, p.reset().success() ? 200 : 500, n);
     }
 
     private static ObjectNode reset(ResetResult r) {

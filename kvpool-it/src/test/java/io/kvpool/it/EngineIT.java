@@ -209,6 +209,36 @@ class EngineIT {
         weightUpdatesNeverServeStaleKv(true);
     }
 
+    /**
+     * A hard-reset engine's keys name the weights it runs after an update: an engine started later
+     * under the first version's name (a restart, the next job on the same pool) finds none of the
+     * updated weights' KV. Before the fix the keys kept the start-up name, and that engine loaded KV
+     * of other weights as its own (found by the RL soak: its versioned run, started on the pool the
+     * reset run had used, served stale outputs from its first step).
+     */
+    @Test
+    void afterAHardResetUpdateKeysNameTheNewWeights() throws Exception {
+        try (InProcessCluster cluster = new InProcessCluster(1, Size.ofMiB(64)); KvPoolClient c = cluster.client();
+             Engine ref = reference(100)) {
+            int[] p = prompt(41, 3);
+            try (Engine trained = new Engine(withBlockSize(engineConfig(64)), MODEL, Weights.random(MODEL, 100), "v1",
+                    connector(c, "v1", PoolConnector.ResetScope.ALL_FENCED))) {
+                trained.pauseGeneration(false, true).get();
+                trained.updateWeights(() -> Weights.random(MODEL, 200), "v2");
+                assertThat(trained.resetPrefixCache(true).success()).isTrue();
+                trained.resume();
+                assertThat(trained.generate(p, SamplingParams.greedy(4), null).get().ok()).isTrue();
+                trained.connector().waitForSave(); // the pool now holds KV of the v2 weights
+            }
+            try (Engine fresh = new Engine(withBlockSize(engineConfig(64)), MODEL, Weights.random(MODEL, 100), "v1",
+                    connector(c, "v1", PoolConnector.ResetScope.ALL_FENCED))) {
+                Completion got = fresh.generate(p, SamplingParams.greedy(4), null).get();
+                assertThat(got.externalHitTokens()).as("KV of the v2 weights found under the name v1").isZero();
+                assertSameOutput(got, ref.generate(p, SamplingParams.greedy(4), null).get(), "v1 weights");
+            }
+        }
+    }
+
     private void loadFailure(LoadFailurePolicy policy) throws Exception {
         try (InProcessCluster cluster = new InProcessCluster(2, Size.ofMiB(32)); KvPoolClient c = cluster.client();
              Engine ref = reference(3)) {

@@ -33,7 +33,7 @@ class RlScenarioIT {
         List<String> cmd = new ArrayList<>(List.of("bash", script.toString()));
         cmd.addAll(List.of(args));
         Process p = new ProcessBuilder(cmd).redirectErrorStream(true).redirectOutput(out.toFile()).start();
-        assertThat(p.waitFor(5, TimeUnit.MINUTES)).as("finished").isTrue();
+        assertThat(p.waitFor(10, TimeUnit.MINUTES)).as("finished").isTrue(); // bounds a hang only
         String log = Files.readString(out, StandardCharsets.UTF_8);
         System.out.println(log);
         assertThat(p.exitValue()).as(log).isZero();
@@ -67,6 +67,47 @@ class RlScenarioIT {
         assertThat(Integer.parseInt(m.group(2))).as("outputs verified").isPositive();
         assertThat(Pattern.compile("step +\\d+ +verified \\d+ outputs, 0 stale").matcher(log).results().count())
                 .as("a verification per step").isEqualTo(steps);
+    }
+
+    /** The number after {@code label} in the line of {@code text} that starts with it. */
+    private static double number(String text, String label) {
+        Matcher m = Pattern.compile(Pattern.quote(label) + " ([0-9.]+)").matcher(text);
+        assertThat(m.find()).as("'" + label + "' in the log").isTrue();
+        return Double.parseDouble(m.group(1));
+    }
+
+    /**
+     * The RL soak in short ({@code scripts/rl-scenario.sh soak 10}): a negative control (new weights
+     * under the old name, no remedy) whose verification must find stale outputs, then 10 updates
+     * with the hard reset alone and 10 with versioned keys, rollouts racing every update. Each
+     * remedy: every completed rollout verified, none stale; some updates found rollouts in flight
+     * and aborted them; the cache served hits after each update's recovery.
+     */
+    @Test
+    void theSoakInShortRacesUpdatesAndServesNothingStale() throws Exception {
+        String log = run("soak", "10", "2");
+        int control = log.indexOf("rl soak: negative control");
+        int reset = log.indexOf("rl soak: reset, 10 updates");
+        int versioned = log.indexOf("rl soak: versioned, 10 updates");
+        assertThat(control).isNotNegative();
+        assertThat(reset).isGreaterThan(control);
+        assertThat(versioned).isGreaterThan(reset);
+        assertThat(number(log.substring(control, reset), "stale outputs:")).as("the control finds stale outputs")
+                .isPositive();
+        for (String run : List.of(log.substring(reset, versioned), log.substring(versioned))) {
+            assertThat(run).contains("summary: mode ").contains(", 10 weight updates");
+            Matcher stale = STALE.matcher(run);
+            assertThat(stale.find()).isTrue();
+            assertThat(Integer.parseInt(stale.group(1))).as("stale outputs").isZero();
+            assertThat(Integer.parseInt(stale.group(2))).as("outputs verified").isPositive();
+            assertThat(number(run, "summary: verified")).as("completed rollouts verified").isPositive();
+            assertThat(number(run, "updates with rollouts in flight at the pause")).as("updates that raced rollouts")
+                    .isPositive();
+            assertThat(number(run, "prefix hit rate: later steps")).as("hits after the recovery").isPositive();
+            assertThat(number(run, "prefix hit rate: first step under new weights")).as("hits in the first step")
+                    .isPositive();
+        }
+        assertThat(log).contains("rl soak: reset exited 0").contains("rl soak: versioned exited 0");
     }
 
     @Test
