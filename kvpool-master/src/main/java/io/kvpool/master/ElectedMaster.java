@@ -185,15 +185,7 @@ public final class ElectedMaster implements AutoCloseable {
      */
     private long awaitPreviousNodes(MasterServer s, Election.Leadership l) throws InterruptedException {
         long start = System.nanoTime();
-        Set<String> expected = new HashSet<>();
-        try {
-            for (EtcdGateway.KeyValue kv : election.etcd().rangePrefix(options.etcd().nodesPrefix()).kvs()) {
-                expected.add(kv.key().substring(options.etcd().nodesPrefix().length()));
-            }
-        } catch (EtcdException e) {
-            log.warn("master {}: cannot read the node list ({}); serving without waiting for nodes", options.id(),
-                    e.getMessage());
-        }
+        Set<String> expected = listed(options.etcd().nodesPrefix()); // unreadable: serve without waiting
         long deadline = start + options.rebuildGrace().toNanos();
         while (!expected.isEmpty() && l.valid() && System.nanoTime() < deadline) {
             Set<String> active = new HashSet<>();
