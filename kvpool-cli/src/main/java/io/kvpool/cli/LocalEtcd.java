@@ -5,6 +5,7 @@ import java.net.ServerSocket;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.Comparator;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
 
@@ -36,6 +37,10 @@ final class LocalEtcd implements AutoCloseable {
                     + " --etcd etcd://HOST:PORT of an etcd you run)");
         }
         Files.createDirectories(dir);
+        // a fresh member each start: its ports are new, and an old data directory would keep the old
+        // member's peer address (etcd.sh then refuses it). The pool's records in it (leader, node and
+        // owed lists) belong to masters that are gone too.
+        deleteTree(dir.resolve("data"));
         int client = freePort();
         int peer = freePort();
         Process p = new ProcessBuilder(List.of("bash", script.toString(), "start", dir.toString(), "" + client, "" + peer))
@@ -50,6 +55,17 @@ final class LocalEtcd implements AutoCloseable {
 
     String url(String cluster) {
         return "etcd://127.0.0.1:" + clientPort + "/" + cluster;
+    }
+
+    private static void deleteTree(Path root) throws IOException {
+        if (!Files.exists(root)) {
+            return;
+        }
+        try (var paths = Files.walk(root)) {
+            for (Path p : paths.sorted(Comparator.reverseOrder()).toList()) {
+                Files.delete(p);
+            }
+        }
     }
 
     private static int freePort() throws IOException {

@@ -2,6 +2,7 @@ package io.kvpool.it;
 
 import io.kvpool.client.ClientConfig;
 import io.kvpool.client.KvPoolClient;
+import io.kvpool.client.PoolStats;
 import io.kvpool.client.PutStatus;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
@@ -117,6 +118,42 @@ class NodeRestartIT {
                 }
                 assertThat(cluster.metric("master_frees_undelivered")).as("nothing owed once it listed its segment")
                         .isZero();
+            }
+        }
+    }
+
+    /**
+     * The same after the master dropped the node for silence: its copies left the index, so removals
+     * after that cannot be recorded against it; it comes back empty, and the removed keys stay removed
+     * (the other copy of everything that was not removed still serves).
+     */
+    @Test
+    void aNodeDroppedForSilenceComesBackEmpty() throws Exception {
+        try (ProcessCluster cluster = new ProcessCluster("node-restart-dropped", "--node-ttl", "2s", "--replicas", "2")) {
+            int port = ProcessCluster.freePort();
+            ProcessCluster.Managed node = cluster.startNode("64MiB", shm.toString(), port);
+            cluster.startNode("64MiB");
+            try (KvPoolClient c = KvPoolClient.connect(ClientConfig.forMaster(cluster.masterAddress())
+                    .withSharedMemory(false))) {
+                ProcessCluster.awaitStats(c, s -> s.segments().size() == 2
+                        && s.segments().stream().allMatch(PoolStats.SegmentStats::active), "both nodes registered");
+                putAll(c);
+                node.kill9();
+                ProcessCluster.awaitStats(c, s -> s.segments().size() == 1, "the killed node dropped");
+                for (int i = 0; i < OBJECTS; i += 2) {
+                    assertThat(c.remove("restart/" + i)).as("removal of restart/" + i).isTrue();
+                }
+                cluster.startNode("64MiB", shm.toString(), port);
+                ProcessCluster.awaitStats(c, s -> s.segments().size() == 2
+                        && s.segments().stream().allMatch(PoolStats.SegmentStats::active), "the node back");
+                for (int i = 0; i < OBJECTS; i++) {
+                    String k = "restart/" + i;
+                    if (i % 2 == 0) {
+                        assertThat(c.get(k)).as("removed " + k).isEmpty();
+                    } else {
+                        assertThat(c.get(k)).as(k).hasValueSatisfying(v -> assertThat(v).isEqualTo(FailoverIT.valueOf(k)));
+                    }
+                }
             }
         }
     }

@@ -356,6 +356,8 @@ public final class Membership {
             for (Segment s : silent) {
                 if (segments.get(s.id) == s && nowMillis - s.lastHeartbeatMillis > ttl) {
                     drop(s, "no heartbeat for " + (nowMillis - s.lastHeartbeatMillis) + " ms");
+                    // its copies left the index; removals from now on cannot reach them: back empty
+                    nodes.silenced(s.name);
                 }
             }
         } finally {

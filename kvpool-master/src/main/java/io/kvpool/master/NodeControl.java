@@ -142,6 +142,11 @@ final class NodeControl implements NodeNotifier {
     }
 
     @Override
+    public void silenced(String segmentName) {
+        undelivered.forceEmpty(List.of(segmentName));
+    }
+
+    @Override
     public boolean freedWhileAway(String segmentName, long generation) {
         return undelivered.covers(segmentName, generation);
     }

@@ -64,6 +64,13 @@ interface NodeNotifier extends AutoCloseable {
     }
 
     /**
+     * The segment of this name was dropped for silence: the index no longer knows its copies, so no
+     * later removal can be owed to it, and it must come back empty.
+     */
+    default void silenced(String segmentName) {
+    }
+
+    /**
      * Whether a free of {@code generation} to the node of this segment name was never delivered: the
      * copy it offers in its inventory was removed or evicted meanwhile, and must be refused.
      */

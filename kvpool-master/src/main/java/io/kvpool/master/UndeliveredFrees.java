@@ -24,7 +24,9 @@ import java.util.concurrent.ConcurrentHashMap;
  * dropped: they are kept here under the segment's name (its node's {@code host:port}, stable across
  * restarts), re-sent when the channel works again, and the node's next inventory has every copy of
  * a recorded generation refused (ALREADY_EXISTS, and the node drops it). A segment whose record
- * overflowed {@link #MAX_PER_SEGMENT} comes back empty instead ({@code keepInventory} false).
+ * overflowed {@link #MAX_PER_SEGMENT} comes back empty instead ({@code keepInventory} false), and so
+ * does one the master dropped for silence (past the node TTL): its copies left the index then, so
+ * removals after that cannot be recorded against it.
  *
  * <p>Across a change of leader: an elected leader lists the names it owes frees to in etcd (with
  * its node list, every 200 ms), and the next leader makes those segments come back empty
