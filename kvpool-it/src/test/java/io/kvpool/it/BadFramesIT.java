@@ -13,6 +13,7 @@ import io.kvpool.protocol.Limits;
 import io.kvpool.protocol.Opcode;
 import io.kvpool.protocol.RemoteException;
 import io.kvpool.protocol.msg.MasterMessages;
+import io.kvpool.protocol.msg.WriteGrant;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -167,6 +168,7 @@ class BadFramesIT {
     @Test
     void aWriteOutsideTheSegmentIsABadRequestNamingTheSegmentAndDamagesNothing() throws Exception {
         BodyWriter w = new BodyWriter().i64(0).i64(0).i32(1).i64(1L << 40).i64(5).bytes("evil".getBytes()).i64(8).i32(0);
+        WriteGrant.none().write(w);
         ErrorReply r = sendRaw(node(), frame(Opcode.NODE_WRITE.code, w, 8), ByteBuffer.wrap(new byte[8]));
         assertThat(r.status()).isEqualTo(FrameStatus.BAD_REQUEST.code);
         assertThat(r.message()).contains(node().toString()).contains("does not fit");
