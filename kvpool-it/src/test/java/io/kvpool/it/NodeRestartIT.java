@@ -124,11 +124,12 @@ class NodeRestartIT {
 
     /**
      * The same after the master dropped the node for silence: its copies left the index, so removals
-     * after that cannot be recorded against it; it comes back empty, and the removed keys stay removed
-     * (the other copy of everything that was not removed still serves).
+     * after that cannot be recorded against it; when it comes back, its copies of objects that kept
+     * copies elsewhere are taken only while those objects live, so the removed keys stay removed and
+     * the others are served.
      */
     @Test
-    void aNodeDroppedForSilenceComesBackEmpty() throws Exception {
+    void aNodeDroppedForSilenceBringsNoRemovedKeyBack() throws Exception {
         try (ProcessCluster cluster = new ProcessCluster("node-restart-dropped", "--node-ttl", "2s", "--replicas", "2")) {
             int port = ProcessCluster.freePort();
             ProcessCluster.Managed node = cluster.startNode("64MiB", shm.toString(), port);
@@ -144,8 +145,10 @@ class NodeRestartIT {
                     assertThat(c.remove("restart/" + i)).as("removal of restart/" + i).isTrue();
                 }
                 cluster.startNode("64MiB", shm.toString(), port);
-                ProcessCluster.awaitStats(c, s -> s.segments().size() == 2
+                PoolStats back = ProcessCluster.awaitStats(c, s -> s.segments().size() == 2
                         && s.segments().stream().allMatch(PoolStats.SegmentStats::active), "the node back");
+                assertThat(back.segments()).as("each node holds a copy of every live object")
+                        .allSatisfy(seg -> assertThat(seg.objects()).isEqualTo(OBJECTS / 2));
                 for (int i = 0; i < OBJECTS; i++) {
                     String k = "restart/" + i;
                     if (i % 2 == 0) {

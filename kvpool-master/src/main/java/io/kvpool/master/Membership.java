@@ -138,8 +138,12 @@ public final class Membership {
         epoch.exclusive().lock();
         try {
             // a copy whose free the node missed (removed or evicted while it was away) is not taken back
+            // and a copy of an object that kept copies elsewhere when this segment was dropped for silence is
+            // taken only while that object lives (it may have been removed, replaced or evicted since)
             List<ResultCode> out = eachItem(inv, "node_inventory", (seg, it, tick) ->
-                    nodes.freedWhileAway(seg.name, it.generation()) ? ResultCode.ALREADY_EXISTS : adopt(seg, it, tick));
+                    nodes.freedWhileAway(seg.name, it.generation())
+                            || (nodes.copiedElsewhere(seg.name, it.generation()) && !live(it))
+                            ? ResultCode.ALREADY_EXISTS : adopt(seg, it, tick));
             if (inv.last()) {
                 // still registered: nothing drops a segment while we hold the write lock
                 Segment seg = segments.get(inv.segmentId());
@@ -355,9 +359,10 @@ public final class Membership {
         try {
             for (Segment s : silent) {
                 if (segments.get(s.id) == s && nowMillis - s.lastHeartbeatMillis > ttl) {
-                    drop(s, "no heartbeat for " + (nowMillis - s.lastHeartbeatMillis) + " ms");
-                    // its copies left the index; removals from now on cannot reach them: back empty
-                    nodes.silenced(s.name);
+                    List<Long> elsewhere = drop(s, "no heartbeat for " + (nowMillis - s.lastHeartbeatMillis) + " ms");
+                    // its copies left the index, so a removal from now on cannot be owed to it: when it comes
+                    // back, a copy of an object that kept other copies is taken only if that object still lives
+                    nodes.silenced(s.name, elsewhere);
                 }
             }
         } finally {
@@ -365,12 +370,16 @@ public final class Membership {
         }
     }
 
-    /** Removes a segment and every replica on it; objects left with no replica are gone. */
+    /**
+     * Removes a segment and every replica on it; objects left with no replica are gone. Returns the
+     * generations of the objects that kept other copies.
+     */
     @GuardedBy("epoch write lock")
-    private void drop(Segment seg, String why) {
+    private List<Long> drop(Segment seg, String why) {
         segments.remove(seg);
         long[] lost = {0};
         long[] kept = {0};
+        List<Long> elsewhere = new ArrayList<>();
         index.forEachShard(shard -> {
             ObjectTable objects = shard.objects;
             objects.removeIf(slot -> {
@@ -383,6 +392,7 @@ public final class Membership {
                     return true;
                 }
                 objects.removeReplica(slot, idx);
+                elsewhere.add(objects.generation(slot));
                 kept[0]++;
                 return false;
             });
@@ -393,5 +403,16 @@ public final class Membership {
         nodes.forget(seg);
         droppedSegments.incrementAndGet();
         log.warn("{} dropped ({}): {} objects lost with it", seg, why, lost[0]);
+        return elsewhere;
+    }
+
+    /** Whether the index holds {@code it}'s key at {@code it}'s generation. Caller holds the epoch lock. */
+    private boolean live(InventoryItem it) {
+        byte[] key = it.key();
+        int hash = index.hash(key);
+        return index.withShard(hash, shard -> {
+            int slot = shard.objects.find(key, hash);
+            return slot >= 0 && shard.objects.generation(slot) == it.generation();
+        });
     }
 }

@@ -142,8 +142,13 @@ final class NodeControl implements NodeNotifier {
     }
 
     @Override
-    public void silenced(String segmentName) {
-        undelivered.forceEmpty(List.of(segmentName));
+    public void silenced(String segmentName, Collection<Long> elsewhere) {
+        undelivered.silenced(segmentName, elsewhere);
+    }
+
+    @Override
+    public boolean copiedElsewhere(String segmentName, long generation) {
+        return undelivered.copiedElsewhere(segmentName, generation);
     }
 
     @Override

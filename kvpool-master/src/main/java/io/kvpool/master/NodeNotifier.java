@@ -65,9 +65,15 @@ interface NodeNotifier extends AutoCloseable {
 
     /**
      * The segment of this name was dropped for silence: the index no longer knows its copies, so no
-     * later removal can be owed to it, and it must come back empty.
+     * later removal can be owed to it. {@code elsewhere}: the generations of its objects that kept
+     * copies on other segments; when it comes back, those are taken only while still live.
      */
-    default void silenced(String segmentName) {
+    default void silenced(String segmentName, Collection<Long> elsewhere) {
+    }
+
+    /** Whether this generation had copies elsewhere when the segment of this name was dropped for silence. */
+    default boolean copiedElsewhere(String segmentName, long generation) {
+        return false;
     }
 
     /**

@@ -24,9 +24,12 @@ import java.util.concurrent.ConcurrentHashMap;
  * dropped: they are kept here under the segment's name (its node's {@code host:port}, stable across
  * restarts), re-sent when the channel works again, and the node's next inventory has every copy of
  * a recorded generation refused (ALREADY_EXISTS, and the node drops it). A segment whose record
- * overflowed {@link #MAX_PER_SEGMENT} comes back empty instead ({@code keepInventory} false), and so
- * does one the master dropped for silence (past the node TTL): its copies left the index then, so
- * removals after that cannot be recorded against it.
+ * overflowed {@link #MAX_PER_SEGMENT} comes back empty instead ({@code keepInventory} false). A
+ * segment the master dropped for silence (past the node TTL) left the index with its copies, so a
+ * removal after that cannot be recorded against it: the generations of its objects that kept copies
+ * elsewhere are remembered, and when it comes back such a copy is taken only if its object still
+ * lives at that generation (one whose only copy it held was gone from the index, and a removal of it
+ * answered "not found", so taking it back breaks no removal).
  *
  * <p>Across a change of leader: an elected leader lists the names it owes frees to in etcd (with
  * its node list, every 200 ms), and the next leader makes those segments come back empty
@@ -41,6 +44,8 @@ final class UndeliveredFrees {
 
     private final Map<String, Map<Long, NodeMessages.FreeItem>> bySegment = new ConcurrentHashMap<>();
     private final Set<String> overflowed = ConcurrentHashMap.newKeySet();
+    /** For segments dropped for silence: generations of their objects that kept copies elsewhere. */
+    private final Map<String, Set<Long>> elsewhere = new ConcurrentHashMap<>();
 
     /** Remembers frees that did not reach the node of segment {@code name}. */
     void record(String name, List<NodeMessages.FreeItem> items) {
@@ -88,6 +93,22 @@ final class UndeliveredFrees {
         return overflowed.contains(name);
     }
 
+    /** Segment {@code name} was dropped for silence; {@code generations} kept copies elsewhere. */
+    void silenced(String name, Collection<Long> generations) {
+        if (generations.size() > MAX_PER_SEGMENT) {
+            overflowed.add(name);
+            return;
+        }
+        Set<Long> s = elsewhere.computeIfAbsent(name, n -> ConcurrentHashMap.newKeySet());
+        s.addAll(generations);
+    }
+
+    /** Whether {@code generation} kept copies elsewhere when segment {@code name} was dropped for silence. */
+    boolean copiedElsewhere(String name, long generation) {
+        Set<Long> s = elsewhere.get(name);
+        return s != null && s.contains(generation);
+    }
+
     /** Segments a previous leader owed frees to: they come back empty, whatever they missed. */
     void forceEmpty(Collection<String> names) {
         overflowed.addAll(names);
@@ -96,6 +117,7 @@ final class UndeliveredFrees {
     /** The names of the segments something is owed to (for the next leader). */
     Set<String> owed() {
         Set<String> out = new HashSet<>(overflowed);
+        out.addAll(elsewhere.keySet());
         for (Map.Entry<String, Map<Long, NodeMessages.FreeItem>> e : bySegment.entrySet()) {
             synchronized (e.getValue()) {
                 if (!e.getValue().isEmpty()) {
@@ -110,6 +132,7 @@ final class UndeliveredFrees {
     void settled(String name) {
         bySegment.remove(name);
         overflowed.remove(name);
+        elsewhere.remove(name);
     }
 
     /** Frees recorded, over all segments (a gauge). */
