@@ -1,0 +1,1 @@
+/* placeholder: the page script is being written */
