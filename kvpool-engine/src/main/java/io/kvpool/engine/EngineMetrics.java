@@ -30,6 +30,7 @@ public final class EngineMetrics {
     final LongAdder finished = new LongAdder();
     private final long[] ttft = new long[MAX_SAMPLES];
     private long ttftCount;
+    private long ttftSumNanos;
     private final PrometheusRegistry registry = new PrometheusRegistry();
     private final Histogram ttftHistogram = Histogram.builder().name("engine_time_to_first_token_seconds")
             .help("From a request's arrival to its first output token")
@@ -37,6 +38,7 @@ public final class EngineMetrics {
 
     synchronized void ttft(long nanos) {
         ttft[(int) (ttftCount++ % MAX_SAMPLES)] = nanos;
+        ttftSumNanos += nanos;
         ttftHistogram.observe(nanos / 1e9);
     }
 
@@ -81,6 +83,11 @@ public final class EngineMetrics {
         long[] s = Arrays.copyOf(ttft, n);
         Arrays.sort(s);
         return s[(int) Math.min(n - 1, Math.max(0, Math.ceil(q * n) - 1))];
+    }
+
+    /** Requests that produced a first token so far, and the sum of their TTFTs in nanoseconds. */
+    public synchronized long[] ttftTotals() {
+        return new long[] {ttftCount, ttftSumNanos};
     }
 
     /** TTFT samples recorded so far (copies). */

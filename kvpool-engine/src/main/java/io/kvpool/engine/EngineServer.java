@@ -9,7 +9,7 @@ import com.sun.net.httpserver.HttpServer;
 import io.kvpool.connector.ResetResult;
 import io.kvpool.engine.llama.ByteTokenizer;
 import io.kvpool.engine.llama.Weights;
-import io.prometheus.metrics.exporter.httpserver.MetricsHandler;
+import io.kvpool.web.StatusPages;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -47,7 +47,7 @@ import java.util.concurrent.TimeUnit;
  *                               the message when the reset failed)
  *   POST /update_weights        {"seed": 7} or {"path": "/models/dir"}, "version": "step-12"
  *                               (the engine must be paused)
- *   GET  /health, GET /metrics
+ *   GET  /health, GET /metrics, GET / (the summary page: TTFT, hit rates, loads and saves; see EngineStatus)
  * </pre>
  * With an {@link ApiToken}, every POST needs {@code Authorization: Bearer TOKEN} (401 otherwise);
  * {@code /health} and {@code /metrics} stay open and read-only.
@@ -94,6 +94,7 @@ public final class EngineServer implements AutoCloseable {
 
     private final Engine engine;
     private final HttpServer http;
+    private final StatusPages pages;
     private final ByteTokenizer tokenizer = new ByteTokenizer();
     /** Null: the API is open (loopback, or the operator said --insecure). */
     private final ApiToken token;
@@ -128,8 +129,11 @@ public final class EngineServer implements AutoCloseable {
         http.createContext("/health", ex -> handle(ex, "GET", e -> json(e, 200, JSON.createObjectNode()
                 .put("status", "ok").put("paused", engine.isPaused()).put("weights_version", engine.weightsVersion())
                 .put("in_flight", engine.inFlight()))));
-        http.createContext("/metrics", new MetricsHandler(engine.metrics().registry(engine::connectorStats,
-                engine::prefixCacheStats)));
+        // the summary page at /, and /metrics with the JVM's series
+        EngineStatus status = new EngineStatus(engine);
+        String address = host + ":" + http.getAddress().getPort();
+        this.pages = StatusPages.mount(http, "/", engine.metrics().registry(engine::connectorStats,
+                engine::prefixCacheStats), () -> status.view(address), status.history);
         http.start();
     }
 
@@ -337,6 +341,7 @@ public final class EngineServer implements AutoCloseable {
 
     @Override
     public void close() {
+        pages.close();
         http.stop(0);
     }
 }

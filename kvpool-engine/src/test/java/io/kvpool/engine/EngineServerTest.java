@@ -180,6 +180,25 @@ class EngineServerTest {
     }
 
     @Test
+    void theSummaryPageShowsWhatTheEngineDid() throws Exception {
+        assertThat(get("/").statusCode()).isEqualTo(200);
+        assertThat(post("/v1/completions", "{\"prompt\": \"hello summary, a prompt long enough to fill several blocks of the paged KV cache\", \"max_tokens\": 2}").statusCode())
+                .isEqualTo(200);
+        assertThat(post("/v1/completions", "{\"prompt\": \"hello summary, a prompt long enough to fill several blocks of the paged KV cache\", \"max_tokens\": 2}").statusCode())
+                .isEqualTo(200);
+        JsonNode s = JSON.readTree(get("/api/status").body());
+        assertThat(s.path("role").asText()).isEqualTo("engine");
+        java.util.Map<String, JsonNode> cards = new java.util.HashMap<>();
+        s.path("cards").forEach(c -> cards.put(c.path("id").asText(), c));
+        assertThat(cards.get("ttft_p50").path("value").asDouble()).isPositive();
+        assertThat(cards.get("ttft_p50").path("detail").asText()).startsWith("2 requests");
+        assertThat(cards.get("weights").path("value").asText()).isEqualTo("v1");
+        // the second request found the first one's prompt blocks in the local prefix cache
+        assertThat(cards.get("local_hit_rate").path("value").asDouble()).isPositive();
+        assertThat(get("/metrics").body()).contains("engine_prompt_tokens_total", "jvm_threads_current");
+    }
+
+    @Test
     void streamingSendsEachTokenThenDone() throws Exception {
         HttpResponse<String> r = post("/v1/completions",
                 "{\"prompt\": [256, 1, 2, 3], \"max_tokens\": 4, \"stream\": true}");

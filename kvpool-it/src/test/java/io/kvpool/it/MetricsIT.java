@@ -93,6 +93,31 @@ class MetricsIT {
                     .contains("evicted");
             // the next line covers only what happened since: nothing
             assertThat(cluster.master.metrics().summaryLine()).doesNotContain("put_start");
+
+            // the status page's data says the same (its rendering is StatusPageIT's)
+            com.fasterxml.jackson.databind.JsonNode s = new com.fasterxml.jackson.databind.ObjectMapper()
+                    .readTree(get(port, "/api/status"));
+            java.util.Map<String, Double> cards = new java.util.HashMap<>();
+            s.path("cards").forEach(x -> cards.put(x.path("id").asText(), x.path("value").asDouble(Double.NaN)));
+            assertThat(cards.get("objects")).isEqualTo(keys);
+            assertThat(cards.get("segments")).isEqualTo(2);
+            assertThat(cards.get("capacity")).isEqualTo(2 * (8 << 20));
+            // lookups: get a, get nope, and the batch of three; misses: nope and zz
+            assertThat(cards.get("hit_rate")).isEqualTo(1 - 2.0 / 5);
+            com.fasterxml.jackson.databind.JsonNode segments = s.path("tables").get(0);
+            assertThat(segments.path("id").asText()).isEqualTo("segments");
+            assertThat(segments.path("rows")).hasSize(2);
+            long objectsInRows = 0;
+            for (var row : segments.path("rows")) {
+                assertThat(row.get(1).asText()).isEqualTo("active");
+                objectsInRows += row.get(5).asLong();
+            }
+            assertThat(objectsInRows).isEqualTo(keys);
+            c.removeByPrefix("fill/");
+            com.fasterxml.jackson.databind.JsonNode resets = new com.fasterxml.jackson.databind.ObjectMapper()
+                    .readTree(get(port, "/api/status")).path("tables").get(1);
+            assertThat(resets.path("id").asText()).isEqualTo("resets");
+            assertThat(resets.path("rows").get(0).get(1).asText()).isEqualTo("remove by prefix 'fill/'");
         }
     }
 }
