@@ -87,9 +87,14 @@ final class LaunchCommand implements Callable<Integer> {
     @ArgGroup(exclusive = true, multiplicity = "1")
     Where where;
 
-    @Option(names = "--config", paramLabel = "FILE", required = true,
-            description = "Offload config (YAML or JSON) of type pool: cpu per node, optional disk tier.")
+    @Option(names = "--config", paramLabel = "FILE",
+            description = "Offload config (YAML or JSON) of type pool: cpu per node, optional disk tier. Optional with"
+                    + " --local: without it each node gets the defaults (" + DEFAULT_CONFIG_SUMMARY + ").")
     Path configFile;
+
+    /** The pool {@code launch --local N} starts without a {@code --config}: what examples/pool.yaml says. */
+    static final String DEFAULT_CONFIG = "type: pool\ncpu: 1GiB\npromote_after: 2\nreset: all\n";
+    static final String DEFAULT_CONFIG_SUMMARY = "1GiB of memory each, no disk tier, reset: all";
 
     @Option(names = "--out", paramLabel = "FILE",
             description = "Where to write the client config (default: ${DEFAULT-VALUE}).")
@@ -136,8 +141,18 @@ final class LaunchCommand implements Callable<Integer> {
 
     @Override
     public Integer call() throws Exception {
-        OffloadConfigs.Loaded loaded = OffloadConfigs.load(configFile);
-        loaded.warnings().forEach(w -> say.println("warning: " + configFile + ": " + w));
+        OffloadConfigs.Loaded loaded;
+        if (configFile != null) {
+            loaded = OffloadConfigs.load(configFile);
+            loaded.warnings().forEach(w -> say.println("warning: " + configFile + ": " + w));
+        } else if (where.local != null) {
+            loaded = OffloadConfigs.parse(DEFAULT_CONFIG, true);
+            say.println("no --config: starting " + where.local + " local node(s) with the defaults ("
+                    + DEFAULT_CONFIG_SUMMARY + "); give --config FILE to choose (examples/pool.yaml)");
+        } else {
+            throw new IllegalArgumentException("--config FILE is required with --hosts (an offload config of type pool;"
+                    + " see examples/pool.yaml); only --local N has defaults");
+        }
         if (!(loaded.config() instanceof OffloadConfig.Pool pool)) {
             throw new IllegalArgumentException(configFile + ": offload.type: kvpool launch starts a pool; type native"
                     + " runs inside the engine and needs no launcher");
@@ -171,6 +186,7 @@ final class LaunchCommand implements Callable<Integer> {
             Host head = hosts.getFirst();
             String masterAddress;
             String metrics;
+            String page = null;
             if (masters == 1) {
                 List<String> masterArgs = masterArgs(head, masterPort, "0");
                 Supervised master = start("master", head, masterArgs);
@@ -181,6 +197,7 @@ final class LaunchCommand implements Callable<Integer> {
                 mm.find();
                 masterAddress = head.address() + ":" + mm.group(1);
                 metrics = "http://" + head.address() + ":" + mm.group(2) + "/metrics";
+                page = "http://" + head.address() + ":" + mm.group(2) + "/";
             } else {
                 masterAddress = startElectedMasters(hosts);
                 metrics = "each master's http port";
@@ -189,7 +206,10 @@ final class LaunchCommand implements Callable<Integer> {
                 Host h = hosts.get(i);
                 List<String> args = new ArrayList<>(List.of("node", "--master", masterAddress, "--host", h.address(),
                         "--advertise-host", h.address(), "--port", "0", "--segment-size", pool.cpu().toString(),
-                        "--promote-after", Integer.toString(pool.promoteAfter())));
+                        "--promote-after", Integer.toString(pool.promoteAfter()),
+                        // the node's status page: its usual port, or one picked when another node shares the host
+                        "--http-port", sameHostBefore(hosts, i) || hostRepeats(hosts, i)
+                                ? "0" : Integer.toString(NodeCommand.DEFAULT_HTTP_PORT)));
                 if (pool.disk() != null) {
                     args.addAll(List.of("--disk-dir", pool.disk().path().resolve("node-" + i).toString(), "--disk-size",
                             pool.disk().size().toString()));
@@ -203,6 +223,9 @@ final class LaunchCommand implements Callable<Integer> {
             Path config = writeClientConfig(pool.withMaster(masterAddress));
             say.printf(Locale.ROOT, "ready: master %s (metrics %s), %d nodes of %s%s%n", masterAddress,
                     metrics, hosts.size(), pool.cpu(), pool.disk() == null ? "" : " + " + pool.disk().size() + " disk");
+            if (page != null) {
+                say.println("status page: " + page + " (each node's address is in its log, " + logDir + "/node-*.log)");
+            }
             say.println("export KVPOOL_CONFIG_PATH=" + config);
             say.flush();
             return supervise(config);
@@ -254,6 +277,16 @@ final class LaunchCommand implements Callable<Integer> {
     /** Whether an earlier one of the first {@code i} hosts has the same address (masters share it: distinct ports). */
     private static boolean sameHostBefore(List<Host> hosts, int i) {
         for (int j = 0; j < i; j++) {
+            if (hosts.get(j).address().equals(hosts.get(i).address())) {
+                return true;
+            }
+        }
+        return false;
+    }
+
+    /** Whether a later host has the same address as host {@code i}. */
+    private static boolean hostRepeats(List<Host> hosts, int i) {
+        for (int j = i + 1; j < hosts.size(); j++) {
             if (hosts.get(j).address().equals(hosts.get(i).address())) {
                 return true;
             }

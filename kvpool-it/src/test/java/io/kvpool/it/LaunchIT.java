@@ -56,9 +56,15 @@ class LaunchIT {
     private static Launcher launch(Path dir, String config, String... extra) throws Exception {
         Path cfg = dir.resolve("pool.yaml");
         Files.writeString(cfg, config);
+        List<String> args = new ArrayList<>(List.of("--config", cfg.toString()));
+        args.addAll(List.of(extra));
+        return launchWith(dir, args.toArray(String[]::new));
+    }
+
+    private static Launcher launchWith(Path dir, String... extra) throws Exception {
         List<String> cmd = new ArrayList<>(List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
                 "-Xmx256m", "--enable-native-access=ALL-UNNAMED", "-cp", System.getProperty("java.class.path"),
-                "io.kvpool.cli.Main", "launch", "--config", cfg.toString(), "--out", dir.resolve("client.json").toString(),
+                "io.kvpool.cli.Main", "launch", "--out", dir.resolve("client.json").toString(),
                 "--log-dir", dir.resolve("logs").toString(), "--master-port", "0"));
         cmd.addAll(List.of(extra));
         Process p = new ProcessBuilder(cmd).redirectErrorStream(true).start();
@@ -99,6 +105,29 @@ class LaunchIT {
             assertThat(ProcessHandle.of(pid).map(ProcessHandle::isAlive).orElse(false)).as("pid %d left behind", pid)
                     .isFalse();
         }
+    }
+
+    @Test
+    void localNodesWithoutAConfigStartWithTheDefaultsAndSaySo(@TempDir Path dir) throws Exception {
+        Launcher l = launchWith(dir, "--local", "1");
+        try {
+            awaitPrinted(l, "export KVPOOL_CONFIG_PATH=");
+            assertThat(l.printed("no --config: starting 1 local node(s) with the defaults (1GiB of memory each")).isTrue();
+            assertThat(l.printed("status page: http://127.0.0.1:")).as(l.lines().toString()).isTrue();
+            String master = new ObjectMapper().readTree(dir.resolve("client.json").toFile()).path("master").asText();
+            try (KvPoolClient c = KvPoolClient.connect(master)) {
+                assertThat(c.stats().capacityBytes()).isEqualTo(1L << 30);
+            }
+        } finally {
+            l.process().destroy();
+            l.process().waitFor();
+        }
+        // with --hosts there is no default to assume: the message says what to give
+        Files.writeString(dir.resolve("hosts.txt"), "127.0.0.1 local\n");
+        Launcher h = launchWith(dir, "--hosts", dir.resolve("hosts.txt").toString());
+        assertThat(h.process().waitFor()).isNotZero();
+        Thread.sleep(200); // let the reader take the last lines
+        assertThat(h.printed("--config FILE is required with --hosts")).as(h.lines().toString()).isTrue();
     }
 
     @Test
