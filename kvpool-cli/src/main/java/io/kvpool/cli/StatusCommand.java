@@ -5,6 +5,7 @@ import io.kvpool.client.PoolStats;
 import io.kvpool.config.Size;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
+import picocli.CommandLine.Option;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
@@ -17,7 +18,11 @@ import java.time.Duration;
 import java.util.Locale;
 import java.util.concurrent.Callable;
 
-/** {@code kvpool status}: the cluster as a table. */
+/**
+ * {@code kvpool status}: the cluster as a table; with {@code --watch}, redrawn in place every
+ * interval like {@code top} (on a terminal; otherwise each frame is printed after the last, with its
+ * time), with the change in keys and use since the previous frame, until Ctrl-C.
+ */
 @Command(name = "status", mixinStandardHelpOptions = true,
         description = "Show segments, capacity, use, keys and clients as a table.")
 final class StatusCommand implements Callable<Integer> {
@@ -25,20 +30,90 @@ final class StatusCommand implements Callable<Integer> {
     @Mixin
     ClientOptions client;
 
+    @Option(names = "--watch", arity = "0..1", fallbackValue = "2s", paramLabel = "INTERVAL",
+            description = "Refresh in place every INTERVAL (default when given without one: 2s) until Ctrl-C.")
+    Duration watch;
+
+    @Option(names = "--frames", paramLabel = "N", hidden = true,
+            description = "With --watch: stop after N frames (for scripts and tests).")
+    int frames;
+
+    /** ANSI: cursor home, and clear from the cursor to the end of the screen / line. */
+    private static final String HOME = "\033[H";
+    private static final String CLEAR_BELOW = "\033[J";
+    private static final String CLEAR_LINE = "\033[K";
+
     @Override
     public Integer call() throws Exception {
-        if (client.master() instanceof MasterAddress.Elected e) {
-            printElection(e.target());
+        if (watch == null) {
+            try (KvPoolClient c = client.connect()) {
+                System.out.print(frame(c, null, 0));
+            }
+            return 0;
         }
-        PoolStats s;
+        if (watch.isNegative() || watch.isZero()) {
+            throw new IllegalArgumentException("--watch interval must be positive, got " + io.kvpool.config.Durations.format(watch));
+        }
+        boolean terminal = System.console() != null && System.getenv("TERM") != null
+                && !"dumb".equals(System.getenv("TERM"));
+        if (terminal) {
+            System.out.print("\033[2J"); // clear once; each frame then overwrites the last
+        }
+        PoolStats previous = null;
+        long previousNanos = 0;
         try (KvPoolClient c = client.connect()) {
-            s = c.stats();
+            for (int n = 0; frames <= 0 || n < frames; n++) {
+                if (n > 0) {
+                    Thread.sleep(watch);
+                }
+                String text;
+                PoolStats now = null;
+                long t = System.nanoTime();
+                try {
+                    now = c.stats();
+                    text = frame(c, now, previous == null ? 0 : (t - previousNanos) / 1e9, previous);
+                } catch (RuntimeException e) {
+                    // keep watching through an outage or a failover: say what is wrong, try again next time
+                    text = "cannot reach the pool at " + client.master() + ": " + e.getMessage() + "\n";
+                }
+                String header = String.format(Locale.ROOT, "kvpool status  %s  every %s  (Ctrl-C to stop)%n",
+                        java.time.LocalTime.now().withNano(0), io.kvpool.config.Durations.format(watch));
+                if (terminal) {
+                    System.out.print(HOME + (header + text).replace("\n", CLEAR_LINE + "\n") + CLEAR_BELOW);
+                } else {
+                    System.out.print((n > 0 ? "\n" : "") + header + text);
+                }
+                System.out.flush();
+                if (now != null) {
+                    previous = now;
+                    previousNanos = t;
+                }
+            }
         }
-        System.out.printf(Locale.ROOT, "master %s  epoch %d  keys %d  pending puts %d  clients %d%n", client.master(),
-                s.epoch(), s.keys(), s.pendingPuts(), s.activeClients());
-        System.out.printf(Locale.ROOT, "capacity %s  used %s (%.1f%%)%n%n", Size.human(s.capacityBytes()),
+        return 0;
+    }
+
+    private String frame(KvPoolClient c, PoolStats known, double secondsSincePrevious) throws Exception {
+        return frame(c, known == null ? c.stats() : known, secondsSincePrevious, null);
+    }
+
+    /** One screen: the election (etcd), the pool's totals (with changes since {@code before}), the segments. */
+    private String frame(KvPoolClient c, PoolStats s, double secs, PoolStats before) throws Exception {
+        java.io.StringWriter w = new java.io.StringWriter();
+        java.io.PrintWriter out = new java.io.PrintWriter(w);
+        if (client.master() instanceof MasterAddress.Elected e) {
+            printElection(e.target(), out);
+        }
+        out.printf(Locale.ROOT, "master %s  epoch %d  keys %d%s  pending puts %d  clients %d%n", client.master(),
+                s.epoch(), s.keys(), before == null || secs <= 0 ? ""
+                        : String.format(Locale.ROOT, " (%+.1f/s)", (s.keys() - before.keys()) / secs),
+                s.pendingPuts(), s.activeClients());
+        out.printf(Locale.ROOT, "capacity %s  used %s (%.1f%%)%s%n%n", Size.human(s.capacityBytes()),
                 Size.human(s.allocatedBytes()),
-                s.capacityBytes() == 0 ? 0.0 : 100.0 * s.allocatedBytes() / s.capacityBytes());
+                s.capacityBytes() == 0 ? 0.0 : 100.0 * s.allocatedBytes() / s.capacityBytes(),
+                before == null || secs <= 0 ? "" : String.format(Locale.ROOT, " (%s%s/s)",
+                        s.allocatedBytes() >= before.allocatedBytes() ? "+" : "-",
+                        Size.human((long) (Math.abs(s.allocatedBytes() - before.allocatedBytes()) / secs))));
         Table t = new Table("ID", "SEGMENT", "STATE", "CAPACITY", "USED", "USED%", "OBJECTS", "HEARTBEAT").right(0, 3, 4, 5, 6, 7);
         for (PoolStats.SegmentStats seg : s.segments()) {
             t.row(seg.id(), seg.name(), seg.active() ? "active" : "joining", Size.human(seg.capacityBytes()),
@@ -47,19 +122,20 @@ final class StatusCommand implements Callable<Integer> {
                     seg.objects(), seg.heartbeatAgeMillis() + " ms ago");
         }
         if (s.segments().isEmpty()) {
-            System.out.println("no segments registered");
+            out.println("no segments registered");
         } else {
-            t.print(System.out);
+            out.print(t.render());
         }
-        return 0;
+        out.flush();
+        return w.toString();
     }
 
     /** The masters registered in etcd: which one leads, at which term, and whether it serves yet. */
-    private static void printElection(EtcdTarget target) throws Exception {
+    private static void printElection(EtcdTarget target, java.io.PrintWriter out) throws Exception {
         try (EtcdGateway etcd = new EtcdGateway(target.endpoints(), Duration.ofSeconds(5))) {
             EtcdGateway.KeyValue leaderKv = etcd.range(target.leaderKey()).first();
             LeaderRecord leader = leaderKv == null ? null : LeaderRecord.parse(leaderKv.value());
-            System.out.printf(Locale.ROOT, "election %s: %s%n", target, leader == null ? "no leader"
+            out.printf(Locale.ROOT, "election %s: %s%n", target, leader == null ? "no leader"
                     : "leader " + leader.id() + " at " + leader.address() + ", term " + leaderKv.createRevision()
                     + (leader.ready() ? "" : " (rebuilding from the nodes, not serving yet)"));
             Table t = new Table("MASTER", "ADDRESS", "HTTP", "ROLE");
@@ -70,8 +146,8 @@ final class StatusCommand implements Callable<Integer> {
                 t.row(id, m.path("address").asText(""), m.path("http").asText(""),
                         leader != null && leader.id().equals(id) ? "leader" : "standby");
             }
-            t.print(System.out);
-            System.out.println();
+            out.print(t.render());
+            out.println();
         }
     }
 }

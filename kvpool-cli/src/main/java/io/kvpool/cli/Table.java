@@ -34,6 +34,12 @@ final class Table {
     }
 
     void print(PrintStream out) {
+        out.print(render());
+    }
+
+    /** The table as lines of text, each ending in a newline. */
+    String render() {
+        StringBuilder out = new StringBuilder();
         int[] w = new int[header.length];
         for (int i = 0; i < w.length; i++) {
             w[i] = header[i].length();
@@ -46,13 +52,14 @@ final class Table {
         for (int i = 0; i < w.length; i++) {
             sep.append(i == 0 ? "" : "  ").append("-".repeat(w[i]));
         }
-        out.println(sep);
+        out.append(sep).append('\n');
         for (String[] r : rows) {
             line(out, r, w);
         }
+        return out.toString();
     }
 
-    private void line(PrintStream out, String[] cells, int[] w) {
+    private void line(StringBuilder out, String[] cells, int[] w) {
         StringBuilder sb = new StringBuilder();
         for (int i = 0; i < cells.length; i++) {
             if (i > 0) {
@@ -61,6 +68,6 @@ final class Table {
             String pad = " ".repeat(w[i] - cells[i].length());
             sb.append(rightAlign[i] ? pad + cells[i] : cells[i] + (i == cells.length - 1 ? "" : pad));
         }
-        out.println(sb);
+        out.append(sb).append('\n');
     }
 }

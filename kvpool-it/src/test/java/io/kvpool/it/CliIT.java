@@ -181,6 +181,20 @@ class CliIT {
     }
 
     @Test
+    void statusWatchRedrawsWithChangesSinceTheLastFrame() {
+        String m = cluster.masterAddress();
+        // not a terminal here: each frame follows the last, headed by its time
+        Run r = run("status", "--master", m, "--watch", "100ms", "--frames", "2");
+        assertThat(r.code()).as(r.err()).isZero();
+        assertThat(r.out().split("kvpool status ", -1)).as(r.out()).hasSize(3);
+        assertThat(r.out()).contains("every 100ms").contains("SEGMENT").contains("/s)");
+        assertThat(r.out()).doesNotContain("\033[");
+        Run bad = run("status", "--master", m, "--watch", "0s");
+        assertThat(bad.code()).isEqualTo(2);
+        assertThat(bad.err()).contains("--watch interval must be positive, got 0s");
+    }
+
+    @Test
     void helpAndVersion() {
         Run r = run("--help");
         assertThat(r.code()).isZero();
