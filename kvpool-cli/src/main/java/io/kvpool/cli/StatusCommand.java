@@ -2,6 +2,7 @@ package io.kvpool.cli;
 
 import io.kvpool.client.KvPoolClient;
 import io.kvpool.client.PoolStats;
+import io.kvpool.config.Durations;
 import io.kvpool.config.Size;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
@@ -14,7 +15,10 @@ import io.kvpool.etcd.EtcdTarget;
 import io.kvpool.etcd.LeaderRecord;
 import io.kvpool.etcd.MasterAddress;
 
+import java.io.PrintWriter;
+import java.io.StringWriter;
 import java.time.Duration;
+import java.time.LocalTime;
 import java.util.Locale;
 import java.util.concurrent.Callable;
 
@@ -52,7 +56,7 @@ final class StatusCommand implements Callable<Integer> {
             return 0;
         }
         if (watch.isNegative() || watch.isZero()) {
-            throw new IllegalArgumentException("--watch interval must be positive, got " + io.kvpool.config.Durations.format(watch));
+            throw new IllegalArgumentException("--watch interval must be positive, got " + Durations.format(watch));
         }
         boolean terminal = System.console() != null && System.getenv("TERM") != null
                 && !"dumb".equals(System.getenv("TERM"));
@@ -77,7 +81,7 @@ final class StatusCommand implements Callable<Integer> {
                     text = "cannot reach the pool at " + client.master() + ": " + e.getMessage() + "\n";
                 }
                 String header = String.format(Locale.ROOT, "kvpool status  %s  every %s  (Ctrl-C to stop)%n",
-                        java.time.LocalTime.now().withNano(0), io.kvpool.config.Durations.format(watch));
+                        LocalTime.now().withNano(0), Durations.format(watch));
                 if (terminal) {
                     System.out.print(HOME + (header + text).replace("\n", CLEAR_LINE + "\n") + CLEAR_BELOW);
                 } else {
@@ -99,8 +103,8 @@ final class StatusCommand implements Callable<Integer> {
 
     /** One screen: the election (etcd), the pool's totals (with changes since {@code before}), the segments. */
     private String frame(KvPoolClient c, PoolStats s, double secs, PoolStats before) throws Exception {
-        java.io.StringWriter w = new java.io.StringWriter();
-        java.io.PrintWriter out = new java.io.PrintWriter(w);
+        StringWriter w = new StringWriter();
+        PrintWriter out = new PrintWriter(w);
         if (client.master() instanceof MasterAddress.Elected e) {
             printElection(e.target(), out);
         }
@@ -131,7 +135,7 @@ final class StatusCommand implements Callable<Integer> {
     }
 
     /** The masters registered in etcd: which one leads, at which term, and whether it serves yet. */
-    private static void printElection(EtcdTarget target, java.io.PrintWriter out) throws Exception {
+    private static void printElection(EtcdTarget target, PrintWriter out) throws Exception {
         try (EtcdGateway etcd = new EtcdGateway(target.endpoints(), Duration.ofSeconds(5))) {
             EtcdGateway.KeyValue leaderKv = etcd.range(target.leaderKey()).first();
             LeaderRecord leader = leaderKv == null ? null : LeaderRecord.parse(leaderKv.value());

@@ -1,9 +1,9 @@
 package io.kvpool.engine;
 
-import io.prometheus.metrics.core.metrics.CounterWithCallback;
 import io.prometheus.metrics.core.metrics.GaugeWithCallback;
 import io.prometheus.metrics.core.metrics.Histogram;
 import io.prometheus.metrics.model.registry.PrometheusRegistry;
+import io.kvpool.web.Series;
 
 import java.util.Arrays;
 import java.util.concurrent.atomic.LongAdder;
@@ -70,8 +70,7 @@ public final class EngineMetrics {
     }
 
     private void counter(String name, String help, DoubleSupplier value) {
-        CounterWithCallback.builder().name(name).help(help).callback(cb -> cb.call(value.getAsDouble()))
-                .register(registry);
+        Series.counter(registry, name, help, value);
     }
 
     /** The q-quantile (0..1) of the TTFT samples, in nanoseconds; NaN without samples. */

@@ -5,12 +5,18 @@ import io.kvpool.protocol.FrameServer;
 import io.kvpool.protocol.Opcode;
 import io.kvpool.protocol.Tier;
 import io.kvpool.protocol.msg.MasterMessages.SegmentInfo;
+import io.kvpool.protocol.msg.MasterMessages.TierStats;
 import io.prometheus.metrics.core.metrics.CounterWithCallback;
 import io.prometheus.metrics.core.metrics.GaugeWithCallback;
 import io.prometheus.metrics.model.registry.PrometheusRegistry;
+import io.kvpool.web.Series;
 
 import java.util.Locale;
 import java.util.concurrent.atomic.LongAdder;
+import java.util.function.BooleanSupplier;
+import java.util.function.DoubleSupplier;
+import java.util.function.LongSupplier;
+import java.util.function.ToDoubleFunction;
 
 /**
  * The master's metrics: request counters per operation, kept in {@link LongAdder}s indexed by
@@ -176,7 +182,7 @@ public final class MasterMetrics {
         }).register(registry);
     }
 
-    private void diskGauge(String name, String help, java.util.function.ToDoubleFunction<io.kvpool.protocol.msg.MasterMessages.TierStats> value) {
+    private void diskGauge(String name, String help, ToDoubleFunction<TierStats> value) {
         GaugeWithCallback.builder().name(name).help(help).labelNames("segment").callback(cb -> {
             for (SegmentInfo s : service.segmentInfos()) {
                 if (s.tiers().hasDisk()) {
@@ -186,7 +192,7 @@ public final class MasterMetrics {
         }).register(registry);
     }
 
-    private void diskCounter(String name, String help, java.util.function.ToDoubleFunction<io.kvpool.protocol.msg.MasterMessages.TierStats> value) {
+    private void diskCounter(String name, String help, ToDoubleFunction<TierStats> value) {
         CounterWithCallback.builder().name(name).help(help).labelNames("segment").callback(cb -> {
             for (SegmentInfo s : service.segmentInfos()) {
                 if (s.tiers().hasDisk()) {
@@ -216,19 +222,19 @@ public final class MasterMetrics {
      * The leadership this master serves: {@code master_term} (0 for a single master; moves on every
      * failover) and {@code master_leader} (1 while it serves as leader).
      */
-    void leadership(long term, java.util.function.BooleanSupplier leading) {
+    void leadership(long term, BooleanSupplier leading) {
         gauge("master_term", "The leadership term this master serves (0 for a single master; moves on every failover)",
                 () -> term);
         gauge("master_leader", "1 while this master serves as the elected leader (or is the only master), else 0",
                 () -> leading.getAsBoolean() ? 1 : 0);
     }
 
-    private void gauge(String name, String help, java.util.function.DoubleSupplier value) {
-        GaugeWithCallback.builder().name(name).help(help).callback(cb -> cb.call(value.getAsDouble())).register(registry);
+    private void gauge(String name, String help, DoubleSupplier value) {
+        Series.gauge(registry, name, help, value);
     }
 
-    private void counter(String name, String help, java.util.function.LongSupplier value) {
-        CounterWithCallback.builder().name(name).help(help).callback(cb -> cb.call(value.getAsLong())).register(registry);
+    private void counter(String name, String help, LongSupplier value) {
+        Series.counter(registry, name, help, value::getAsLong);
     }
 
     private void perOp(String name, String help, LongAdder[] values, boolean batchOnly) {

@@ -9,6 +9,7 @@ import io.kvpool.web.Unit;
 import java.time.Instant;
 import java.time.InstantSource;
 import java.util.List;
+import java.util.Locale;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.function.BooleanSupplier;
 import java.util.function.ToLongFunction;
@@ -93,7 +94,7 @@ final class MasterStatus {
         v.card("segments", "Segments", segs.size(), Unit.COUNT,
                 segs.size() == active ? "all active" : active + " active, " + (segs.size() - active) + " joining");
         v.card("capacity", "Memory capacity", cap, Unit.BYTES);
-        v.card("used", "Memory used", used, Unit.BYTES, cap == 0 ? "no segment" : String.format(java.util.Locale.ROOT,
+        v.card("used", "Memory used", used, Unit.BYTES, cap == 0 ? "no segment" : String.format(Locale.ROOT,
                 "%.1f%% of capacity; evicts at %d%%", 100.0 * used / cap, Math.round(config.highWatermark() * 100)));
         long diskCap = sum(s -> s.tiers().diskCapacity());
         if (diskCap > 0) {

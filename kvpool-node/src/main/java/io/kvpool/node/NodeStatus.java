@@ -8,6 +8,7 @@ import io.kvpool.web.StatusView;
 import io.kvpool.web.Unit;
 
 import java.time.Instant;
+import java.util.Locale;
 
 /**
  * What a node's status page shows ({@code http://NODE:9004/}, or {@code /node/} on the master's port
@@ -20,7 +21,6 @@ import java.time.Instant;
  */
 final class NodeStatus {
 
-    private final StorageNode node;
     private final FrameServer server;
     private final LocalSegment local;
     private final MasterLink link;
@@ -28,8 +28,7 @@ final class NodeStatus {
     private final long startMillis = System.currentTimeMillis();
     final History history;
 
-    NodeStatus(StorageNode node, FrameServer server, LocalSegment local, MasterLink link, DiskTier disk) {
-        this.node = node;
+    NodeStatus(FrameServer server, LocalSegment local, MasterLink link, DiskTier disk) {
         this.server = server;
         this.local = local;
         this.link = link;
@@ -55,16 +54,16 @@ final class NodeStatus {
         long used = local.ledger().objectBytes();
         long hb = link.lastHeartbeatMillis();
         String linkState = link.isRegistered() ? "registered as segment " + local.segmentId() : "not registered";
-        StatusView v = new StatusView("node", "kvpool node " + node.name(), System.currentTimeMillis())
+        StatusView v = new StatusView("node", "kvpool node " + local.name(), System.currentTimeMillis())
                 .subtitle("master " + link.masterName() + " · " + linkState + " · up since "
                         + Instant.ofEpochMilli(startMillis));
-        v.card("segment", "Segment", node.name(), local.shmPath().isEmpty() ? "anonymous memory" : local.shmPath());
+        v.card("segment", "Segment", local.name(), local.shmPath().isEmpty() ? "anonymous memory" : local.shmPath());
         v.card("master", "Master", link.isRegistered() ? "connected" : "not connected",
                 hb == 0 ? "no heartbeat answered yet" : "last heartbeat answered "
-                        + String.format(java.util.Locale.ROOT, "%.1f s ago", (System.currentTimeMillis() - hb) / 1000.0));
+                        + String.format(Locale.ROOT, "%.1f s ago", (System.currentTimeMillis() - hb) / 1000.0));
         v.card("objects", "Objects in memory", local.ledger().objectCount(), Unit.COUNT);
         v.card("capacity", "Memory capacity", cap, Unit.BYTES);
-        v.card("used", "Memory used", used, Unit.BYTES, cap == 0 ? null : String.format(java.util.Locale.ROOT,
+        v.card("used", "Memory used", used, Unit.BYTES, cap == 0 ? null : String.format(Locale.ROOT,
                 "%.1f%% of the segment in objects", 100.0 * used / cap));
         v.card("read_per_s", "Served", history.latest("read"), Unit.BYTES_PER_SECOND, "over TCP; same-machine reads"
                 + " map the segment and are not counted");

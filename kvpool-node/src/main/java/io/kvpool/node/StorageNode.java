@@ -178,7 +178,7 @@ public final class StorageNode implements AutoCloseable {
      * master's in {@code kvpool serve}.
      */
     public void registerMetrics(PrometheusRegistry registry) {
-        NodeMetrics.register(this, server, local, link, disk, registry);
+        NodeMetrics.register(server, local, link, disk, registry);
     }
 
     /**
@@ -187,7 +187,7 @@ public final class StorageNode implements AutoCloseable {
      * the page's sampler stops with the node.
      */
     public void mountStatus(HttpServer http, String prefix, PrometheusRegistry registry) {
-        NodeStatus status = new NodeStatus(this, server, local, link, disk);
+        NodeStatus status = new NodeStatus(server, local, link, disk);
         pages = StatusPages.mount(http, prefix, registry, status::view, status.history);
     }
 
