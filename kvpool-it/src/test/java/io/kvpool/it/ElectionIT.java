@@ -5,11 +5,18 @@ import io.kvpool.etcd.EtcdGateway;
 import io.kvpool.etcd.EtcdTarget;
 import io.kvpool.etcd.LeaderRecord;
 import io.kvpool.etcd.LeaderWatch;
+import io.kvpool.master.ElectedMaster;
+import io.kvpool.master.MasterConfig;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 
+import java.io.IOException;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.concurrent.CompletableFuture;
@@ -119,6 +126,60 @@ class ElectionIT {
             assertThat(la.valid()).isTrue();
             clock.addAndGet(Duration.ofSeconds(60).toNanos()); // the process was stopped for a minute
             assertThat(la.valid()).as("valid right after resuming, before any renewal").isFalse();
+        }
+    }
+
+    private static String http(int port, String path) throws Exception {
+        return HttpClient.newHttpClient().send(HttpRequest.newBuilder(
+                URI.create("http://127.0.0.1:" + port + path)).build(),
+                HttpResponse.BodyHandlers.ofString()).body();
+    }
+
+    /** What an elected master's HTTP port shows: the leader's pages while it leads, a standby's between. */
+    @Test
+    void aStandbyShowsAStandbyPageAndTheLeadersPagesWhenItTakesOver() throws Exception {
+        EtcdTarget t = freshCluster();
+        int[] ports = {ProcessCluster.freePort(), ProcessCluster.freePort(), ProcessCluster.freePort(),
+                ProcessCluster.freePort()};
+        MasterConfig base = MasterConfig.defaults()
+                .withSummaryInterval(Duration.ZERO);
+        ElectedMaster a = new ElectedMaster(base.withListen("127.0.0.1", ports[0],
+                ports[1]), new ElectedMaster.Options(t, "a", "127.0.0.1", TTL, Duration.ZERO));
+        ElectedMaster b = null;
+        try {
+            assertThat(a.awaitServing(Duration.ofSeconds(30))).isTrue();
+            b = new ElectedMaster(base.withListen("127.0.0.1", ports[2], ports[3]),
+                    new ElectedMaster.Options(t, "b", "127.0.0.1", TTL, Duration.ZERO));
+            // b stands by: alive on its port, saying so, and naming the leader
+            String health;
+            do {
+                health = tryHttp(ports[3], "/health");
+            } while (health == null);
+            assertThat(health).contains("\"status\":\"standby\"").contains("\"leader\":\"a\"");
+            assertThat(http(ports[3], "/metrics")).contains("master_leader 0.0").contains("jvm_threads_current");
+            assertThat(http(ports[3], "/api/status")).contains("(standby)").contains("a at 127.0.0.1:" + ports[0]);
+            assertThat(http(ports[1], "/metrics")).contains("master_leader 1.0")
+                    .containsPattern("master_term [1-9]");
+            // a steps down: b takes over on the same port, with the leader's pages
+            a.close();
+            assertThat(b.awaitServing(Duration.ofSeconds(30))).isTrue();
+            assertThat(http(ports[3], "/health")).contains("\"status\":\"ok\"");
+            assertThat(http(ports[3], "/metrics")).contains("master_leader 1.0").contains("master_objects");
+            assertThat(http(ports[3], "/api/status")).contains("leader, term " + b.term());
+        } finally {
+            a.close();
+            if (b != null) {
+                b.close();
+            }
+        }
+    }
+
+    private static String tryHttp(int port, String path) throws Exception {
+        try {
+            return http(port, path);
+        } catch (IOException e) {
+            Thread.sleep(50);
+            return null;
         }
     }
 }

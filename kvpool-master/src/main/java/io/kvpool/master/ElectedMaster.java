@@ -9,7 +9,11 @@ import io.kvpool.protocol.msg.MasterMessages;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
+import com.sun.net.httpserver.HttpServer;
+import io.kvpool.web.StatusPages;
+
 import java.io.IOException;
+import java.io.UncheckedIOException;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.time.InstantSource;
@@ -38,7 +42,8 @@ import java.util.random.RandomGenerator;
  *   <li>When the leadership is lost (lease gone, etcd unreachable past the lease, key deleted), close
  *       that server at once and campaign again with a fresh, empty state.</li>
  * </ol>
- * Standbys hold nothing but their candidacy, so they cost nothing while waiting; a failover costs
+ * Standbys hold nothing but their candidacy (and a standby page on the HTTP port, {@link StandbyPages}),
+ * so they cost nothing while waiting; a failover costs
  * the old lease's expiry plus the nodes' registration (measured in docs/benchmarks.md).
  */
 public final class ElectedMaster implements AutoCloseable {
@@ -81,6 +86,10 @@ public final class ElectedMaster implements AutoCloseable {
     /** The owed list last written to etcd (null: write it at the next sync). */
     private Set<String> publishedOwed;
     private final Election election;
+    /** The HTTP port, for the process's life: the leader's pages while leading, the standby's between. */
+    private final HttpServer http;
+    /** The standby's pages while mounted, else null; touched by the runner thread and close() only. */
+    private StandbyPages standby;
     private final Thread runner;
     private final CountDownLatch firstServing = new CountDownLatch(1);
     private volatile MasterServer server;
@@ -97,6 +106,18 @@ public final class ElectedMaster implements AutoCloseable {
         String address = new HostPort(options.advertiseHost(), config.port()).toString();
         String http = config.httpPort() < 0 ? "" : new HostPort(options.advertiseHost(), config.httpPort()).toString();
         this.election = new Election(options.etcd(), options.id(), address, http, options.leaseTtl(), System::nanoTime);
+        HttpServer h = null;
+        if (config.httpPort() >= 0) {
+            try {
+                h = StatusPages.listen("master " + options.id(), config.listenHost(), config.httpPort());
+            } catch (IOException e) {
+                election.close();
+                throw new UncheckedIOException(e);
+            }
+            standby = StandbyPages.mount(h, options.id(), options.etcd(), election.etcd());
+            h.start();
+        }
+        this.http = h;
         this.runner = Thread.ofPlatform().name("kvpool-master-election").start(this::run);
     }
 
@@ -135,9 +156,11 @@ public final class ElectedMaster implements AutoCloseable {
                 if (!owed.isEmpty()) {
                     log.warn("master {}: the previous leader owed frees to {}; they come back empty", options.id(), owed);
                 }
+                standbyPages(false);
                 s = new MasterServer(config.withTerm(l.term()), InstantSource.system(), RandomGenerator.getDefault(),
-                        l::valid, owed);
+                        l::valid, owed, http);
             } catch (IOException | RuntimeException e) {
+                standbyPages(true);
                 log.error("master {}: elected at term {} but cannot serve: {}; resigning", options.id(), l.term(),
                         e.getMessage());
                 l.resign();
@@ -171,11 +194,26 @@ public final class ElectedMaster implements AutoCloseable {
                 s.close();
                 if (closed) {
                     l.resign();
+                } else {
+                    standbyPages(true);
                 }
             }
             if (Thread.currentThread().isInterrupted()) {
                 return;
             }
+        }
+    }
+
+    /** Mounts or takes off the standby's pages (no HTTP port: nothing to do). */
+    private synchronized void standbyPages(boolean on) {
+        if (http == null || closed) {
+            return;
+        }
+        if (on && standby == null) {
+            standby = StandbyPages.mount(http, options.id(), options.etcd(), election.etcd());
+        } else if (!on && standby != null) {
+            standby.unmount();
+            standby = null;
         }
     }
 
@@ -293,6 +331,9 @@ public final class ElectedMaster implements AutoCloseable {
         MasterServer s = server;
         if (s != null) {
             s.close();
+        }
+        if (http != null) {
+            http.stop(0);
         }
     }
 }

@@ -38,6 +38,8 @@ public final class MasterServer implements AutoCloseable {
     private final NodeControl nodes;
     private final FrameServer rpc;
     private final HttpServer http;
+    /** False when the HTTP server is an elected master's, which outlives this server. */
+    private final boolean ownsHttp;
     private final MasterStatus status;
     private final StatusPages pages;
     private final Thread timer;
@@ -69,6 +71,16 @@ public final class MasterServer implements AutoCloseable {
      */
     public MasterServer(MasterConfig config, InstantSource clock, RandomGenerator random, BooleanSupplier leading,
                         Set<String> owedBefore) throws IOException {
+        this(config, clock, random, leading, owedBefore, null);
+    }
+
+    /**
+     * With {@code sharedHttp} non-null, the status page, {@code /metrics} and {@code /health} are
+     * mounted on that server (an elected master's, which outlives its leaderships and shows a standby
+     * page between them) and taken off it again at {@link #close()}.
+     */
+    public MasterServer(MasterConfig config, InstantSource clock, RandomGenerator random, BooleanSupplier leading,
+                        Set<String> owedBefore, HttpServer sharedHttp) throws IOException {
         this.config = config;
         this.leading = leading;
         // nodes get as long to acknowledge a removal or reset as a frozen client can make it wait
@@ -82,9 +94,9 @@ public final class MasterServer implements AutoCloseable {
         metrics.connections(rpc);
         metrics.leadership(config.term(), leading);
         this.status = new MasterStatus(service, metrics, config, leading, clock);
-        HttpServer h = null;
+        HttpServer h = sharedHttp;
         StatusPages p = null;
-        if (config.httpPort() >= 0) {
+        if (h == null && config.httpPort() >= 0) {
             try {
                 h = StatusPages.listen("master", config.listenHost(), config.httpPort());
             } catch (IOException e) {
@@ -92,11 +104,16 @@ public final class MasterServer implements AutoCloseable {
                 nodes.close();
                 throw e;
             }
+        }
+        if (h != null) {
             String address = new HostPort(config.listenHost(), rpc.port()).toString();
             p = StatusPages.mount(h, "/", metrics.registry(), () -> status.view(address), status.history);
-            h.createContext("/health", this::health);
-            h.start();
+            p.context("/health", this::health);
+            if (sharedHttp == null) {
+                h.start();
+            }
         }
+        this.ownsHttp = sharedHttp == null;
         this.http = h;
         this.pages = p;
         this.timer = Thread.ofPlatform().daemon().name("kvpool-master-timer").start(this::timerLoop);
@@ -218,8 +235,12 @@ public final class MasterServer implements AutoCloseable {
             log.warn("master: error closing RPC port: {}", e.toString());
         }
         if (http != null) {
-            pages.close();
-            http.stop(0);
+            if (ownsHttp) {
+                pages.close();
+                http.stop(0);
+            } else {
+                pages.unmount();
+            }
         }
         nodes.close();
         log.info("master stopped");

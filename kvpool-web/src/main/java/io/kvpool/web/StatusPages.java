@@ -55,13 +55,17 @@ public final class StatusPages implements AutoCloseable {
     }
 
     private final String prefix;
+    private final HttpServer http;
+    /** The paths this mount created, for {@link #unmount()}. */
+    private final java.util.List<String> contexts = new java.util.ArrayList<>();
     private final Supplier<StatusView> status;
     private final History history;
     private final Thread sampler;
     private volatile boolean closed;
 
-    private StatusPages(String prefix, Supplier<StatusView> status, History history, InstantSource clock,
-                        Duration interval) {
+    private StatusPages(HttpServer http, String prefix, Supplier<StatusView> status, History history,
+                        InstantSource clock, Duration interval) {
+        this.http = http;
         this.prefix = prefix;
         this.status = status;
         this.history = history;
@@ -98,16 +102,38 @@ public final class StatusPages implements AutoCloseable {
         if (!prefix.startsWith("/") || !prefix.endsWith("/")) {
             throw new IllegalArgumentException("status page prefix must start and end with '/', got '" + prefix + "'");
         }
-        StatusPages p = new StatusPages(prefix, status, history, clock, interval);
+        StatusPages p = new StatusPages(http, prefix, status, history, clock, interval);
         if (registry != null) {
             withJvmMetrics(registry);
-            http.createContext("/metrics", new MetricsHandler(registry));
+            p.context("/metrics", new MetricsHandler(registry));
         }
-        http.createContext(prefix, p::page);
-        http.createContext(prefix + "api/status", ex -> p.json(ex, () -> p.status.get().toJson()));
-        http.createContext(prefix + "api/history", ex -> p.json(ex, p.history::toJson));
-        http.createContext(prefix + "assets/", p::asset);
+        p.context(prefix, p::page);
+        p.context(prefix + "api/status", ex -> p.json(ex, () -> p.status.get().toJson()));
+        p.context(prefix + "api/history", ex -> p.json(ex, p.history::toJson));
+        p.context(prefix + "assets/", p::asset);
         return p;
+    }
+
+    /** Adds a route to the server, removed again by {@link #unmount()} (a page's neighbours: /health). */
+    public void context(String path, com.sun.net.httpserver.HttpHandler handler) {
+        http.createContext(path, handler);
+        contexts.add(path);
+    }
+
+    /**
+     * Takes this page's routes off the server (which goes on serving others) and stops its sampler:
+     * for a server that outlives the page, as an elected master's outlives each of its leaderships.
+     */
+    public void unmount() {
+        close();
+        for (String c : contexts) {
+            try {
+                http.removeContext(c);
+            } catch (IllegalArgumentException ignored) {
+                // already gone
+            }
+        }
+        contexts.clear();
     }
 
     /** Adds the Prometheus client's JVM metrics to a registry (once per registry). */
