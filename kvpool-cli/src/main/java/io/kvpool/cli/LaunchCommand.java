@@ -206,10 +206,12 @@ final class LaunchCommand implements Callable<Integer> {
                 Host h = hosts.get(i);
                 List<String> args = new ArrayList<>(List.of("node", "--master", masterAddress, "--host", h.address(),
                         "--advertise-host", h.address(), "--port", "0", "--segment-size", pool.cpu().toString(),
-                        "--promote-after", Integer.toString(pool.promoteAfter()),
-                        // the node's status page: its usual port, or one picked when another node shares the host
-                        "--http-port", sameHostBefore(hosts, i) || hostRepeats(hosts, i)
-                                ? "0" : Integer.toString(NodeCommand.DEFAULT_HTTP_PORT)));
+                        "--promote-after", Integer.toString(pool.promoteAfter())));
+                if (sameHostBefore(hosts, i) || hostRepeats(hosts, i)) {
+                    // nodes sharing an address: each status page on a port of its own (the usual one is taken
+                    // by one of them, or by anything else: a node on its default moves by itself)
+                    args.addAll(List.of("--http-port", "0"));
+                }
                 if (pool.disk() != null) {
                     args.addAll(List.of("--disk-dir", pool.disk().path().resolve("node-" + i).toString(), "--disk-size",
                             pool.disk().size().toString()));

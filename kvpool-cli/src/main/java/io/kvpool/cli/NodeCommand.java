@@ -69,8 +69,20 @@ final class NodeCommand implements Callable<Integer> {
             try {
                 http = StatusPages.listen("node", host, httpPort);
             } catch (IOException e) {
-                node.close();
-                throw e;
+                if (spec.commandLine().getParseResult().hasMatchedOption("--http-port")) {
+                    node.close();
+                    throw e;
+                }
+                // the default port is taken (several nodes on one machine): the page moves, the node runs
+                try {
+                    http = StatusPages.listen("node", host, 0);
+                } catch (IOException again) {
+                    node.close();
+                    throw again;
+                }
+                System.out.printf("kvpool node %s: HTTP port %d is in use (another node on this machine?); the status"
+                        + " page and /metrics are on port %d instead (give --http-port to choose)%n", node.name(),
+                        httpPort, http.getAddress().getPort());
             }
             PrometheusRegistry registry = new PrometheusRegistry();
             node.registerMetrics(registry);
