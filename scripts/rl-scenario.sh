@@ -49,7 +49,12 @@ if [ "${KVPOOL_RL_INNER:-}" = "1" ]; then
     shift
     engine_pids=()
     for port in "${ports[@]}"; do
-      segment="$(sed -n 's/^kvpool node \([^ ]*\): .*/\1/p' "$KVPOOL_RL_LOGS/node-$i.log" | head -n1)"
+      segment=""
+      for _ in $(seq 1 100); do  # the node prints its address once it serves: wait for the line
+        segment="$(sed -n 's/^kvpool node \([^ ]*\): .*/\1/p' "$KVPOOL_RL_LOGS/node-$i.log" | head -n1)"
+        [ -n "$segment" ] && break
+        sleep 0.1
+      done
       [ -n "$segment" ] || { echo "no address in $KVPOOL_RL_LOGS/node-$i.log"; exit 1; }
       KVPOOL_PREFERRED_SEGMENT="$segment" "$here/kvpool" engine --port "$port" --kv-blocks 256 --request-timeout 3s \
         "$@" > "$KVPOOL_RL_LOGS/engine-$name-$port.log" 2>&1 &

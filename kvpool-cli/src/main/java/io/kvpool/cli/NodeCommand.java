@@ -64,6 +64,9 @@ final class NodeCommand implements Callable<Integer> {
         }
         CountDownLatch stop = new CountDownLatch(1);
         StorageNode node = new StorageNode(options.toConfig(master, host, port, advertiseHost, exposure));
+        // first the line that names the node (scripts wait for it), then its page
+        System.out.printf("kvpool node %s: %s segment, master %s%n", node.name(), Size.human(node.capacity()), master);
+        System.out.flush();
         HttpServer http = null;
         if (httpPort >= 0) {
             try {
@@ -97,8 +100,10 @@ final class NodeCommand implements Callable<Integer> {
             node.close();
             stop.countDown();
         }, "kvpool-shutdown"));
-        System.out.printf("kvpool node %s: %s segment, master %s%s%n", node.name(), Size.human(node.capacity()), master,
-                web == null ? "" : ", status page http://" + node.advertiseHost() + ":" + web.getAddress().getPort() + "/");
+        if (web != null) {
+            System.out.printf("kvpool node %s: status page http://%s:%d/%n", node.name(), node.advertiseHost(),
+                    web.getAddress().getPort());
+        }
         System.out.flush();
         stop.await();
         return 0;
