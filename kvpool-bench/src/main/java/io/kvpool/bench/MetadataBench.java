@@ -207,7 +207,7 @@ final class MetadataBench implements AutoCloseable {
     /** Heap the master uses after a full collection. */
     long heapAfterGc() throws Exception {
         master.collectGarbage();
-        return (long) master.metric("master_heap_used_bytes");
+        return (long) master.metric("jvm_memory_used_bytes{area=\"heap\"}");
     }
 
     @Override

@@ -105,7 +105,7 @@ final class PoolProcess implements AutoCloseable {
         }
     }
 
-    /** A gauge from the master's /metrics, e.g. {@code master_heap_used_bytes}. */
+    /** A gauge from the master's /metrics, e.g. {@code master_objects} or {@code jvm_memory_used_bytes{area="heap"}}. */
     double metric(String name) throws Exception {
         HttpResponse<String> r = HttpClient.newHttpClient().send(
                 HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + httpPort + "/metrics")).build(),

@@ -46,7 +46,12 @@ public final class EmbeddedPool implements AutoCloseable {
             throw new IOException("interrupted while starting", e);
         }
         this.node = n;
-        master.metrics().embeddedNode(n::refusedAuth, n::tlsHandshakeFailures);
+        // the node's own series and page live on the master's HTTP port: one port for the machine
+        n.registerMetrics(master.metrics().registry());
+        if (master.http() != null) {
+            n.mountStatus(master.http(), "/node/", null);
+            master.statusLink("node " + n.name(), "node/");
+        }
     }
 
     public MasterServer master() {

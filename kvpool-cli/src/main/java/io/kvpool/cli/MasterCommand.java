@@ -66,7 +66,10 @@ final class MasterCommand implements Callable<Integer> {
         } else {
             MasterServer master = new MasterServer(config);
             running = master;
-            System.out.printf("kvpool master listening on %s:%d, metrics on port %d%n", host, master.port(), master.httpPort());
+            System.out.printf("kvpool master listening on %s:%d, metrics on port %d%s%n", host, master.port(),
+                    master.httpPort(), master.httpPort() < 0 ? "" : ", status page http://"
+                            + ("0.0.0.0".equals(host) ? LocalHost.defaultAdvertiseAddress() : host) + ":"
+                            + master.httpPort() + "/");
         }
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
             try {

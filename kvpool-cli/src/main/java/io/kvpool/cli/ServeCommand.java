@@ -42,9 +42,12 @@ final class ServeCommand implements Callable<Integer> {
             pool.close();
             stop.countDown();
         }, "kvpool-shutdown"));
-        System.out.printf("kvpool serving: master %s, segment %s of %s, metrics http://%s:%d/metrics%n",
-                pool.masterAddress(), pool.node().name(), Size.human(pool.node().capacity()), host,
-                pool.master().httpPort());
+        String web = "http://" + ("0.0.0.0".equals(host) ? "127.0.0.1" : host) + ":" + pool.master().httpPort() + "/";
+        System.out.printf("kvpool serving: master %s, segment %s of %s, metrics %smetrics%n",
+                pool.masterAddress(), pool.node().name(), Size.human(pool.node().capacity()), web);
+        if (pool.master().httpPort() >= 0) {
+            System.out.println("status page: " + web + " (the node's: " + web + "node/)");
+        }
         System.out.println("clients: KvPoolClient.connect(\"" + pool.masterAddress() + "\"); stop with Ctrl-C");
         System.out.flush();
         stop.await();

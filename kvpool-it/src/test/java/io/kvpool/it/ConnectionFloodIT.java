@@ -92,7 +92,7 @@ class ConnectionFloodIT {
                 // everyone else is served while the flood holds its connections
                 putAndRead(c, "during/");
                 long rssDuring = rssKiB(cluster.masterPid());
-                double heap = cluster.metric("master_heap_used_bytes");
+                double heap = cluster.metric("jvm_memory_used_bytes{area=\"heap\"}");
                 System.out.printf("ConnectionFloodIT: master RSS %,d KiB before, %,d KiB with %d hostile connections"
                                 + " open (+%,d KiB, %.1f KiB each); heap in use %.0f MiB%n", rssBefore, rssDuring,
                         hostile.size(), rssDuring - rssBefore, (rssDuring - rssBefore) / (double) hostile.size(),

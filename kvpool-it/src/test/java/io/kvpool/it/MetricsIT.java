@@ -57,7 +57,7 @@ class MetricsIT {
 
             int port = cluster.master.httpPort();
             String m = get(port, "/metrics");
-            assertThat(value(m, "master_key_count")).isEqualTo(keys);
+            assertThat(value(m, "master_objects")).isEqualTo(keys);
             assertThat(value(m, "master_total_capacity_bytes")).isEqualTo(2 * (8 << 20));
             assertThat(value(m, "master_allocated_bytes")).isPositive();
             assertThat(value(m, "master_active_clients")).isGreaterThanOrEqualTo(1);
@@ -83,7 +83,7 @@ class MetricsIT {
             assertThat(value(m, "master_eviction_successes_total")).isPositive();
             assertThat(value(m, "master_evicted_keys_total")).isPositive();
             assertThat(value(m, "master_evicted_bytes_total")).isPositive();
-            assertThat(m).contains("# TYPE master_requests_total counter").contains("# TYPE master_key_count gauge");
+            assertThat(m).contains("# TYPE master_requests_total counter").contains("# TYPE master_objects gauge");
 
             String health = get(port, "/health");
             assertThat(health).contains("\"status\":\"ok\"").contains("\"segments\":2");

@@ -21,6 +21,9 @@ import io.kvpool.protocol.msg.MasterMessages.RegisterNode;
 import io.kvpool.protocol.msg.MasterMessages;
 import io.kvpool.protocol.msg.NodeMessages;
 import io.kvpool.protocol.msg.WriteGrant;
+import com.sun.net.httpserver.HttpServer;
+import io.kvpool.web.StatusPages;
+import io.prometheus.metrics.model.registry.PrometheusRegistry;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -54,10 +57,17 @@ class SecuredPoolIT {
 
     private static InProcessCluster cluster;
     private static KvPoolClient admin;
+    /** The node's own /metrics, as `kvpool node --http-port` serves it: where its refusals are counted. */
+    private static HttpServer nodeHttp;
 
     @BeforeAll
     static void start() throws Exception {
         cluster = new InProcessCluster(1, Size.ofMiB(32), m -> m.withSecrets(BOTH), n -> n.withSecrets(BOTH));
+        nodeHttp = StatusPages.listen("node", "127.0.0.1", 0);
+        PrometheusRegistry registry = new PrometheusRegistry();
+        cluster.nodes.getFirst().registerMetrics(registry);
+        cluster.nodes.getFirst().mountStatus(nodeHttp, "/", registry);
+        nodeHttp.start();
         admin = cluster.client(c -> c.withSecrets(BOTH));
         assertThat(admin.put("kept", KEPT)).isEqualTo(PutStatus.OK);
     }
@@ -67,7 +77,19 @@ class SecuredPoolIT {
         // every probe left what was stored in place
         assertThat(admin.get("kept")).hasValueSatisfying(b -> assertThat(b).isEqualTo(KEPT));
         admin.close();
+        nodeHttp.stop(0);
         cluster.close();
+    }
+
+    /** A counter of the node's own /metrics. */
+    private static double nodeMetric(String name) throws Exception {
+        String body = java.net.http.HttpClient.newHttpClient().send(java.net.http.HttpRequest.newBuilder(
+                java.net.URI.create("http://127.0.0.1:" + nodeHttp.getAddress().getPort() + "/metrics")).build(),
+                java.net.http.HttpResponse.BodyHandlers.ofString()).body();
+        java.util.regex.Matcher m = java.util.regex.Pattern.compile("^" + java.util.regex.Pattern.quote(name) + " (\\S+)$",
+                java.util.regex.Pattern.MULTILINE).matcher(body);
+        assertThat(m.find()).as(name + " in the node's /metrics:\n" + body).isTrue();
+        return Double.parseDouble(m.group(1));
     }
 
     private static HostPort master() {
@@ -111,6 +133,7 @@ class SecuredPoolIT {
     @Test
     void bareFramesWithoutAProofAreRefusedOnMasterAndNode() throws Exception {
         // the probe's read, in-place overwrite and reset, sent with no proof at all
+        double authRefusedBefore = nodeMetric("node_auth_refused_total");
         RemoteException e = refused(master(), Secrets.NONE, Opcode.GET_REPLICA_LIST,
                 new BodyWriter().i32(1).bytes("kept".getBytes()));
         assertThat(e.getMessage()).contains("needs the cluster secret").contains("KVPOOL_SECRET_FILE");
@@ -118,6 +141,8 @@ class SecuredPoolIT {
         refused(node(), Secrets.NONE, Opcode.NODE_WRITE, new BodyWriter());
         e = refused(node(), Secrets.NONE, Opcode.NODE_RESET, new BodyWriter().i64(1L << 62).i64(0));
         assertThat(e.getMessage()).contains("node_reset needs the admin secret");
+        // each refusal is counted where an operator's Prometheus scrapes the node
+        assertThat(nodeMetric("node_auth_refused_total")).isGreaterThanOrEqualTo(authRefusedBefore + 3);
         refused(master(), Secrets.NONE, Opcode.REMOVE_ALL, new BodyWriter().bool(true));
         // a put still works: the node was not fenced
         assertThat(admin.put("after-bare-frames", new byte[100])).isEqualTo(PutStatus.OK);
@@ -145,6 +170,7 @@ class SecuredPoolIT {
         byte[] forged = new byte[4096];
         Arrays.fill(forged, (byte) 0x66);
         long region = ObjectLayout.regionLength("victim".length(), forged.length);
+        double grantsRefusedBefore = nodeMetric("node_write_grants_refused_total");
         try (FrameConnection m = FrameConnection.connect(master(), CALL, Limits.DEFAULT, DATA_ONLY)) {
             // where the victim lives, as GET_REPLICA_LIST hands it to anyone with the cluster secret
             MasterMessages.ReplicaList where = MasterMessages.ReplicaListReply.read(m.call(Opcode.GET_REPLICA_LIST,
@@ -186,6 +212,8 @@ class SecuredPoolIT {
                     forged, ownGrant)).isEqualTo(List.of(ResultCode.OK));
         }
         assertThat(admin.get("victim")).hasValueSatisfying(b -> assertThat(b).isEqualTo(victim));
+        // the five forged writes are counted on the node's own /metrics (the genuine one is not)
+        assertThat(nodeMetric("node_write_grants_refused_total")).isGreaterThanOrEqualTo(grantsRefusedBefore + 5);
     }
 
     @Test

@@ -9,11 +9,8 @@ import io.prometheus.metrics.core.metrics.CounterWithCallback;
 import io.prometheus.metrics.core.metrics.GaugeWithCallback;
 import io.prometheus.metrics.model.registry.PrometheusRegistry;
 
-import java.lang.management.ManagementFactory;
-import java.lang.management.MemoryMXBean;
 import java.util.Locale;
 import java.util.concurrent.atomic.LongAdder;
-import java.util.function.LongSupplier;
 
 /**
  * The master's metrics: request counters per operation, kept in {@link LongAdder}s indexed by
@@ -48,7 +45,7 @@ public final class MasterMetrics {
 
     MasterMetrics(MasterService service) {
         this.service = service;
-        gauge("master_key_count", "Complete objects in the pool", service::keyCount);
+        gauge("master_objects", "Complete objects in the pool (was master_key_count)", service::keyCount);
         gauge("master_allocated_bytes", "Bytes reserved in active segments, headers included", service::allocated);
         gauge("master_total_capacity_bytes", "Bytes contributed by active segments", service::capacity);
         gauge("master_active_clients", "Clients seen within the client TTL", service::activeClients);
@@ -56,12 +53,6 @@ public final class MasterMetrics {
                 + " if those nodes come back", service::undeliveredFrees);
         gauge("master_cluster_epoch", "Current cluster epoch (moves on every removeAll(force))", service::epoch);
         gauge("master_segments", "Registered segments, joining ones included", () -> service.segmentInfos().size());
-        // the index lives on the heap (about 140 bytes per object): watch it against -Xmx
-        MemoryMXBean memory = ManagementFactory.getMemoryMXBean();
-        gauge("master_heap_used_bytes", "Java heap in use by the master process (index included)",
-                () -> memory.getHeapMemoryUsage().getUsed());
-        gauge("master_heap_committed_bytes", "Java heap committed by the JVM for the master process",
-                () -> memory.getHeapMemoryUsage().getCommitted());
         GaugeWithCallback.builder().name("segment_allocated_bytes").help("Bytes reserved in a segment")
                 .labelNames("segment").callback(cb -> {
                     for (SegmentInfo s : service.segmentInfos()) {
@@ -74,7 +65,7 @@ public final class MasterMetrics {
                         cb.call(s.capacity(), s.name());
                     }
                 }).register(registry);
-        GaugeWithCallback.builder().name("segment_object_count").help("Objects stored in a segment")
+        GaugeWithCallback.builder().name("segment_objects").help("Objects stored in a segment (was segment_object_count)")
                 .labelNames("segment").callback(cb -> {
                     for (SegmentInfo s : service.segmentInfos()) {
                         cb.call(s.objects(), s.name());
@@ -222,13 +213,14 @@ public final class MasterMetrics {
     }
 
     /**
-     * The same counters for the node embedded with this master ({@code kvpool serve}), which has no
-     * metrics endpoint of its own.
+     * The leadership this master serves: {@code master_term} (0 for a single master; moves on every
+     * failover) and {@code master_leader} (1 while it serves as leader).
      */
-    public void embeddedNode(LongSupplier authRefused, LongSupplier tlsFailures) {
-        counter("node_auth_refused_total", "The embedded node's connections closed because their authentication"
-                + " failed or a request needed a secret they had not proven", authRefused);
-        counter("node_tls_handshake_failures_total", "The embedded node's connections refused for TLS", tlsFailures);
+    void leadership(long term, java.util.function.BooleanSupplier leading) {
+        gauge("master_term", "The leadership term this master serves (0 for a single master; moves on every failover)",
+                () -> term);
+        gauge("master_leader", "1 while this master serves as the elected leader (or is the only master), else 0",
+                () -> leading.getAsBoolean() ? 1 : 0);
     }
 
     private void gauge(String name, String help, java.util.function.DoubleSupplier value) {
@@ -275,6 +267,23 @@ public final class MasterMetrics {
 
     long requests(Opcode op) {
         return requests[op.code].sum();
+    }
+
+    /** Objects looked up for reading (GET_REPLICA_LIST and its batch form's items). */
+    long lookups() {
+        return requests[Opcode.GET_REPLICA_LIST.code].sum() + items[Opcode.BATCH_GET_REPLICA_LIST.code].sum();
+    }
+
+    /** Objects looked up for reading that were not present. */
+    long lookupMisses() {
+        return misses[Opcode.GET_REPLICA_LIST.code].sum() + misses[Opcode.BATCH_GET_REPLICA_LIST.code].sum();
+    }
+
+    /** Puts begun with space granted (PUT_START and batch items not refused) plus objects committed under write leases. */
+    long putsAdmitted() {
+        return requests[Opcode.PUT_START.code].sum() - failures[Opcode.PUT_START.code].sum()
+                + items[Opcode.BATCH_PUT_START.code].sum() - failedItems[Opcode.BATCH_PUT_START.code].sum()
+                + service.writeLeases.committed.get();
     }
 
     long failures(Opcode op) {

@@ -2,10 +2,11 @@ package io.kvpool.master;
 
 import com.sun.net.httpserver.HttpExchange;
 import com.sun.net.httpserver.HttpServer;
+import io.kvpool.config.HostPort;
+import io.kvpool.web.StatusPages;
 import io.kvpool.config.Durations;
 import io.kvpool.protocol.FrameServer;
 import io.kvpool.protocol.Opcode;
-import io.prometheus.metrics.exporter.httpserver.MetricsHandler;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -17,7 +18,6 @@ import java.time.Duration;
 import java.time.InstantSource;
 import java.util.Locale;
 import java.util.Set;
-import java.util.concurrent.Executors;
 import java.util.function.BooleanSupplier;
 import java.util.random.RandomGenerator;
 
@@ -38,6 +38,8 @@ public final class MasterServer implements AutoCloseable {
     private final NodeControl nodes;
     private final FrameServer rpc;
     private final HttpServer http;
+    private final MasterStatus status;
+    private final StatusPages pages;
     private final Thread timer;
     private final Thread repairer;
     private final BooleanSupplier leading;
@@ -78,22 +80,25 @@ public final class MasterServer implements AutoCloseable {
                 config.frameTimeout(), op -> !op.isNodeOp(), new MasterHandler(service, metrics, leading), config.secrets(),
                 Opcode::access);
         metrics.connections(rpc);
+        metrics.leadership(config.term(), leading);
+        this.status = new MasterStatus(service, metrics, config, leading, clock);
         HttpServer h = null;
+        StatusPages p = null;
         if (config.httpPort() >= 0) {
             try {
-                h = HttpServer.create(new InetSocketAddress(config.listenHost(), config.httpPort()), 64);
+                h = StatusPages.listen("master", config.listenHost(), config.httpPort());
             } catch (IOException e) {
                 rpc.close();
                 nodes.close();
-                throw new IOException("master: cannot listen for HTTP on " + config.listenHost() + ":" + config.httpPort()
-                        + ": " + e.getMessage(), e);
+                throw e;
             }
-            h.createContext("/metrics", new MetricsHandler(metrics.registry()));
+            String address = new HostPort(config.listenHost(), rpc.port()).toString();
+            p = StatusPages.mount(h, "/", metrics.registry(), () -> status.view(address), status.history);
             h.createContext("/health", this::health);
-            h.setExecutor(Executors.newVirtualThreadPerTaskExecutor());
             h.start();
         }
         this.http = h;
+        this.pages = p;
         this.timer = Thread.ofPlatform().daemon().name("kvpool-master-timer").start(this::timerLoop);
         this.repairer = Thread.ofPlatform().daemon().name("kvpool-master-repair").start(this::repairLoop);
         log.info("master listening on {}:{} (metrics on {}), node TTL {}, eviction at {}% freeing {}%",
@@ -117,6 +122,19 @@ public final class MasterServer implements AutoCloseable {
 
     public MasterMetrics metrics() {
         return metrics;
+    }
+
+    /**
+     * The HTTP server (status page, /metrics, /health), to mount more pages on (the embedded node's in
+     * {@code kvpool serve}); null when HTTP is off.
+     */
+    public HttpServer http() {
+        return http;
+    }
+
+    /** Adds a link to the master's status page header. */
+    public void statusLink(String label, String href) {
+        status.link(label, href);
     }
 
     /** Delivers queued frees to nodes now instead of at the next flush. */
@@ -200,6 +218,7 @@ public final class MasterServer implements AutoCloseable {
             log.warn("master: error closing RPC port: {}", e.toString());
         }
         if (http != null) {
+            pages.close();
             http.stop(0);
         }
         nodes.close();

@@ -116,6 +116,8 @@ public final class MasterService {
     final ReadLeases leases;
 
     final AtomicLong expiredPuts = new AtomicLong();
+    /** The last resets, for the status page. */
+    final RecentResets resets;
 
     /**
      * A master driven by {@code clock} alone: read leases are counted on the same clock, and there is
@@ -153,6 +155,7 @@ public final class MasterService {
         this.membership = new Membership(config, clock, epoch, index, segments, spills, leases, nodes, generations,
                 eviction::accessTick, repair::markDirty);
         this.probes = new Probes(index);
+        this.resets = new RecentResets(clock);
         this.grants = WriteGrants.of(config.secrets());
         this.writeLeases = new WriteLeases(config, clock, epoch, index, segments, eviction, nodes, generations, grants);
     }
@@ -586,6 +589,7 @@ public final class MasterService {
             epoch.shared().unlock();
         }
         settle(prefix.length == 0 ? leases.publishAll() : leases.publishPrefix(prefix));
+        resets.removeByPrefix(prefix, n[0], epoch());
         return n[0];
     }
 
@@ -631,6 +635,7 @@ public final class MasterService {
         } else {
             log.info("removeAll(force): removed {} objects, now at epoch {}", n, newEpoch);
         }
+        resets.removeAll(true, n, newEpoch);
         return n;
     }
 

@@ -20,13 +20,17 @@ class MasterMetricsTest {
     }
 
     @Test
-    void heapGaugesReportTheJvmHeap() {
+    void leadershipGaugesFollowTheTermAndWhetherThisMasterServes() {
         MasterService svc = new MasterService(MasterConfig.defaults(), new ManualClock(1_700_000_000_000L),
                 new SplittableRandom(1), NodeNotifier.NONE);
         MasterMetrics m = new MasterMetrics(svc);
-        double used = gauge(m, "master_heap_used_bytes");
-        double committed = gauge(m, "master_heap_committed_bytes");
-        assertThat(used).isPositive();
-        assertThat(committed).isGreaterThanOrEqualTo(used);
+        java.util.concurrent.atomic.AtomicBoolean leading = new java.util.concurrent.atomic.AtomicBoolean(true);
+        m.leadership(7, leading::get);
+        assertThat(gauge(m, "master_term")).isEqualTo(7);
+        assertThat(gauge(m, "master_leader")).isEqualTo(1);
+        leading.set(false);
+        assertThat(gauge(m, "master_leader")).isEqualTo(0);
+        // names promtool accepts: a gauge does not end in _count
+        assertThat(gauge(m, "master_objects")).isEqualTo(0);
     }
 }

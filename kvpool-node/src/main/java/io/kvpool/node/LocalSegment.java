@@ -47,6 +47,7 @@ final class LocalSegment {
     private final AtomicLong bytesWritten = new AtomicLong();
     private final AtomicLong bytesRead = new AtomicLong();
     private final AtomicLong refusedWrites = new AtomicLong();
+    private final AtomicLong refusedGrants = new AtomicLong();
     private final AtomicLong memoryReads = new AtomicLong();
     private final AtomicLong term = new AtomicLong();
     private final WriteGrants grants;
@@ -159,6 +160,7 @@ final class LocalSegment {
         String why = grants.refusal(g, segmentId, t, offset, length, generation);
         if (why != null) {
             refusedWrites.incrementAndGet();
+            refusedGrants.incrementAndGet();
             throw new Handshake.UnauthorizedException("segment " + name + " refuses a write without the admin secret: "
                     + why);
         }
@@ -236,5 +238,10 @@ final class LocalSegment {
 
     long refusedWrites() {
         return refusedWrites.get();
+    }
+
+    /** Writes refused because a connection without the admin secret held no grant covering them. */
+    long refusedGrants() {
+        return refusedGrants.get();
     }
 }

@@ -77,6 +77,8 @@ final class MasterLink implements AutoCloseable {
     private final Condition state = lock.newCondition();
     private volatile boolean running = true;
     private volatile boolean registered;
+    /** When the master last acknowledged a heartbeat (epoch ms; 0: never). */
+    private volatile long lastHeartbeatMillis;
     /** Volatile: a leader change closes it from the watch's thread, to end a call stuck on a deposed leader. */
     private volatile FrameConnection conn;
     private int segmentId = -1;
@@ -97,6 +99,17 @@ final class MasterLink implements AutoCloseable {
 
     boolean isRegistered() {
         return registered;
+    }
+
+    /** When the master last acknowledged a heartbeat, epoch ms; 0 if it never did. */
+    long lastHeartbeatMillis() {
+        return lastHeartbeatMillis;
+    }
+
+    /** The master this link talks to now, as text (the leader's address once located). */
+    String masterName() {
+        MasterLocator.Leader l = master;
+        return l == null ? masters.toString() : l.address().toString();
     }
 
     /**
@@ -176,6 +189,7 @@ final class MasterLink implements AutoCloseable {
                     continue;
                 }
                 setRegistered(true);
+                lastHeartbeatMillis = System.currentTimeMillis();
                 if (hb.epoch() > node.ledger().epoch()) {
                     long n = node.ledger().reset(hb.epoch());
                     log.warn("node {}: missed a reset; now at epoch {}, dropped {} objects", node.name(), hb.epoch(), n);

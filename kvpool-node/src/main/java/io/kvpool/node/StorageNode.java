@@ -20,6 +20,9 @@ import io.kvpool.protocol.ResultCode;
 import io.kvpool.protocol.Tier;
 import io.kvpool.protocol.msg.MasterMessages.Codes;
 import io.kvpool.protocol.msg.NodeMessages;
+import io.kvpool.web.StatusPages;
+import com.sun.net.httpserver.HttpServer;
+import io.prometheus.metrics.model.registry.PrometheusRegistry;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -64,6 +67,8 @@ public final class StorageNode implements AutoCloseable {
     private final SameMachineWrites sameMachine;
     /** Copies to other nodes that the master's repair asks for. */
     private final Replication replication;
+    /** The status page mounted by {@link #mountStatus}, closed with the node; null until then. */
+    private volatile StatusPages pages;
     private volatile boolean closed;
 
     public StorageNode(NodeConfig config) throws IOException {
@@ -165,6 +170,25 @@ public final class StorageNode implements AutoCloseable {
     /** Waits until registered with the master, up to {@code timeout}. */
     public boolean awaitRegistered(Duration timeout) throws InterruptedException {
         return link.awaitRegistered(timeout);
+    }
+
+    /**
+     * Registers the series only this node can export (what its port refused, its link to the master,
+     * its SSD tier's writer; see {@link NodeMetrics}) in {@code registry}: the node's own, or the
+     * master's in {@code kvpool serve}.
+     */
+    public void registerMetrics(PrometheusRegistry registry) {
+        NodeMetrics.register(this, server, local, link, disk, registry);
+    }
+
+    /**
+     * Mounts this node's status page on {@code http} under {@code prefix}, and {@code /metrics} from
+     * {@code registry} (with JVM metrics) unless it is null. The caller starts and stops the server;
+     * the page's sampler stops with the node.
+     */
+    public void mountStatus(HttpServer http, String prefix, PrometheusRegistry registry) {
+        NodeStatus status = new NodeStatus(this, server, local, link, disk);
+        pages = StatusPages.mount(http, prefix, registry, status::view, status.history);
     }
 
     /** Whether this node runs an SSD tier (its store, writer thread and staging memory exist only then). */
@@ -410,6 +434,10 @@ public final class StorageNode implements AutoCloseable {
             return;
         }
         closed = true;
+        StatusPages p = pages;
+        if (p != null) {
+            p.close();
+        }
         link.close();
         masters.close();
         if (disk != null) {

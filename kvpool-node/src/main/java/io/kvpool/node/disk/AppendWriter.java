@@ -55,6 +55,11 @@ final class AppendWriter {
     private long passDone;
     private boolean done;
 
+    /** False once the writer thread has ended (closed, or stopped by an error: spills are refused). */
+    boolean running() {
+        return index.locked(() -> !done);
+    }
+
     AppendWriter(DiskIndex index, LogFiles files, Staging staging, RunWriter runWriter, Compactor compactor,
                  DiskStore.Listener listener, Path dir, int ioBlock) {
         this.index = index;
@@ -208,6 +213,7 @@ final class AppendWriter {
         try {
             if (failed) {
                 index.drops += placed;
+                index.writeErrors++;
                 if (files.active != null && touched.contains(files.active)) {
                     files.active = null; // start clean in a new file
                 }

@@ -76,6 +76,8 @@ final class DiskIndex {
     long bytesRead;
     long bytesWritten;
     long drops;
+    /** Write batches that failed with an I/O error (their records are among the drops). */
+    long writeErrors;
     long evictions;
     long compactions;
     long checksumFailures;

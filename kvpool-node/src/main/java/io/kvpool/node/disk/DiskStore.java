@@ -240,10 +240,14 @@ public final class DiskStore implements AutoCloseable {
      * @param compactions      files compacted or deleted because they emptied
      * @param checksumFailures reads whose value failed its CRC32C
      * @param skippedRecords   records or garbage runs skipped when the files were scanned at open
+     * @param writeErrors      write batches that failed with an I/O error (their records count as drops)
+     * @param writerRunning    the writer thread runs; false after close, or after an error stopped it
+     *                         (then spills are refused and reads go on)
      */
     public record Stats(long capacityBytes, long usedBytes, long liveBytes, long objects, long hits, long bytesRead,
                         long bytesWritten, long queueDepthBytes, long queuedItems, long drops, long evictions,
-                        long compactions, long checksumFailures, long skippedRecords) {
+                        long compactions, long checksumFailures, long skippedRecords, long writeErrors,
+                        boolean writerRunning) {
     }
 
     /** Where a record is; for tests. */
@@ -404,7 +408,8 @@ public final class DiskStore implements AutoCloseable {
     public Stats stats() {
         return index.locked(() -> new Stats(config.capacityBytes(), files.usedBytes, index.liveBytes(), index.size(),
                 index.hits, index.bytesRead, index.bytesWritten, staging.usedBytes(), staging.items(), index.drops,
-                index.evictions, index.compactions, index.checksumFailures, index.skippedRecords));
+                index.evictions, index.compactions, index.checksumFailures, index.skippedRecords, index.writeErrors,
+                writer.running()));
     }
 
     public Config config() {

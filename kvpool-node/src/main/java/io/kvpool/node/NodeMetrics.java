@@ -1,0 +1,70 @@
+package io.kvpool.node;
+
+import io.kvpool.protocol.FrameServer;
+import io.kvpool.node.disk.DiskStore;
+import io.prometheus.metrics.core.metrics.CounterWithCallback;
+import io.prometheus.metrics.core.metrics.GaugeWithCallback;
+import io.prometheus.metrics.model.registry.PrometheusRegistry;
+
+import java.util.function.DoubleSupplier;
+import java.util.function.Function;
+
+/**
+ * The series only a node can export, on its own {@code /metrics} ({@code kvpool node --http-port},
+ * 9004) or, for the node inside {@code kvpool serve}, on the master's: what its port refused
+ * (connection limits, stalled frames, failed authentication or TLS, writes without a grant), whether
+ * it is connected to the master, and its SSD tier's writer. Its segment's and tiers' sizes and
+ * traffic are not here: the master exports them once for every node, from the heartbeats.
+ */
+final class NodeMetrics {
+
+    private NodeMetrics() {
+    }
+
+    static void register(StorageNode node, FrameServer server, LocalSegment local, MasterLink link, DiskTier disk,
+                         PrometheusRegistry registry) {
+        gauge(registry, "node_connections_open", "Connections open to the node's port", server::connectionCount);
+        counter(registry, "node_connections_refused_total", "Connections refused at the connection limits (in all,"
+                + " per host)", server::refusedConnections);
+        counter(registry, "node_frames_timed_out_total", "Connections closed because a frame did not arrive within"
+                + " the frame timeout", server::timedOutFrames);
+        counter(registry, "node_auth_refused_total", "Connections closed because their authentication failed or a"
+                + " request needed a secret they had not proven", server::refusedAuth);
+        counter(registry, "node_tls_handshake_failures_total", "Connections refused for TLS: a failed or timed-out"
+                + " handshake, a plain-TCP client of a TLS node or the reverse", server::tlsHandshakeFailures);
+        counter(registry, "node_large_bodies_refused_total", "Frames refused because the budget for bodies over 1 MiB"
+                + " stayed in use", server::refusedBodies);
+        counter(registry, "node_write_grants_refused_total", "Writes refused because a connection without the admin"
+                + " secret held no write grant of the master covering them", local::refusedGrants);
+        counter(registry, "node_writes_refused_total", "Writes refused for any reason: no grant, an older master"
+                + " term, a fenced epoch, a checksum mismatch", local::refusedWrites);
+        gauge(registry, "node_master_connected", "1 while the node is registered with the master and its heartbeats"
+                + " are answered, else 0", () -> link.isRegistered() ? 1 : 0);
+        if (disk != null) {
+            diskGauge(registry, node, disk, "node_disk_writer_up", "1 while the SSD tier's writer runs; 0 once an error"
+                    + " stopped it (spills are refused, reads go on) or the node is closing", s -> s.writerRunning() ? 1.0 : 0.0);
+            diskCounter(registry, node, disk, "node_disk_write_errors_total", "SSD tier write batches that failed with an"
+                    + " I/O error (their records are dropped and counted as drops)", s -> (double) s.writeErrors());
+        }
+    }
+
+    private static void gauge(PrometheusRegistry r, String name, String help, DoubleSupplier v) {
+        GaugeWithCallback.builder().name(name).help(help).callback(cb -> cb.call(v.getAsDouble())).register(r);
+    }
+
+    private static void counter(PrometheusRegistry r, String name, String help, DoubleSupplier v) {
+        CounterWithCallback.builder().name(name).help(help).callback(cb -> cb.call(v.getAsDouble())).register(r);
+    }
+
+    private static void diskGauge(PrometheusRegistry r, StorageNode node, DiskTier disk, String name, String help,
+                                  Function<DiskStore.Stats, Double> v) {
+        GaugeWithCallback.builder().name(name).help(help).labelNames("segment")
+                .callback(cb -> cb.call(v.apply(disk.store().stats()), node.name())).register(r);
+    }
+
+    private static void diskCounter(PrometheusRegistry r, StorageNode node, DiskTier disk, String name, String help,
+                                    Function<DiskStore.Stats, Double> v) {
+        CounterWithCallback.builder().name(name).help(help).labelNames("segment")
+                .callback(cb -> cb.call(v.apply(disk.store().stats()), node.name())).register(r);
+    }
+}
