@@ -133,8 +133,11 @@
       else if (max >= 1e4) { div = 1e3; suffix = "k"; }
       if (unit === "per_s") suffix += "/s";
     }
-    var s = step / div;
-    var dec = s >= 1 ? 0 : Math.min(3, Math.ceil(-Math.log10(s) - 1e-9));
+    // as many decimals as the step needs (2.5k steps print 2.5k, 7.5k, not 3k, 8k), at most 3
+    var s = step / div, dec = 0;
+    while (dec < 3 && Math.abs(s * Math.pow(10, dec) - Math.round(s * Math.pow(10, dec))) > 1e-6 * s * Math.pow(10, dec)) {
+      dec++;
+    }
     return splits.map(function (v) {
       if (v === null) return "";
       return v === 0 ? "0" : (v / div).toFixed(dec) + suffix;
@@ -271,22 +274,29 @@
       }
     });
     prune(cards, seen);
-    balanceCards();
+    balance(box);
   }
 
-  /** As many columns as fit, but rows of equal length where possible: 12 cards in 6 + 6, not 7 + 5. */
-  function balanceCards() {
-    var box = $("cards");
+  /**
+   * As many columns as fit (each at least the box's --item-min wide), but rows of equal length where
+   * possible: 12 cards in 6 + 6 rather than 7 + 5, 4 charts in 2 + 2 rather than 3 + 1.
+   */
+  function balance(box) {
     var n = box.children.length;
     if (n === 0) return;
     var style = getComputedStyle(box);
-    var min = parseFloat(style.getPropertyValue("--card-min")) || 170;
+    var min = parseFloat(style.getPropertyValue("--item-min")) || 170;
     var gap = parseFloat(style.columnGap) || 0;
     var fit = Math.max(1, Math.floor((box.clientWidth + gap) / (min + gap)));
     var rows = Math.ceil(n / fit);
     var cols = Math.ceil(n / rows);
     var want = "repeat(" + cols + ", minmax(0, 1fr))";
     if (box.style.gridTemplateColumns !== want) box.style.gridTemplateColumns = want;
+  }
+
+  function balanceAll() {
+    balance($("cards"));
+    balance($("charts"));
   }
 
   // ---------------------------------------------------------------- tables
@@ -365,7 +375,7 @@
   function plotSize(box) {
     var w = Math.max(200, Math.floor(box.clientWidth));
     // tall enough to read, short enough that a laptop screen shows the cards and a row of charts
-    var h = Math.round(Math.max(150, Math.min(340, w * 0.6, (window.innerHeight || 800) * 0.28)));
+    var h = Math.round(Math.max(150, Math.min(300, w * 0.55, (window.innerHeight || 800) * 0.26)));
     return { width: w, height: h };
   }
 
@@ -396,7 +406,7 @@
         label: s.label,
         stroke: color,
         width: 1.75,
-        fill: color + "14",
+        fill: i === 0 ? color + "1a" : undefined, // the first line's area only: overlapping fills turn muddy
         spanGaps: false,
         points: { show: false },
         // with the cursor off the chart the legend shows each line's latest value
@@ -477,6 +487,7 @@
       seen[c.id] = true;
     });
     prune(charts, seen, dropChart);
+    balance(box);
     box.classList.toggle("is-empty", (h.charts || []).length === 0);
   }
 
@@ -515,7 +526,7 @@
       .then(function () { setTimeout(poll, POLL_MS); });
   }
 
-  window.addEventListener("resize", balanceCards);
+  window.addEventListener("resize", balanceAll);
   setState("connecting", "connecting…");
   poll();
 })();
