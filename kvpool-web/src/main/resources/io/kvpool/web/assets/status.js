@@ -154,6 +154,10 @@
       return out;
     }
     if (unit === "ratio") return [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.25, 0.5, 1];
+    if (unit === "count") { // whole steps: a count of objects has no quarter ticks
+      for (k = 1; k <= 1e15; k *= 10) out.push(k, 2 * k, 5 * k);
+      return out;
+    }
     return undefined; // uPlot's own 1, 2, 5 steps
   }
 
