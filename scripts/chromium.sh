@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# Headless Chromium for the status page's browser test (StatusPageIT) and for screenshots: installs
+# Debian's chromium package when /usr/bin/chromium is missing, and runs it with the flags this kind
+# of machine needs.
+#
+#   scripts/chromium.sh [install]     install chromium if missing (idempotent); print the binary's path
+#   scripts/chromium.sh run ARGS...   run headless Chromium with the flags below, a fresh profile
+#                                     directory (deleted afterwards) and ARGS, for example
+#                                       scripts/chromium.sh run --virtual-time-budget=5000 --dump-dom URL
+#                                       scripts/chromium.sh run --window-size=1440,1000 --screenshot=F.png URL
+#   scripts/chromium.sh flags         print the flags `run` adds, one a line (without the profile)
+#
+# The flags: --headless --no-sandbox (containers, root) --disable-gpu, and no background traffic at all
+# (--disable-quic --no-first-run --disable-background-networking --disable-component-update
+# --disable-sync): on a machine without internet access Chromium otherwise waits on refused
+# connections to Google's services and a one-shot --dump-dom can hang.
+#
+# Exit status: 0 ok, 1 failure (or Chromium's own status for `run`), 2 usage, 3 chromium is missing
+# and cannot be installed here (callers may skip rather than fail).
+#
+# Environment: CHROMIUM the binary to use (default /usr/bin/chromium; not installed when set).
+set -euo pipefail
+
+PROG=$(basename "$0")
+BIN=${CHROMIUM:-/usr/bin/chromium}
+
+FLAGS=(
+    --headless
+    --no-sandbox
+    --disable-gpu
+    --disable-dev-shm-usage
+    --disable-quic
+    --no-first-run
+    --no-default-browser-check
+    --disable-background-networking
+    --disable-component-update
+    --disable-sync
+    --disable-extensions
+    --hide-scrollbars
+    --mute-audio
+)
+
+die() {
+    printf '%s: %s\n' "$PROG" "$*" >&2
+    exit 1
+}
+
+# Exit status 3 means "chromium cannot be installed here" (callers may skip rather than fail).
+die_unavailable() {
+    printf '%s: %s\n' "$PROG" "$*" >&2
+    exit 3
+}
+
+usage() {
+    cat >&2 <<EOF
+usage: $PROG [install]
+       $PROG run CHROMIUM_ARGS...
+       $PROG flags
+EOF
+    exit 2
+}
+
+# Runs a command as root: directly when we are root, through sudo when it is there.
+as_root() {
+    if [[ $(id -u) -eq 0 ]]; then
+        "$@"
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo "$@"
+    else
+        die_unavailable "chromium is not installed and we are not root (no sudo either): install Debian's chromium package (apt-get install chromium) and rerun"
+    fi
+}
+
+apt_install() {
+    # Another apt-get may hold the lock (a helper installing etcd or promtool): wait for it.
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+        -o DPkg::Lock::Timeout=600 chromium >&2
+}
+
+ensure_installed() {
+    [[ -x $BIN ]] && return 0
+    [[ -z ${CHROMIUM:-} ]] || die_unavailable "CHROMIUM=$CHROMIUM is not an executable file"
+    command -v apt-get >/dev/null 2>&1 \
+        || die_unavailable "chromium is not installed and apt-get is not available: install Chromium as $BIN (or set CHROMIUM) and rerun"
+    echo "$PROG: $BIN not found, installing Debian's chromium package" >&2
+    # Refresh the package lists only when they were never fetched or the install fails with stale ones.
+    if ! compgen -G '/var/lib/apt/lists/*_Packages*' >/dev/null; then
+        as_root apt-get update -q >&2 || die_unavailable "apt-get update failed: install chromium (Debian package) by hand"
+    fi
+    if ! apt_install; then
+        as_root apt-get update -q >&2 || die_unavailable "apt-get update failed: install chromium (Debian package) by hand"
+        apt_install || die_unavailable "apt-get install chromium failed: install it by hand"
+    fi
+    [[ -x $BIN ]] || die "$BIN still missing after installing the chromium package"
+}
+
+run() {
+    ensure_installed
+    local status=0
+    # global, not local: the EXIT trap runs after this function has returned
+    PROFILE=$(mktemp -d "${TMPDIR:-/tmp}/kvpool-chromium.XXXXXX") || die "cannot create a profile directory"
+    # A fresh profile every run: no state carried between runs, and two runs never share a lock.
+    trap 'rm -rf "$PROFILE"' EXIT
+    "$BIN" "${FLAGS[@]}" --user-data-dir="$PROFILE" "$@" </dev/null || status=$?
+    return "$status"
+}
+
+main() {
+    local cmd=${1:-install}
+    (($# == 0)) || shift
+    case $cmd in
+        install)
+            (($# == 0)) || usage
+            ensure_installed
+            echo "$BIN"
+            ;;
+        run)
+            (($# >= 1)) || usage
+            run "$@"
+            ;;
+        flags)
+            (($# == 0)) || usage
+            printf '%s\n' "${FLAGS[@]}"
+            ;;
+        -h | --help | help)
+            usage
+            ;;
+        *)
+            echo "$PROG: unknown command '$cmd'" >&2
+            usage
+            ;;
+    esac
+}
+
+main "$@"
