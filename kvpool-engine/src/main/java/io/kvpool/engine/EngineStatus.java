@@ -5,7 +5,6 @@ import io.kvpool.web.History;
 import io.kvpool.web.StatusView;
 import io.kvpool.web.Unit;
 
-import java.time.Instant;
 
 /**
  * The engine's summary page ({@code http://ENGINE:8000/}): time to first token, how much of the
@@ -56,8 +55,8 @@ final class EngineStatus {
         EngineMetrics m = engine.metrics();
         ConnectorStats c = engine.connectorStats();
         StatusView v = new StatusView("engine", "kvpool reference engine", System.currentTimeMillis())
-                .subtitle(address + " · model " + engine.config().modelName() + " · up since "
-                        + Instant.ofEpochMilli(startMillis));
+                .subtitle(address + " · model " + engine.config().modelName() + " · "
+                        + StatusView.upSince(startMillis));
         v.card("ttft_p50", "TTFT p50", m.ttftQuantile(0.5) / 1e9, Unit.SECONDS, m.ttftTotals()[0] + " requests");
         v.card("ttft_p90", "TTFT p90", m.ttftQuantile(0.9) / 1e9, Unit.SECONDS);
         v.card("in_flight", "Requests in flight", engine.inFlight(), Unit.COUNT);

@@ -6,7 +6,6 @@ import io.kvpool.web.History;
 import io.kvpool.web.StatusView;
 import io.kvpool.web.Unit;
 
-import java.time.Instant;
 import java.time.InstantSource;
 import java.util.List;
 import java.util.Locale;
@@ -89,7 +88,7 @@ final class MasterStatus {
         String leadership = config.term() == 0 ? "single master"
                 : (leading.getAsBoolean() ? "leader" : "not leading") + ", term " + config.term();
         StatusView v = new StatusView("master", "kvpool master", clock.millis())
-                .subtitle(address + " · " + leadership + " · up since " + Instant.ofEpochMilli(startMillis));
+                .subtitle(address + " · " + leadership + " · " + StatusView.upSince(startMillis));
         v.card("objects", "Objects", service.keyCount(), Unit.COUNT);
         v.card("segments", "Segments", segs.size(), Unit.COUNT,
                 segs.size() == active ? "all active" : active + " active, " + (segs.size() - active) + " joining");

@@ -7,7 +7,6 @@ import io.kvpool.web.History;
 import io.kvpool.web.StatusView;
 import io.kvpool.web.Unit;
 
-import java.time.Instant;
 import java.util.Locale;
 
 /**
@@ -55,8 +54,8 @@ final class NodeStatus {
         long hb = link.lastHeartbeatMillis();
         String linkState = link.isRegistered() ? "registered as segment " + local.segmentId() : "not registered";
         StatusView v = new StatusView("node", "kvpool node " + local.name(), System.currentTimeMillis())
-                .subtitle("master " + link.masterName() + " · " + linkState + " · up since "
-                        + Instant.ofEpochMilli(startMillis));
+                .subtitle("master " + link.masterName() + " · " + linkState + " · "
+                        + StatusView.upSince(startMillis));
         v.card("segment", "Segment", local.name(), local.shmPath().isEmpty() ? "anonymous memory" : local.shmPath());
         v.card("master", "Master", link.isRegistered() ? "connected" : "not connected",
                 hb == 0 ? "no heartbeat answered yet" : "last heartbeat answered "

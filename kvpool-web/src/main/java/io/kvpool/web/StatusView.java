@@ -40,6 +40,12 @@ public final class StatusView {
         this.time = epochMillis;
     }
 
+    /** "up since 2026-11-25 15:16 UTC": how a page's subtitle says when its process started. */
+    public static String upSince(long epochMillis) {
+        return "up since " + java.time.format.DateTimeFormatter.ofPattern("yyyy-MM-dd HH:mm 'UTC'")
+                .withZone(java.time.ZoneOffset.UTC).format(java.time.Instant.ofEpochMilli(epochMillis));
+    }
+
     public StatusView subtitle(String s) {
         this.subtitle = s;
         return this;
