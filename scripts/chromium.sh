@@ -51,6 +51,9 @@ die_unavailable() {
     exit 3
 }
 
+# as_root, install_debian_package
+source "$(dirname "${BASH_SOURCE[0]}")/lib/debian.sh"
+
 usage() {
     cat >&2 <<EOF
 usage: $PROG [install]
@@ -60,37 +63,11 @@ EOF
     exit 2
 }
 
-# Runs a command as root: directly when we are root, through sudo when it is there.
-as_root() {
-    if [[ $(id -u) -eq 0 ]]; then
-        "$@"
-    elif command -v sudo >/dev/null 2>&1; then
-        sudo "$@"
-    else
-        die_unavailable "chromium is not installed and we are not root (no sudo either): install Debian's chromium package (apt-get install chromium) and rerun"
-    fi
-}
-
-apt_install() {
-    # Another apt-get may hold the lock (a helper installing etcd or promtool): wait for it.
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-        -o DPkg::Lock::Timeout=600 chromium >&2
-}
-
 ensure_installed() {
     [[ -x $BIN ]] && return 0
     [[ -z ${CHROMIUM:-} ]] || die_unavailable "CHROMIUM=$CHROMIUM is not an executable file"
-    command -v apt-get >/dev/null 2>&1 \
-        || die_unavailable "chromium is not installed and apt-get is not available: install Chromium as $BIN (or set CHROMIUM) and rerun"
     echo "$PROG: $BIN not found, installing Debian's chromium package" >&2
-    # Refresh the package lists only when they were never fetched or the install fails with stale ones.
-    if ! compgen -G '/var/lib/apt/lists/*_Packages*' >/dev/null; then
-        as_root apt-get update -q >&2 || die_unavailable "apt-get update failed: install chromium (Debian package) by hand"
-    fi
-    if ! apt_install; then
-        as_root apt-get update -q >&2 || die_unavailable "apt-get update failed: install chromium (Debian package) by hand"
-        apt_install || die_unavailable "apt-get install chromium failed: install it by hand"
-    fi
+    install_debian_package chromium --no-install-recommends
     [[ -x $BIN ]] || die "$BIN still missing after installing the chromium package"
 }
 

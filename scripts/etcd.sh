@@ -31,6 +31,9 @@ die_unavailable() {
     exit 3
 }
 
+# as_root, install_debian_package
+source "$(dirname "${BASH_SOURCE[0]}")/lib/debian.sh"
+
 usage() {
     cat >&2 <<EOF
 usage: $PROG start DIR [CLIENT_PORT [PEER_PORT]]
@@ -40,31 +43,10 @@ EOF
     exit 2
 }
 
-# Runs a command as root: directly when we are root, through sudo when it is there.
-as_root() {
-    if [[ $(id -u) -eq 0 ]]; then
-        "$@"
-    elif command -v sudo >/dev/null 2>&1; then
-        sudo "$@"
-    else
-        die_unavailable "etcd is not installed and we are not root (no sudo either): install Debian's etcd-server package (apt-get install etcd-server) and rerun"
-    fi
-}
-
 ensure_installed() {
     command -v etcd >/dev/null 2>&1 && return 0
-    command -v apt-get >/dev/null 2>&1 \
-        || die_unavailable "etcd is not installed and apt-get is not available: install etcd 3.4 (the etcd binary) and rerun"
     echo "$PROG: etcd not found, installing Debian's etcd-server package" >&2
-    # Refresh the package lists only when they were never fetched or the install fails with stale ones.
-    if ! compgen -G '/var/lib/apt/lists/*_Packages' >/dev/null; then
-        as_root apt-get update -q >&2 || die_unavailable "apt-get update failed: install etcd-server (Debian package) by hand"
-    fi
-    if ! as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q etcd-server >&2; then
-        as_root apt-get update -q >&2 || die_unavailable "apt-get update failed: install etcd-server (Debian package) by hand"
-        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q etcd-server >&2 \
-            || die_unavailable "apt-get install etcd-server failed: install it by hand"
-    fi
+    install_debian_package etcd-server
     command -v etcd >/dev/null 2>&1 || die "etcd still not on PATH after installing etcd-server"
 }
 

@@ -20,9 +20,13 @@ set -euo pipefail
 PROG=$(basename "$0")
 PACKAGE=prometheus
 POLICY=/usr/sbin/policy-rc.d
+DEBIAN_PACKAGE=$PACKAGE
 
 die() { printf '%s: %s\n' "$PROG" "$*" >&2; exit 1; }
-unavailable() { printf '%s: %s\n' "$PROG" "$*" >&2; exit 3; }
+die_unavailable() { printf '%s: %s\n' "$PROG" "$*" >&2; exit 3; }
+
+# as_root, install_debian_package
+source "$(dirname "${BASH_SOURCE[0]}")/lib/debian.sh"
 
 usage() {
     cat >&2 <<EOF
@@ -34,16 +38,6 @@ EOF
     exit 2
 }
 
-as_root() {
-    if [[ $(id -u) -eq 0 ]]; then "$@"
-    elif command -v sudo >/dev/null 2>&1; then sudo "$@"
-    else unavailable "promtool is not installed and we are not root (no sudo either): run apt-get install $PACKAGE as root"
-    fi
-}
-
-apt_install() {
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$PACKAGE" >&2
-}
 
 # The package's maintainer scripts start and enable its service: a policy-rc.d that answers 101
 # ("action forbidden") keeps invoke-rc.d and deb-systemd-invoke from starting it. One we put there
@@ -78,15 +72,11 @@ quiet_the_service() {
 
 ensure_promtool() {
     command -v promtool >/dev/null 2>&1 && return 0
-    command -v apt-get >/dev/null 2>&1 || unavailable "promtool is not installed and apt-get is not available: install Prometheus 2.x's promtool and rerun"
     local had_package=0
     dpkg-query -W -f '${Status}' "$PACKAGE" 2>/dev/null | grep -q 'install ok installed' && had_package=1
     echo "$PROG: promtool not found, installing Debian's $PACKAGE package (its server is not started)" >&2
     forbid_service_starts
-    if ! apt_install; then
-        as_root apt-get update -q >&2 || unavailable "apt-get update failed: install $PACKAGE (Debian package) by hand"
-        apt_install || unavailable "apt-get install $PACKAGE failed: install it by hand"
-    fi
+    install_debian_package "$PACKAGE" --no-install-recommends
     ((had_package)) || quiet_the_service
     command -v promtool >/dev/null 2>&1 || die "promtool still not on PATH after installing $PACKAGE"
 }
@@ -155,7 +145,7 @@ stop() {
 
 case ${1:-} in
     "") ensure_promtool; command -v promtool ;;
-    --check) command -v promtool || unavailable "promtool is not installed (run $PROG to install it)" ;;
+    --check) command -v promtool || die_unavailable "promtool is not installed (run $PROG to install it)" ;;
     start) (($# == 4)) || usage; start "$2" "$3" "$4" ;;
     stop) (($# == 2)) || usage; stop "$2" ;;
     status)

@@ -25,6 +25,9 @@ die_unavailable() {
     exit 3
 }
 
+# as_root, install_debian_package
+source "$(dirname "${BASH_SOURCE[0]}")/lib/debian.sh"
+
 usage() {
     cat >&2 <<EOF
 usage: $PROG start PORT DIR
@@ -34,33 +37,12 @@ EOF
     exit 2
 }
 
-# Runs a command as root: directly when we are root, through sudo when it is there.
-as_root() {
-    if [[ $(id -u) -eq 0 ]]; then
-        "$@"
-    elif command -v sudo >/dev/null 2>&1; then
-        sudo "$@"
-    else
-        die_unavailable "redis-server is not installed and we are not root (no sudo either): install Debian's redis-server package (apt-get install redis-server) and rerun"
-    fi
-}
-
 ensure_installed() {
     if command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1; then
         return 0
     fi
-    command -v apt-get >/dev/null 2>&1 \
-        || die_unavailable "redis-server is not installed and apt-get is not available: install Redis 7 (redis-server and redis-cli) and rerun"
     echo "$PROG: redis-server not found, installing Debian's redis-server package" >&2
-    # Refresh the package lists only when they were never fetched or the install fails with stale ones.
-    if ! compgen -G '/var/lib/apt/lists/*_Packages' >/dev/null; then
-        as_root apt-get update -q >&2 || die_unavailable "apt-get update failed: install redis-server (Debian package) by hand"
-    fi
-    if ! as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q redis-server >&2; then
-        as_root apt-get update -q >&2 || die_unavailable "apt-get update failed: install redis-server (Debian package) by hand"
-        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q redis-server >&2 \
-            || die_unavailable "apt-get install redis-server failed: install it by hand"
-    fi
+    install_debian_package redis-server
     command -v redis-server >/dev/null 2>&1 || die "redis-server still not on PATH after installing it"
 }
 
