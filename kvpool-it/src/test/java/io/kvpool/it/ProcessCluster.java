@@ -110,11 +110,11 @@ final class ProcessCluster implements AutoCloseable {
         return master.pid();
     }
 
-    /** A metric without labels from the master's /metrics. */
+    /** A series from the master's /metrics, by its name and labels as printed ({@code a{b="c"}}). */
     double metric(String name) throws Exception {
         String body = HttpClient.newHttpClient().send(HttpRequest.newBuilder(URI.create(
                 "http://127.0.0.1:" + httpPort + "/metrics")).build(), HttpResponse.BodyHandlers.ofString()).body();
-        Matcher m = Pattern.compile("(?m)^" + name + " (\\S+)$").matcher(body);
+        Matcher m = Pattern.compile("(?m)^" + Pattern.quote(name) + " (\\S+)$").matcher(body);
         if (!m.find()) {
             throw new AssertionError(name + " not exported; metrics:\n" + body);
         }
