@@ -56,7 +56,9 @@ final class NodeStatus {
         StatusView v = new StatusView("node", "kvpool node " + local.name(), System.currentTimeMillis())
                 .subtitle("master " + link.masterName() + " · " + linkState + " · "
                         + StatusView.upSince(startMillis));
-        v.card("segment", "Segment", local.name(), local.shmPath().isEmpty() ? "anonymous memory" : local.shmPath());
+        // the name is the page's title; the card says which segment the master knows it as, and where it lives
+        v.card("segment", "Segment", local.segmentId() < 0 ? "not registered" : "#" + local.segmentId(),
+                local.shmPath().isEmpty() ? "anonymous memory" : local.shmPath());
         v.card("master", "Master", link.isRegistered() ? "connected" : "not connected",
                 hb == 0 ? "no heartbeat answered yet" : "last heartbeat answered "
                         + String.format(Locale.ROOT, "%.1f s ago", (System.currentTimeMillis() - hb) / 1000.0));
