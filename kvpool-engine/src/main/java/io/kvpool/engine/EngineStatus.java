@@ -63,7 +63,7 @@ final class EngineStatus {
         v.card("state", "State", engine.isPaused() ? "paused" : "serving", m.weightUpdates() + " weight updates");
         v.card("weights", "Weights", engine.weightsVersion(), null);
         long prompt = m.promptTokens();
-        v.card("local_hit_rate", "Local prefix cache hits", prompt == 0 ? Double.NaN : (double) m.localHitTokens() / prompt,
+        v.card("local_hit_rate", "Local cache hits", prompt == 0 ? Double.NaN : (double) m.localHitTokens() / prompt,
                 Unit.RATIO, "of " + prompt + " prompt tokens");
         v.card("external_hit_rate", "kvpool hits", prompt == 0 ? Double.NaN : (double) m.externalHitTokens() / prompt,
                 Unit.RATIO, engine.connector() == null ? "no external cache configured" : "of prompt tokens");
