@@ -22,10 +22,8 @@ PACKAGE=prometheus
 POLICY=/usr/sbin/policy-rc.d
 DEBIAN_PACKAGE=$PACKAGE
 
-die() { printf '%s: %s\n' "$PROG" "$*" >&2; exit 1; }
-die_unavailable() { printf '%s: %s\n' "$PROG" "$*" >&2; exit 3; }
 
-# as_root, install_debian_package
+# die, die_unavailable (exit 3: cannot be installed here), as_root, install_debian_package
 source "$(dirname "${BASH_SOURCE[0]}")/lib/debian.sh"
 
 usage() {

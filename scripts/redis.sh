@@ -14,18 +14,7 @@ set -euo pipefail
 
 PROG=$(basename "$0")
 
-die() {
-    printf '%s: %s\n' "$PROG" "$*" >&2
-    exit 1
-}
-
-# Exit status 3 means "Redis cannot be installed here" (callers may skip rather than fail).
-die_unavailable() {
-    printf '%s: %s\n' "$PROG" "$*" >&2
-    exit 3
-}
-
-# as_root, install_debian_package
+# die, die_unavailable (exit 3: cannot be installed here), as_root, install_debian_package
 source "$(dirname "${BASH_SOURCE[0]}")/lib/debian.sh"
 
 usage() {

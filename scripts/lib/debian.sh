@@ -1,6 +1,18 @@
 # Sourced by the scripts that install a Debian package the first time they need it (etcd.sh,
-# redis.sh, chromium.sh, prometheus.sh). The sourcing script defines die_unavailable MESSAGE, which
-# exits with status 3: "this tool cannot be had here" (callers may skip rather than fail).
+# redis.sh, chromium.sh, prometheus.sh), after they set PROG (their name, for messages).
+
+# die MESSAGE: a failure; exit status 1.
+die() {
+    printf '%s: %s\n' "$PROG" "$*" >&2
+    exit 1
+}
+
+# die_unavailable MESSAGE: exit status 3, "this tool cannot be had here" (callers may skip rather
+# than fail).
+die_unavailable() {
+    printf '%s: %s\n' "$PROG" "$*" >&2
+    exit 3
+}
 
 # as_root CMD...: runs a command as root: directly when we are root, through sudo when it is there;
 # otherwise says which package to install by hand (DEBIAN_PACKAGE, set by install_debian_package).

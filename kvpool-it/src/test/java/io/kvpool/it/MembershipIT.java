@@ -1,5 +1,6 @@
 package io.kvpool.it;
 
+import io.kvpool.bench.soak.Relay;
 import io.kvpool.client.KvPoolClient;
 import io.kvpool.client.PoolStats;
 import io.kvpool.client.PutStatus;
@@ -11,6 +12,8 @@ import io.kvpool.node.NodeConfig;
 import io.kvpool.node.StorageNode;
 import org.junit.jupiter.api.Test;
 
+import java.net.InetAddress;
+import java.net.InetSocketAddress;
 import java.time.Duration;
 import java.util.HashMap;
 import java.util.Map;
@@ -29,7 +32,8 @@ class MembershipIT {
         MasterConfig mc = MasterConfig.defaults().withListen("127.0.0.1", 0, -1)
                 .withNodeTtl(Duration.ofSeconds(1)).withSummaryInterval(Duration.ZERO);
         try (MasterServer master = new MasterServer(mc);
-             Partition net = new Partition(new java.net.InetSocketAddress("127.0.0.1", master.port()));
+             Relay net = new Relay(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0),
+                     new InetSocketAddress("127.0.0.1", master.port()));
              StorageNode node = new StorageNode(NodeConfig.defaults(new HostPort("127.0.0.1", net.port()), Size.ofMiB(32))
                      .withListen("127.0.0.1", 0).withHeartbeatInterval(Duration.ofMillis(200)));
              KvPoolClient c = KvPoolClient.connect("127.0.0.1:" + master.port())) {
@@ -42,7 +46,7 @@ class MembershipIT {
                 stored.put(k, v);
             }
 
-            net.cut();
+            net.cut(Relay.Mode.RESET);
             ProcessCluster.awaitStats(c, s -> s.segments().isEmpty(), "the silent node is dropped");
             for (String k : stored.keySet()) {
                 assertThat(c.get(k)).as("objects on a dropped node are misses").isEmpty();

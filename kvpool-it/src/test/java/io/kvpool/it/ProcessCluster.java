@@ -1,25 +1,21 @@
 package io.kvpool.it;
 
+import io.kvpool.bench.soak.ProcessOutput;
 import io.kvpool.client.KvPoolClient;
 import io.kvpool.client.PoolStats;
 
-import java.io.BufferedReader;
 import java.io.IOException;
-import java.io.InputStreamReader;
-import java.io.PrintWriter;
 import java.net.ServerSocket;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
-import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
-import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
 import java.util.function.Predicate;
 import java.util.regex.Matcher;
@@ -204,24 +200,7 @@ final class ProcessCluster implements AutoCloseable {
     static Managed launch(Path log, String role, List<String> args, Predicate<String> ready) throws Exception {
         ProcessBuilder pb = new ProcessBuilder(javaCommand(args)).redirectErrorStream(true);
         Process p = pb.start();
-        CompletableFuture<String> readyLine = new CompletableFuture<>();
-        Thread.ofVirtual().start(() -> {
-            try (BufferedReader r = new BufferedReader(new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8));
-                 PrintWriter w = new PrintWriter(Files.newBufferedWriter(log))) {
-                String line;
-                while ((line = r.readLine()) != null) {
-                    w.println(line);
-                    w.flush();
-                    if (!readyLine.isDone() && ready.test(line)) {
-                        readyLine.complete(line);
-                    }
-                }
-            } catch (IOException e) {
-                readyLine.completeExceptionally(e);
-            }
-            readyLine.completeExceptionally(new IllegalStateException(role + " exited before it was ready; see " + log));
-        });
-        String line = readyLine.get(60, TimeUnit.SECONDS);
+        String line = ProcessOutput.follow(p, log, ready, role).get(60, TimeUnit.SECONDS);
         Matcher m = NODE_LINE.matcher(line);
         return new Managed(p, m.find() ? m.group(1) : role);
     }

@@ -4,17 +4,13 @@ import io.kvpool.etcd.EtcdTarget;
 import io.kvpool.etcd.LeaderRecord;
 import io.kvpool.etcd.LeaderWatch;
 
-import java.io.BufferedReader;
 import java.io.IOException;
-import java.io.InputStreamReader;
-import java.io.PrintWriter;
 import java.net.InetAddress;
 import java.net.ServerSocket;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
-import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
@@ -201,24 +197,7 @@ final class LocalPool implements AutoCloseable {
         synchronized (children) {
             children.add(p);
         }
-        CompletableFuture<Void> up = new CompletableFuture<>();
-        Thread.ofVirtual().start(() -> {
-            try (BufferedReader r = new BufferedReader(new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8));
-                 PrintWriter w = new PrintWriter(Files.newBufferedWriter(log))) {
-                String line;
-                while ((line = r.readLine()) != null) {
-                    w.println(line);
-                    w.flush();
-                    if (!up.isDone() && ready.test(line)) {
-                        up.complete(null);
-                    }
-                }
-            } catch (IOException e) {
-                up.completeExceptionally(e);
-            }
-            up.completeExceptionally(new IllegalStateException(role + " (PID " + p.pid() + ") exited before it was"
-                    + " ready; see " + log.toAbsolutePath()));
-        });
+        CompletableFuture<String> up = ProcessOutput.follow(p, log, ready, role);
         try {
             up.get(START_TIMEOUT.toSeconds(), TimeUnit.SECONDS);
         } catch (java.util.concurrent.ExecutionException e) {

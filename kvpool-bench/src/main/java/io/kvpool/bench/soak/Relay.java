@@ -25,10 +25,12 @@ import java.util.concurrent.ConcurrentHashMap;
  *   <li>{@link Mode#RESET}: every connection is closed at once and new ones are closed on accept, as
  *       when a host or firewall answers with resets. Callers see errors at once.</li>
  * </ul>
+ * Public for the integration tests, which partition a node from its master the same way.
  */
-final class Relay implements AutoCloseable {
+public final class Relay implements AutoCloseable {
 
-    enum Mode { STALL, RESET }
+    /** How a cut behaves (see the class comment). */
+    public enum Mode { STALL, RESET }
 
     private final ServerSocket server;
     private final InetSocketAddress target;
@@ -38,7 +40,7 @@ final class Relay implements AutoCloseable {
     private volatile boolean closed;
 
     /** A relay on {@code listen} (port 0: any) to {@code target}. */
-    Relay(InetSocketAddress listen, InetSocketAddress target) throws IOException {
+    public Relay(InetSocketAddress listen, InetSocketAddress target) throws IOException {
         this.target = target;
         this.server = new ServerSocket();
         server.setReuseAddress(true);
@@ -55,7 +57,7 @@ final class Relay implements AutoCloseable {
                 new InetSocketAddress(targetHost, port));
     }
 
-    int port() {
+    public int port() {
         return server.getLocalPort();
     }
 
@@ -68,7 +70,7 @@ final class Relay implements AutoCloseable {
     }
 
     /** Starts a partition of the given kind. */
-    void cut(Mode mode) {
+    public void cut(Mode mode) {
         cut = mode;
         if (mode == Mode.RESET) {
             for (Socket s : open) {
@@ -78,7 +80,7 @@ final class Relay implements AutoCloseable {
     }
 
     /** Ends the partition: stalled connections move again, new ones are forwarded. */
-    void heal() {
+    public void heal() {
         synchronized (gate) {
             cut = null;
             gate.notifyAll();
