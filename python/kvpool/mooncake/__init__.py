@@ -44,13 +44,23 @@ from .args import (DEFAULT_CLIENT_HTTP_PORT, DEFAULT_MASTER_PORT, DEFAULT_MASTER
 from .codes import (HC_HEALTHY, HC_MASTER_UNREACHABLE, HC_NOT_INITIALIZED, ErrorCode, ObjectDataType,
                     SoftPinAction, log)
 from .config import DEFAULT_GLOBAL_SEGMENT_SIZE, DEFAULT_LOCAL_BUFFER_SIZE, MooncakeConfig, load_config
-from .store import BufferHandle, MooncakeDistributedStore, ReplicateConfig
+from .store import BufferHandle, MooncakeDistributedStore
 from .transfer import STAGING_BATCH_BYTES
+from . import admin, buffer_pool, descriptors, engram, ranges, replicate, tensors
+from .admin import *  # noqa: F401,F403 - each module lists its public names in __all__
+from .buffer_pool import *  # noqa: F401,F403
+from .descriptors import *  # noqa: F401,F403
+from .engram import *  # noqa: F401,F403
+from .ranges import *  # noqa: F401,F403
+from .replicate import *  # noqa: F401,F403
+from .tensors import *  # noqa: F401,F403
 
 __all__ = [
-    "MooncakeDistributedStore", "ReplicateConfig", "ErrorCode", "SoftPinAction", "ObjectDataType",
+    "MooncakeDistributedStore", "ErrorCode", "SoftPinAction", "ObjectDataType",
     "BufferHandle", "MooncakeConfig", "load_config", "install", "parse_byte_size",
     "HC_HEALTHY", "HC_NOT_INITIALIZED", "HC_MASTER_UNREACHABLE", "DEFAULT_MASTER_PORT",
+    *admin.__all__, *buffer_pool.__all__, *descriptors.__all__, *engram.__all__, *ranges.__all__,
+    *replicate.__all__, *tensors.__all__,
 ]
 
 

@@ -12,58 +12,17 @@ from .args import (DEFAULT_CLIENT_HTTP_PORT, DEFAULT_MASTER_SERVER_ADDR, Pieces,
                    _has_explicit_port, _host_memory, _key_ok, _keys_arg, _master_address, _nested_pieces,
                    _parse_bool, _str_arg, _uint, parse_byte_size, regex_removal_plan)
 from .codes import (HC_HEALTHY, HC_MASTER_UNREACHABLE, HC_NOT_INITIALIZED, _INTERNAL, _INVALID, _NOT_FOUND,
-                    _NOT_SUPPORTED, _OK, ObjectDataType, SoftPinAction, _code_for, _warn_once, log)
+                    _NOT_SUPPORTED, _OK, _code_for, _warn_once, log)
+from .admin import _AdminMethods
+from .ranges import _RangeMethods
+from .replicate import ReplicateConfig
+from .tensors import _TensorMethods
 from .transfer import _Item, get_values, read_pieces, write_items
 
 #: setup()'s defaults (types.h DEFAULT_GLOBAL_SEGMENT_SIZE / DEFAULT_LOCAL_BUFFER_SIZE, MIN/MAX_SEGMENT_SIZE).
 _SETUP_DEFAULT_SIZE = 16 * 1024 * 1024
 _MIN_SEGMENT_SIZE = 1024
 _MAX_SEGMENT_SIZE = 1 << 40
-
-
-class ReplicateConfig:
-    """Where and how many copies a put makes (Mooncake's ``ReplicateConfig``, same fields and defaults).
-
-    kvpool honours ``replica_num`` (copies on distinct segments, on distinct hosts while another host has
-    room; the master makes copies it could not make at the put later, when there is room),
-    ``preferred_segment`` / ``preferred_segments[0]`` (a kvpool segment name, ``host:port`` of a
-    node; a preference, not a requirement) and the pins: ``with_hard_pin`` pins until the object is
-    removed or replaced, a soft pin (``with_soft_pin``, or ``soft_pin_action = ENABLE``) for
-    ``soft_pin_ttl_ms`` or 30 minutes. A kvpool pin makes an object evicted only after unpinned ones,
-    up to the master's ``--max-pinned`` share of the pool; it never makes a put fail for lack of room,
-    and reads do not extend it. ``replica_num == 0``, a ``soft_pin_ttl_ms`` without a soft pin, and
-    ``prefer_alloc_in_same_node=True`` are refused by puts, as in Mooncake. The NoF/DFS, data-type and
-    group fields are accepted and ignored (a warning, once, when set).
-    """
-
-    __slots__ = ("replica_num", "nof_replica_num", "dfs_replica_num", "with_soft_pin", "soft_pin_action",
-                 "soft_pin_ttl_ms",
-                 "with_hard_pin", "preferred_segments", "preferred_nof_segments", "preferred_segment",
-                 "prefer_alloc_in_same_node", "data_type", "group_ids")
-
-    def __init__(self, **fields: Any) -> None:
-        self.replica_num: int = 1
-        self.nof_replica_num: int = 0
-        self.dfs_replica_num: int = 0
-        self.with_soft_pin: bool = False
-        self.soft_pin_action: SoftPinAction = SoftPinAction.PRESERVE
-        self.soft_pin_ttl_ms: Optional[int] = None
-        self.with_hard_pin: bool = False
-        self.preferred_segments: list[str] = []
-        self.preferred_nof_segments: list[str] = []
-        self.preferred_segment: str = ""
-        self.prefer_alloc_in_same_node: bool = False
-        self.data_type: ObjectDataType = ObjectDataType.UNKNOWN
-        self.group_ids: Optional[list[str]] = None
-        for name, value in fields.items():
-            if name not in self.__slots__:
-                raise TypeError(f"ReplicateConfig has no field {name!r}")
-            setattr(self, name, value)
-
-    def __str__(self) -> str:
-        return ("ReplicateConfig: { " + ", ".join(f"{n}: {getattr(self, n)!r}" for n in self.__slots__) + " }")
-
-    __repr__ = __str__
 
 
 class BufferHandle(bytearray):
@@ -82,7 +41,7 @@ class BufferHandle(bytearray):
         return len(self)
 
 
-class MooncakeDistributedStore:
+class MooncakeDistributedStore(_TensorMethods, _RangeMethods, _AdminMethods):
     """Mooncake's ``MooncakeDistributedStore`` over a kvpool pool.
 
     ``MooncakeDistributedStore()`` then ``setup(...)`` connects to the kvpool master named by
