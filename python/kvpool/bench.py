@@ -267,12 +267,22 @@ class _Worker:
             self._redis.close()
 
 
-def _worker_main(conn: Any, wid: int, master: str, redis_addr: str | None) -> None:
-    """A client process: builds and warms up a phase on "prepare", measures it on "go"."""
+def _load(path: str) -> Any:
+    """``"module:name"`` -> the object, imported in this process."""
+    import importlib
+
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _worker_main(conn: Any, wid: int, master: str, redis_addr: str | None, worker: str = "kvpool.bench:_Worker",
+                 options: dict[str, Any] | None = None) -> None:
+    """A client process: builds and warms up a phase on "prepare", measures it on "go". ``worker`` names the
+    worker class (``module:Class``, a ``_Worker`` or a subclass of it), built with ``options`` as keywords."""
     os.dup2(2, 1)  # stdout belongs to the driver's protocol
     w = None
     try:
-        w = _Worker(wid, master, redis_addr)
+        w = _load(worker)(wid, master, redis_addr, **(options or {}))
         while True:
             try:
                 msg = conn.recv()
@@ -297,11 +307,21 @@ def _worker_main(conn: Any, wid: int, master: str, redis_addr: str | None) -> No
 
 
 class Driver:
-    """Runs phases on 1..N client processes against one pool (and one Redis)."""
+    """Runs phases on 1..N client processes against one pool (and one Redis).
 
-    def __init__(self, master: str, redis_addr: str | None) -> None:
+    Subclasses measure other workloads with the same processes, warm-up, barrier and timing: they name
+    their worker class (``worker``, ``module:Class``; ``options`` are its keyword arguments), their phases
+    (``phases``) and how a phase leaves its stores empty (``clear``).
+    """
+
+    phases: tuple[str, ...] = PHASES
+
+    def __init__(self, master: str, redis_addr: str | None, worker: str = "kvpool.bench:_Worker",
+                 options: dict[str, Any] | None = None) -> None:
         self.master = master
         self.redis_addr = redis_addr
+        self.worker = worker
+        self.options = options or {}
         self.ctx = mp.get_context("spawn")
         self.workers: list[tuple[Any, Any]] = []  # (process, connection)
         self._admin: Any = None
@@ -331,7 +351,8 @@ class Driver:
         while len(self.workers) < n:
             parent, child = self.ctx.Pipe()
             p = self.ctx.Process(target=bench._worker_main, args=(child, len(self.workers), self.master,
-                                                                   self.redis_addr), daemon=True)
+                                                                   self.redis_addr, self.worker, self.options),
+                                 daemon=True)
             p.start()
             child.close()
             self.workers.append((p, parent))
@@ -361,8 +382,8 @@ class Driver:
 
     def run(self, phase: str, clients: int, warmup: float, duration: float, keys: list[str] | None = None,
             profile: str | None = None) -> dict[str, Any]:
-        if phase not in PHASES:
-            raise ValueError(f"unknown phase {phase!r}; phases are {', '.join(PHASES)}")
+        if phase not in self.phases:
+            raise ValueError(f"unknown phase {phase!r}; phases are {', '.join(self.phases)}")
         if clients < 1:
             raise ValueError(f"clients must be at least 1, got {clients}")
         self.run_no += 1
@@ -429,18 +450,23 @@ def summary(r: dict[str, Any]) -> dict[str, Any]:
             if wall else 0, "p50_us": round(pct(0.5), 1), "p99_us": round(pct(0.99), 1)}
 
 
-def _serve(d: Driver) -> int:
-    out = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)  # anything else printed goes to stderr
-    sys.stdout = sys.stderr
+def versions() -> str:
+    """What the Python side runs with, for the results' environment."""
     import numpy
     import redis
 
     from . import crc
 
-    out.write(json.dumps({"ok": True, "ready": True, "python": f"{sys.version.split()[0]}, numpy {numpy.__version__}, "
-                          f"redis-py {redis.__version__}, crc32c {getattr(crc, 'BACKEND', '?')}"})
-              + "\n")
+    return (f"{sys.version.split()[0]}, numpy {numpy.__version__}, redis-py {redis.__version__}, "
+            f"crc32c {getattr(crc, 'BACKEND', '?')}")
+
+
+def _serve(d: Driver, hello: Callable[[], dict[str, Any]] = lambda: {"python": versions()}) -> int:
+    """Serve mode: a ready line (``{"ok": true, "ready": true, **hello()}``), then one answer per request."""
+    out = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # anything else printed goes to stderr
+    sys.stdout = sys.stderr
+    out.write(json.dumps({"ok": True, "ready": True, **hello()}) + "\n")
     for line in sys.stdin:
         if not line.strip():
             continue

@@ -711,6 +711,27 @@ class Client:
                 break
         return matched
 
+    def replica_locations(self, keys: Sequence[str]) -> list[tuple[int, int, list[tuple[str, int, int]]] | None]:
+        """Where each key's copies are now: the master's answer to the lookup every read starts with
+        (GET_REPLICA_LIST; like a read, it counts as an access for eviction). Per key, None if absent,
+        else ``(value length, generation, [(segment name, tier, region offset), ...])``: the segment
+        name is its node's ``host:port`` ("" if the master no longer lists that segment), the tier
+        ``protocol.TIER_MEMORY`` or ``TIER_DISK``, the region offset where a memory copy starts in the
+        segment (its value starts ``protocol.value_offset(key bytes)`` further; 0 for a disk copy,
+        found by generation). A new generation means a new object under the key."""
+        kb = p.encode_keys_checked(keys)
+        out: list[tuple[int, int, list[tuple[str, int, int]]] | None] = []
+        for w in self._lookup(kb, True) if kb else []:
+            if w.code != ResultCode.OK:
+                out.append(None)
+                continue
+            copies = []
+            for r in w.replicas:
+                seg = self._segment(r.segment_id)
+                copies.append((seg.name if seg is not None else "", r.tier, r.offset))
+            out.append((w.value_length, w.generation, copies))
+        return out
+
     def size(self, key: str) -> int | None:
         """The value length under ``key``, or None if absent."""
         n = self.batch_size([key])[0]

@@ -11,6 +11,7 @@ import ctypes
 import json
 import logging
 import mmap
+import socket
 import subprocess
 import sys
 import threading
@@ -83,7 +84,7 @@ def test_setup_positional_health_hostname_close(pool: conftest.Pool) -> None:
     s = MooncakeDistributedStore()
     assert s.setup("node-7", "P2PHANDSHAKE", 4 << 30, 1 << 30, "tcp", "", pool.master) == 0
     assert s.health_check() == 0
-    assert s.get_hostname() == "node-7"
+    assert s.get_hostname() == pool.node  # the segment of the kvpool node on this host, as host:port
     assert s.close() == 0
     assert s.health_check() == 1
     assert s.is_exist("x") == INVALID
@@ -447,12 +448,46 @@ def test_replicate_config_maps_onto_copies_and_pins(fields: dict[str, Any], kwar
     {"soft_pin_ttl_ms": 5000},  # a TTL without a soft pin (Mooncake: invalid params)
     {"soft_pin_action": mc.SoftPinAction.DISABLE, "soft_pin_ttl_ms": 5000},
     {"with_soft_pin": True, "soft_pin_ttl_ms": 0},
-    {"with_soft_pin": True, "soft_pin_ttl_ms": -5},
-    {"with_soft_pin": True, "soft_pin_ttl_ms": "10s"},
 ])
 def test_replicate_config_pins_that_are_refused(fields: dict[str, Any]) -> None:
     from kvpool.mooncake.transfer import _replication
     assert _replication(ReplicateConfig(**fields), "put") == (INVALID, {})
+
+
+@pytest.mark.parametrize("field, value", [
+    ("soft_pin_ttl_ms", -1), ("soft_pin_ttl_ms", "10s"), ("soft_pin_ttl_ms", 2.5), ("replica_num", -1),
+    ("replica_num", 1 << 64), ("replica_num", "3"), ("replica_num", None), ("nof_replica_num", -1),
+    ("with_hard_pin", "yes"), ("with_hard_pin", []), ("preferred_segment", None), ("preferred_segment", 7),
+    ("preferred_segments", "ab"), ("preferred_segments", [1]), ("preferred_segments", None),
+    ("group_ids", "g"), ("data_type", 1), ("soft_pin_action", 1), ("soft_pin_action", None),
+])
+def test_replicate_config_refuses_wrong_types_at_assignment(field: str, value: Any) -> None:
+    """The binding's fields are typed: a wrong value raises TypeError when assigned (checked on the wheel),
+    and the field keeps what it had."""
+    rc = ReplicateConfig()
+    before = getattr(rc, field)
+    with pytest.raises(TypeError, match=field):
+        setattr(rc, field, value)
+    assert getattr(rc, field) == before
+
+
+def test_replicate_config_converts_as_the_binding_does() -> None:
+    rc = ReplicateConfig()
+    rc.replica_num = True
+    rc.with_hard_pin = None
+    rc.preferred_segment = b"h:1"
+    rc.preferred_segments = ("a", b"b")
+    rc.soft_pin_ttl_ms = np.uint16(7)
+    assert (rc.replica_num, rc.with_hard_pin, rc.preferred_segment, rc.preferred_segments, rc.soft_pin_ttl_ms) == \
+        (1, False, "h:1", ["a", "b"], 7)
+    rc.preferred_segments.append("c")  # a copy, as the binding hands out
+    assert rc.preferred_segments == ["a", "b"]
+    with pytest.raises(AttributeError):
+        rc.no_such_field = 1  # type: ignore[attr-defined]
+    assert str(ReplicateConfig()) == (
+        "ReplicateConfig: { replica_num: 1, nof_replica_num: 0, dfs_replica_num: 0, soft_pin_action: PRESERVE, "
+        "soft_pin_ttl_ms: default, with_hard_pin: 0, preferred_segments: [], preferred_nof_segments: [], "
+        "prefer_alloc_in_same_node: 0, data_type: UNKNOWN }")
 
 
 # ----------------------------------------------------------------------------- master failures
@@ -642,6 +677,79 @@ def test_config_from_env_drives_setup(pool: conftest.Pool, monkeypatch: pytest.M
         s.close()
 
 
+def test_get_hostname_is_host_and_port(pool: conftest.Pool) -> None:
+    """Mooncake returns ``host:port``: as given when the hostname names a port, else a port it bound. kvpool
+    names the local node's segment (what preferred_segment and transport_endpoint compare with), or binds a
+    port of its own when no node of the pool is on this host."""
+    s = MooncakeDistributedStore()
+    try:
+        assert s.setup("10.9.8.7:4242", "P2PHANDSHAKE", 0, 0, "tcp", "", pool.master) == 0
+        assert s.get_hostname() == "10.9.8.7:4242"
+    finally:
+        s.close()
+
+    class NoLocalSegment:
+        """A client whose segment table names only another host's node."""
+
+        def __init__(self, master: str) -> None:
+            self.inner = kvpool.Client(master)
+
+        def status(self) -> Any:
+            st = self.inner.status()
+            return type("Stats", (), {"segments": [type("Seg", (), {"active": True, "host": "192.0.2.1",
+                                                                     "name": "192.0.2.1:7"})()
+                                                   for _ in st.segments]})()
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+    s = MooncakeDistributedStore(client_factory=NoLocalSegment)
+    try:
+        assert s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 0, "tcp", "", pool.master) == 0
+        host, port = s.get_hostname().rsplit(":", 1)
+        assert host == "127.0.0.1" and int(port) > 0
+        with socket.socket() as probe:  # the port stays bound while the store is set up
+            with pytest.raises(OSError):
+                probe.bind(("", int(port)))
+    finally:
+        assert s.close() == 0
+    assert s.get_hostname() == ""
+    with socket.socket() as probe:  # close() gives it back
+        probe.bind(("", int(port)))
+
+
+def test_setup_dummy_is_a_client_without_memory(pool: conftest.Pool) -> None:
+    """Mooncake's dummy client owns no memory and reaches the pool through a server: every kvpool client."""
+    s = MooncakeDistributedStore()
+    try:
+        assert s.setup_dummy(1 << 30, 16 << 20, pool.master) == 0
+        assert s.health_check() == 0 and s.get_hostname() == ""  # Mooncake's dummy client has no hostname
+        assert s.put("dummy/k", b"v") == 0 and s.get("dummy/k") == b"v"
+        assert s.remove("dummy/k") == 0
+    finally:
+        s.close()
+    s = MooncakeDistributedStore()
+    assert s.setup_dummy(0, 0, f"127.0.0.1:{conftest.free_port()}") == -1  # nothing listening: Mooncake's -1
+    assert s.health_check() == 1
+    with pytest.raises(TypeError):
+        s.setup_dummy(-1, 0, pool.master)
+
+
+def test_install_gives_the_stand_in_package_a_file(pool: conftest.Pool) -> None:
+    """Programs look at mooncake.__file__ (to find the package's directory); the stand-in has one, and
+    mooncake.mooncake_config is kvpool's MooncakeConfig module."""
+    code = (
+        "import sys, os; sys.path.insert(0, sys.argv[1]); import kvpool.mooncake as m; m.install(force=True);"
+        "import mooncake, mooncake.store; assert os.path.isfile(mooncake.__file__), mooncake.__file__;"
+        "assert os.path.isdir(os.path.dirname(mooncake.__file__));"
+        "from mooncake.mooncake_config import MooncakeConfig; assert MooncakeConfig is m.MooncakeConfig;"
+        "print('ok')"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(Path(kvpool.__file__).parents[1])],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
 def test_install_makes_mooncake_store_importable(pool: conftest.Pool) -> None:
     code = (
         "import sys; sys.path.insert(0, sys.argv[2]); import kvpool.mooncake as m; m.install();"
@@ -698,7 +806,7 @@ def test_replay_lmcache(store: MooncakeDistributedStore) -> None:
     assert store.register_buffer(addr(pinned), pinned.size) == 0
     cfg = ReplicateConfig()
     cfg.replica_num = 1
-    cfg.preferred_segment = store.get_hostname()  # prefer_local_alloc: not a kvpool segment, so only a hint
+    cfg.preferred_segment = store.get_hostname()  # prefer_local_alloc: the local node's segment
 
     metadata, kv = b"\x01" * 28, bytes(rand(4096, 11))
     assert store.put_parts("lmcache@chunk0", metadata, kv) == 0

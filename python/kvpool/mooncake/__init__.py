@@ -93,7 +93,12 @@ def install(force: bool = False) -> types.ModuleType:
         parent = types.ModuleType("mooncake")
         parent.__path__ = []  # a package, so "mooncake.store" imports resolve through sys.modules
         parent.__doc__ = "kvpool's stand-in for the mooncake package (kvpool.mooncake.install)"
+        parent.__file__ = me.__file__  # programs look at mooncake.__file__ to find the package's directory
         sys.modules["mooncake"] = parent
+        # the real package's pure-Python config module, which engines import beside the store
+        from . import config as config_module
+        sys.modules["mooncake.mooncake_config"] = config_module
+        setattr(parent, "mooncake_config", config_module)
     elif current is not None and not force:
         log.warning("kvpool.mooncake.install: mooncake.store is already imported; leaving it alone "
                     "(install(force=True) replaces it)")

@@ -3,6 +3,7 @@ with Mooncake's codes; the bytes move through :mod:`.transfer`."""
 
 from __future__ import annotations
 
+import socket
 import threading
 from typing import Any, Callable, Optional, Sequence
 
@@ -15,7 +16,7 @@ from .codes import (HC_HEALTHY, HC_MASTER_UNREACHABLE, HC_NOT_INITIALIZED, _INTE
                     _NOT_SUPPORTED, _OK, _code_for, _warn_once, log)
 from .admin import _AdminMethods
 from .ranges import _RangeMethods
-from .replicate import ReplicateConfig
+from .replicate import ReplicateConfig, config_arg
 from .tensors import _TensorMethods
 from .transfer import _Item, get_values, read_pieces, write_items
 
@@ -54,6 +55,7 @@ class MooncakeDistributedStore(_TensorMethods, _RangeMethods, _AdminMethods):
         self._client: Any = None
         self._lock = threading.Lock()
         self._hostname = ""
+        self._port_holder: Optional[socket.socket] = None  # the port in get_hostname() when no node is local
         self._registered: dict[int, int] = {}  # base address -> size
 
     # ---------------------------------------------------------------------------- lifecycle
@@ -164,11 +166,7 @@ class MooncakeDistributedStore(_TensorMethods, _RangeMethods, _AdminMethods):
                               engine=engine, enable_ssd_offload=enable_ssd_offload, ssd_offload_path=ssd_offload_path,
                               enable_client_http_server=enable_client_http_server, ipc_socket_path=ipc_socket_path)
         try:
-            if self._client_factory is not None:
-                client = self._client_factory(master)
-            else:
-                from ..client import Client
-                client = Client(master)
+            client = self._client_factory(master) if self._client_factory is not None else _new_client(master)
         except MasterUnreachable as e:
             log.error("kvpool.mooncake setup: cannot reach the kvpool master: %s", e)
             # Mooncake: INVALID_PARAMS when the hostname names its port, INTERNAL_ERROR after its port retries
@@ -179,17 +177,25 @@ class MooncakeDistributedStore(_TensorMethods, _RangeMethods, _AdminMethods):
         except Exception as e:  # noqa: BLE001 - a setup failure is a code, never an exception
             log.error("kvpool.mooncake setup failed: %s", e)
             return _INTERNAL
+        name, port_holder = _segment_name(local_hostname, client)
+        self._install(client, name, port_holder)
+        log.info("kvpool.mooncake: connected to the kvpool master at %s as %s", master, name)
+        return _OK
+
+    def _install(self, client: Any, hostname: str, port_holder: Optional[socket.socket]) -> None:
+        """Makes ``client`` this store's client, closing the one before it (and ending its sessions)."""
+        self._drop_sessions()
         with self._lock:
             old, self._client = self._client, client
-            self._hostname = local_hostname
+            old_holder, self._port_holder = self._port_holder, port_holder
+            self._hostname = hostname
             self._registered.clear()
-        if old is not None:
-            try:
-                old.close()
-            except Exception:  # noqa: BLE001
-                pass
-        log.info("kvpool.mooncake: connected to the kvpool master at %s as %s", master, local_hostname)
-        return _OK
+        for thing in (old, old_holder):
+            if thing is not None:
+                try:
+                    thing.close()
+                except Exception:  # noqa: BLE001
+                    pass
 
     @staticmethod
     def _explain_ignored(*, metadata_server: str, global_segment_size: int, local_buffer_size: int, protocol: str,
@@ -225,26 +231,51 @@ class MooncakeDistributedStore(_TensorMethods, _RangeMethods, _AdminMethods):
             _warn_once("ipc", "kvpool.mooncake: ipc_socket_path ignored")
 
     def setup_dummy(self, mem_pool_size: int, local_buffer_size: int, server_address: str) -> int:
-        """Mooncake's dummy (standalone real-client) mode is not provided: -1012 (NOT_SUPPORTED)."""
-        log.error("kvpool.mooncake: setup_dummy (Mooncake's standalone client mode) is not supported; call setup() "
-                  "with the kvpool master as master_server_addr")
-        return _NOT_SUPPORTED
+        """Mooncake's dummy client: a client that owns no memory and reaches the pool through a server, which
+        is what every kvpool client is. ``server_address`` is the kvpool master's ``host:port`` (in Mooncake,
+        the standalone store process's); the sizes are checked and ignored (kvpool needs no client-side
+        shared-memory buffer). 0 on success; -1 when the master cannot be reached, as Mooncake answers a
+        server it cannot connect to. ``get_hostname()`` is then ``""``, as for Mooncake's dummy client."""
+        _uint(mem_pool_size, "mem_pool_size")
+        _uint(local_buffer_size, "local_buffer_size")
+        server_address = _str_arg(server_address, "server_address")
+        try:
+            master = _master_address(server_address)
+        except ValueError as e:
+            log.error("kvpool.mooncake setup_dummy: %s", e)
+            return _INTERNAL
+        try:
+            client = self._client_factory(master) if self._client_factory is not None else _new_client(master)
+        except Exception as e:  # noqa: BLE001 - a setup failure is a code, never an exception
+            log.error("kvpool.mooncake setup_dummy: cannot connect to the kvpool master at %s: %s", master, e)
+            return _INTERNAL
+        self._install(client, "", None)
+        log.info("kvpool.mooncake: dummy client connected to the kvpool master at %s", master)
+        return _OK
 
-    def init_all(self, protocol: str, device_name: str, mount_segment_size: int = _SETUP_DEFAULT_SIZE) -> int:
-        """Transfer-engine initialisation has no kvpool counterpart: -1012 (NOT_SUPPORTED)."""
-        log.error("kvpool.mooncake: init_all is not supported (kvpool has no transfer engine)")
+    def init_all(self, protocol: str, device_name: str, mount_segment_size: int) -> int:
+        """Mooncake starts its transfer engine and mounts a segment of this client's memory: a kvpool client has
+        neither (memory comes from kvpool nodes), so -1012 (NOT_SUPPORTED)."""
+        _str_arg(protocol, "protocol")
+        _str_arg(device_name, "device_name")
+        _uint(mount_segment_size, "mount_segment_size")
+        log.error("kvpool.mooncake init_all: not supported: kvpool clients contribute no memory and have no transfer "
+                  "engine; memory comes from kvpool nodes (kvpool node --segment-size ...)")
         return _NOT_SUPPORTED
 
     def close(self) -> int:
         """Disconnects; 0. Later calls answer as before setup (health_check 1, others -600)."""
+        self._drop_sessions()  # staged put sessions and fetched get sessions (ranges.py) end with the client
         with self._lock:
             client, self._client = self._client, None
+            holder, self._port_holder = self._port_holder, None
             self._registered.clear()
-        if client is not None:
-            try:
-                client.close()
-            except Exception as e:  # noqa: BLE001
-                log.warning("kvpool.mooncake: close: %s", e)
+        for thing in (client, holder):
+            if thing is not None:
+                try:
+                    thing.close()
+                except Exception as e:  # noqa: BLE001
+                    log.warning("kvpool.mooncake: close: %s", e)
         return _OK
 
     def health_check(self) -> int:
@@ -260,7 +291,12 @@ class MooncakeDistributedStore(_TensorMethods, _RangeMethods, _AdminMethods):
             return HC_MASTER_UNREACHABLE
 
     def get_hostname(self) -> str:
-        """The ``local_hostname`` given to setup ("" before)."""
+        """This client's segment name, ``host:port`` ("" before setup and for a dummy client), which callers use
+        as ``ReplicateConfig.preferred_segment`` to place puts locally and compare with a replica's
+        ``transport_endpoint`` to tell local copies from remote ones. A ``local_hostname`` with a port is
+        returned as given, as Mooncake does. Without one, Mooncake binds a port; kvpool clients own no segment,
+        so the name is the segment of the kvpool node on this host (as seen at setup), and where there is none,
+        ``local_hostname`` with a port this store keeps bound until ``close()``."""
         return self._hostname if self._client is not None else ""
 
     def _require(self, what: str) -> Any:
@@ -309,6 +345,7 @@ class MooncakeDistributedStore(_TensorMethods, _RangeMethods, _AdminMethods):
 
     def _write(self, op: str, items: Sequence[Optional[_Item]], config: Any, upsert: bool) -> list[int]:
         """Writes items (None = already failed); a code per item."""
+        config_arg(config, op)
         client = self._require(op)
         if client is None:
             return [_INVALID] * len(items)
@@ -317,6 +354,7 @@ class MooncakeDistributedStore(_TensorMethods, _RangeMethods, _AdminMethods):
     def _one(self, op: str, key: Any, item_of: Callable[[str], Optional[_Item]], config: Any, upsert: bool,
              empty_ok: bool) -> int:
         k = _str_arg(key, "key")
+        config_arg(config, op)
         item = item_of(k)
         if item is not None and item.size == 0 and empty_ok and self._client is not None:
             log.warning("kvpool.mooncake %s: attempting to put empty data for key %r", op, k[:80])
@@ -608,3 +646,34 @@ def _present(found: Any) -> int:
 def _removed(removed: Any) -> int:
     """``remove``'s answer for a client's removal flag."""
     return _OK if removed else _NOT_FOUND
+
+
+def _new_client(master: str) -> Any:
+    from ..client import Client
+    return Client(master)
+
+
+def _segment_name(local_hostname: str, client: Any) -> tuple[str, Optional[socket.socket]]:
+    """``get_hostname()``'s answer for a store set up with ``local_hostname``, and the socket that holds its
+    port when the port is this store's own (see ``get_hostname``)."""
+    host = local_hostname.strip()
+    if _has_explicit_port(host):
+        return host, None
+    try:
+        segments = client.status().segments
+    except Exception as e:  # noqa: BLE001 - the name falls back to a port of our own
+        log.debug("kvpool.mooncake setup: no segment table for get_hostname (%s)", e)
+        segments = []
+    from ..shm import is_local_host
+    for seg in segments:
+        if getattr(seg, "active", False) and is_local_host(seg.host):
+            return seg.name, None
+    holder = socket.socket(socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        holder.bind(("", 0))
+    except OSError:
+        holder.close()
+        return host, None
+    port = holder.getsockname()[1]
+    bracketed = f"[{host.strip('[]')}]" if ":" in host.strip("[]") else host
+    return f"{bracketed}:{port}", holder

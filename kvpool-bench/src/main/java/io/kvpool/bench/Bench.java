@@ -42,6 +42,8 @@ import java.util.function.Supplier;
  *       existence-check rates.</li>
  *   <li><b>reset</b>: removeAll(force) of 1 million objects.</li>
  *   <li><b>python</b>: the Python client against the Java client, numpy and redis-py ({@link PythonBench}).</li>
+ *   <li><b>mooncake</b>: the real Mooncake Store against kvpool's Mooncake-compatible module, one workload
+ *       through both ({@link MooncakeBench}).</li>
  * </ul>
  * The pool under test, Redis and the raw TCP server each run in their own process.
  */
@@ -50,7 +52,7 @@ public final class Bench {
     /** What to run and where to write it. */
     public record Options(boolean quick, Set<String> sections, Path outDir, PrintStream out, Path diskDir) {
         public static final Set<String> ALL = Set.of("store", "lookup", "metadata", "reset", "disk", "restore", "python",
-                "failover", "replicas", "tls");
+                "failover", "replicas", "tls", "mooncake");
 
         public Options {
             for (String s : sections) {
@@ -137,6 +139,9 @@ public final class Bench {
         if (o.sections.contains("python")) {
             steps += PythonBench.steps();
         }
+        if (o.sections.contains("mooncake")) {
+            steps += MooncakeBench.steps();
+        }
         if (o.sections.contains("failover")) {
             steps += FailoverBench.steps(o.quick);
         }
@@ -174,6 +179,9 @@ public final class Bench {
             }
             if (o.sections.contains("python")) {
                 PythonBench.run(results, warmup(), duration(), targetWarmup(), bar);
+            }
+            if (o.sections.contains("mooncake")) {
+                MooncakeBench.run(results, warmup(), duration(), bar);
             }
             if (o.sections.contains("replicas")) {
                 ReplicaBench.run(results, warmup(), duration(), targetWarmup(), bar);

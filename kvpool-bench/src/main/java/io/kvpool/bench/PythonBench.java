@@ -1,8 +1,5 @@
 package io.kvpool.bench;
 
-import com.fasterxml.jackson.databind.JsonNode;
-import com.fasterxml.jackson.databind.ObjectMapper;
-import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.kvpool.bench.baseline.RedisServer;
 import io.kvpool.client.KvPoolClient;
 import io.kvpool.client.PutStatus;
@@ -12,11 +9,7 @@ import org.knowm.xchart.CategoryChart;
 import org.knowm.xchart.CategoryChartBuilder;
 import org.knowm.xchart.style.Styler;
 
-import java.io.BufferedReader;
 import java.io.IOException;
-import java.io.InputStreamReader;
-import java.io.OutputStreamWriter;
-import java.io.Writer;
 import java.lang.foreign.MemorySegment;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
@@ -25,9 +18,8 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Locale;
+import java.util.Map;
 import java.util.Optional;
-import java.util.concurrent.BlockingQueue;
-import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
 
 /**
@@ -41,57 +33,19 @@ import java.util.concurrent.TimeUnit;
  * compared with. Python clients are processes (each its own {@code Client}: no GIL between them);
  * Java clients are threads of this JVM, each its own {@link KvPoolClient}.
  */
-final class PythonBench implements AutoCloseable {
+final class PythonBench {
 
     static final int VALUE = 1 << 20;
     static final int BATCH = 64;
     static final int EXISTS_KEYS = 1024;
     private static final List<Integer> CLIENTS = List.of(1, 2);
-    private static final Duration REPLY_TIMEOUT = Duration.ofMinutes(5);
-    private static final ObjectMapper JSON = new ObjectMapper();
 
-    private final Process process;
-    private final Writer in;
-    private String version = "?";
-    private final BlockingQueue<String> lines = new LinkedBlockingQueue<>();
-    private final StringBuilder stderr = new StringBuilder();
+    private PythonBench() {
+    }
 
     /** Progress-bar steps the section takes (see {@link #run}). */
     static long steps() {
         return 1 + CLIENTS.size() * 7L + 3;
-    }
-
-    private PythonBench(Process process) {
-        this.process = process;
-        this.in = new OutputStreamWriter(process.getOutputStream(), StandardCharsets.UTF_8);
-        Thread.ofVirtual().start(() -> pump(new BufferedReader(new InputStreamReader(process.getInputStream(),
-                StandardCharsets.UTF_8)), true));
-        Thread.ofVirtual().start(() -> pump(new BufferedReader(new InputStreamReader(process.getErrorStream(),
-                StandardCharsets.UTF_8)), false));
-    }
-
-    private void pump(BufferedReader r, boolean out) {
-        try (r) {
-            String line;
-            while ((line = r.readLine()) != null) {
-                if (out) {
-                    lines.add(line);
-                } else {
-                    synchronized (stderr) {
-                        stderr.append(line).append('\n');
-                        if (stderr.length() > 16_000) {
-                            stderr.delete(0, stderr.length() - 8_000);
-                        }
-                    }
-                }
-            }
-        } catch (IOException ignored) {
-            // the process ended
-        } finally {
-            if (out) {
-                lines.add("");
-            }
-        }
     }
 
     /** The interpreter: $KVPOOL_BENCH_PYTHON, else Debian's /usr/bin/python3 (where python3-redis goes). */
@@ -135,81 +89,9 @@ final class PythonBench implements AutoCloseable {
         }
     }
 
-    private static PythonBench start(String master, RedisServer redis) throws Exception {
-        ProcessBuilder pb = new ProcessBuilder(python(), "-m", "kvpool.bench", "--serve", "--master", master,
-                "--redis", redis.host() + ":" + redis.port());
-        pb.environment().put("PYTHONPATH", pythonRoot().toString());
-        pb.environment().put("PYTHONUNBUFFERED", "1");
-        PythonBench b = new PythonBench(pb.start());
-        try {
-            b.version = b.reply().path("python").asText("?");
-        } catch (Exception e) {
-            b.close();
-            throw e;
-        }
-        return b;
-    }
-
-    private JsonNode reply() throws Exception {
-        String line = lines.poll(REPLY_TIMEOUT.toSeconds(), TimeUnit.SECONDS);
-        if (line == null || line.isEmpty()) {
-            throw new IllegalStateException("the Python bench " + (line == null ? "did not answer within "
-                    + REPLY_TIMEOUT.toMinutes() + " min" : "exited (" + exitStatus() + ")") + "; its stderr:\n" + tail());
-        }
-        JsonNode n = JSON.readTree(line);
-        if (!n.path("ok").asBoolean()) {
-            throw new IllegalStateException("the Python bench failed: " + n.path("error").asText() + "\nstderr:\n" + tail());
-        }
-        return n;
-    }
-
-    private String exitStatus() {
-        try {
-            return process.waitFor(5, TimeUnit.SECONDS) ? "exit " + process.exitValue() : "still running";
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-            return "unknown";
-        }
-    }
-
-    private String tail() {
-        synchronized (stderr) {
-            return stderr.length() > 4000 ? stderr.substring(stderr.length() - 4000) : stderr.toString();
-        }
-    }
-
-    /** Runs one phase on {@code clients} Python client processes; the measurement as the Java side's. */
-    private Measurement phase(String phase, int clients, Duration warmup, Duration duration, List<String> keys)
-            throws Exception {
-        ObjectNode req = JSON.createObjectNode().put("phase", phase).put("clients", clients)
-                .put("warmup", warmup.toMillis() / 1e3).put("duration", duration.toMillis() / 1e3);
-        if (keys != null) {
-            keys.forEach(req.putArray("keys")::add);
-        }
-        in.write(JSON.writeValueAsString(req) + "\n");
-        in.flush();
-        JsonNode r = reply();
-        JsonNode l = r.path("lat_ns");
-        long[] lat = new long[l.size()];
-        for (int i = 0; i < lat.length; i++) {
-            lat[i] = l.get(i).asLong();
-        }
-        return new Measurement(r.path("ops").asLong(), r.path("bytes").asLong(), r.path("wall_ns").asLong(), lat);
-    }
-
-    @Override
-    public void close() throws Exception {
-        try {
-            in.write("{\"quit\": true}\n");
-            in.flush();
-        } catch (IOException ignored) {
-            // already gone
-        }
-        if (!process.waitFor(20, TimeUnit.SECONDS)) {
-            process.descendants().forEach(ProcessHandle::destroy);
-            process.destroy();
-            process.waitFor(10, TimeUnit.SECONDS);
-        }
+    private static PythonServer start(String master, RedisServer redis) throws Exception {
+        return PythonServer.start(List.of(python(), "-m", "kvpool.bench", "--serve", "--master", master,
+                "--redis", redis.host() + ":" + redis.port()), Map.of("PYTHONPATH", pythonRoot().toString()));
     }
 
     // ------------------------------------------------------------------------------------ the section
@@ -228,9 +110,9 @@ final class PythonBench implements AutoCloseable {
             return;
         }
         try (PoolProcess pool = PoolProcess.start("6GiB", "1g"); RedisServer redis = RedisServer.start();
-             PythonBench py = start(pool.masterAddress(), redis)) {
+             PythonServer py = start(pool.masterAddress(), redis)) {
             results.environment.putIfAbsent("redis", redis.version());
-            results.environment.put("python", python() + " " + py.version);
+            results.environment.put("python", python() + " " + py.hello().path("python").asText("?"));
             KvpoolTarget tcp = new KvpoolTarget(pool.masterAddress(), false);
             KvpoolTarget shm = new KvpoolTarget(pool.masterAddress(), true);
             // the pool is a JVM: its paths are compiled only after some seconds of traffic
@@ -286,7 +168,7 @@ final class PythonBench implements AutoCloseable {
         results.add(Results.Row.of("python", target, op + " x" + BATCH, VALUE, clients, m, note + "; latency per call"));
     }
 
-    private static void lookups(Results results, PoolProcess pool, PythonBench py, Duration warmup, Duration duration,
+    private static void lookups(Results results, PoolProcess pool, PythonServer py, Duration warmup, Duration duration,
                                 Duration targetWarmup, ProgressBar bar) throws Exception {
         List<String> keys = new ArrayList<>(EXISTS_KEYS);
         List<MemorySegment> values = new ArrayList<>(EXISTS_KEYS);

@@ -25,8 +25,8 @@ final class BenchCommand implements Callable<Integer> {
     boolean quick;
 
     @Option(names = "--only", split = ",", paramLabel = "SECTION",
-            description = "Run only these sections (store, lookup, metadata, reset, disk, restore, python, failover, replicas,"
-                    + " tls); default: all.")
+            description = "Run only these sections (store, lookup, metadata, reset, disk, restore, python, mooncake, failover,"
+                    + " replicas, tls); default: all.")
     List<String> only;
 
     @Option(names = "--out", paramLabel = "DIR",
