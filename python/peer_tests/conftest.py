@@ -70,17 +70,23 @@ def mooncake_cluster() -> Iterator[MooncakeCluster]:
         c.stop()
 
 
-@pytest.fixture
-def mooncake_store(mooncake_cluster: MooncakeCluster) -> Iterator[Any]:
-    """The real binding's store, set up against the session's Mooncake; it contributes no memory."""
+@pytest.fixture(scope="session")
+def _mooncake_session_store(mooncake_cluster: MooncakeCluster) -> Iterator[Any]:
+    """One real store for the session: the binding's close() takes about a second (it joins its threads)."""
     s = mooncake.store.MooncakeDistributedStore()
     rc = s.setup("127.0.0.1", "P2PHANDSHAKE", 0, STORE_LOCAL_BUFFER, "tcp", "", mooncake_cluster.master)
     assert rc == 0, f"mooncake.store setup against {mooncake_cluster.master} returned {rc}"
-    s.remove_all(True)
     try:
         yield s
     finally:
         s.close()
+
+
+@pytest.fixture
+def mooncake_store(_mooncake_session_store: Any) -> Any:
+    """The real binding's store, set up against the session's Mooncake (it contributes no memory), emptied."""
+    _mooncake_session_store.remove_all(True)
+    return _mooncake_session_store
 
 
 @pytest.fixture(scope="session")

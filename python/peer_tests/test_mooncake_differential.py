@@ -106,6 +106,65 @@ def _multi_put(s: Any, keys: list[str], splits: list[list[int]], seed: int, b: B
     return s.batch_put_from_multi_buffers(keys, ptrs, sizes)
 
 
+def _registered_dst(s: Any, b: Buffers, size: int) -> tuple[int, np.ndarray]:
+    """A destination buffer registered with the store (Mooncake's ranged reads require registration)."""
+    ptr, a = b.dst(size)
+    assert s.register_buffer(ptr, a.nbytes) == 0
+    return ptr, a
+
+
+def _ranges(s: Any, m: Any, b: Buffers) -> Any:
+    """get_into_ranges: two buffers, each filled from ranges of stored objects (and one missing key)."""
+    d0, a0 = _registered_dst(s, b, 4096)
+    d1, a1 = _registered_dst(s, b, 4096)
+    got = s.get_into_ranges([d0, d1], [["rg/a", "rg/b"], ["rg/b", "rg/missing"]],
+                            [[[0, 100], [200]], [[0], [10]]], [[[0, 50], [1000]], [[4000], [0]]],
+                            [[[100, 50], [300]], [[96], [5]]])
+    out = got, bytes(a0[:500]), bytes(a1[:200])
+    s.unregister_buffer(d0)
+    s.unregister_buffer(d1)
+    return out
+
+
+def _put_session(s: Any, m: Any, b: Buffers) -> Any:
+    started = s.batch_put_session_start(["ps/a", "ps/b"], [3000, 100])
+    src0, src1 = b.src(3000, 60)[0], b.src(100, 61)[0]
+    ranged = s.batch_put_from_multi_buffer_ranges(["ps/a", "ps/b"], [[src0, src0 + 1000], [src1]],
+                                                  [[1000, 2000], [100]], [[0, 1000], [0]])
+    before = s.batch_is_exist(["ps/a", "ps/b"])
+    ended = s.batch_put_session_end(["ps/a", "ps/b"])
+    return started, ranged, before, ended, s.get("ps/a"), s.get("ps/b")
+
+
+def _get_session(s: Any, m: Any, b: Buffers) -> Any:
+    started = s.batch_get_session_start(["ps/a", "ps/missing"])
+    d, a = _registered_dst(s, b, 3000)
+    ranged = s.batch_get_into_multi_buffer_ranges(["ps/a"], [[d, d + 100]], [[100, 200]], [[2900, 0]])
+    ended = s.batch_get_session_end(["ps/a", "ps/missing"])
+    s.unregister_buffer(d)
+    return started, ranged, ended, bytes(a[:300])
+
+
+def _tensor(s: Any, m: Any, b: Buffers) -> Any:
+    import torch
+    t = torch.arange(24, dtype=torch.float32).reshape(2, 3, 4)
+    put = s.put_tensor("tn/a", t)
+    got = s.get_tensor("tn/a")
+    return put, s.get("tn/a"), got.tolist() if got is not None else None, s.get_tensor("tn/missing")
+
+
+def _replica_desc(s: Any, m: Any, b: Buffers) -> Any:
+    """Shape of the descriptors: which keys have them, how many, memory or disk, sizes, status; endpoints
+    name different processes on the two systems, so only their form is compared."""
+    descs = s.batch_get_replica_desc(["sz/7", "pb/0", "rd/missing"])
+    out = {}
+    for key, ds in sorted(descs.items()):
+        out[key] = [(d.is_memory_replica(), d.get_memory_descriptor().buffer_descriptor.size, int(d.status),
+                     bool(re.fullmatch(r"[\w.\-]+:\d+", d.get_memory_descriptor().buffer_descriptor.transport_endpoint)))
+                    for d in ds]
+    return out
+
+
 def _config(m: Any, **fields: Any) -> Any:
     c = m.ReplicateConfig()
     for k, v in fields.items():
@@ -219,6 +278,26 @@ STEPS: list[Step] = [
     ("batch_is_exist str", lambda s, m, b: s.batch_is_exist("abc")),
     ("put config wrong type", lambda s, m, b: s.put("t/cfg", b"x", 5)),
     ("remove int key", lambda s, m, b: s.remove(5)),
+    # --- ranges, sessions, tensors, replica descriptors
+    ("put objects for ranges", lambda s, m, b: s.put_batch(["rg/a", "rg/b"], [value(300, 70), value(5000, 71)])),
+    ("get_into_ranges", _ranges),
+    ("put session", _put_session),
+    ("get session", _get_session),
+    ("ranged put without a session", lambda s, m, b: s.batch_put_from_multi_buffer_ranges(
+        ["ps/none"], [[b.src(10, 62)[0]]], [[10]], [[0]])),
+    ("put session end without start", lambda s, m, b: s.batch_put_session_end(["ps/none"])),
+    ("put session on an existing key", lambda s, m, b: s.batch_put_session_start(["ps/a"], [10])),
+    ("put_tensor and get_tensor", _tensor),
+    ("put_tensor_with_tp shards", lambda s, m, b: (
+        s.put_tensor_with_tp("tn/tp", __import__("torch").arange(8, dtype=__import__("torch").int16).reshape(2, 4),
+                             tp_rank=0, tp_size=2, split_dim=1),
+        s.batch_is_exist(["tn/tp", "tn/tp_tp_0", "tn/tp_tp_1"]), s.get("tn/tp_tp_1"))),
+    ("batch_get_replica_desc", _replica_desc),
+    ("get_replica_desc missing", lambda s, m, b: s.get_replica_desc("rd/missing")),
+    ("get_offload_rpc_read_count", lambda s, m, b: s.get_offload_rpc_read_count()),
+    ("unmount_local_disk_segment", lambda s, m, b: s.unmount_local_disk_segment()),
+    ("batch_replica_clear", lambda s, m, b: sorted(s.batch_replica_clear(["rg/a", "rg/missing"]))),
+    ("is_exist after replica clear", lambda s, m, b: s.batch_is_exist(["rg/a", "rg/b"])),
     # --- removal
     ("remove present", lambda s, m, b: s.remove("sz/1")),
     ("remove missing", lambda s, m, b: s.remove("sz/1")),
@@ -241,7 +320,8 @@ STEPS: list[Step] = [
 ]
 
 #: steps after which every read lease the real master granted must lapse before the next removal
-_READS_BEFORE_REMOVAL = {"remove present", "batch_remove mixed", "remove_by_regex prefix", "remove_all"}
+_READS_BEFORE_REMOVAL = {"remove present", "batch_remove mixed", "remove_by_regex prefix", "remove_all",
+                         "batch_replica_clear"}
 
 
 def run(store: Any, module: Any, lease_ttl_ms: int) -> dict[str, Outcome]:

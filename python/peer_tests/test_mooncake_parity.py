@@ -282,7 +282,8 @@ def _compare(owner: str, name: str, wheel: Signature, fn: Any) -> list[str]:
             out.append(f"parameter {w.name!r} is {o.name!r} in kvpool")
         if w.kind == "named" and o.kind == inspect.Parameter.POSITIONAL_ONLY:
             out.append(f"parameter {w.name!r} is positional-only in kvpool, a keyword in the wheel")
-        o_default = None if o.default is inspect.Parameter.empty else repr(o.default)
+        # kvpool.mooncake.args.REQUIRED: a parameter the binding requires after one with a default
+        o_default = None if o.default is inspect.Parameter.empty or repr(o.default) == "<required>" else repr(o.default)
         w_default = EQUIVALENT_DEFAULTS.get(w.default, w.default) if w.default is not None else None
         if w_default != o_default:
             out.append(f"parameter {w.name!r}: {_default_text(w.default)} in the wheel, {_default_text(o_default)} "

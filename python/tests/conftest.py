@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -195,3 +195,16 @@ def client(pool: Pool) -> Iterator[kvpool.Client]:
         yield c
     finally:
         c.close()
+
+
+@pytest.fixture
+def store(pool: Pool, client: kvpool.Client) -> Iterator[Any]:
+    """A ``kvpool.mooncake.MooncakeDistributedStore`` set up against the session's pool (emptied first, by the
+    ``client`` fixture), closed after the test."""
+    from kvpool.mooncake import MooncakeDistributedStore
+    s = MooncakeDistributedStore()
+    assert s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 0, "tcp", "", pool.master) == 0
+    try:
+        yield s
+    finally:
+        s.close()

@@ -39,16 +39,6 @@ def rand(n: int, seed: int = 0) -> np.ndarray:
 
 
 @pytest.fixture
-def store(pool: conftest.Pool, client: kvpool.Client) -> Iterator[MooncakeDistributedStore]:
-    s = MooncakeDistributedStore()
-    assert s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 0, "tcp", "", pool.master) == 0
-    try:
-        yield s
-    finally:
-        s.close()
-
-
-@pytest.fixture
 def fresh_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(mc.codes, "_warned", set())
 
@@ -743,6 +733,7 @@ def test_install_gives_the_stand_in_package_a_file(pool: conftest.Pool) -> None:
         "import mooncake, mooncake.store; assert os.path.isfile(mooncake.__file__), mooncake.__file__;"
         "assert os.path.isdir(os.path.dirname(mooncake.__file__));"
         "from mooncake.mooncake_config import MooncakeConfig; assert MooncakeConfig is m.MooncakeConfig;"
+        "from mooncake.buffer_pool import BufferPool; assert BufferPool is m.BufferPool;"
         "print('ok')"
     )
     out = subprocess.run([sys.executable, "-c", code, str(Path(kvpool.__file__).parents[1])],

@@ -39,17 +39,6 @@ def seed() -> int:
 
 
 @pytest.fixture
-def store(pool: conftest.Pool, client: kvpool.Client) -> Iterator[MooncakeDistributedStore]:
-    s = MooncakeDistributedStore()
-    assert s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 0, "tcp", "", pool.master) == 0
-    try:
-        yield s
-    finally:
-        s._drop_sessions()
-        s.close()
-
-
-@pytest.fixture
 def other(pool: conftest.Pool, store: MooncakeDistributedStore) -> Iterator[MooncakeDistributedStore]:
     """A second store object on the same pool (Mooncake: another client process)."""
     s = MooncakeDistributedStore()

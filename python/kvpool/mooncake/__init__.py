@@ -29,7 +29,10 @@ address yields -600 (INVALID_PARAMS) instead of a crash.
 
 The package's modules, each importing only those before it: ``codes`` (error numbers, enums, the
 logger), ``args`` (argument checks, sizes, addresses, host memory, the regex plan), ``config``
-(``MooncakeConfig``), ``transfer`` (staged writes and scattered reads), ``store`` (the store class).
+(``MooncakeConfig``), ``transfer`` (staged writes and scattered reads), ``tensor_layout`` (the bytes of
+Mooncake's tensor objects and manifests, the safetensors codec), ``parallelism`` (``ParallelAxis``,
+``TensorParallelism``, ``ReadTarget``, shard keys, reconstruction from shards), ``tensors`` and
+``tensors_parallel`` (the store's tensor methods), ``store`` (the store class).
 Everything is used through this package, which is also what :func:`install` registers.
 """
 
@@ -46,21 +49,23 @@ from .codes import (HC_HEALTHY, HC_MASTER_UNREACHABLE, HC_NOT_INITIALIZED, Error
 from .config import DEFAULT_GLOBAL_SEGMENT_SIZE, DEFAULT_LOCAL_BUFFER_SIZE, MooncakeConfig, load_config
 from .store import BufferHandle, MooncakeDistributedStore
 from .transfer import STAGING_BATCH_BYTES
-from . import admin, buffer_pool, descriptors, engram, ranges, replicate, tensors
+from . import admin, buffer_pool, descriptors, engram, parallelism, ranges, replicate, tensors, tensors_parallel
 from .admin import *  # noqa: F401,F403 - each module lists its public names in __all__
 from .buffer_pool import *  # noqa: F401,F403
 from .descriptors import *  # noqa: F401,F403
 from .engram import *  # noqa: F401,F403
+from .parallelism import *  # noqa: F401,F403
 from .ranges import *  # noqa: F401,F403
 from .replicate import *  # noqa: F401,F403
 from .tensors import *  # noqa: F401,F403
+from .tensors_parallel import *  # noqa: F401,F403
 
 __all__ = [
     "MooncakeDistributedStore", "ErrorCode", "SoftPinAction", "ObjectDataType",
     "BufferHandle", "MooncakeConfig", "load_config", "install", "parse_byte_size",
     "HC_HEALTHY", "HC_NOT_INITIALIZED", "HC_MASTER_UNREACHABLE", "DEFAULT_MASTER_PORT",
-    *admin.__all__, *buffer_pool.__all__, *descriptors.__all__, *engram.__all__, *ranges.__all__,
-    *replicate.__all__, *tensors.__all__,
+    *admin.__all__, *buffer_pool.__all__, *descriptors.__all__, *engram.__all__, *parallelism.__all__,
+    *ranges.__all__, *replicate.__all__, *tensors.__all__, *tensors_parallel.__all__,
 ]
 
 
@@ -95,10 +100,10 @@ def install(force: bool = False) -> types.ModuleType:
         parent.__doc__ = "kvpool's stand-in for the mooncake package (kvpool.mooncake.install)"
         parent.__file__ = me.__file__  # programs look at mooncake.__file__ to find the package's directory
         sys.modules["mooncake"] = parent
-        # the real package's pure-Python config module, which engines import beside the store
-        from . import config as config_module
-        sys.modules["mooncake.mooncake_config"] = config_module
-        setattr(parent, "mooncake_config", config_module)
+        from . import buffer_pool as buffer_pool_module, config as config_module
+        for name, module in (("mooncake_config", config_module), ("buffer_pool", buffer_pool_module)):
+            sys.modules[f"mooncake.{name}"] = module  # the real package's modules engines import beside the store
+            setattr(parent, name, module)
     elif current is not None and not force:
         log.warning("kvpool.mooncake.install: mooncake.store is already imported; leaving it alone "
                     "(install(force=True) replaces it)")

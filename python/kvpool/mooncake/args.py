@@ -23,8 +23,37 @@ DEFAULT_MASTER_PORT = 50051
 DEFAULT_MASTER_SERVER_ADDR = "127.0.0.1:50051"
 DEFAULT_CLIENT_HTTP_PORT = 9300
 
+class _Required:
+    """The default of a parameter the binding requires although one before it has a default (pybind11 allows
+    ``f(key=None, file_name)``, Python does not): a call that leaves it out raises TypeError."""
+
+    def __repr__(self) -> str:
+        return "<required>"
+
+
+REQUIRED: Any = _Required()
+
 #: A key's buffers: ``(address, size)`` pieces, in order.
 Pieces = list[tuple[int, int]]
+
+
+#: C ``int`` and ``int64_t`` ranges, for ``_int_arg``.
+I32 = (-(1 << 31), (1 << 31) - 1)
+I64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _int_arg(value: Any, what: str, bounds: tuple[int, int] = I32) -> int:
+    """A signed C integer argument as pybind11 converts one: anything with ``__index__`` (not a float or text)
+    within ``bounds``, else TypeError naming the argument."""
+    if isinstance(value, (float, str, bytes, bytearray)):
+        raise TypeError(f"{what} must be an int, got {type(value).__name__}")
+    try:
+        n = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{what} must be an int, got {type(value).__name__}") from None
+    if not bounds[0] <= n <= bounds[1]:
+        raise TypeError(f"{what} is out of range for a {'C int' if bounds == I32 else 'signed 64-bit int'}: {n}")
+    return n
 
 
 def _uint(value: Any, what: str) -> int:

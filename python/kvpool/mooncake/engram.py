@@ -23,7 +23,7 @@ import operator
 import threading
 from typing import TYPE_CHECKING, Any, NoReturn, Optional, Sequence
 
-from .args import _str_arg, _uint
+from .args import I32, I64, _int_arg, _str_arg, _uint
 from .codes import _INVALID, _NOT_FOUND, _NOT_SUPPORTED, _OK, log
 
 if TYPE_CHECKING:
@@ -31,22 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = ["EngramStoreConfig", "EngramStore", "MooncakeDistributedNoFRegister"]
 
-_I32 = (-(1 << 31), (1 << 31) - 1)
-_I64 = (-(1 << 63), (1 << 63) - 1)
 _FLOAT32_BYTES = 4
-
-
-def _signed(value: Any, bounds: tuple[int, int], what: str) -> int:
-    """A C int / int64_t argument as pybind11 converts one: anything with ``__index__`` in range."""
-    if isinstance(value, float):
-        raise TypeError(f"{what} must be an int, got float")
-    try:
-        n = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{what} must be an int, got {type(value).__name__}") from None
-    if not bounds[0] <= n <= bounds[1]:
-        raise TypeError(f"{what} is out of range: {n}")
-    return n
 
 
 def _numpy() -> Any:
@@ -73,7 +58,7 @@ class EngramStoreConfig:
     def table_vocab_sizes(self, value: Sequence[int]) -> None:
         if isinstance(value, (str, bytes, bytearray)) or not isinstance(value, Sequence):
             raise TypeError(f"table_vocab_sizes must be a list of int, got {type(value).__name__}")
-        self._table_vocab_sizes = [_signed(v, _I64, "table_vocab_sizes item") for v in value]
+        self._table_vocab_sizes = [_int_arg(v, "table_vocab_sizes item", I64) for v in value]
 
     @property
     def embedding_dim(self) -> int:
@@ -82,7 +67,7 @@ class EngramStoreConfig:
 
     @embedding_dim.setter
     def embedding_dim(self, value: int) -> None:
-        self._embedding_dim = _signed(value, _I32, "embedding_dim")
+        self._embedding_dim = _int_arg(value, "embedding_dim", I32)
 
 
 def _lookup_failed(why: str, *args: Any) -> NoReturn:
@@ -99,7 +84,7 @@ def _as_row_id(value: Any) -> int:
     if not isinstance(value, float):
         try:
             n = operator.index(value)
-            if _I64[0] <= n <= _I64[1]:
+            if I64[0] <= n <= I64[1]:
                 return n
         except TypeError:
             pass
@@ -115,7 +100,7 @@ class EngramStore:
 
     def __init__(self, layer_id: int, config: EngramStoreConfig, store: Optional[MooncakeDistributedStore] = None,
                  ) -> None:
-        layer = _signed(layer_id, _I32, "layer_id")
+        layer = _int_arg(layer_id, "layer_id", I32)
         if not isinstance(config, EngramStoreConfig):
             raise TypeError(f"config must be an EngramStoreConfig, got {type(config).__name__}")
         if store is not None:
@@ -326,6 +311,9 @@ class EngramStore:
 class MooncakeDistributedNoFRegister:
     """Mooncake's NVMe-oF target registration with its master. kvpool has no NVMe-oF tier: both calls
     return -1012 (NOT_SUPPORTED) and log why."""
+
+    def __init__(self) -> None:
+        """Takes no arguments, as the binding's."""
 
     def real_register(self, nqn: str, nsid: int, traddr: str, trsvcid: int, base: int, size: int,
                       master_server_addr: str) -> int:

@@ -18,6 +18,7 @@ from .admin import _AdminMethods
 from .ranges import _RangeMethods
 from .replicate import ReplicateConfig, config_arg
 from .tensors import _TensorMethods
+from .tensors_parallel import _ParallelTensorMethods
 from .transfer import _Item, get_values, read_pieces, write_items
 
 #: setup()'s defaults (types.h DEFAULT_GLOBAL_SEGMENT_SIZE / DEFAULT_LOCAL_BUFFER_SIZE, MIN/MAX_SEGMENT_SIZE).
@@ -42,7 +43,7 @@ class BufferHandle(bytearray):
         return len(self)
 
 
-class MooncakeDistributedStore(_TensorMethods, _RangeMethods, _AdminMethods):
+class MooncakeDistributedStore(_ParallelTensorMethods, _TensorMethods, _RangeMethods, _AdminMethods):
     """Mooncake's ``MooncakeDistributedStore`` over a kvpool pool.
 
     ``MooncakeDistributedStore()`` then ``setup(...)`` connects to the kvpool master named by
@@ -56,6 +57,7 @@ class MooncakeDistributedStore(_TensorMethods, _RangeMethods, _AdminMethods):
         self._lock = threading.Lock()
         self._hostname = ""
         self._port_holder: Optional[socket.socket] = None  # the port in get_hostname() when no node is local
+        self._local_buffer_size = 0
         self._registered: dict[int, int] = {}  # base address -> size
 
     # ---------------------------------------------------------------------------- lifecycle
@@ -178,17 +180,19 @@ class MooncakeDistributedStore(_TensorMethods, _RangeMethods, _AdminMethods):
             log.error("kvpool.mooncake setup failed: %s", e)
             return _INTERNAL
         name, port_holder = _segment_name(local_hostname, client)
-        self._install(client, name, port_holder)
+        self._install(client, name, port_holder, local_buffer_size)
         log.info("kvpool.mooncake: connected to the kvpool master at %s as %s", master, name)
         return _OK
 
-    def _install(self, client: Any, hostname: str, port_holder: Optional[socket.socket]) -> None:
+    def _install(self, client: Any, hostname: str, port_holder: Optional[socket.socket],
+                 local_buffer_size: int) -> None:
         """Makes ``client`` this store's client, closing the one before it (and ending its sessions)."""
         self._drop_sessions()
         with self._lock:
             old, self._client = self._client, client
             old_holder, self._port_holder = self._port_holder, port_holder
             self._hostname = hostname
+            self._local_buffer_size = local_buffer_size  # the capacity of a BufferPool's local buffer
             self._registered.clear()
         for thing in (old, old_holder):
             if thing is not None:
@@ -249,7 +253,7 @@ class MooncakeDistributedStore(_TensorMethods, _RangeMethods, _AdminMethods):
         except Exception as e:  # noqa: BLE001 - a setup failure is a code, never an exception
             log.error("kvpool.mooncake setup_dummy: cannot connect to the kvpool master at %s: %s", master, e)
             return _INTERNAL
-        self._install(client, "", None)
+        self._install(client, "", None, _uint(local_buffer_size, "local_buffer_size"))
         log.info("kvpool.mooncake: dummy client connected to the kvpool master at %s", master)
         return _OK
 
@@ -298,6 +302,11 @@ class MooncakeDistributedStore(_TensorMethods, _RangeMethods, _AdminMethods):
         so the name is the segment of the kvpool node on this host (as seen at setup), and where there is none,
         ``local_hostname`` with a port this store keeps bound until ``close()``."""
         return self._hostname if self._client is not None else ""
+
+    def _get_pyclient_capsule(self) -> Optional["MooncakeDistributedStore"]:
+        """The binding's handle to the client behind a set-up store (None before setup): Mooncake's Python
+        helpers (``BufferPool``) ask a store wrapper for it; kvpool's handle is the store itself."""
+        return self if self._client is not None else None
 
     def _require(self, what: str) -> Any:
         client = self._client
