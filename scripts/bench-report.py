@@ -63,12 +63,45 @@ def main(path):
                   f"{fmt(r['opsPerSec'], '{:,.0f}')} | {fmt(r['p50Micros'], '{:.0f}')} | "
                   f"{fmt(r['p99Micros'], '{:.0f}')} | {r['note'] or ''} |")
 
+    mooncake(rows)
+
     print("\n### Targets\n")
     print("| target | measured | goal | met | basis |")
     print("| --- | ---: | --- | --- | --- |")
     for c in doc["targets"]:
         print(f"| {c['name']} | {c['measured']:.2f} {c['unit']} | {c['goal']} | "
               f"{'yes' if c['met'] else '**no**'} | {c['basis']} |")
+
+
+def mooncake(rows):
+    """The mooncake section: calls/s of each system per row, kvpool's ratios to Mooncake, p50 per call."""
+    sel = [r for r in rows if r["section"] == "mooncake"]
+    if not sel:
+        return
+    print("\n### The real Mooncake and kvpool.mooncake\n")
+    print("| op | size | procs | Mooncake calls/s (p50 µs) | kvpool calls/s (p50 µs) | ratio | kvpool over TCP calls/s (p50 µs) | ratio |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    keys = []
+    for r in sel:
+        k = (r["op"], r["valueSize"], r["clients"])
+        if k not in keys:
+            keys.append(k)
+    for op, vs, c in keys:
+        got = {r["target"]: r for r in sel if (r["op"], r["valueSize"], r["clients"]) == (op, vs, c)}
+        base = got.get("mooncake")
+
+        def cell(t):
+            r = got.get(t)
+            return "-" if r is None else f"{r['opsPerSec']:,.0f} ({r['p50Micros']:.0f})"
+
+        def ratio(t):
+            r = got.get(t)
+            if r is None or base is None or not base["opsPerSec"]:
+                return "-"
+            x = r["opsPerSec"] / base["opsPerSec"]
+            return f"{x:.2f}x" if x >= 2 else f"**{x:.2f}x**"
+        print(f"| {op} | {size(vs)} | {c} | {cell('mooncake')} | {cell('kvpool')} | {ratio('kvpool')} | "
+              f"{cell('kvpool-tcp')} | {ratio('kvpool-tcp')} |")
 
 
 if __name__ == "__main__":

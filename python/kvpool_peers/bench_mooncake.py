@@ -17,11 +17,12 @@ call is checked (a put must answer 0, a get the value's length), so a failure ca
 Clients are processes (multiprocessing, spawn), each its own store, through ``kvpool.bench``'s driver:
 warm-up, a common start, ``duration`` seconds, the store emptied after every phase. By hand::
 
-    .peers/mooncake/venv/bin/python -m kvpool_peers.bench_mooncake --kvpool-master 127.0.0.1:PORT \\
-        --sizes 4096,65536 --ops put,get --clients 1,2 --duration 1
+    PYTHONPATH=python .peers/mooncake/venv/bin/python -m kvpool_peers.bench_mooncake \\
+        --kvpool-master 127.0.0.1:PORT --sizes 4096,65536 --ops put,get --clients 1,2 --duration 1
 
-prints one JSON line per phase and the kvpool/Mooncake ratio of each row. ``--serve`` is the Java
-side's protocol (``kvpool.bench``'s, with a ready line naming the versions).
+prints one JSON line per phase and the kvpool/Mooncake ratio of each row; with ``--profile DIR``, a
+cProfile of each kvpool phase's first client, per call in all and waiting on sockets (the round trips),
+and its top functions. ``--serve`` is the Java side's protocol (``kvpool.bench``'s, with a ready line naming the versions).
 """
 
 from __future__ import annotations
@@ -175,6 +176,22 @@ def versions() -> dict[str, Any]:
     return {"python": kb.versions(), "mooncake": metadata.version("mooncake-transfer-engine-non-cuda")}
 
 
+def print_profile(path: str, calls: int) -> None:
+    """Where one client's measured window went: per call, all of it and the part spent waiting on sockets
+    (the round trips), then the top functions by own time (on stderr)."""
+    import pstats
+
+    st = pstats.Stats(path, stream=sys.stderr)
+    waits = ("recv_into", "sendall", "recv", "send")
+    wait = sum(v[2] for k, v in st.stats.items()  # type: ignore[attr-defined]
+               if k[0] == "~" and any(f"'{w}' of '_socket.socket'" in k[2] for w in waits))
+    total = st.total_tt  # type: ignore[attr-defined]
+    n = max(calls, 1)
+    print(f"# profile {path}: {total / n * 1e6:.0f} us a call, {wait / n * 1e6:.0f} us of it waiting on sockets",
+          flush=True)
+    st.sort_stats("tottime").print_stats(12)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m kvpool_peers.bench_mooncake", description=__doc__.split("\n\n")[0])
     ap.add_argument("--kvpool-master", required=True, help="the kvpool pool's master, host:port")
@@ -200,13 +217,16 @@ def main(argv: list[str] | None = None) -> int:
                     for size in (int(n) for n in a.sizes.split(",")):
                         row = {}
                         for system in SYSTEMS:
-                            r = kb.summary(d.run(phase_name(system, op, size), clients, a.warmup, a.duration,
-                                                 profile=a.profile))
+                            phase = phase_name(system, op, size)
+                            r = kb.summary(d.run(phase, clients, a.warmup, a.duration, profile=a.profile))
                             row[system] = r
                             print(json.dumps(r), flush=True)
+                            if a.profile and system != "mooncake":
+                                print_profile(f"{a.profile}/{phase}-c{clients}-w0.prof", r["ops"])
                         base = row["mooncake"]["ops_per_s"] or float("nan")
                         print(f"# {op} {size} B x{clients}: kvpool {row['kvpool']['ops_per_s'] / base:.2f}x, "
-                              f"kvpool-tcp {row['kvpool-tcp']['ops_per_s'] / base:.2f}x Mooncake", flush=True)
+                              f"kvpool-tcp {row['kvpool-tcp']['ops_per_s'] / base:.2f}x Mooncake"
+                              + (" (kvpool profiled: not a measurement)" if a.profile else ""), flush=True)
             return 0
         finally:
             d.close()

@@ -35,6 +35,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
 @pytest.mark.parametrize("shm", [True, False], ids=["shm", "tcp"])
 def test_the_cluster_secret_reads_and_writes_and_the_admin_secret_empties(secured: Pool, shm: bool) -> None:
     with kvpool.Client(secured.master, shared_memory=shm, secrets=Secrets.of(CLUSTER)) as c:
+        c.shm_write_min_bytes = 0  # a small value too takes the same-machine write (SHM_WRITE_BEGIN/END) here
         v = os.urandom(50_000)
         assert c.upsert(f"a/{shm}", v) is PutStatus.OK
         assert c.get(f"a/{shm}") == v

@@ -54,6 +54,19 @@ def test_paths_are_the_ones_asked_for(either: kvpool.Client) -> None:
         assert (shm, tcp) == (0, 2 << 20)
 
 
+def test_small_writes_go_over_tcp_even_to_a_mapped_segment(either: kvpool.Client) -> None:
+    """Below SHM_WRITE_MIN_BYTES a frame goes as NODE_WRITE (one exchange with the node) rather than
+    SHM_WRITE_BEGIN and END (two); reads still take the mapping. The threshold is per client."""
+    c = either
+    small = os.urandom(4096)
+    assert c.put("small", small) is PutStatus.OK and c.get("small") == small
+    assert (c.counters["bytes_written_shm"], c.counters["bytes_written_tcp"]) == (0, 4096)
+    assert c.counters["bytes_read_shm" if c._shm.enabled else "bytes_read_tcp"] == 4096
+    c.shm_write_min_bytes = 0
+    assert c.put("small2", small) is PutStatus.OK and c.get("small2") == small
+    assert c.counters["bytes_written_shm" if c._shm.enabled else "bytes_written_tcp"] == 4096 * (1 if c._shm.enabled else 2)
+
+
 def test_batches(either: kvpool.Client) -> None:
     c = either
     keys = [f"b/{i}" for i in range(300)]
