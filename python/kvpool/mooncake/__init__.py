@@ -5,10 +5,11 @@
 :func:`install` once (for example from a ``.pth`` file) so that unchanged engines importing
 ``mooncake.store`` get this module.
 
-The API matched is the pybind module ``mooncake.store`` of Mooncake at commit 3b5a5941 (v0.3.12.post1
-plus 245 commits, 2026-08-22): ``mooncake-integration/store/store_py.cpp`` for names, argument order
-and defaults, ``mooncake-store/src/real_client.cpp`` and ``client_service.cpp`` for what each call
-returns, ``mooncake-store/include/types.h`` for the error numbers. Conventions kept:
+The API matched is the binding ``mooncake.store`` of the wheel ``mooncake-transfer-engine-non-cuda``
+0.3.13.post1 (PyPI): every public name, signature and class member, checked against the installed wheel
+by ``python/peer_tests/test_mooncake_parity.py``; behaviour read from Mooncake's sources
+(``store_py.cpp``, ``real_client.cpp``, ``types.h``) and compared call by call with the real Mooncake by
+``test_mooncake_differential.py`` (docs/python.md lists what differs and why). Conventions kept:
 
 * Every call returns a value, never raises for a failed operation: ``0`` or a byte count on
   success, a negative Mooncake ``ErrorCode`` on failure. Wrong argument *types* (a str where an int
@@ -29,10 +30,13 @@ address yields -600 (INVALID_PARAMS) instead of a crash.
 
 The package's modules, each importing only those before it: ``codes`` (error numbers, enums, the
 logger), ``args`` (argument checks, sizes, addresses, host memory, the regex plan), ``config``
-(``MooncakeConfig``), ``transfer`` (staged writes and scattered reads), ``tensor_layout`` (the bytes of
+(``MooncakeConfig``), ``replicate`` (``ReplicateConfig``), ``transfer`` (staged writes and scattered
+reads), ``descriptors`` (replica descriptors, replica and task states), ``tensor_layout`` (the bytes of
 Mooncake's tensor objects and manifests, the safetensors codec), ``parallelism`` (``ParallelAxis``,
 ``TensorParallelism``, ``ReadTarget``, shard keys, reconstruction from shards), ``tensors`` and
-``tensors_parallel`` (the store's tensor methods), ``store`` (the store class).
+``tensors_parallel`` (the store's tensor methods), ``ranges`` (ranged calls and sessions), ``admin``
+(replicas, segments, tasks), ``store`` (the store class), then ``buffer_pool`` (``BufferPool`` and its
+leases), ``host_memory`` (the host allocator, allocator hooks, NUMA binding) and ``engram``.
 Everything is used through this package, which is also what :func:`install` registers.
 """
 
@@ -49,9 +53,11 @@ from .codes import (HC_HEALTHY, HC_MASTER_UNREACHABLE, HC_NOT_INITIALIZED, Error
 from .config import DEFAULT_GLOBAL_SEGMENT_SIZE, DEFAULT_LOCAL_BUFFER_SIZE, MooncakeConfig, load_config
 from .store import BufferHandle, MooncakeDistributedStore
 from .transfer import STAGING_BATCH_BYTES
-from . import admin, buffer_pool, descriptors, engram, parallelism, ranges, replicate, tensors, tensors_parallel
+from . import (admin, buffer_pool, descriptors, engram, host_memory, parallelism, ranges, replicate, tensors,
+               tensors_parallel)
 from .admin import *  # noqa: F401,F403 - each module lists its public names in __all__
 from .buffer_pool import *  # noqa: F401,F403
+from .host_memory import *  # noqa: F401,F403
 from .descriptors import *  # noqa: F401,F403
 from .engram import *  # noqa: F401,F403
 from .parallelism import *  # noqa: F401,F403
@@ -64,7 +70,7 @@ __all__ = [
     "MooncakeDistributedStore", "ErrorCode", "SoftPinAction", "ObjectDataType",
     "BufferHandle", "MooncakeConfig", "load_config", "install", "parse_byte_size",
     "HC_HEALTHY", "HC_NOT_INITIALIZED", "HC_MASTER_UNREACHABLE", "DEFAULT_MASTER_PORT",
-    *admin.__all__, *buffer_pool.__all__, *descriptors.__all__, *engram.__all__, *parallelism.__all__,
+    *admin.__all__, *buffer_pool.__all__, *host_memory.__all__, *descriptors.__all__, *engram.__all__, *parallelism.__all__,
     *ranges.__all__, *replicate.__all__, *tensors.__all__, *tensors_parallel.__all__,
 ]
 
