@@ -22,9 +22,7 @@ Design notes
 
 from __future__ import annotations
 
-import enum
 import functools
-from dataclasses import dataclass
 import logging
 import os
 import socket
@@ -45,6 +43,7 @@ from .crc import crc32c
 from .etcd import LeaderInfo, LeaderWatch, parse_etcd_url
 from .errors import KvPoolError, MasterTimeout, MasterUnreachable
 from .protocol import Opcode, PoolStats, ResultCode, SegmentStats
+from .results import PutResult, PutStatus
 from .shm import SharedSegments
 
 log = logging.getLogger("kvpool")
@@ -62,46 +61,6 @@ PING_INTERVAL = 4.0
 #: (single puts measured on loopback, 2026-11-26: TCP 109 us and shared memory 149 us at 4 KiB, equal at
 #: 512 KiB, shared memory 336 us and TCP 521 us at 1 MiB). ``Client.shm_write_min_bytes`` overrides it.
 SHM_WRITE_MIN_BYTES = 512 << 10
-
-
-class PutStatus(enum.Enum):
-    """Outcome of a put or upsert. Every value is an expected outcome, never an exception."""
-
-    OK = "ok"
-    """Stored and visible to every client."""
-    ALREADY_EXISTS = "already_exists"
-    """A put found the key present (stored, or being written by someone else); nothing changed."""
-    POOL_FULL = "pool_full"
-    """No segment has room even after eviction."""
-    NO_SEGMENT = "no_segment"
-    """No node has joined the pool yet."""
-    FENCED = "fenced"
-    """A remove_all(force=True) happened while this put was in flight, so it was discarded."""
-    FAILED = "failed"
-    """The bytes could not be written (node unreachable or gone, or the reservation expired)."""
-
-
-@dataclass(frozen=True, slots=True)
-class PutResult:
-    """The outcome of a put in full: its status and, for a stored object, how many copies were written
-    against how many were asked for, and whether its pin was granted.
-
-    ``copies`` is 0 unless ``status`` is OK; it is below ``copies_wanted`` when the pool had fewer
-    segments with room, or a node failed during the put: the master makes the missing copies later when
-    there is room (its ``master_objects_under_replicated`` gauge counts such objects meanwhile).
-    ``pinned`` is False when no pin was asked for, or when the pool's pins were at their cap (the object
-    is then stored unpinned).
-    """
-
-    status: PutStatus
-    copies: int
-    copies_wanted: int
-    pinned: bool = False
-
-    @property
-    def under_replicated(self) -> bool:
-        """True for a stored object with fewer copies than asked for."""
-        return self.status == PutStatus.OK and self.copies < self.copies_wanted
 
 
 def _signed64(v: int) -> int:

@@ -7,6 +7,8 @@ the README's test command before the Python suite runs (``./kvpool build`` build
 
 from __future__ import annotations
 
+import ctypes
+import mmap
 import os
 import shutil
 import signal
@@ -197,14 +199,36 @@ def client(pool: Pool) -> Iterator[kvpool.Client]:
         c.close()
 
 
-@pytest.fixture
-def store(pool: Pool, client: kvpool.Client) -> Iterator[Any]:
-    """A ``kvpool.mooncake.MooncakeDistributedStore`` set up against the session's pool (emptied first, by the
-    ``client`` fixture), closed after the test."""
+def setup_mooncake_store(master: str) -> Any:
+    """A ``kvpool.mooncake.MooncakeDistributedStore`` set up against ``master`` (close it)."""
     from kvpool.mooncake import MooncakeDistributedStore
     s = MooncakeDistributedStore()
-    assert s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 0, "tcp", "", pool.master) == 0
+    assert s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 0, "tcp", "", master) == 0
+    return s
+
+
+@pytest.fixture
+def store(pool: Pool, client: kvpool.Client) -> Iterator[Any]:
+    """A Mooncake-API store on the session's pool (emptied first, by the ``client`` fixture), closed after."""
+    s = setup_mooncake_store(pool.master)
     try:
         yield s
     finally:
         s.close()
+
+
+def mmap_raw(size: int, prot: int) -> int:
+    """The address of ``size`` fresh bytes mapped with protection ``prot`` (0: no access), outside Python's
+    allocator, to hand a store memory it must refuse; ``munmap_raw`` unmaps it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    p = libc.mmap(None, size, prot, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+    assert p not in (None, ctypes.c_void_p(-1).value)
+    return int(p)
+
+
+def munmap_raw(p: int, size: int) -> None:
+    libc = ctypes.CDLL(None)
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.munmap(p, size)

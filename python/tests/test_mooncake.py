@@ -287,26 +287,11 @@ def test_registration_semantics(store: MooncakeDistributedStore) -> None:
     assert store.get_into("unreg", addr(out), 256) == 256 and np.array_equal(out, other)
 
 
-def _mmap_raw(size: int, prot: int) -> int:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-    p = libc.mmap(None, size, prot, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
-    assert p not in (None, ctypes.c_void_p(-1).value)
-    return int(p)
-
-
-def _munmap(p: int, size: int) -> None:
-    libc = ctypes.CDLL(None)
-    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    libc.munmap(p, size)
-
-
 def test_unmapped_or_device_like_memory_is_refused_not_a_crash(store: MooncakeDistributedStore) -> None:
     """A GPU pointer is reserved but not readable from the CPU (PROT_NONE); it must not crash the process."""
     size = 1 << 16
-    none = _mmap_raw(size, 0)  # PROT_NONE
-    ro = _mmap_raw(size, mmap.PROT_READ)
+    none = conftest.mmap_raw(size, 0)  # PROT_NONE
+    ro = conftest.mmap_raw(size, mmap.PROT_READ)
     try:
         assert store.register_buffer(none, size) == INVALID
         assert store.put_from("dev", none, 100) == INVALID
@@ -320,8 +305,8 @@ def test_unmapped_or_device_like_memory_is_refused_not_a_crash(store: MooncakeDi
         assert store.batch_get_into_multi_buffers(["x"], [[none]], [[8]]) == [INVALID]
         assert store.put_from("garbage", 8, 16) == INVALID  # the zero page is never mapped
     finally:
-        _munmap(none, size)
-        _munmap(ro, size)
+        conftest.munmap_raw(none, size)
+        conftest.munmap_raw(ro, size)
 
 
 def test_multi_buffers_gather_scatter(store: MooncakeDistributedStore, monkeypatch: pytest.MonkeyPatch) -> None:

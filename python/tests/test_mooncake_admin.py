@@ -29,21 +29,6 @@ from conftest import Cluster
 INVALID, NOT_FOUND, NOT_SUPPORTED = -600, -704, -1012
 
 
-def setup_store(master: str) -> MooncakeDistributedStore:
-    s = MooncakeDistributedStore()
-    assert s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 0, "tcp", "", master) == 0
-    return s
-
-
-@pytest.fixture
-def store(pool: conftest.Pool, client: kvpool.Client) -> Iterator[MooncakeDistributedStore]:
-    s = setup_store(pool.master)
-    try:
-        yield s
-    finally:
-        s.close()
-
-
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
     c = Cluster(nodes=2)
@@ -197,7 +182,7 @@ def test_before_setup_the_admin_calls_answer_without_a_crash() -> None:
 
 
 def test_replicas_on_two_nodes_are_two_descriptors(cluster: Cluster) -> None:
-    s = setup_store(cluster.master)
+    s = conftest.setup_mooncake_store(cluster.master)
     try:
         s.remove_all(True)
         cfg = ReplicateConfig()
@@ -237,7 +222,7 @@ def test_batch_replica_clear_on_a_segment(pool: conftest.Pool, store: MooncakeDi
 
 
 def test_batch_replica_clear_cannot_drop_one_copy_of_two(cluster: Cluster, caplog: pytest.LogCaptureFixture) -> None:
-    s = setup_store(cluster.master)
+    s = conftest.setup_mooncake_store(cluster.master)
     try:
         s.remove_all(True)
         seg0, seg1 = (f"127.0.0.1:{p}" for p in cluster.node_ports)
@@ -268,7 +253,7 @@ def test_a_copy_on_the_ssd_tier_is_a_local_disk_replica() -> None:
     try:
         with conftest.start_pool(segment_size="8MiB", extra=["--disk-dir", str(disk), "--disk-size", "64MiB",
                                                              "--promote-after", "0"]) as p:
-            s = setup_store(p.master)
+            s = conftest.setup_mooncake_store(p.master)
             try:
                 check_a_disk_copy(p, s)
             finally:

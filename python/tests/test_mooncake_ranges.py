@@ -41,12 +41,10 @@ def seed() -> int:
 @pytest.fixture
 def other(pool: conftest.Pool, store: MooncakeDistributedStore) -> Iterator[MooncakeDistributedStore]:
     """A second store object on the same pool (Mooncake: another client process)."""
-    s = MooncakeDistributedStore()
-    assert s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 0, "tcp", "", pool.master) == 0
+    s = conftest.setup_mooncake_store(pool.master)
     try:
         yield s
     finally:
-        s._drop_sessions()
         s.close()
 
 
@@ -56,21 +54,6 @@ def put_objects(store: MooncakeDistributedStore, rng: np.random.Generator,
     for k, v in objs.items():
         assert store.put(k, v.tobytes()) == OK
     return objs
-
-
-def _mmap_raw(size: int, prot: int) -> int:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-    p = libc.mmap(None, size, prot, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
-    assert p not in (None, ctypes.c_void_p(-1).value)
-    return int(p)
-
-
-def _munmap(p: int, size: int) -> None:
-    libc = ctypes.CDLL(None)
-    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    libc.munmap(p, size)
 
 
 # ----------------------------------------------------------------------------------- before setup
@@ -209,8 +192,8 @@ def test_get_into_ranges_codes_as_the_wheel(store: MooncakeDistributedStore) -> 
 def test_get_into_ranges_checks_host_memory(store: MooncakeDistributedStore) -> None:
     assert store.put("k", bytes(range(64))) == OK
     size = 1 << 16
-    none = _mmap_raw(size, 0)
-    ro = _mmap_raw(size, mmap.PROT_READ)
+    none = conftest.mmap_raw(size, 0)
+    ro = conftest.mmap_raw(size, mmap.PROT_READ)
     ok = np.zeros(16, np.uint8)
     try:
         got = store.get_into_ranges([none, ro, addr(ok)], [["k"], ["k"], ["k"]], [[[0]], [[0]], [[0, 8]]],
@@ -218,8 +201,8 @@ def test_get_into_ranges_checks_host_memory(store: MooncakeDistributedStore) -> 
         assert got == [[[INVALID]], [[INVALID]], [[8, 4]]]
         assert list(ok[:8]) == list(range(8)) and list(ok[8:12]) == [60, 61, 62, 63]
     finally:
-        _munmap(none, size)
-        _munmap(ro, size)
+        conftest.munmap_raw(none, size)
+        conftest.munmap_raw(ro, size)
 
 
 def test_get_into_ranges_reads_each_object_once_per_call(store: MooncakeDistributedStore,
@@ -423,8 +406,8 @@ def test_put_session_revoke_stores_nothing_and_frees_the_key(store: MooncakeDist
 
 def test_put_session_checks_host_memory(store: MooncakeDistributedStore) -> None:
     size = 1 << 16
-    none = _mmap_raw(size, 0)
-    ro = _mmap_raw(size, mmap.PROT_READ)
+    none = conftest.mmap_raw(size, 0)
+    ro = conftest.mmap_raw(size, mmap.PROT_READ)
     try:
         assert store.batch_put_session_start(["h"], [32]) == [OK]
         ok = np.full(8, 3, np.uint8)
@@ -435,8 +418,8 @@ def test_put_session_checks_host_memory(store: MooncakeDistributedStore) -> None
         assert store.batch_put_session_end(["h"]) == [OK]
         assert store.get("h") == bytes(32)
     finally:
-        _munmap(none, size)
-        _munmap(ro, size)
+        conftest.munmap_raw(none, size)
+        conftest.munmap_raw(ro, size)
 
 
 def test_put_session_against_other_writers(store: MooncakeDistributedStore, other: MooncakeDistributedStore) -> None:
@@ -537,7 +520,7 @@ def test_get_session_serves_what_it_read_at_start(store: MooncakeDistributedStor
 def test_get_session_checks_host_memory(store: MooncakeDistributedStore) -> None:
     assert store.put("k", bytes(range(64))) == OK
     size = 1 << 16
-    ro = _mmap_raw(size, mmap.PROT_READ)
+    ro = conftest.mmap_raw(size, mmap.PROT_READ)
     ok = np.zeros(8, np.uint8)
     try:
         assert store.batch_get_session_start(["k"]) == [OK]
@@ -546,7 +529,7 @@ def test_get_session_checks_host_memory(store: MooncakeDistributedStore) -> None
         assert ok.tobytes() == bytes(range(8, 16))
         assert store.batch_get_into_multi_buffer_ranges(["k"], [[0]], [[8]], [[0]]) == [INVALID]
     finally:
-        _munmap(ro, size)
+        conftest.munmap_raw(ro, size)
 
 
 # ------------------------------------------------------------------------------ threads and close

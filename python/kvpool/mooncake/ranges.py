@@ -66,6 +66,23 @@ def _uints(value: Any, what: str) -> list[int]:
     return [_uint(v, what) for v in _seq(value, what)]
 
 
+def _ranged_args(keys: Any, all_buffer_ptrs: Any, all_sizes: Any, all_offsets: Any,
+                 offsets_name: str) -> tuple[list[str], list[list[int]], list[list[int]], list[list[int]]]:
+    """The argument lists of a multi-buffer ranged call, converted as the binding converts them."""
+    return (_keys_arg(keys), _uints2(all_buffer_ptrs, "all_buffer_ptrs"), _uints2(all_sizes, "all_sizes"),
+            _uints2(all_offsets, offsets_name))
+
+
+def _lists_match(op: str, ks: list[str], ptrs: list[list[int]], sizes: list[list[int]], offs: list[list[int]],
+                 offsets_name: str) -> bool:
+    """True if the lists have one entry per key; else False and the error logged (every key then -600)."""
+    if len(ks) == len(ptrs) == len(sizes) == len(offs):
+        return True
+    log.error("kvpool.mooncake %s: mismatched sizes for keys (%d), all_buffer_ptrs (%d), all_sizes (%d) and %s (%d)",
+              op, len(ks), len(ptrs), len(sizes), offsets_name, len(offs))
+    return False
+
+
 def _uints2(value: Any, what: str) -> list[list[int]]:
     return [_uints(v, what) for v in _seq(value, what)]
 
@@ -445,16 +462,9 @@ class _RangeMethods:
         or -600 without a session, for a range outside the object, for mismatched list lengths, or for a
         buffer that is not writable host memory (then nothing of that key is copied)."""
         op = "batch_get_into_multi_buffer_ranges"
-        ks = _keys_arg(keys)
-        ptrs = _uints2(all_buffer_ptrs, "all_buffer_ptrs")
-        sizes = _uints2(all_sizes, "all_sizes")
-        offs = _uints2(all_src_offsets, "all_src_offsets")
+        ks, ptrs, sizes, offs = _ranged_args(keys, all_buffer_ptrs, all_sizes, all_src_offsets, "all_src_offsets")
         out = [_INVALID] * len(ks)
-        if self._require(op) is None:
-            return out
-        if not len(ks) == len(ptrs) == len(sizes) == len(offs):
-            log.error("kvpool.mooncake %s: mismatched sizes for keys (%d), all_buffer_ptrs (%d), all_sizes (%d) and "
-                      "all_src_offsets (%d)", op, len(ks), len(ptrs), len(sizes), len(offs))
+        if self._require(op) is None or not _lists_match(op, ks, ptrs, sizes, offs, "all_src_offsets"):
             return out
         st = _sessions(self)
         for i, k in enumerate(ks):
@@ -596,16 +606,9 @@ class _RangeMethods:
         or a buffer that is not readable host memory (then nothing of that key is copied); -702 for a key
         with no ranges, as Mooncake answers."""
         op = "batch_put_from_multi_buffer_ranges"
-        ks = _keys_arg(keys)
-        ptrs = _uints2(all_buffer_ptrs, "all_buffer_ptrs")
-        sizes = _uints2(all_sizes, "all_sizes")
-        offs = _uints2(all_dst_offsets, "all_dst_offsets")
+        ks, ptrs, sizes, offs = _ranged_args(keys, all_buffer_ptrs, all_sizes, all_dst_offsets, "all_dst_offsets")
         out = [_INVALID] * len(ks)
-        if self._require(op) is None:
-            return out
-        if not len(ks) == len(ptrs) == len(sizes) == len(offs):
-            log.error("kvpool.mooncake %s: mismatched sizes for keys (%d), all_buffer_ptrs (%d), all_sizes (%d) and "
-                      "all_dst_offsets (%d)", op, len(ks), len(ptrs), len(sizes), len(offs))
+        if self._require(op) is None or not _lists_match(op, ks, ptrs, sizes, offs, "all_dst_offsets"):
             return out
         st = _sessions(self)
         for i, k in enumerate(ks):
