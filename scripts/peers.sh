@@ -14,6 +14,10 @@
 #   scripts/peers.sh --check NAME        exit 0 if NAME's venv is installed and up to date, 3 if not
 #   scripts/peers.sh list                print the peers' names
 #
+# A peer whose peer.conf says `base=OTHER` is installed after OTHER, and its venv sees OTHER's
+# site-packages through a .pth file (after its own), so that a large set both need (PyPI's torch, a
+# CUDA build of several GB) is installed once: see peers/torch. A change to OTHER rebuilds both.
+#
 # A peer that cannot be installed is a failure (exit 1) whose message names the peer and the step:
 # the interpreter, a Debian package, the venv, pip (with the last lines of its log), the pins'
 # completeness (pip check), or a verify command. Never a skip.
@@ -76,12 +80,13 @@ fail() {
     die "peer $name: $step failed: $msg"
 }
 
-# load_conf NAME: sets conf_python, conf_system_site, conf_debian (array), conf_pip_args (array),
-# conf_verify (array) from peers/NAME/peer.conf (defaults when there is none).
+# load_conf NAME: sets conf_python, conf_system_site, conf_base, conf_debian (array), conf_pip_args
+# (array), conf_verify (array) from peers/NAME/peer.conf (defaults when there is none).
 load_conf() {
     local name=$1 conf=$PEERS_DIR/$1/peer.conf line key value n=0
     conf_python=/usr/bin/python3
     conf_system_site=no
+    conf_base=
     conf_debian=()
     conf_pip_args=()
     conf_verify=()
@@ -99,6 +104,10 @@ load_conf() {
                 [[ $value == yes || $value == no ]] \
                     || fail "$name" "reading peer.conf" "$conf line $n: system_site_packages must be yes or no, got '$value'"
                 conf_system_site=$value ;;
+            base)
+                [[ $value != "$name" && $value =~ ^[A-Za-z0-9][A-Za-z0-9._-]*$ && -f $PEERS_DIR/$value/requirements.txt ]] \
+                    || fail "$name" "reading peer.conf" "$conf line $n: base '$value' is not another peer under $PEERS_DIR"
+                conf_base=$value ;;
             debian) read -r -a conf_debian <<<"$value" ;;
             pip_args) read -r -a conf_pip_args <<<"$value" ;;
             verify) conf_verify+=("$value") ;;
@@ -121,10 +130,17 @@ check_pins() {
     ((count > 0)) || fail "$name" "reading requirements.txt" "$req pins nothing"
 }
 
-# The normalized names (PEP 503) of the packages a peer pins, one a line.
+# The normalized names (PEP 503) of the packages a peer pins (its base's included), one a line.
 pinned_names() {
-    sed -e 's/#.*//' -e 's/[[:space:]]//g' -e '/^$/d' -e 's/[[;=].*//' "$PEERS_DIR/$1/requirements.txt" \
+    local files=("$PEERS_DIR/$1/requirements.txt")
+    [[ -n ${2:-} ]] && files+=("$PEERS_DIR/$2/requirements.txt")
+    sed -e 's/#.*//' -e 's/[[:space:]]//g' -e '/^$/d' -e 's/[[;=].*//' "${files[@]}" \
         | tr 'A-Z' 'a-z' | sed -E 's/[-_.]+/-/g'
+}
+
+# The site-packages folder of an installed peer's venv.
+site_packages() {
+    "$PEERS_HOME/$1/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'
 }
 
 deb_installed() {
@@ -148,6 +164,7 @@ stamp() {
         echo "home $PEERS_HOME/$name"
         echo "python $conf_python"
         "$conf_python" -VV 2>&1 || true
+        [[ -z $conf_base ]] || echo "base $conf_base $(cat "$PEERS_HOME/$conf_base/stamp" 2>/dev/null)"
         (cd "$PEERS_DIR/$name" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum)
     } | sha256sum | cut -d' ' -f1
 }
@@ -189,7 +206,7 @@ check_complete() {
     local name=$1 venv=$2 log=$3 out bad
     out=$("$venv/bin/python" -m pip check 2>&1 || true)
     printf '%s\n' "$out" >>"$log"
-    bad=$(printf '%s\n' "$out" | awk -v names="$(pinned_names "$name" | tr '\n' ' ')" '
+    bad=$(printf '%s\n' "$out" | awk -v names="$(pinned_names "$name" "$conf_base" | tr '\n' ' ')" '
         BEGIN { n = split(names, a, " "); for (i = 1; i <= n; i++) pinned[a[i]] = 1 }
         { k = tolower($1); gsub(/[-_.]+/, "-", k); if (k in pinned) print }')
     [[ -z $bad ]] || fail "$name" "pins (pip check)" "requirements.txt is incomplete or inconsistent: $(echo "$bad" | tr '\n' ';')"
@@ -199,6 +216,10 @@ install_one() {
     local name=$1 home=$PEERS_HOME/$1 req=$PEERS_DIR/$1/requirements.txt
     local venv=$home/venv log=$home/install.log started=$SECONDS cmd lock
     load_conf "$name"
+    if [[ -n $conf_base ]]; then
+        # the base first (in a subshell: its load_conf would overwrite this peer's settings)
+        (install_one "$conf_base") || fail "$name" "base $conf_base" "the base peer could not be installed (see above)"
+    fi
     check_pins "$name"
     [[ -x $conf_python ]] || fail "$name" "interpreter" "$conf_python (peer.conf python) is not an executable"
     mkdir -p "$home" || fail "$name" "venv" "cannot create $home"
@@ -221,6 +242,11 @@ install_one() {
     [[ $conf_system_site == yes ]] && venv_args+=(--system-site-packages)
     "$conf_python" -m venv "${venv_args[@]}" "$venv" >>"$log" 2>&1 \
         || fail "$name" "venv" "$conf_python -m venv ${venv_args[*]} $venv" "$log"
+    if [[ -n $conf_base ]]; then
+        local base_site
+        base_site=$(site_packages "$conf_base") || fail "$name" "base $conf_base" "no site-packages in $PEERS_HOME/$conf_base/venv"
+        echo "$base_site" >"$(site_packages "$name")/kvpool-base-$conf_base.pth"
+    fi
     # --no-deps: exactly the pins; check_complete then fails if they left a requirement out.
     PYTHONNOUSERSITE=1 "$venv/bin/python" -m pip install --no-input --disable-pip-version-check --no-deps \
         "${conf_pip_args[@]}" -r "$req" >>"$log" 2>&1 \

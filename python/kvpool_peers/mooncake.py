@@ -26,6 +26,10 @@ from typing import Any, Optional
 import mooncake
 import mooncake.store
 
+# The wheel the peer is pinned to (peers/mooncake/requirements.txt).
+MOONCAKE_DIST = "mooncake-transfer-engine-non-cuda"
+MOONCAKE_VERSION = "0.3.13.post1"
+
 MIB = 1 << 20
 
 

@@ -1,15 +1,16 @@
-"""Fixtures of the peer suite: the real Mooncake (the pinned wheel's mooncake_master, mooncake_client
-and Python binding mooncake.store) beside a real kvpool pool, so that a test can run one call on both.
+"""What every peer's suite shares: kvpool's own pool beside the peer, and no skipped test.
 
-Run with the interpreter of the mooncake peer's venv, which ``scripts/peers.sh install mooncake``
-builds (``./kvpool test-peers`` does both). A peer test is never skipped: a skip, wherever it comes
-from, is turned into a failure that shows its reason (a peer that cannot run is a failure).
+The peer suite has one folder per peer, ``python/peer_tests/NAME/``, run with the interpreter of that
+peer's venv (``scripts/peers.sh install NAME`` builds it from ``peers/NAME/``; ``./kvpool test-peers``
+installs and runs every one, ``./kvpool test-peers NAME`` one). A folder's own ``conftest.py`` starts
+the peer or builds its objects; this one gives:
 
-``start_mooncake_cluster(**options)`` (kvpool_peers.mooncake) starts a master and one store process (``mooncake_client``, the
-standalone store that contributes the memory) on free loopback ports, logs under a temp dir of its
-own, waits until a store set up against the master can put and get a probe key, and stops both by
-process group. Mooncake's glog output goes to those log files (``KVPOOL_PEER_KEEP_LOGS=1`` keeps them
-after the run; an error while starting shows their last lines).
+* ``REPO`` and the repository's ``python/`` folder on ``sys.path`` (``kvpool``, ``kvpool_peers``);
+* ``kvpool_pools``: ``python/tests/conftest.py`` loaded under a name of its own (``Pool``, ``Cluster``,
+  ``free_port``), since both suites call theirs conftest;
+* the session fixture ``kvpool_pool``: one real kvpool pool (master and node by PID);
+* hooks that turn any skip, wherever it comes from, into a failure that shows its reason: a peer that
+  cannot run is a failure, never a quiet pass.
 """
 
 from __future__ import annotations
@@ -23,11 +24,14 @@ from typing import Any, Iterator
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "python"))
+if str(REPO / "python") not in sys.path:
+    sys.path.insert(0, str(REPO / "python"))
 
 
 def _load_pools() -> ModuleType:
     """python/tests/conftest.py (kvpool's Pool), under a name of its own: both suites call theirs conftest."""
+    if "kvpool_pools" in sys.modules:
+        return sys.modules["kvpool_pools"]
     spec = importlib.util.spec_from_file_location("kvpool_pools", REPO / "python" / "tests" / "conftest.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -39,55 +43,6 @@ def _load_pools() -> ModuleType:
 kvpool_pools = _load_pools()
 Pool = kvpool_pools.Pool
 
-import kvpool  # noqa: E402
-import kvpool.mooncake  # noqa: E402
-
-try:
-    import mooncake  # noqa: E402
-    import mooncake.store  # noqa: E402
-except ImportError as e:  # the wrong interpreter: say which one to use
-    raise ImportError(f"the peer suite needs the real Mooncake wheel ({e}); run it with ./kvpool test-peers, "
-                      f"or with the interpreter `scripts/peers.sh python mooncake` prints") from e
-
-# The version the peer is pinned to (peers/mooncake/requirements.txt).
-MOONCAKE_DIST = "mooncake-transfer-engine-non-cuda"
-MOONCAKE_VERSION = "0.3.13.post1"
-
-MIB = 1 << 20
-STORE_LOCAL_BUFFER = 256 * MIB
-
-from kvpool_peers.mooncake import MooncakeCluster, mooncake_binary, start_mooncake_cluster  # noqa: E402,F401
-
-
-# ------------------------------------------------------------------------------------------ fixtures
-
-@pytest.fixture(scope="session")
-def mooncake_cluster() -> Iterator[MooncakeCluster]:
-    c = start_mooncake_cluster()
-    try:
-        yield c
-    finally:
-        c.stop()
-
-
-@pytest.fixture(scope="session")
-def _mooncake_session_store(mooncake_cluster: MooncakeCluster) -> Iterator[Any]:
-    """One real store for the session: the binding's close() takes about a second (it joins its threads)."""
-    s = mooncake.store.MooncakeDistributedStore()
-    rc = s.setup("127.0.0.1", "P2PHANDSHAKE", 0, STORE_LOCAL_BUFFER, "tcp", "", mooncake_cluster.master)
-    assert rc == 0, f"mooncake.store setup against {mooncake_cluster.master} returned {rc}"
-    try:
-        yield s
-    finally:
-        s.close()
-
-
-@pytest.fixture
-def mooncake_store(_mooncake_session_store: Any) -> Any:
-    """The real binding's store, set up against the session's Mooncake (it contributes no memory), emptied."""
-    _mooncake_session_store.remove_all(True)
-    return _mooncake_session_store
-
 
 @pytest.fixture(scope="session")
 def kvpool_pool() -> Iterator[Any]:
@@ -96,19 +51,6 @@ def kvpool_pool() -> Iterator[Any]:
         yield p
     finally:
         p.stop()
-
-
-@pytest.fixture
-def kvpool_store(kvpool_pool: Any) -> Iterator[kvpool.mooncake.MooncakeDistributedStore]:
-    """kvpool's drop-in, set up the same way against the session's kvpool pool."""
-    s = kvpool.mooncake.MooncakeDistributedStore()
-    rc = s.setup("127.0.0.1", "P2PHANDSHAKE", 0, STORE_LOCAL_BUFFER, "tcp", "", kvpool_pool.master)
-    assert rc == 0, f"kvpool.mooncake setup against {kvpool_pool.master} returned {rc}"
-    s.remove_all(True)
-    try:
-        yield s
-    finally:
-        s.close()
 
 
 # ------------------------------------------------------------------------------ no skipped peer test

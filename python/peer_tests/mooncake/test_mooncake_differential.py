@@ -1,7 +1,7 @@
 """One sequence of calls, run against the real Mooncake and against kvpool: the same return codes, the same bytes.
 
 The real side is the pinned wheel's ``mooncake.store`` set up against its own ``mooncake_master`` and a
-``mooncake_client`` store process (python/peer_tests/conftest.py); the kvpool side is ``kvpool.mooncake``
+``mooncake_client`` store process (python/peer_tests/mooncake/conftest.py); the kvpool side is ``kvpool.mooncake``
 against a kvpool pool. Both start empty. Every step is one call (or a call and a read-back of the buffer it
 filled), and its outcome is the value returned, the bytes read, or the type of the exception raised.
 
@@ -358,6 +358,6 @@ def test_the_same_calls_give_the_same_answers(mooncake_store: Any, kvpool_store:
 def test_known_differences_are_documented() -> None:
     """Every known difference is in docs/python.md, by its step label."""
     from pathlib import Path
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "python.md").read_text()
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "python.md").read_text()
     missing = [label for label in KNOWN_DIFFERENCES if f"`{label}`" not in doc]
     assert not missing, f"docs/python.md does not list these differences: {missing}"

@@ -13,30 +13,34 @@ from typing import Any
 
 import pytest
 
-import conftest
+import mooncake
 
-PIN = f"{conftest.MOONCAKE_DIST}=={conftest.MOONCAKE_VERSION}"
+from kvpool_peers.mooncake import MOONCAKE_DIST, MOONCAKE_VERSION, MooncakeCluster, mooncake_binary
+
+REPO = Path(__file__).resolve().parents[3]
+
+PIN = f"{MOONCAKE_DIST}=={MOONCAKE_VERSION}"
 
 
 def test_the_installed_wheel_is_the_pinned_one() -> None:
-    assert importlib.metadata.version(conftest.MOONCAKE_DIST) == conftest.MOONCAKE_VERSION
-    pins = (conftest.REPO / "peers" / "mooncake" / "requirements.txt").read_text().split()
+    assert importlib.metadata.version(MOONCAKE_DIST) == MOONCAKE_VERSION
+    pins = (REPO / "peers" / "mooncake" / "requirements.txt").read_text().split()
     assert PIN in pins, f"peers/mooncake/requirements.txt does not pin {PIN}"
     # from the peer's venv, not from some other site
-    assert Path(conftest.mooncake.__file__).resolve().is_relative_to(Path(sys.prefix).resolve())
+    assert Path(mooncake.__file__).resolve().is_relative_to(Path(sys.prefix).resolve())
 
 
 @pytest.mark.parametrize("program", ["mooncake_master", "mooncake_client"])
 def test_the_wheels_programs_run(program: str) -> None:
-    out = subprocess.run([str(conftest.mooncake_binary(program)), "--version"], capture_output=True, text=True,
+    out = subprocess.run([str(mooncake_binary(program)), "--version"], capture_output=True, text=True,
                          timeout=30)
     assert out.returncode == 0, out.stderr[-2000:]
     assert program in out.stdout + out.stderr
     if program == "mooncake_master":
-        assert conftest.MOONCAKE_VERSION in out.stdout + out.stderr
+        assert MOONCAKE_VERSION in out.stdout + out.stderr
 
 
-def test_the_cluster_fixture(mooncake_cluster: conftest.MooncakeCluster) -> None:
+def test_the_cluster_fixture(mooncake_cluster: MooncakeCluster) -> None:
     assert mooncake_cluster.master.startswith("127.0.0.1:")
     assert mooncake_cluster.store_address.startswith("127.0.0.1:")
     assert mooncake_cluster.lease_ttl_ms == 100
@@ -45,7 +49,7 @@ def test_the_cluster_fixture(mooncake_cluster: conftest.MooncakeCluster) -> None
 
 
 @pytest.mark.parametrize("which", ["mooncake_store", "kvpool_store"])
-def test_round_trip(which: str, request: pytest.FixtureRequest, mooncake_cluster: conftest.MooncakeCluster) -> None:
+def test_round_trip(which: str, request: pytest.FixtureRequest, mooncake_cluster: MooncakeCluster) -> None:
     store: Any = request.getfixturevalue(which)
     key = f"smoke-{uuid.uuid4().hex}"
     value = bytes(range(256)) * 64
