@@ -172,6 +172,11 @@ stamp() {
 up_to_date() {
     local name=$1 home=$PEERS_HOME/$1
     [[ -f $home/stamp && -x $home/venv/bin/python ]] || return 1
+    # the base as its files now say, not only as it was when this venv was built
+    if [[ -n $conf_base ]]; then
+        local base=$conf_base
+        (load_conf "$base" && up_to_date "$base") || return 1
+    fi
     [[ $(cat "$home/stamp") == "$(stamp "$name")" ]] || return 1
     [[ -z $(missing_debian) ]] || return 1
     "$home/venv/bin/python" -c '' >/dev/null 2>&1
@@ -212,13 +217,17 @@ check_complete() {
     [[ -z $bad ]] || fail "$name" "pins (pip check)" "requirements.txt is incomplete or inconsistent: $(echo "$bad" | tr '\n' ';')"
 }
 
+# install_one NAME [as-base]
 install_one() {
     local name=$1 home=$PEERS_HOME/$1 req=$PEERS_DIR/$1/requirements.txt
     local venv=$home/venv log=$home/install.log started=$SECONDS cmd lock
     load_conf "$name"
+    if [[ -n $conf_base && -n ${2:-} ]]; then
+        fail "$name" "reading peer.conf" "a base peer may not have a base of its own (base=$conf_base)"
+    fi
     if [[ -n $conf_base ]]; then
         # the base first (in a subshell: its load_conf would overwrite this peer's settings)
-        (install_one "$conf_base") || fail "$name" "base $conf_base" "the base peer could not be installed (see above)"
+        (install_one "$conf_base" as-base) || fail "$name" "base $conf_base" "the base peer could not be installed (see above)"
     fi
     check_pins "$name"
     [[ -x $conf_python ]] || fail "$name" "interpreter" "$conf_python (peer.conf python) is not an executable"
