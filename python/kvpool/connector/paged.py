@@ -157,11 +157,13 @@ class LayeredPagedKv(PagedKv):
     block layout through one staging copy per block.
 
     Args:
-        layers: one tensor per layer, in layer order, each of the per-layer logical shape described
-            by ``layout`` (``NHD``: ``(2, num_blocks, block_size, H, D)``; ``HND``, vLLM's CPU backend:
-            ``(2, num_blocks, H, block_size, D)``). Strided views are fine.
+        layers: one entry per layer, in layer order: a tensor of the per-layer logical shape described
+            by ``layout`` (``NHD``: ``(2, num_blocks, block_size, H, D)``; ``HND``: ``(2, num_blocks, H,
+            block_size, D)``), or a ``(K, V)`` pair of ``(num_blocks, block_size, H, D)`` views (for
+            caches whose K and V are laid out differently, as vLLM 0.32's CPU backend keeps them).
+            Strided views are fine.
         block_size: tokens per block; must equal the tensors' token dimension.
-        layout: the dimension names of a layer tensor (a permutation of ``NHD``).
+        layout: the dimension names of a layer tensor (a permutation of ``NHD``); unused for pairs.
     """
 
     def __init__(self, layers: Sequence[Any], block_size: int, layout: Sequence[str] = NHD) -> None:
@@ -172,28 +174,37 @@ class LayeredPagedKv(PagedKv):
         if sorted(layout) != sorted(_CANON):
             raise ValueError(f"layered KV cache: layout must name the dimensions {_CANON}, got {layout}")
         perm = [layout.index(d) for d in _CANON]
-        self._layers = [t.permute(*perm) for t in layers]  # each: (2, num_blocks, tokens, heads, dim)
-        first = self._layers[0]
-        for i, t in enumerate(self._layers):
-            if tuple(t.shape) != tuple(first.shape) or t.dtype != first.dtype:
-                raise ValueError(f"layered KV cache: layer {i} has shape {tuple(t.shape)} / {t.dtype}, "
-                                 f"layer 0 {tuple(first.shape)} / {first.dtype}")
-            if t.device.type != "cpu":
-                raise ValueError(f"layered KV cache: layer {i} is on {t.device}; kvpool moves host memory only")
-        if first.shape[0] != 2:
-            raise ValueError(f"layered KV cache: the K/V dimension has {first.shape[0]} entries, not 2")
-        if first.shape[2] != block_size:
-            raise ValueError(f"layered KV cache: the layers' blocks hold {first.shape[2]} tokens but the block "
+        self._kv: list[tuple[Any, Any]] = []  # per layer: K and V, each (num_blocks, tokens, heads, dim)
+        for i, t in enumerate(layers):
+            if isinstance(t, (tuple, list)):
+                if len(t) != 2:
+                    raise ValueError(f"layered KV cache: layer {i} is a sequence of {len(t)} tensors, not (K, V)")
+                self._kv.append((t[0], t[1]))
+            else:
+                c = t.permute(*perm)  # (2, num_blocks, tokens, heads, dim)
+                if c.shape[0] != 2:
+                    raise ValueError(f"layered KV cache: the K/V dimension has {c.shape[0]} entries, not 2")
+                self._kv.append((c[0], c[1]))
+        k0 = self._kv[0][0]
+        for i, (k, v) in enumerate(self._kv):
+            for t in (k, v):
+                if t.dim() != 4 or tuple(t.shape) != tuple(k0.shape) or t.dtype != k0.dtype:
+                    raise ValueError(f"layered KV cache: layer {i} has K/V of shape {tuple(t.shape)} / {t.dtype}, "
+                                     f"layer 0 {tuple(k0.shape)} / {k0.dtype}")
+                if t.device.type != "cpu":
+                    raise ValueError(f"layered KV cache: layer {i} is on {t.device}; kvpool moves host memory only")
+        if k0.shape[1] != block_size:
+            raise ValueError(f"layered KV cache: the layers' blocks hold {k0.shape[1]} tokens but the block "
                              f"size is {block_size} (kernel blocks smaller than the cache block are not supported)")
         self._torch = torch
-        self.num_layers = len(self._layers)
-        self.num_blocks = int(first.shape[1])
+        self.num_layers = len(self._kv)
+        self.num_blocks = int(k0.shape[0])
         self.block_size = block_size
-        self.num_kv_heads = int(first.shape[3])
-        self.head_size = int(first.shape[4])
-        self.dtype = first.dtype
+        self.num_kv_heads = int(k0.shape[2])
+        self.head_size = int(k0.shape[3])
+        self.dtype = k0.dtype
         self._block_shape = (self.num_layers, 2, block_size, self.num_kv_heads, self.head_size)
-        self.block_bytes = self.num_layers * 2 * block_size * self.num_kv_heads * self.head_size * first.element_size()
+        self.block_bytes = self.num_layers * 2 * block_size * self.num_kv_heads * self.head_size * k0.element_size()
 
     @property
     def kv_dtype(self) -> str:
@@ -208,15 +219,17 @@ class LayeredPagedKv(PagedKv):
         self._check(block_id)
         if out is None:
             out = self._torch.empty(self._block_shape, dtype=self.dtype)
-        for layer, t in enumerate(self._layers):
-            out[layer].copy_(t[:, block_id])
+        for layer, (k, v) in enumerate(self._kv):
+            out[layer, 0].copy_(k[block_id])
+            out[layer, 1].copy_(v[block_id])
         return out
 
     def scatter(self, block_id: int, src: Any) -> None:
         """Puts ``src`` (one block in the pool's layout) into block ``block_id`` of every layer."""
         self._check(block_id)
-        for layer, t in enumerate(self._layers):
-            t[:, block_id].copy_(src[layer])
+        for layer, (k, v) in enumerate(self._kv):
+            k[block_id].copy_(src[layer, 0])
+            v[block_id].copy_(src[layer, 1])
 
     def load_targets(self, block_ids: Sequence[int]) -> tuple[list[Any], Callable[[Sequence[bool]], None]]:
         for b in block_ids:

@@ -95,6 +95,8 @@ def install(force: bool = False) -> types.ModuleType:
             real = importlib.util.find_spec("mooncake")
         except (ImportError, ValueError):
             real = None
+        if real is not None and real.origin in (None, "namespace"):
+            real = None  # a bare folder named mooncake on sys.path (a namespace package), not Mooncake's wheel
         if real is not None:
             log.warning("kvpool.mooncake.install: the real 'mooncake' package is installed; leaving it alone "
                         "(install(force=True) replaces mooncake.store)")
