@@ -6,14 +6,14 @@
 from . import etcd
 from .auth import Secrets
 from .buffers import RawBuffer, as_memoryview
-from .client import MISS, Client, PutResult, PutStatus
+from .client import MISS, TOO_SMALL, Client, PutResult, PutStatus
 from .errors import AuthenticationError, KvPoolError, MasterTimeout, MasterUnreachable
 from .protocol import PIN_FOREVER
 from .protocol import VERSION as PROTOCOL_VERSION
 from .protocol import PoolStats, ProtocolError, SegmentStats
 
 __all__ = [
-    "Client", "PutStatus", "PutResult", "PIN_FOREVER", "MISS", "RawBuffer", "as_memoryview", "KvPoolError", "MasterUnreachable", "MasterTimeout",
+    "Client", "PutStatus", "PutResult", "PIN_FOREVER", "MISS", "TOO_SMALL", "RawBuffer", "as_memoryview", "KvPoolError", "MasterUnreachable", "MasterTimeout",
     "ProtocolError", "PoolStats", "SegmentStats", "PROTOCOL_VERSION", "etcd", "Secrets", "AuthenticationError",
 ]
 __version__ = "0.1.0"

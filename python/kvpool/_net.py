@@ -251,3 +251,16 @@ class ConnectionPool:
             self._idle = []
             self._open = 0
             self._lock.notify_all()
+
+
+def frame_end(lengths: Sequence[int], start: int, max_payload: int) -> int:
+    """End (exclusive) of the node frame starting at ``start``: at most 4096 items and ``max_payload``
+    bytes, but always at least one item (a single larger value goes alone)."""
+    end = start
+    total = 0
+    while end < len(lengths) and end - start < p.MAX_ITEMS_PER_NODE_FRAME:
+        if end > start and total + lengths[end] > max_payload:
+            break
+        total += lengths[end]
+        end += 1
+    return end

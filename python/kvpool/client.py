@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence, TypeVar
 
 from . import protocol as p
-from ._net import Connection, ConnectionPool, parse_host_port
+from ._net import Connection, ConnectionPool, frame_end, parse_host_port
 from .auth import Secrets
 from .tls import from_environment as tls_from_environment
 from .buffers import Buffer, as_memoryview
@@ -43,12 +43,11 @@ from .crc import crc32c
 from .etcd import LeaderInfo, LeaderWatch, parse_etcd_url
 from .errors import KvPoolError, MasterTimeout, MasterUnreachable
 from .protocol import Opcode, PoolStats, ResultCode, SegmentStats
-from .results import PutResult, PutStatus
+from .results import MISS, TOO_SMALL, PutResult, PutStatus
 from .shm import SharedSegments
 
 log = logging.getLogger("kvpool")
 
-MISS = -1
 T = TypeVar("T")
 
 #: Oldest segment table used to pick a local segment for placement (as the Java client).
@@ -479,7 +478,7 @@ class Client:
         mapping = self._shm.mapping(seg)
         start = 0
         while start < len(slots):
-            end = _frame_end([v.nbytes for v in values], start, p.DEFAULT_MAX_PAYLOAD_BYTES)
+            end = frame_end([v.nbytes for v in values], start, p.DEFAULT_MAX_PAYLOAD_BYTES)
             items = [s[2] for s in slots[start:end]]
             shm = mapping is not None and mapping.writable and \
                 sum(v.nbytes for v in values[start:end]) >= self.shm_write_min_bytes
@@ -541,22 +540,29 @@ class Client:
         Raises ValueError (naming both sizes) if the buffer is smaller than the value. On a miss the
         buffer's contents are unspecified.
         """
-        return self.get_into_batch([key], [buffer], _batch=False)[0]
+        return self._read_into([key], [buffer], False, strict=True)[0]
 
     def get_into_batch(self, keys: Sequence[str], buffers: Sequence[Buffer], *, _batch: bool = True) -> list[int]:
-        """``get_into`` for many keys: element i is the length read into ``buffers[i]``, or ``MISS``."""
+        """``get_into`` for many keys: element i is the length read into ``buffers[i]``, ``MISS``, or
+        ``TOO_SMALL`` when the value is larger than ``buffers[i]`` (that buffer is left alone; a value of
+        another size under one key does not fail the batch's other reads)."""
+        return self._read_into(keys, buffers, _batch, strict=False)
+
+    def _read_into(self, keys: Sequence[str], buffers: Sequence[Buffer], batch: bool, strict: bool) -> list[int]:
         if len(keys) != len(buffers):
             raise ValueError(f"{len(keys)} keys but {len(buffers)} buffers")
         views = [as_memoryview(b, writable=True, what=f"buffer for key {p.abbreviate(k)!r}")
                  for k, b in zip(keys, buffers)]
 
-        def dst(i: int, length: int) -> memoryview:
-            if views[i].nbytes < length:
+        def dst(i: int, length: int) -> memoryview | None:
+            if views[i].nbytes >= length:
+                return views[i][:length]
+            if strict:
                 raise ValueError(f"buffer for key {p.abbreviate(keys[i])!r} has {views[i].nbytes} bytes; "
                                  f"the value has {length}")
-            return views[i][:length]
+            return None
 
-        return self._read(keys, dst, _batch)
+        return self._read(keys, dst, batch)
 
     def _lookup(self, kb: list[bytes], batch: bool) -> list[p.ReplicaList]:
         where: list[p.ReplicaList] = []
@@ -569,7 +575,9 @@ class Client:
             where += got
         return where
 
-    def _read(self, keys: Sequence[str], dst: Callable[[int, int], memoryview], batch: bool) -> list[int]:
+    def _read(self, keys: Sequence[str], dst: Callable[[int, int], memoryview | None], batch: bool) -> list[int]:
+        """Reads ``keys`` into the views ``dst(i, length)`` gives (None: the key's value does not fit,
+        ``TOO_SMALL``)."""
         kb = p.encode_keys_checked(keys)
         lengths = [MISS] * len(keys)
         if not kb:
@@ -580,7 +588,11 @@ class Client:
         for i, w in enumerate(where):
             if w.code == ResultCode.OK and w.replicas:
                 dsts[i] = dst(i, w.value_length)
-                order.append(self._local_first(w.replicas))
+                if dsts[i] is None:
+                    lengths[i] = TOO_SMALL
+                    order.append(())
+                else:
+                    order.append(self._local_first(w.replicas))
             else:
                 order.append(())
         for attempt in range(max(len(o) for o in order)):
@@ -622,7 +634,7 @@ class Client:
         pool = self._node_pool(seg)
         start = 0
         while start < len(tcp):
-            end = _frame_end([where[i].value_length for i, _ in tcp], start, p.DEFAULT_MAX_PAYLOAD_BYTES)
+            end = frame_end([where[i].value_length for i, _ in tcp], start, p.DEFAULT_MAX_PAYLOAD_BYTES)
             part = tcp[start:end]
             try:
                 c = pool.borrow(self.timeout)
@@ -784,15 +796,3 @@ class Client:
     def __repr__(self) -> str:
         return f"kvpool.Client(master={self.master!r})"
 
-
-def _frame_end(lengths: Sequence[int], start: int, max_payload: int) -> int:
-    """End (exclusive) of the node frame starting at ``start``: at most 4096 items and ``max_payload``
-    bytes, but always at least one item (a single larger value goes alone)."""
-    end = start
-    total = 0
-    while end < len(lengths) and end - start < p.MAX_ITEMS_PER_NODE_FRAME:
-        if end > start and total + lengths[end] > max_payload:
-            break
-        total += lengths[end]
-        end += 1
-    return end

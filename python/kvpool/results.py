@@ -1,12 +1,19 @@
 """What a put answers: ``PutStatus`` (every expected outcome, as a value) and ``PutResult`` (the status with the
-copies written and the pin granted)."""
+copies written and the pin granted); what a read into a buffer answers besides a length: ``MISS``,
+``TOO_SMALL``."""
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
 
-__all__ = ["PutStatus", "PutResult"]
+__all__ = ["PutStatus", "PutResult", "MISS", "TOO_SMALL"]
+
+#: A read's result for a key the pool does not hold.
+MISS = -1
+#: ``get_into_batch``'s result for a key whose value is larger than its buffer (nothing is written to it;
+#: the batch's other keys are read as usual).
+TOO_SMALL = -2
 
 
 class PutStatus(enum.Enum):

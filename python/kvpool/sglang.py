@@ -266,15 +266,8 @@ class KvPoolStore(HiCacheStorage):  # type: ignore[misc]
         for o in objs:
             dests.append(RawBuffer(*o.pieces[0]) if len(o.pieces) == 1 else bytearray(o.size))
         keys = [o.key for o in objs]
-        try:
+        try:  # a value larger than its buffer (another format under the key) reads as TOO_SMALL: a miss
             lengths = self.client.get_into_batch(keys, dests)
-        except ValueError:  # a value larger than its buffer (another format under the key): one at a time
-            lengths = []
-            for k, d in zip(keys, dests):
-                try:
-                    lengths.append(self.client.get_into(k, d))
-                except ValueError:
-                    lengths.append(-1)
         except (KvPoolError, OSError) as e:
             log.warning("kvpool.sglang: get of %d objects failed: %s", len(objs), e)
             return [False] * len(objs)
@@ -364,15 +357,8 @@ class KvPoolStore(HiCacheStorage):  # type: ignore[misc]
             views += vs
             owner += [i] * len(ks)
         ok = [True] * len(keys)
-        try:
+        try:  # a value larger than its buffer reads as TOO_SMALL, which fails only its page
             lengths = self.client.get_into_batch(all_keys, views)
-        except ValueError:
-            lengths = [-1] * len(all_keys)
-            for j, (k, v) in enumerate(zip(all_keys, views)):
-                try:
-                    lengths[j] = self.client.get_into(k, v)
-                except ValueError:
-                    pass
         except (KvPoolError, OSError) as e:
             log.warning("kvpool.sglang: batch_get of %d pages failed: %s", len(keys), e)
             return [None] * len(keys)

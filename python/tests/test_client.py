@@ -317,3 +317,14 @@ def test_a_request_after_a_quiet_spell_pings_first(client: kvpool.Client) -> Non
     heard = client._heard
     client.exists("x")
     assert client._heard == heard  # not before every request
+
+
+def test_a_buffer_too_small_fails_only_its_own_key_of_a_batch(client: kvpool.Client) -> None:
+    assert client.put_batch(["ts/a", "ts/b", "ts/c"], [b"a" * 100, b"b" * 5000, b"c" * 100]) == [PutStatus.OK] * 3
+    bufs = [bytearray(100), bytearray(4096), bytearray(100), bytearray(10)]
+    got = client.get_into_batch(["ts/a", "ts/b", "ts/c", "ts/missing"], bufs)
+    assert got == [100, kvpool.TOO_SMALL, 100, kvpool.MISS]
+    assert bufs[0] == b"a" * 100 and bufs[2] == b"c" * 100
+    assert bufs[1] == bytearray(4096)  # left alone
+    with pytest.raises(ValueError, match="buffer for key 'ts/b' has 4096 bytes; the value has 5000"):
+        client.get_into("ts/b", bufs[1])

@@ -525,9 +525,9 @@ class FakeClient:
         self._answer(1)
         return True
 
-    def get_into(self, key: str, buf: Any) -> int:
-        self._answer(1)
-        return -1
+    def get_into_batch(self, keys: Any, bufs: Any, **kw: Any) -> list[int]:
+        self._answer(len(keys))
+        return [-1] * len(keys)
 
     def ping(self) -> int:
         self._answer(1)

@@ -27,8 +27,8 @@ except ImportError as e:  # pragma: no cover - the engine-free suite never impor
                       f"{e}") from e
 
 from ..buffers import as_memoryview
-from ..client import MISS, Client
-from ..results import PutStatus
+from ..client import Client
+from ..results import MISS, TOO_SMALL, PutStatus
 from .settings import PLUGIN_TYPE, Settings, SettingsError, choose_layout, plugin_type, pool_key
 
 log = logging.getLogger("kvpool.lmcache")
@@ -169,20 +169,14 @@ class KvPoolConnector(RemoteConnector):  # type: ignore[misc]
         return out
 
     def _read_into(self, pks: list[str], views: list[memoryview]) -> list[int]:
-        """``get_into_batch``; when a value is larger than its buffer (which fails the whole batch), key by key."""
+        """``get_into_batch``; a value larger than its buffer (another shape or layout under the key) is a miss."""
         if not pks:
             return []
-        try:
-            return self.client.get_into_batch(pks, views)
-        except ValueError:
-            out = []
-            for k, v in zip(pks, views):
-                try:
-                    out.append(self.client.get_into(k, v))
-                except ValueError as e:
-                    log.warning("kvpool.lmcache: %s; read as a miss", e)
-                    out.append(MISS)
-            return out
+        out = self.client.get_into_batch(pks, views)
+        for k, v, n in zip(pks, views, out):
+            if n == TOO_SMALL:
+                log.warning("kvpool.lmcache: %r is larger than this engine's %d-byte chunk; read as a miss", k, v.nbytes)
+        return [MISS if n == TOO_SMALL else n for n in out]
 
     async def _get_meta(self, keys: List[CacheEngineKey]) -> List[Optional[MemoryObj]]:
         """Reads whole values, then allocates each object from the shapes in its header."""

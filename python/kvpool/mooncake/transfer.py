@@ -8,6 +8,7 @@ from typing import Any, Optional, Sequence
 
 from ..buffers import RawBuffer
 from ..protocol import PIN_FOREVER
+from ..results import TOO_SMALL
 from .args import _MAX_KEY_BYTES, Pieces, _buffer_address, _key_ok, _memmove, _pieces_ok
 from .codes import _INVALID, _NOT_FOUND, _OK, _code_for, _put_code, _warn_once, log
 
@@ -223,31 +224,15 @@ def read_pieces(client: Any, op: str, ks: list[str], pieces: list[Pieces]) -> li
 
 
 def _read_into(client: Any, op: str, keys: list[str], bufs: list[Any], index: list[int], out: list[int]) -> None:
-    def code(n: int) -> int:
-        return n if n >= 0 else _NOT_FOUND
-
-    try:
-        got = client.get_into_batch(keys, bufs) if len(keys) > 1 else [client.get_into(keys[0], bufs[0])]
-        for i, n in zip(index, got):
-            out[i] = code(n)
-        return
-    except ValueError as e:
-        if len(keys) == 1:
-            log.error("kvpool.mooncake %s: %s", op, e)
-            out[index[0]] = _INVALID
-            return
-        # one buffer is too small: the batch call fails as a whole, so read the keys one by one
+    try:  # one key asks the master as a single get does (_batch=False)
+        got = client.get_into_batch(keys, bufs, _batch=len(keys) > 1)
     except Exception as e:  # noqa: BLE001
         c = _code_for(e, data=True)
         log.error("kvpool.mooncake %s of %d key(s) failed (%d): %s", op, len(keys), c, e)
         for i in index:
             out[i] = c
         return
-    for k, b, i in zip(keys, bufs, index):
-        try:
-            out[i] = code(client.get_into(k, b))
-        except ValueError as e:
-            log.error("kvpool.mooncake %s: %s", op, e)
-            out[i] = _INVALID
-        except Exception as e:  # noqa: BLE001
-            out[i] = _code_for(e, data=True)
+    for k, i, n in zip(keys, index, got):
+        if n == TOO_SMALL:
+            log.error("kvpool.mooncake %s: the value of %r is larger than the buffer given for it", op, k)
+        out[i] = n if n >= 0 else _INVALID if n == TOO_SMALL else _NOT_FOUND
