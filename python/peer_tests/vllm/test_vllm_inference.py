@@ -12,10 +12,6 @@ weights made by the test (tiny_llama.py), served by ``vllm.LLM`` in processes of
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +19,8 @@ import pytest
 
 import kvpool
 import tiny_llama
+from kvpool_peers import bench_vllm
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[2]
 PROMPTS = [tiny_llama.words(200, start=0), tiny_llama.words(150, start=300)]
 # full blocks of the prompts (+1: the BOS token); neither length ends on a block boundary, so every full
 # block lies before the prompt's last token (which vLLM always computes) and can come from the pool
@@ -33,13 +28,7 @@ BLOCKS = sum((len(p.split()) + 1) // 32 for p in PROMPTS)
 
 
 def run_engine(spec: dict[str, Any]) -> dict[str, Any]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "python"), env.get("PYTHONPATH", "")])
-    proc = subprocess.run([sys.executable, str(HERE / "run_llm.py"), json.dumps(spec)], capture_output=True,
-                          text=True, timeout=300, env=env)
-    lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, f"vLLM exited {proc.returncode}: {proc.stderr[-4000:]}"
-    return json.loads(lines[-1][len("RESULT "):])
+    return bench_vllm.run_engine(spec, timeout=300)
 
 
 @pytest.fixture(scope="module")
