@@ -65,6 +65,37 @@ def test_header_example_in_the_document() -> None:
     assert f"# kvpool wire protocol, version {p.VERSION}" in doc
 
 
+def test_every_statement_of_the_protocol_version_agrees() -> None:
+    """docs/protocol.md (title, header table, header diagram, section 10), protocol.py (its docstring and
+    VERSION) and the Java FrameHeader.VERSION name one version: each place is found, so a stale one fails."""
+    doc = (REPO / "docs" / "protocol.md").read_text()
+    module = (REPO / "python" / "kvpool" / "protocol.py").read_text()
+    java = (REPO / "kvpool-protocol" / "src" / "main" / "java" / "io" / "kvpool" / "protocol" / "FrameHeader.java").read_text()
+    places = {
+        "protocol.md title": r"\A# kvpool wire protocol, version (\d+)\n",
+        "protocol.md header table": r"\| 2 \| 1 \| version \| Protocol version, `(\d+)`",
+        "protocol.md header diagram": r"version \(u8\)[^\n]*\n[^\n]*= 0x([0-9A-Fa-f]{2})",
+        "protocol.md section 10": r"This document describes version \*\*(\d+)\*\*",
+        "protocol.md section 10 error text": r"\(this side speaks version (\d+)\)",
+    }
+    found = {}
+    for name, pattern in places.items():
+        m = re.search(pattern, doc)
+        assert m, f"{name}: not found"
+        found[name] = int(m.group(1), 16 if "diagram" in name else 10)
+    m = re.search(r'\A"""kvpool\'s wire protocol, version (\d+),', module)
+    assert m, "protocol.py docstring: not found"
+    found["protocol.py docstring"] = int(m.group(1))
+    m = re.search(r"\| version u8 = (\d+) \|", module)
+    assert m, "protocol.py header drawing: not found"
+    found["protocol.py header drawing"] = int(m.group(1))
+    m = re.search(r"public static final byte VERSION = (\d+);", java)
+    assert m, "FrameHeader.VERSION: not found"
+    found["FrameHeader.VERSION"] = int(m.group(1))
+    found["protocol.VERSION"] = p.VERSION
+    assert set(found.values()) == {p.VERSION}, found
+
+
 def test_request_bodies_equal_java(java_vectors: dict[str, str]) -> None:
     assert p.encode_hello(ID, "host-1", 4242) == vec(java_vectors, "hello")
     assert p.encode_ping(ID) == vec(java_vectors, "ping")
