@@ -143,8 +143,12 @@ public final class RequestBodies {
         if (n == null || n.isNull()) {
             return dflt;
         }
-        if (!n.isIntegralNumber() || !n.canConvertToInt()) {
+        if (!n.isIntegralNumber()) {
             throw new IllegalArgumentException(name + " must be an integer, got " + shown(n));
+        }
+        if (!n.canConvertToInt()) {
+            throw new IllegalArgumentException(name + " must be at most " + Integer.MAX_VALUE + " (and at least "
+                    + Integer.MIN_VALUE + "), got " + shown(n));
         }
         return n.intValue();
     }

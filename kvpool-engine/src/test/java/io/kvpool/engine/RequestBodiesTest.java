@@ -69,6 +69,8 @@ class RequestBodiesTest {
     void valuesOfTheWrongTypeAreRefusedNotCoerced() {
         refusedCompletion("{\"prompt\": \"x\", \"max_tokens\": 2.5}", "max_tokens must be an integer, got 2.5");
         refusedCompletion("{\"prompt\": \"x\", \"max_tokens\": \"4\"}", "max_tokens must be an integer");
+        refusedCompletion("{\"prompt\": \"x\", \"max_tokens\": 1099511627776}",
+                "max_tokens must be at most 2147483647 (and at least -2147483648), got 1099511627776");
         refusedCompletion("{\"prompt\": [1.5]}", "prompt[0] is not a token id: 1.5");
         refusedCompletion("{\"prompt\": \"x\", \"stream\": \"yes\"}", "stream must be true or false, got \"yes\"");
         refusedCompletion("{\"prompt\": \"x\", \"stream\": 1}", "stream must be true or false");
