@@ -52,7 +52,9 @@ import java.util.concurrent.TimeUnit;
  * With an {@link ApiToken}, every POST needs {@code Authorization: Bearer TOKEN} (401 otherwise);
  * {@code /health} and {@code /metrics} stay open and read-only.
  * Errors answer 400 (bad request: the message names the field), 409 (wrong state, e.g. update
- * without pause) or 500, with {@code {"error": {"message": ...}}}.
+ * without pause) or 500, with {@code {"error": {"message": ...}}}. A completion refused or aborted
+ * because the engine is paused answers 503 with {@code Retry-After} (its body still says
+ * {@code "finish_reason": "abort"}).
  *
  * <p>Limits: a request body over {@link #MAX_BODY_BYTES} is answered 413 without being read (its
  * declared length is checked first); a request whose headers and body do not all arrive within
@@ -68,6 +70,8 @@ public final class EngineServer implements AutoCloseable {
 
     /** Largest request body accepted: a prompt of a million token ids fits. */
     public static final int MAX_BODY_BYTES = 8 << 20;
+    /** The {@code Retry-After} of a completion refused while the engine is paused (a weight update). */
+    static final int RETRY_AFTER_PAUSED_SECONDS = 1;
     /** How long a request's headers and body may take to arrive, in seconds. */
     public static final int MAX_REQUEST_SECONDS = 30;
     /**
@@ -249,7 +253,15 @@ public final class EngineServer implements AutoCloseable {
         String model = engine.config().modelName();
         if (!r.stream()) {
             Completion c = engine.generate(prompt, params, salt, null).get();
-            json(e, c.error() != null ? 500 : 200, completionJson(c, model));
+            int status = 200;
+            if (c.error() != null && c.finishReason() == FinishReason.ABORT) {
+                // refused or aborted by a pause (a weight update): come back once the engine resumes
+                status = 503;
+                e.getResponseHeaders().set("Retry-After", String.valueOf(RETRY_AFTER_PAUSED_SECONDS));
+            } else if (c.error() != null) {
+                status = 500;
+            }
+            json(e, status, completionJson(c, model));
             return;
         }
         LinkedBlockingQueue<Integer> tokens = new LinkedBlockingQueue<>();

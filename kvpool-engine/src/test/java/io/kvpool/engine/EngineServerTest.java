@@ -217,7 +217,10 @@ class EngineServerTest {
         JsonNode paused = JSON.readTree(post("/pause_generation?clear_cache=true", "").body());
         assertThat(paused.path("success").asBoolean()).as("no connector: a quiet success").isTrue();
         assertThat(JSON.readTree(get("/health").body()).path("paused").asBoolean()).isTrue();
-        JsonNode refused = JSON.readTree(post("/v1/completions", "{\"prompt\": \"x\", \"max_tokens\": 2}").body());
+        HttpResponse<String> refusedReply = post("/v1/completions", "{\"prompt\": \"x\", \"max_tokens\": 2}");
+        assertThat(refusedReply.statusCode()).as("paused: come back later").isEqualTo(503);
+        assertThat(refusedReply.headers().firstValue("Retry-After")).hasValue("1");
+        JsonNode refused = JSON.readTree(refusedReply.body());
         assertThat(refused.path("choices").get(0).path("finish_reason").asText()).isEqualTo("abort");
         assertThat(post("/update_weights", "{\"seed\": 2, \"version\": \"v2\"}").statusCode()).isEqualTo(200);
         assertThat(post("/reset_prefix_cache", "").statusCode()).isEqualTo(200);
