@@ -61,12 +61,23 @@ final class NodeOptions {
 
     NodeConfig toConfig(MasterAddress master, String listenHost, int port, String advertiseHost,
                         ExposureOptions exposure) {
+        long memory = machineMemory();
+        if (memory > 0 && segmentSize.bytes() > memory) {
+            throw new IllegalArgumentException("--segment-size " + segmentSize + " is more than this machine's memory ("
+                    + Size.human(memory) + "): a segment is memory the node allocates and keeps");
+        }
         NodeConfig d = NodeConfig.defaults(master, segmentSize);
         ShmDir shm = shm();
         return new NodeConfig(master, listenHost, port, advertiseHost, segmentSize, shm, heartbeatInterval,
                 d.regionWait(), d.frameTimeout(), verifyWrites, exposure.apply(d.limits()), !noPrefault, diskDir, diskSize,
                 promoteAfter, !noAdoptSegment, Secrets.NONE)
                 .withSecrets(exposure.secrets("node", listenHost)); // after the flags' own checks
+    }
+
+    /** The machine's (or container's) physical memory in bytes, 0 when the JVM cannot tell. */
+    static long machineMemory() {
+        return java.lang.management.ManagementFactory.getOperatingSystemMXBean()
+                instanceof com.sun.management.OperatingSystemMXBean os ? os.getTotalMemorySize() : 0;
     }
 
     /** The segment file's directory and group; null for anonymous memory. */

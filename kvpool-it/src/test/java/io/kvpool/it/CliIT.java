@@ -87,6 +87,13 @@ class CliIT {
     }
 
     @Test
+    void aSegmentLargerThanTheMachineIsABadFlag() {
+        Run r = run("node", "--master", "127.0.0.1:1", "--host", "127.0.0.1", "--port", "0", "--segment-size", "99999TiB");
+        assertThat(r.code()).isEqualTo(2);
+        assertThat(r.err()).contains("--segment-size").contains("is more than this machine's memory");
+    }
+
+    @Test
     void aShmGroupTheMachineDoesNotHaveOrWithoutAFileFailsTheNodesStartNamingIt() {
         Run r = run("node", "--master", "127.0.0.1:1", "--host", "127.0.0.1", "--port", "0",
                 "--shm-group", "no-such-group-kvpool-cli");
