@@ -71,13 +71,7 @@ class DiskTierIT {
 
     /** Polls until the condition holds (spills are reported by the node asynchronously). */
     private static void await(String what, java.util.function.BooleanSupplier condition) throws InterruptedException {
-        long deadline = System.nanoTime() + Duration.ofSeconds(60).toNanos();
-        while (!condition.getAsBoolean()) {
-            if (System.nanoTime() > deadline) {
-                throw new AssertionError("timed out waiting until " + what);
-            }
-            Thread.sleep(50);
-        }
+        Await.until(what, condition);
     }
 
     private static long diskObjects(KvPoolClient c) {

@@ -151,10 +151,9 @@ class ElectionIT {
             b = new ElectedMaster(base.withListen("127.0.0.1", ports[2], ports[3]),
                     new ElectedMaster.Options(t, "b", "127.0.0.1", TTL, Duration.ZERO));
             // b stands by: alive on its port, saying so, and naming the leader
-            String health;
-            do {
-                health = tryHttp(ports[3], "/health");
-            } while (health == null);
+            String[] seen = new String[1];
+            Await.until("the standby answers /health", () -> (seen[0] = tryHealth(ports[3])) != null);
+            String health = seen[0];
             assertThat(health).contains("\"status\":\"standby\"").contains("\"leader\":\"a\"");
             assertThat(http(ports[3], "/metrics")).contains("master_leader 0.0").contains("jvm_threads_current");
             assertThat(http(ports[3], "/api/status")).contains("(standby)").contains("a at 127.0.0.1:" + ports[0]);
@@ -171,6 +170,14 @@ class ElectionIT {
             if (b != null) {
                 b.close();
             }
+        }
+    }
+
+    private static String tryHealth(int port) {
+        try {
+            return tryHttp(port, "/health");
+        } catch (Exception e) {
+            throw new IllegalStateException(e);
         }
     }
 

@@ -115,9 +115,7 @@ class FailoverIT {
                         }
                     }));
                 }
-                while (acknowledged.size() < 20) {
-                    Thread.sleep(10);
-                }
+                Await.until("20 puts acknowledged", () -> acknowledged.size() >= 20);
                 ha.master(first.id()).kill9();
                 killed.set(true);
                 LeaderRecord next = ha.awaitLeader(r -> r.ready() && r.term() > first.term(), "a new leader");

@@ -99,9 +99,7 @@ class NodeLossIT {
                     }
                 });
                 ProcessCluster.awaitStats(c, s -> true, "traffic running");
-                while (gets.get() < 500) {
-                    Thread.sleep(10);
-                }
+                Await.until("500 gets of the traffic", () -> gets.get() >= 500);
                 double copiesBefore = cluster.metric("master_repair_copies_total");
                 nodes.get(1).kill9();
                 ProcessCluster.awaitStats(c, s -> s.segments().size() == 2, "the killed node dropped");

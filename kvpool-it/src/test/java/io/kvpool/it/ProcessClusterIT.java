@@ -144,15 +144,11 @@ class ProcessClusterIT {
                     }));
                 }
                 // kill -9 in the middle of traffic, once traffic is flowing
-                while (puts.get() < 50 && errors.isEmpty()) {
-                    Thread.sleep(20);
-                }
+                Await.until("50 puts of the traffic", () -> puts.get() >= 50 || !errors.isEmpty());
                 victim.kill9();
                 ProcessCluster.awaitStats(c, s -> s.segments().size() == 2, "the killed node is dropped");
                 long putsAfterDrop = puts.get();
-                while (puts.get() < putsAfterDrop + 50 && errors.isEmpty()) {
-                    Thread.sleep(20);
-                }
+                Await.until("50 puts after the drop", () -> puts.get() >= putsAfterDrop + 50 || !errors.isEmpty());
                 stop.set(true);
                 for (Thread t : traffic) {
                     t.join();
