@@ -118,6 +118,16 @@ def object_bytes(obj: MemoryObj) -> bytes:
     return bytes(obj.byte_array)
 
 
+def assert_reads_back(sm: Any, chunks: "Chunks") -> None:
+    """Retrieves ``chunks`` through ``sm``: every chunk hits, with the bytes that were stored."""
+    hits, got = retrieve(sm, chunks.keys)
+    try:
+        assert hits == len(chunks.keys)
+        assert [object_bytes(o) for o in got] == chunks.expected
+    finally:
+        release(got)
+
+
 def release(objs: list[Optional[Any]]) -> None:
     for o in objs:
         if o is not None:

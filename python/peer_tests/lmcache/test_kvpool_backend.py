@@ -13,8 +13,8 @@ import pytest
 import kvpool
 import kvpool.lmcache
 from kvpool.lmcache import KvPoolConnector
-from lmcache_support import (CHUNK, HIDDEN, LAYERS, TOKEN_BYTES, Chunks, connector, object_bytes, on_loop, release,
-                             remote_backend, retrieve, wait_stored)
+from lmcache_support import (CHUNK, HIDDEN, LAYERS, TOKEN_BYTES, Chunks, assert_reads_back, connector, object_bytes,
+                             on_loop, release, remote_backend, retrieve, wait_stored)
 
 FULL_CHUNK_BYTES = CHUNK * TOKEN_BYTES
 
@@ -111,13 +111,7 @@ def test_second_instance_hits(kvpool_pool: Any, make_config: Callable[[str], Any
     chunks.put(writer)
     wait_stored(remote_backend(writer), chunks.keys)
 
-    reader = make_manager(make_config(yaml), model_name)
-    hits, got = retrieve(reader, chunks.keys)
-    try:
-        assert hits == 3
-        assert [object_bytes(o) for o in got] == chunks.expected
-    finally:
-        release(got)
+    assert_reads_back(make_manager(make_config(yaml), model_name), chunks)
 
 
 @pytest.mark.parametrize("scope", ["all", "prefix"])

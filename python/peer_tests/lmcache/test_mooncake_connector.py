@@ -18,8 +18,8 @@ import pytest
 import kvpool
 import kvpool.lmcache
 import kvpool.mooncake
-from lmcache_support import (CHUNK, TOKEN_BYTES, Chunks, connector, object_bytes, on_loop, release, remote_backend,
-                             retrieve, wait_stored)
+from lmcache_support import (CHUNK, TOKEN_BYTES, Chunks, assert_reads_back, connector, object_bytes, on_loop, release,
+                             remote_backend, retrieve, wait_stored)
 
 
 def mooncake_yaml(master: str, save_chunk_meta: bool) -> str:
@@ -108,13 +108,7 @@ extra_config:
     chunks.put(writer)
     wait_stored(remote_backend(writer), chunks.keys)
 
-    reader = make_manager(make_config(yaml), model_name)
-    hits, got = retrieve(reader, chunks.keys)
-    try:
-        assert hits == 3
-        assert [object_bytes(o) for o in got] == chunks.expected
-    finally:
-        release(got)
+    assert_reads_back(make_manager(make_config(yaml), model_name), chunks)
 
 
 def test_reset_leaves_nothing_readable(kvpool_pool: Any, make_config: Callable[[str], Any],
@@ -161,8 +155,4 @@ def test_legacy_remote_url(kvpool_pool: Any, make_config: Callable[[str], Any], 
     chunks = Chunks(sm, model_name, 2, seed=6)
     chunks.put(sm)
     wait_stored(remote_backend(sm), chunks.keys)
-    hits, got = retrieve(sm, chunks.keys)
-    try:
-        assert hits == 2 and [object_bytes(o) for o in got] == chunks.expected
-    finally:
-        release(got)
+    assert_reads_back(sm, chunks)
