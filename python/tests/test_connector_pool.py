@@ -146,6 +146,33 @@ def test_a_vanished_block_is_reported_and_the_others_load(client: kvpool.Client)
     pc.close()
 
 
+def test_a_step_whose_load_failed_saves_nothing_of_its_request(client: kvpool.Client) -> None:
+    """b's fourth block is computed over a load that failed: it must not be saved (it would be wrong
+    KV under a right key, and the recomputation's save would be refused as already present); c's
+    block, computed in the same step, is saved."""
+    pc, kv = make(client)
+    a = ConnectorRequest("a", list(range(48)))
+    prefill(pc, kv, a, [0, 1, 2])
+    pc.wait_for_save()
+    b = ConnectorRequest("b", list(range(64)) + [5])
+    m = pc.get_num_new_matched_tokens(b, 0)
+    assert m.tokens == 48
+    pc.update_state_after_alloc(b, [8, 9, 10, 11, 12], 48)
+    c = ConnectorRequest("c", [7] * 16)
+    pc.update_state_after_alloc(c, [13], 0)
+    client.remove(pc.keys_for(b)[1])  # evicted between the lookup and the load
+    dropped = pc.dropped_saves
+    meta = step(pc, kv, [ScheduledRequest(b, [8, 9, 10, 11, 12], 48, 65), ScheduledRequest(c, [13], 0, 16)])
+    assert sorted(s.request_id for s in meta.saves) == ["b", "c"]
+    pc.wait_for_save()
+    assert pc.block_ids_with_load_errors() == {9}
+    assert client.prefix_match(pc.keys_for(b)) == 1  # block 0 only: 1 vanished, 3 never saved
+    assert not client.exists(pc.keys_for(b)[3])
+    assert client.exists(pc.keys_for(c)[0])
+    assert pc.dropped_saves - dropped == 1
+    pc.close()
+
+
 def test_a_failed_lookup_is_a_miss(client: kvpool.Client) -> None:
     class Broken(Gated):
         def prefix_match(self, keys: Any) -> int:

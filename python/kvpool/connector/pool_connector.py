@@ -303,6 +303,21 @@ class _SaveJob(NamedTuple):
 _STOP = object()
 
 
+def saves_without_failed_loads(meta: ConnectorMeta, failed_blocks: set[int]) -> list[Save]:
+    """The step's saves less those of every request one of whose loads in this step failed.
+
+    A request's blocks computed in a step attend over the blocks loaded for it in that step; when
+    one of those loads failed the block holds stale bytes, so all the request computed in the step
+    is wrong (the engine recomputes it) and none of it may be saved: it would be wrong KV under a
+    correct key, and the recomputation's save would be refused as already present. The Java
+    connectors apply the same rule (``ConnectorMeta.savesWithoutFailedLoads``).
+    """
+    if not failed_blocks or not meta.saves:
+        return list(meta.saves)
+    poisoned = {l.request_id for l in (*meta.loads, *meta.void_loads) if l.block_id in failed_blocks}
+    return [s for s in meta.saves if s.request_id not in poisoned]
+
+
 class PoolConnector:
     """The connector over a kvpool. See the module docstring.
 
@@ -621,16 +636,22 @@ class PoolConnector:
         if not meta.saves or self._saves_started_for == id(meta):
             return
         self._saves_started_for = id(meta)
-        n = len(meta.saves)
+        self._settle_load()  # the step's load failures are known before anything is saved
+        saves = saves_without_failed_loads(meta, self._load_errors)
+        if len(saves) < len(meta.saves):
+            self._count(dropped_saves=len(meta.saves) - len(saves))
+        if not saves:
+            return
+        n = len(saves)
         with self._save_lock:
-            for s in meta.saves:
+            for s in saves:
                 self._saw_saves.add(s.request_id)
             try:
-                self._save_queue.put_nowait(_SaveJob(list(meta.saves), meta.generation, kv))
+                self._save_queue.put_nowait(_SaveJob(saves, meta.generation, kv))
             except queue.Full:
                 self._count(dropped_saves=n, queue_full_drops=n)
                 return
-            for s in meta.saves:
+            for s in saves:
                 self._pending_saves[s.request_id] = self._pending_saves.get(s.request_id, 0) + 1
 
     def _save_loop(self) -> None:

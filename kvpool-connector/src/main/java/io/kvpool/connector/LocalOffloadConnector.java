@@ -302,7 +302,9 @@ public final class LocalOffloadConnector implements KvConnector, VersionedKeys {
         if (layer != kv.numLayers() - 1) {
             return;
         }
-        for (ConnectorMeta.Save s : current.saves()) {
+        List<ConnectorMeta.Save> kept = current.savesWithoutFailedLoads(Set.copyOf(loadErrors));
+        droppedSaves.add(current.saves().size() - kept.size());
+        for (ConnectorMeta.Save s : kept) {
             if (current.generation() != generation) {
                 droppedSaves.increment();
                 continue;

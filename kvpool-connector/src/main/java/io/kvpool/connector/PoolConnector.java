@@ -417,7 +417,13 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
         if (layer != kv.numLayers() - 1 || current.saves().isEmpty()) {
             return;
         }
-        ConnectorMeta meta = current;
+        waitForLayerLoad(0); // the step's loads have settled: their failures are known
+        List<ConnectorMeta.Save> kept = current.savesWithoutFailedLoads(Set.copyOf(loadErrors));
+        droppedSaves.add(current.saves().size() - kept.size());
+        if (kept.isEmpty()) {
+            return;
+        }
+        ConnectorMeta meta = new ConnectorMeta(current.loads(), kept, current.generation());
         synchronized (saveLock) {
             for (ConnectorMeta.Save s : meta.saves()) {
                 pendingSaves.merge(s.requestId(), 1, Integer::sum);

@@ -291,6 +291,60 @@ class EngineIT {
         }
     }
 
+    /**
+     * A step whose load failed computed its request over a block that never arrived: none of what
+     * that request computed in the step may reach the pool. Before the fix the step's saves were
+     * queued without looking at the step's load failures, so the pool kept wrong KV under right keys
+     * (the recomputation's own save was then refused as already present) and a later reader loaded it
+     * as its own; weightUpdatesWithHardResetNeverServeStaleKv failed that way about once in 25 runs.
+     */
+    @Test
+    void aStepWhoseLoadFailedSavesNothingOfItsRequest() throws Exception {
+        try (InProcessCluster cluster = new InProcessCluster(2, Size.ofMiB(32));
+             InProcessCluster clean = new InProcessCluster(1, Size.ofMiB(32)); KvPoolClient cc = clean.client()) {
+            int[] stored = prompt(40, 77);
+            int[] longer = prompt(48, 77); // the same 40 tokens, then 8 more: two blocks the pool lacks
+            String dead = cluster.nodes.get(1).name();
+            String live = cluster.nodes.get(0).name();
+            try (KvPoolClient wc = cluster.client(cfg -> cfg.withPreferredSegment(dead));
+                 Engine writer = new Engine(withBlockSize(engineConfig(64)), MODEL, Weights.random(MODEL, 3), "w",
+                         connector(wc, "w", PoolConnector.ResetScope.ALL_FENCED))) {
+                assertThat(writer.generate(stored, SamplingParams.greedy(2), null).get().ok()).isTrue();
+                writer.connector().waitForSave();
+            }
+            cluster.nodes.get(1).close(); // still listed by the master: the reader's loads from it fail
+            // over TCP: a same-machine reader could still copy the dead node's mapped bytes before failing
+            try (KvPoolClient rc = cluster.client(cfg -> cfg.withPreferredSegment(live).withSharedMemory(false));
+                 Engine reader = new Engine(withBlockSize(engineConfig(64)).withLoadFailure(LoadFailurePolicy.RECOMPUTE),
+                         MODEL, Weights.random(MODEL, 3), "w", connector(rc, "w", PoolConnector.ResetScope.ALL_FENCED))) {
+                Completion got = reader.generate(longer, SamplingParams.greedy(2), null).get();
+                assertThat(got.ok()).isTrue();
+                assertThat(got.recomputedTokens()).as("the step over the failed load was thrown away").isPositive();
+                reader.connector().waitForSave();
+                // the failed step's two new blocks were dropped, not queued: a queued save reads the block
+                // whenever it runs, before or after the recomputation rewrote it
+                assertThat(reader.connectorStats().droppedSaves()).as("saves of the failed step").isEqualTo(2);
+            }
+            // the bytes each new block's key must hold: the same request on a pool where nothing fails
+            try (Engine ref = new Engine(withBlockSize(engineConfig(64)), MODEL, Weights.random(MODEL, 3), "w",
+                    connector(cc, "w", PoolConnector.ResetScope.ALL_FENCED))) {
+                assertThat(ref.generate(longer, SamplingParams.greedy(2), null).get().ok()).isTrue();
+                ref.connector().waitForSave();
+            }
+            List<io.kvpool.connector.hash.BlockHash> h = new BlockHasher(BS, "0").hashes(longer);
+            KeyFormat keys = KeyFormat.of("tiny", "w", "f32");
+            try (KvPoolClient c = cluster.client(cfg -> cfg.withPreferredSegment(live))) {
+                for (int b = stored.length / BS; b < longer.length / BS; b++) {
+                    String key = keys.keyString(h.get(b));
+                    byte[] want = cc.get(key).orElseThrow();
+                    byte[] got = c.get(key).orElse(null);
+                    assertThat(got).as("block %d in the pool after the failed step", b).isNotNull();
+                    assertThat(Arrays.equals(got, want)).as("block %d holds the right KV", b).isTrue();
+                }
+            }
+        }
+    }
+
     @Test
     void failedLoadsAreRecomputed() throws Exception {
         loadFailure(LoadFailurePolicy.RECOMPUTE);
