@@ -107,14 +107,23 @@ public final class Eviction {
         }
     }
 
+    /** One region where it fits now, or none: never evicts. Caller holds the epoch read lock. */
+    List<Placement.Placed> placeWithoutEvicting(long regionLength, String preferred) {
+        return tryPlace(regionLength, 1, preferred);
+    }
+
     private List<Placement.Placed> tryPlace(long regionLength, int replicas, String preferred) {
         return Placement.choose(segments.all(), regionLength, replicas, preferred, random);
     }
 
-    /** The timer's round: evicts when usage is at the high watermark. Caller holds the epoch read lock. */
-    void onTick() {
+    /**
+     * The timer's round: evicts when usage is at the high watermark. {@code leasedUnwritten}: bytes
+     * live write leases hold and have not written, which count as allocated but hold no object, so
+     * evicting objects for them would throw away cache for empty space. Caller holds the epoch read lock.
+     */
+    void onTick(long leasedUnwritten) {
         long cap = segments.capacity();
-        long used = segments.allocated();
+        long used = segments.allocated() - leasedUnwritten;
         if (cap > 0 && used >= config.highWatermark() * cap) {
             // one round brings usage to (watermark - ratio), and frees at least ratio of capacity
             long toLowMark = used - (long) ((config.highWatermark() - config.evictionRatio()) * cap);

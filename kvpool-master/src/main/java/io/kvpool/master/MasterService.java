@@ -663,7 +663,7 @@ public final class MasterService {
             }));
             writeLeases.expire(now);
             index.forEachShard(shard -> shard.objects.expirePins(now));
-            eviction.onTick();
+            eviction.onTick(writeLeases.unusedBytes());
         } finally {
             epoch.shared().unlock();
         }

@@ -57,6 +57,12 @@ final class WriteLeases {
     static final int MAX_GENERATIONS = 1 << 16;
     /** A lease takes at most this fraction of an average segment (unless one batch needs more). */
     static final int SEGMENT_FRACTION = 8;
+    /**
+     * Live leases together hold at most this fraction of the pool's capacity unwritten: past it a
+     * lease gets only what its batch needs. Without the bound many writers' mostly empty leases filled a
+     * small pool and drove eviction of the objects in it.
+     */
+    static final int UNUSED_FRACTION = 8;
 
     static final class Lease {
         final long id;
@@ -143,19 +149,23 @@ final class WriteLeases {
     }
 
     /**
-     * WRITE_LEASE: places one range of between {@code leastBytes} and {@code wantedBytes} (capped at
-     * {@code 1/SEGMENT_FRACTION} of an average segment, but never below {@code leastBytes}), evicting
-     * to make room as a put does. Caller holds the epoch read lock.
+     * WRITE_LEASE: places one range of between {@code leastBytes} and {@code wantedBytes}. Room beyond
+     * {@code leastBytes} (the writer's first batch) is only given from free space, never by evicting,
+     * and only while live leases hold less than {@code 1/UNUSED_FRACTION} of capacity unwritten; it is
+     * capped at {@code 1/SEGMENT_FRACTION} of an average segment. Room for {@code leastBytes} is made by
+     * evicting as a put does. So eviction takes objects only for bytes about to be written. Caller
+     * holds the epoch read lock.
      */
     Granted grant(Grant req) {
         long least = ObjectLayout.align(Math.max(1, req.leastBytes()));
-        long cap = Math.max(least, ObjectLayout.align(averageSegment() / SEGMENT_FRACTION));
-        long length = Math.max(least, Math.min(ObjectLayout.align(req.wantedBytes()), cap));
+        long spare = segments.capacity() / UNUSED_FRACTION - unusedBytes();
+        long cap = Math.min(averageSegment() / SEGMENT_FRACTION, Math.max(0, spare));
+        long length = Math.max(least, Math.min(ObjectLayout.align(req.wantedBytes()), cap & -ObjectLayout.ALIGNMENT));
         // a lease holds many objects, so placement decides per lease: without a preference each goes to the
         // segment with the most room, which spreads one writer's leases over every segment in turn
         String preferred = req.preferredSegment().isEmpty() ? mostFree() : req.preferredSegment();
-        List<Placement.Placed> placed = eviction.place(length, 1, preferred);
-        if (placed.isEmpty() && length > least) {
+        List<Placement.Placed> placed = length > least ? eviction.placeWithoutEvicting(length, preferred) : List.of();
+        if (placed.isEmpty()) {
             length = least;
             placed = eviction.place(length, 1, preferred);
         }

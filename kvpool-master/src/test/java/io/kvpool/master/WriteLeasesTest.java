@@ -219,6 +219,62 @@ class WriteLeasesTest {
         assertThat(svc.writeLease(new Grant("", 16 << 20, 16 << 20, 1)).code()).isEqualTo(ResultCode.POOL_FULL);
     }
 
+    @Test
+    void leasesTogetherHoldAtMostAnEighthOfThePoolUnwritten() {
+        Granted first = lease(REGION, 1L << 40, 8);
+        assertThat(first.length()).isEqualTo((8 << 20) / WriteLeases.UNUSED_FRACTION);
+        // the eighth is held empty by the first: the next writer gets room for its batch only
+        Granted second = lease(REGION, 1L << 40, 8);
+        assertThat(second.length()).isEqualTo(REGION);
+        svc.release(first.leaseId());
+        Granted third = lease(REGION, 1L << 40, 8);
+        assertThat(third.length()).isEqualTo((8 << 20) / WriteLeases.UNUSED_FRACTION - REGION);
+    }
+
+    /** Commits objects through leases until they take {@code fraction} of the 8 MiB pool; returns how many. */
+    private int fill(double fraction) {
+        long target = (long) (fraction * (8 << 20));
+        int n = svc.keyCount() == 0 ? 0 : (int) svc.keyCount();
+        for (int round = 0; svc.allocated() + REGION <= target; round++) {
+            assertThat(round).as("filling made no progress").isLessThan(100_000);
+            Granted g = lease(REGION, 64 * REGION, 64);
+            List<CommitItem> items = new ArrayList<>();
+            long room = Math.min(g.length(), target - svc.allocated()) / REGION;
+            for (int i = 0; i < Math.max(1, room); i++) {
+                items.add(new CommitItem(k(String.format("f%05d", n++)), g.offset() + i * REGION, VALUE,
+                        g.firstGeneration() + i));
+            }
+            svc.commit(new Commit(g.leaseId(), false, items));
+            svc.release(g.leaseId());
+        }
+        return (int) svc.keyCount();
+    }
+
+    /**
+     * Bytes a lease holds unwritten are no object: the watermark does not evict objects for them, and a
+     * lease on a full pool evicts for its batch, not for the room it would like. Before, a writer's empty
+     * lease pushed a pool over the watermark and the tick evicted cached objects for nothing.
+     */
+    @Test
+    void emptyLeaseSpaceNeverEvictsObjects() {
+        int objects = fill(0.86);
+        Granted held = lease(REGION, 1L << 40, 8);
+        assertThat(held.length()).isGreaterThan(REGION);
+        assertThat(svc.allocated()).as("over the watermark, counting the lease").isGreaterThan((long) (0.9 * (8 << 20)));
+        svc.tick();
+        assertThat(svc.eviction().evictedKeyCount()).as("objects evicted for an empty lease").isZero();
+        assertThat(svc.keyCount()).isEqualTo(objects);
+        svc.release(held.leaseId());
+
+        fill(0.99);
+        long evictedBefore = svc.eviction().evictedBytes.get();
+        Granted onFull = lease(REGION, 1L << 40, 8);
+        assertThat(onFull.length()).as("a full pool: room for the batch only").isEqualTo(REGION);
+        long evicted = svc.eviction().evictedBytes.get() - evictedBefore;
+        assertThat(evicted).as("evicted for one region")
+                .isLessThanOrEqualTo(Math.max(REGION, (long) ((8 << 20) * MasterConfig.DEFAULT_EVICTION_RATIO)) + REGION);
+    }
+
     /**
      * Random grants, commits (good and bad items), releases, removals and expiries. After every step
      * the allocator's use equals the model's: the regions of live objects plus the unused part of live
