@@ -102,7 +102,7 @@ class ConnectionFloodIT {
                 assertThat(rssDuring - rssBefore).as("resident growth, KiB").isLessThan(512L << 10);
                 // the frame timeout closes every one of them
                 while (cluster.metric("master_frames_timed_out_total") < hostile.size()) {
-                    // none of them sent enough to need the large-body budget: each is closed at its deadline
+                    // none of them sent more than its connection's standing body buffer: each is closed at its deadline
                     Thread.sleep(200);
                 }
                 // all 1,048 are gone; the client itself may have opened another pooled connection meanwhile
