@@ -1,5 +1,6 @@
 package io.kvpool.protocol;
 
+import io.kvpool.config.Durations;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -54,9 +55,9 @@ import java.util.function.Predicate;
  *       as body bytes arrive, so a header announcing a large body costs nothing until the body is
  *       sent. Every grown buffer comes out of the process's {@link BodyBudget} (shared with every
  *       other server in the JVM, sized from the heap) until its frame is handled; a frame whose
- *       buffer cannot get its share within half the frame timeout, or whose body is larger than the
- *       whole budget, is refused ({@code FRAME_TOO_LARGE}, naming the budget) and its connection
- *       closed.</li>
+ *       buffer cannot get its share by half the frame timeout after the frame began, or whose body
+ *       is larger than the whole budget, is refused ({@code FRAME_TOO_LARGE}, naming the budget) and
+ *       its connection closed.</li>
  * </ul>
  *
  * <h2>Authentication (version 8)</h2>
@@ -295,10 +296,11 @@ public final class FrameServer implements Closeable {
     /**
      * Reads a body of {@code length} bytes, growing {@code body} only as bytes arrive; returns the
      * buffer holding it (a larger one when it had to grow), flipped for reading, or null when a larger
-     * buffer could not get its share of the body budget within half the frame timeout. {@code held[0]}
-     * counts the budget taken (the capacity of the grown buffer), for the caller to give back.
+     * buffer could not get its share of the body budget by {@code giveUpAt} ({@link System#nanoTime()}).
+     * {@code held[0]} counts the budget taken (the capacity of the grown buffer), for the caller to give
+     * back.
      */
-    private ByteBuffer readBody(ReadableByteChannel ch, ByteBuffer body, int length, int[] held)
+    private ByteBuffer readBody(ReadableByteChannel ch, ByteBuffer body, int length, int[] held, long giveUpAt)
             throws IOException, InterruptedException {
         ByteBuffer b = body;
         b.clear().limit(Math.min(length, b.capacity()));
@@ -308,9 +310,11 @@ public final class FrameServer implements Closeable {
                 return b.flip();
             }
             int capacity = (int) Math.min(length, 4L * b.capacity());
-            // the old grown buffer becomes garbage: the budget follows the live one's capacity; half the
-            // frame timeout, so the refusal is written before the frame's own deadline closes the connection
-            if (!budget.take(capacity - held[0], frameTimeout.dividedBy(2))) {
+            // the old grown buffer becomes garbage: the budget follows the live one's capacity. Every wait
+            // of a frame ends by one deadline, half the frame timeout after it began: the refusal is written
+            // before the frame's own deadline closes the connection, and a frame that waited at several
+            // growths still gives its share back in time
+            if (!budget.take(capacity - held[0], Duration.ofNanos(Math.max(0, giveUpAt - System.nanoTime())))) {
                 return null;
             }
             held[0] = capacity;
@@ -420,6 +424,7 @@ public final class FrameServer implements Closeable {
                 }
                 begun = false;
                 try (Watchdog.Deadline d = Watchdog.arm(ch, frameTimeout)) {
+                    long giveUpAt = System.nanoTime() + frameTimeout.toNanos() / 2;
                     Channels.readFully(in, header);
                     FrameHeader.Decoded h;
                     Opcode op;
@@ -461,12 +466,13 @@ public final class FrameServer implements Closeable {
                     }
                     int[] held = {0};
                     try {
-                        ByteBuffer got = readBody(in, body, h.bodyLength(), held);
+                        ByteBuffer got = readBody(in, body, h.bodyLength(), held, giveUpAt);
                         if (got == null) {
                             refusedBodies.incrementAndGet();
                             String why = String.format("a body of %d bytes cannot be buffered now: this process's"
-                                    + " body budget of %s stayed in use for %s", h.bodyLength(), budget,
-                                    frameTimeout.dividedBy(2));
+                                    + " body budget of %s stayed in use until %s after the frame began (half the"
+                                    + " frame timeout)", h.bodyLength(), budget,
+                                    Durations.format(frameTimeout.dividedBy(2)));
                             log.warn("{}: closing connection from {}: {}", name, peer, why);
                             writeError(out, replyHeader, op.code, h.requestId(), FrameStatus.FRAME_TOO_LARGE, why);
                             return;
