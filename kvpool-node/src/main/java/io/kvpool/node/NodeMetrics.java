@@ -32,8 +32,13 @@ final class NodeMetrics {
                 + " request needed a secret they had not proven", server::refusedAuth);
         Series.counter(registry, "node_tls_handshake_failures_total", "Connections refused for TLS: a failed or timed-out"
                 + " handshake, a plain-TCP client of a TLS node or the reverse", server::tlsHandshakeFailures);
-        Series.counter(registry, "node_large_bodies_refused_total", "Frames refused because the budget for bodies over 1 MiB"
-                + " stayed in use", server::refusedBodies);
+        Series.counter(registry, "node_large_bodies_refused_total", "Frames refused because the process's body budget"
+                + " stayed in use, or their body was larger than the whole budget (the name predates the budget covering"
+                + " every body)", server::refusedBodies);
+        Series.gauge(registry, "node_body_bytes_buffered", "Bytes of the process's body budget taken now by frame bodies"
+                + " being received or handled (shared with any other server in the process)", server::bodyBytesBuffered);
+        Series.gauge(registry, "node_body_budget_bytes", "The process's body budget: an eighth of the heap, within 64 MiB"
+                + " and 1 GiB", server::bodyBudgetBytes);
         Series.counter(registry, "node_write_grants_refused_total", "Writes refused because a connection without the admin"
                 + " secret held no write grant of the master covering them", local::refusedGrants);
         Series.counter(registry, "node_writes_refused_total", "Writes refused for any reason: no grant, an older master"

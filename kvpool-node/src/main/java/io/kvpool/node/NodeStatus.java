@@ -103,7 +103,7 @@ final class NodeStatus {
         r.row("frames that did not arrive in time", server.timedOutFrames());
         r.row("failed authentication", server.refusedAuth());
         r.row("failed TLS handshakes", server.tlsHandshakeFailures());
-        r.row("large bodies over budget", server.refusedBodies());
+        r.row("bodies over the body budget", server.refusedBodies());
         r.row("writes without a write grant", local.refusedGrants());
         r.row("writes refused (all reasons)", local.refusedWrites());
         v.link("metrics", "/metrics");

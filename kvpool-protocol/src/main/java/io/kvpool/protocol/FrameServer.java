@@ -1,5 +1,6 @@
 package io.kvpool.protocol;
 
+import io.kvpool.config.Durations;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -20,8 +21,6 @@ import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.Semaphore;
-import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.function.Function;
@@ -54,19 +53,24 @@ import java.util.function.Predicate;
  *       connection is a pooled one and may wait.</li>
  *   <li>Memory: a connection starts with a small body buffer that grows (fourfold at a time) only
  *       as body bytes arrive, so a header announcing a large body costs nothing until the body is
- *       sent. What a body buffer holds past {@link #SMALL_BODY_BYTES} comes out of a budget shared by
- *       all connections ({@link #LARGE_BODY_BUDGET_BYTES}) until its frame is handled; a frame whose
- *       buffer cannot get its share within half the frame timeout is refused ({@code FRAME_TOO_LARGE},
- *       naming the budget) and its connection closed.</li>
+ *       sent. Every grown buffer comes out of the process's {@link BodyBudget} (shared with every
+ *       other server in the JVM, sized from the heap) until its frame is handled; a frame whose
+ *       buffer cannot get its share by half the frame timeout after the frame began, or whose body
+ *       is larger than the whole budget, is refused ({@code FRAME_TOO_LARGE}, naming the budget) and
+ *       its connection closed.</li>
  * </ul>
  *
  * <h2>Authentication (version 8)</h2>
  * A server given {@link Secrets} serves nothing on a connection but AUTH_BEGIN and AUTH_PROVE
  * ({@link Handshake}) until it has proven the level the request needs ({@code required}: the
  * cluster secret for data operations, the admin secret for destructive ones and node
- * administration). A request above the connection's level, or a failed proof, is answered
- * {@code UNAUTHORIZED} naming what is missing, counted, and its connection closed. A server without
- * secrets is open: every connection may do everything.
+ * administration). This is judged from the header, before any body byte is read: a request above
+ * the connection's level is answered {@code UNAUTHORIZED} naming what is missing, counted, and its
+ * connection closed with its body unread, and the authentication frames themselves may carry no
+ * more than {@link Handshake#maxBodyBytes} (which fits the connection's standing body buffer) and
+ * no payload. So a peer that has not authenticated makes the server buffer at most a few dozen
+ * bytes. A failed proof is answered {@code UNAUTHORIZED} too. A server without secrets is open:
+ * every connection may do everything.
  *
  * <h2>TLS</h2>
  * When the secrets carry a TLS identity ({@link Secrets#tls()}), every connection is TLS 1.3 with a
@@ -103,9 +107,8 @@ public final class FrameServer implements Closeable {
     private final ServerSocketChannel server;
     private final Set<SocketChannel> connections = ConcurrentHashMap.newKeySet();
     private final ConcurrentHashMap<InetAddress, AtomicInteger> perHost = new ConcurrentHashMap<>();
-    /** Bytes of large bodies being received or handled, across connections. */
-    private final Semaphore largeBodies;
-    private final int largeBodyBudget;
+    /** Bytes of bodies being received or handled past the connections' standing buffers, process-wide. */
+    private final BodyBudget budget;
     private final AtomicLong refusedConnections = new AtomicLong();
     private final AtomicLong timedOutFrames = new AtomicLong();
     private final AtomicLong refusedBodies = new AtomicLong();
@@ -122,7 +125,7 @@ public final class FrameServer implements Closeable {
      */
     public FrameServer(String name, InetSocketAddress bind, Limits limits, Duration frameTimeout,
                        Predicate<Opcode> accepts, RequestHandler handler) throws IOException {
-        this(name, bind, limits, frameTimeout, accepts, handler, Secrets.NONE, op -> Access.NONE, LARGE_BODY_BUDGET_BYTES);
+        this(name, bind, limits, frameTimeout, accepts, handler, Secrets.NONE, op -> Access.NONE, BodyBudget.PROCESS);
     }
 
     /**
@@ -132,21 +135,20 @@ public final class FrameServer implements Closeable {
     public FrameServer(String name, InetSocketAddress bind, Limits limits, Duration frameTimeout,
                        Predicate<Opcode> accepts, RequestHandler handler, Secrets secrets,
                        Function<Opcode, Access> required) throws IOException {
-        this(name, bind, limits, frameTimeout, accepts, handler, secrets, required, LARGE_BODY_BUDGET_BYTES);
+        this(name, bind, limits, frameTimeout, accepts, handler, secrets, required, BodyBudget.PROCESS);
     }
 
-    /** As the public constructors, with another budget for large bodies (tests). */
+    /** As the public constructors, with another budget for bodies than the process's (tests). */
     FrameServer(String name, InetSocketAddress bind, Limits limits, Duration frameTimeout,
                 Predicate<Opcode> accepts, RequestHandler handler, Secrets secrets, Function<Opcode, Access> required,
-                int largeBodyBudget) throws IOException {
+                BodyBudget budget) throws IOException {
         if (secrets.present() && !secrets.hasAdmin()) {
             throw new IllegalArgumentException(name + ": a server with the cluster secret needs the admin secret too");
         }
         this.secrets = secrets;
         this.tls = secrets.tls();
         this.required = required;
-        this.largeBodyBudget = largeBodyBudget;
-        this.largeBodies = new Semaphore(largeBodyBudget);
+        this.budget = budget;
         this.name = name;
         this.limits = limits;
         this.frameTimeout = frameTimeout;
@@ -199,19 +201,34 @@ public final class FrameServer implements Closeable {
         return tls.enabled();
     }
 
-    /** Frames refused because the budget for large bodies stayed in use. */
+    /**
+     * Frames refused because the body budget stayed in use, or because their body was larger than
+     * the whole budget.
+     */
     public long refusedBodies() {
         return refusedBodies.get();
     }
 
-    /** Bodies up to this size need no share of the large-body budget. */
-    static final int SMALL_BODY_BYTES = 1 << 20;
-    /** The budget shared by bodies over {@link #SMALL_BODY_BYTES}, across all connections of one server. */
-    static final int LARGE_BODY_BUDGET_BYTES = 256 << 20;
-    /** A connection's first body buffer; it grows as body bytes arrive. */
-    private static final int INITIAL_BODY_BYTES = 4 << 10;
-    /** A body buffer that grew past this is let go after its frame, so idle connections stay small. */
-    private static final int KEPT_BODY_BYTES = 64 << 10;
+    /** Bytes of the process's body budget taken now (by every server of this process). */
+    public long bodyBytesBuffered() {
+        return budget.inUse();
+    }
+
+    /** The process's body budget, in bytes (see {@link BodyBudget}). */
+    public long bodyBudgetBytes() {
+        return budget.bytes();
+    }
+
+    /** The budget this server's bodies come out of. */
+    BodyBudget budget() {
+        return budget;
+    }
+
+    /**
+     * A connection's standing body buffer, kept for its life; a larger body grows another as its
+     * bytes arrive, out of the {@link BodyBudget}, let go after its frame.
+     */
+    static final int INITIAL_BODY_BYTES = 4 << 10;
 
     private void acceptLoop() {
         while (!closed) {
@@ -278,11 +295,12 @@ public final class FrameServer implements Closeable {
 
     /**
      * Reads a body of {@code length} bytes, growing {@code body} only as bytes arrive; returns the
-     * buffer holding it (a larger one when it had to grow), flipped for reading, or null when growing
-     * past {@link #SMALL_BODY_BYTES} could not get its share of the large-body budget within the frame
-     * timeout. {@code held[0]} counts the budget taken, for the caller to give back.
+     * buffer holding it (a larger one when it had to grow), flipped for reading, or null when a larger
+     * buffer could not get its share of the body budget by {@code giveUpAt} ({@link System#nanoTime()}).
+     * {@code held[0]} counts the budget taken (the capacity of the grown buffer), for the caller to give
+     * back.
      */
-    private ByteBuffer readBody(ReadableByteChannel ch, ByteBuffer body, int length, int[] held)
+    private ByteBuffer readBody(ReadableByteChannel ch, ByteBuffer body, int length, int[] held, long giveUpAt)
             throws IOException, InterruptedException {
         ByteBuffer b = body;
         b.clear().limit(Math.min(length, b.capacity()));
@@ -292,14 +310,14 @@ public final class FrameServer implements Closeable {
                 return b.flip();
             }
             int capacity = (int) Math.min(length, 4L * b.capacity());
-            int need = Math.max(0, capacity - SMALL_BODY_BYTES) - held[0];
-            if (need > 0) {
-                // half the frame timeout, so the refusal is written before the frame's own deadline closes it
-                if (!largeBodies.tryAcquire(need, frameTimeout.toMillis() / 2, TimeUnit.MILLISECONDS)) {
-                    return null;
-                }
-                held[0] += need;
+            // the old grown buffer becomes garbage: the budget follows the live one's capacity. Every wait
+            // of a frame ends by one deadline, half the frame timeout after it began: the refusal is written
+            // before the frame's own deadline closes the connection, and a frame that waited at several
+            // growths still gives its share back in time
+            if (!budget.take(capacity - held[0], Duration.ofNanos(Math.max(0, giveUpAt - System.nanoTime())))) {
+                return null;
             }
+            held[0] = capacity;
             ByteBuffer bigger = ByteBuffer.allocate(capacity).order(ByteOrder.LITTLE_ENDIAN);
             bigger.put(b.flip());
             bigger.limit(Math.min(length, bigger.capacity()));
@@ -406,6 +424,7 @@ public final class FrameServer implements Closeable {
                 }
                 begun = false;
                 try (Watchdog.Deadline d = Watchdog.arm(ch, frameTimeout)) {
+                    long giveUpAt = System.nanoTime() + frameTimeout.toNanos() / 2;
                     Channels.readFully(in, header);
                     FrameHeader.Decoded h;
                     Opcode op;
@@ -437,14 +456,23 @@ public final class FrameServer implements Closeable {
                                 e.status(), why);
                         return;
                     }
+                    Refusal refusal = refuseFromHeader(h, op, auth.level());
+                    if (refusal != null) {
+                        refusal.counter.incrementAndGet();
+                        log.warn("{}: refusing {} from {} without reading its body: {}", name, op.metricName, peer,
+                                refusal.why);
+                        writeError(out, replyHeader, op.code, h.requestId(), refusal.status, refusal.why);
+                        return;
+                    }
                     int[] held = {0};
                     try {
-                        ByteBuffer got = readBody(in, body, h.bodyLength(), held);
+                        ByteBuffer got = readBody(in, body, h.bodyLength(), held, giveUpAt);
                         if (got == null) {
                             refusedBodies.incrementAndGet();
-                            String why = String.format("a body of %d bytes cannot be buffered now: %s's budget of %d"
-                                    + " MiB for the parts of bodies past %d MiB stayed in use for %s", h.bodyLength(),
-                                    name, largeBodyBudget >> 20, SMALL_BODY_BYTES >> 20, frameTimeout.dividedBy(2));
+                            String why = String.format("a body of %d bytes cannot be buffered now: this process's"
+                                    + " body budget of %s stayed in use until %s after the frame began (half the"
+                                    + " frame timeout)", h.bodyLength(), budget,
+                                    Durations.format(frameTimeout.dividedBy(2)));
                             log.warn("{}: closing connection from {}: {}", name, peer, why);
                             writeError(out, replyHeader, op.code, h.requestId(), FrameStatus.FRAME_TOO_LARGE, why);
                             return;
@@ -452,25 +480,14 @@ public final class FrameServer implements Closeable {
                         body = got;
                         Request req = new Request(wire, peer, op, h.requestId(), new BodyReader(body),
                                 h.payloadLength(), replyHeader, scratch, auth.level());
-                        if (!op.isAuth() && !auth.level().allows(required.apply(op))) {
-                            refusedAuth.incrementAndGet();
-                            String why = String.format("%s needs the %s secret; this connection has proven %s (set"
-                                    + " KVPOOL_SECRET_FILE%s)", op.metricName, required.apply(op) == Access.ADMIN
-                                    ? "admin" : "cluster", auth.level() == Access.NONE ? "none" : "the cluster secret only",
-                                    required.apply(op) == Access.ADMIN ? " and KVPOOL_ADMIN_SECRET_FILE" : "");
-                            log.warn("{}: refusing {} from {}: {}", name, op.metricName, peer, why);
-                            writeError(out, replyHeader, op.code, h.requestId(), FrameStatus.UNAUTHORIZED, why);
-                            return;
-                        }
                         if (!dispatch(req, out, replyHeader, op.isAuth() ? auth::serve : handler)) {
                             return;
                         }
                     } finally {
-                        if (body.capacity() > KEPT_BODY_BYTES) {
-                            body = ByteBuffer.allocate(INITIAL_BODY_BYTES).order(ByteOrder.LITTLE_ENDIAN);
-                        }
                         if (held[0] > 0) {
-                            largeBodies.release(held[0]);
+                            // a grown buffer is let go with its share, so an idle connection holds no budget
+                            body = ByteBuffer.allocate(INITIAL_BODY_BYTES).order(ByteOrder.LITTLE_ENDIAN);
+                            budget.give(held[0]);
                         }
                     }
                     if (d.fired()) {
@@ -491,6 +508,44 @@ public final class FrameServer implements Closeable {
         } finally {
             finish(ch, from, peer, scratch);
         }
+    }
+
+    /** Why a frame is refused from its header alone, the status to answer and the counter that counts it. */
+    private record Refusal(FrameStatus status, String why, AtomicLong counter) {
+    }
+
+    /**
+     * Whether a request must be refused from its header, before a byte of its body is read: one that
+     * needs a level the connection has not proven (on a secured server, anything but AUTH_BEGIN and
+     * AUTH_PROVE before authentication), an authentication frame over its fixed size, or a body larger
+     * than the whole body budget. Null when the body may be read.
+     */
+    private Refusal refuseFromHeader(FrameHeader.Decoded h, Opcode op, Access level) {
+        if (op.isAuth()) {
+            int cap = Handshake.maxBodyBytes(op);
+            if (h.bodyLength() > cap || h.payloadLength() != 0) {
+                return new Refusal(FrameStatus.FRAME_TOO_LARGE, String.format("%s carries a body of at most %d bytes"
+                        + " and no payload; this one announced %d body and %d payload bytes", op.metricName, cap,
+                        h.bodyLength(), h.payloadLength()), refusedAuth);
+            }
+            return null;
+        }
+        Access needed = required.apply(op);
+        if (!level.allows(needed)) {
+            String why = String.format("%s needs the %s secret; this connection has proven %s (set KVPOOL_SECRET_FILE%s)",
+                    op.metricName, needed == Access.ADMIN ? "admin" : "cluster",
+                    level == Access.NONE ? "none" : "the cluster secret only",
+                    needed == Access.ADMIN ? " and KVPOOL_ADMIN_SECRET_FILE" : "");
+            if (level == Access.NONE) {
+                why += ": until a connection to " + name + " authenticates, it may send only auth_begin and auth_prove";
+            }
+            return new Refusal(FrameStatus.UNAUTHORIZED, why, refusedAuth);
+        }
+        if (h.bodyLength() > budget.bytes()) {
+            return new Refusal(FrameStatus.FRAME_TOO_LARGE, String.format("a body of %d bytes can never be buffered:"
+                    + " it is larger than this process's whole body budget of %s", h.bodyLength(), budget), refusedBodies);
+        }
+        return null;
     }
 
     private void finish(SocketChannel ch, InetAddress from, String peer, ByteBuffer scratch) {

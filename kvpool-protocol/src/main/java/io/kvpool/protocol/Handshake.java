@@ -32,6 +32,8 @@ public final class Handshake {
 
     public static final int NONCE_BYTES = 32;
     public static final int PROOF_BYTES = 32;
+    /** Most client nonce bytes AUTH_BEGIN may carry. */
+    public static final int MAX_NONCE_BYTES = 64;
     /** AUTH_BEGIN reply mode: the server holds no secret, everything is allowed. */
     public static final int MODE_OPEN = 0;
     /** AUTH_BEGIN reply mode: the server holds the secrets and checks proofs. */
@@ -62,6 +64,20 @@ public final class Handshake {
         } catch (GeneralSecurityException e) {
             throw new IllegalStateException("HmacSHA256 is missing from this JVM", e);
         }
+    }
+
+    /**
+     * The largest body {@code op} (AUTH_BEGIN or AUTH_PROVE) may carry: a server refuses a larger one
+     * from its header, unread, since a peer that has not authenticated may make it hold no more.
+     * AUTH_BEGIN: the nonce's u16 length and at most {@link #MAX_NONCE_BYTES}; AUTH_PROVE: the level,
+     * the proof's u16 length and {@link #PROOF_BYTES}.
+     */
+    public static int maxBodyBytes(Opcode op) {
+        return switch (op) {
+            case AUTH_BEGIN -> 2 + MAX_NONCE_BYTES;
+            case AUTH_PROVE -> 1 + 2 + PROOF_BYTES;
+            default -> throw new IllegalArgumentException(op.metricName + " is not an authentication frame");
+        };
     }
 
     /** The server's proof that it knows the cluster secret. */
@@ -132,8 +148,9 @@ public final class Handshake {
             if (req.opcode() == Opcode.AUTH_BEGIN) {
                 byte[] cn = r.bytes("client nonce");
                 r.end("auth_begin");
-                if (cn.length < 16 || cn.length > 64) {
-                    throw new BadRequestException("auth_begin client nonce of " + cn.length + " bytes; 16 to 64 expected");
+                if (cn.length < 16 || cn.length > MAX_NONCE_BYTES) {
+                    throw new BadRequestException("auth_begin client nonce of " + cn.length + " bytes; 16 to "
+                            + MAX_NONCE_BYTES + " expected");
                 }
                 clientNonce = cn;
                 serverNonce = nonce();

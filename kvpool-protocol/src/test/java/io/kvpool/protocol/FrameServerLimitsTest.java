@@ -15,14 +15,17 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.Semaphore;
+import java.util.concurrent.TimeUnit;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
 /**
  * What a peer can make a {@link FrameServer} hold: connections (in all and per host), time (a
- * silent new connection, a frame that stops midway) and memory (bodies grow as they arrive; large
- * ones share a budget). Timeouts here are the server's own rules being exercised; every assertion
- * waits for an outcome (a closed connection, a counter) rather than for a clock.
+ * silent new connection, a frame that stops midway) and memory (bodies grow as they arrive and every
+ * grown one takes its share of a {@link BodyBudget}; before authentication, nothing past a header).
+ * Timeouts here are the server's own rules being exercised; every assertion waits for an outcome (a
+ * closed connection, a counter) rather than for a clock.
  */
 @Timeout(60)
 class FrameServerLimitsTest {
@@ -30,7 +33,8 @@ class FrameServerLimitsTest {
     private static final Duration CALL = Duration.ofSeconds(20);
 
     private final CountDownLatch release = new CountDownLatch(1);
-    private final CountDownLatch held = new CountDownLatch(1);
+    /** A permit for each EXIST_KEY its handler holds. */
+    private final Semaphore holding = new Semaphore(0);
     private final List<AutoCloseable> toClose = new ArrayList<>();
     private FrameServer server;
     private HostPort address;
@@ -44,7 +48,7 @@ class FrameServerLimitsTest {
                 req.reply(new BodyWriter().string(text));
             }
             case EXIST_KEY -> {
-                held.countDown();
+                holding.release();
                 try {
                     release.await();
                 } catch (InterruptedException e) {
@@ -56,11 +60,19 @@ class FrameServerLimitsTest {
         }
     }
 
-    private void start(Limits limits, Duration frameTimeout, int largeBodyBudget) throws IOException {
+    private void start(Limits limits, Duration frameTimeout, int bodyBudget) throws IOException {
+        start(limits, frameTimeout, bodyBudget, Secrets.NONE);
+    }
+
+    /** A server with {@code secrets} (secured unless NONE) and a body budget of its own. */
+    private void start(Limits limits, Duration frameTimeout, int bodyBudget, Secrets secrets) throws IOException {
         server = new FrameServer("test", new InetSocketAddress(InetAddress.getLoopbackAddress(), 0), limits,
-                frameTimeout, op -> true, this::handle, Secrets.NONE, op -> Access.NONE, largeBodyBudget);
+                frameTimeout, op -> true, this::handle, secrets, secrets.present() ? Opcode::access : op -> Access.NONE,
+                new BodyBudget(bodyBudget, "this test's"));
         address = new HostPort("127.0.0.1", server.port());
     }
+
+    private static final Secrets SECRETS = Secrets.of("cluster secret for the test", "admin secret for the test");
 
     @AfterEach
     void stop() throws Exception {
@@ -119,6 +131,19 @@ class FrameServerLimitsTest {
         while (server.connectionCount() != n) {
             Thread.sleep(5);
         }
+    }
+
+    /** Waits (within the test's timeout) until the frames handled have given all their budget back. */
+    private void awaitBudgetGivenBack() throws InterruptedException {
+        while (server.bodyBytesBuffered() != 0) {
+            Thread.sleep(5);
+        }
+    }
+
+    /** Writes a request header announcing {@code bodyLength} body bytes, then {@code sent} of them (zeros). */
+    private static void announce(SocketChannel ch, Opcode op, int bodyLength, int sent) throws IOException {
+        Channels.writeFully(ch, FrameHeader.write(FrameHeader.allocate(), op.code, false, 0, 9, bodyLength, 0),
+                ByteBuffer.allocate(sent));
     }
 
     @Test
@@ -186,39 +211,149 @@ class FrameServerLimitsTest {
     }
 
     @Test
-    void bodiesGrowAsTheyArriveAndLargeOnesShareABudget() throws Exception {
-        start(new Limits(8 << 20, 1 << 20), Duration.ofSeconds(1), 3 << 20);
-        // a body many times the first buffer, sent in pieces, arrives whole
+    void aBodySentInPiecesArrivesWholeAndItsBufferCountsAgainstTheBudgetUntilHandled() throws Exception {
+        start(new Limits(8 << 20, 1 << 20), CALL, 1 << 20);
         String text = "x".repeat(60_000);
         SocketChannel pieces = rawFrom("127.0.0.1");
         ByteBuffer body = new BodyWriter().string(text).buffer();
+        int length = body.remaining();
         Channels.writeFully(pieces, FrameHeader.write(FrameHeader.allocate(), Opcode.PING.code, false, 0, 3,
-                body.remaining(), 0));
+                length, 0));
         while (body.hasRemaining()) {
             ByteBuffer piece = body.slice().limit(Math.min(body.remaining(), 7_000));
             Channels.writeFully(pieces, piece);
             body.position(body.position() + piece.limit());
         }
-        Reply echoed = read(pieces);
-        assertThat(echoed.message).isEqualTo(text);
-        // a header announcing 3 MiB with nothing after it takes no budget
-        SocketChannel announced = rawFrom("127.0.0.4");
-        Channels.writeFully(announced, FrameHeader.write(FrameHeader.allocate(), Opcode.EXIST_KEY.code, false, 0, 4,
-                3 << 20, 0));
-        // a 3 MiB body held by its handler takes 2 of the 3 MiB budget (what its buffer holds past 1 MiB)...
-        SocketChannel holder = rawFrom("127.0.0.1");
-        Channels.writeFully(holder, FrameHeader.write(FrameHeader.allocate(), Opcode.EXIST_KEY.code, false, 0, 4,
-                3 << 20, 0), ByteBuffer.allocate(3 << 20));
-        held.await();
-        // ...so another one, once past its first MiB, is refused when the frame timeout passes, naming the budget
-        SocketChannel second = rawFrom("127.0.0.2");
-        Channels.writeFully(second, FrameHeader.write(FrameHeader.allocate(), Opcode.EXIST_KEY.code, false, 0, 5,
-                3 << 20, 0), ByteBuffer.allocate((1 << 20) + 100));
-        Reply refused = read(second);
+        assertThat(read(pieces).message).isEqualTo(text);
+        // a body of 60 kB, far under the old 1 MiB exemption, took its whole buffer from the budget...
+        assertThat(server.budget().peak()).isEqualTo(length);
+        // ...and gave it back once handled
+        awaitBudgetGivenBack();
+        // a body that fits the connection's standing buffer takes nothing
+        assertThat(ping(pieces, "small")).isEqualTo("small");
+        assertThat(server.budget().peak()).isEqualTo(length);
+    }
+
+    @Test
+    void onAnOpenServerEveryBufferedBodyCountsAgainstTheBudgetAndNoMoreIsHeld() throws Exception {
+        int budget = 1 << 20;
+        int medium = 256 << 10; // a quarter of the budget, a quarter of the old exemption
+        start(new Limits(8 << 20, 1 << 20), Duration.ofSeconds(2), budget);
+        // a header announcing a body, with none of it sent, takes nothing
+        announce(rawFrom("127.0.0.9"), Opcode.EXIST_KEY, medium, 0);
+        // four bodies held by their handler take the whole budget...
+        for (int i = 1; i <= 4; i++) {
+            announce(rawFrom("127.0.0.1"), Opcode.EXIST_KEY, medium, medium);
+            assertThat(holding.tryAcquire(CALL.toSeconds(), TimeUnit.SECONDS)).as("handler %d entered", i).isTrue();
+        }
+        assertThat(server.bodyBytesBuffered()).isEqualTo(budget);
+        // ...so twelve more, from other addresses, are each refused naming the budget, none buffered
+        List<SocketChannel> more = new ArrayList<>();
+        for (int i = 0; i < 12; i++) {
+            SocketChannel ch = rawFrom("127.0.0." + (2 + i % 3));
+            announce(ch, Opcode.EXIST_KEY, medium, medium);
+            more.add(ch);
+        }
+        for (SocketChannel ch : more) {
+            Reply refused = read(ch);
+            assertThat(refused.header.status()).isEqualTo(FrameStatus.FRAME_TOO_LARGE.code);
+            assertThat(refused.message).contains("body budget of 1 MiB (this test's)").contains("stayed in use");
+            assertClosedByServer(ch);
+        }
+        assertThat(server.refusedBodies()).isEqualTo(12);
+        assertThat(holding.availablePermits()).isZero();
+        assertThat(server.budget().peak()).isEqualTo(budget);
+        assertThat(server.bodyBytesBuffered()).isEqualTo(budget);
+    }
+
+    @Test
+    void aBodyLargerThanTheWholeBudgetIsRefusedFromItsHeader() throws Exception {
+        start(new Limits(8 << 20, 1 << 20), CALL, 1 << 20);
+        SocketChannel ch = rawFrom("127.0.0.1");
+        announce(ch, Opcode.PING, 2 << 20, 0);
+        Reply refused = read(ch);
         assertThat(refused.header.status()).isEqualTo(FrameStatus.FRAME_TOO_LARGE.code);
-        assertThat(refused.message).contains("budget of 3 MiB");
+        assertThat(refused.message).contains("2097152 bytes can never be buffered")
+                .contains("whole body budget of 1 MiB (this test's)");
+        assertClosedByServer(ch);
         assertThat(server.refusedBodies()).isEqualTo(1);
-        // small bodies need no budget
-        assertThat(ping(rawFrom("127.0.0.3"), "small")).isEqualTo("small");
+        assertThat(server.budget().peak()).isZero();
+    }
+
+    @Test
+    void beforeAuthenticationAFrameIsRefusedFromItsHeaderAndItsBodyIsNeverBuffered() throws Exception {
+        start(new Limits(8 << 20, 1 << 20), CALL, 1 << 20, SECRETS);
+        // the attack: many connections, from several addresses, each announcing 1 MiB and sending all but a byte
+        int connections = 24;
+        ByteBuffer almostAll = ByteBuffer.allocate((1 << 20) - 1);
+        List<SocketChannel> attackers = new ArrayList<>();
+        List<Thread> senders = new ArrayList<>();
+        for (int i = 0; i < connections; i++) {
+            SocketChannel ch = rawFrom("127.0.0." + (1 + i % 3));
+            attackers.add(ch);
+            Opcode op = i % 2 == 0 ? Opcode.PING : Opcode.NODE_WRITE;
+            senders.add(Thread.ofVirtual().start(() -> {
+                try {
+                    Channels.writeFully(ch, FrameHeader.write(FrameHeader.allocate(), op.code, false, 0, 5, 1 << 20, 0),
+                            almostAll.duplicate());
+                } catch (IOException closedMidway) {
+                    // the server may close before it drained the rest: that is what it should do
+                }
+            }));
+        }
+        for (int i = 0; i < connections; i++) {
+            Reply refused = read(attackers.get(i));
+            assertThat(refused.header.status()).isEqualTo(FrameStatus.UNAUTHORIZED.code);
+            assertThat(refused.message).contains(i % 2 == 0 ? "ping needs the cluster secret" : "node_write needs")
+                    .contains("may send only auth_begin and auth_prove");
+            assertClosedByServer(attackers.get(i));
+        }
+        for (Thread t : senders) {
+            t.join();
+        }
+        assertThat(server.refusedAuth()).isEqualTo(connections);
+        // not one body byte was buffered past the connections' standing buffers
+        assertThat(server.budget().peak()).isZero();
+        // and a client that authenticates is served
+        try (FrameConnection c = FrameConnection.connect(address, CALL, Limits.DEFAULT, SECRETS)) {
+            BodyReader echoed = c.call(Opcode.PING, new BodyWriter().string("proven"), CALL).body();
+            assertThat(echoed.string("text")).isEqualTo("proven");
+        }
+    }
+
+    @Test
+    void anAuthenticationFrameOverItsFixedSizeIsRefusedFromItsHeader() throws Exception {
+        start(new Limits(8 << 20, 1 << 20), CALL, 1 << 20, SECRETS);
+        SocketChannel big = rawFrom("127.0.0.1");
+        announce(big, Opcode.AUTH_BEGIN, 1 << 20, 64 << 10);
+        Reply refused = read(big);
+        assertThat(refused.header.status()).isEqualTo(FrameStatus.FRAME_TOO_LARGE.code);
+        assertThat(refused.message).contains("auth_begin carries a body of at most 66 bytes and no payload")
+                .contains("announced 1048576 body");
+        assertClosedByServer(big);
+        SocketChannel withPayload = rawFrom("127.0.0.1");
+        Channels.writeFully(withPayload, FrameHeader.write(FrameHeader.allocate(), Opcode.AUTH_PROVE.code, false, 0, 6,
+                35, 4096));
+        Reply payloadRefused = read(withPayload);
+        assertThat(payloadRefused.header.status()).isEqualTo(FrameStatus.FRAME_TOO_LARGE.code);
+        assertThat(payloadRefused.message).contains("auth_prove carries a body of at most 35 bytes");
+        assertClosedByServer(withPayload);
+        assertThat(server.refusedAuth()).isEqualTo(2);
+        assertThat(server.budget().peak()).isZero();
+    }
+
+    @Test
+    void everyServerOfTheProcessSharesOneBudgetSizedFromTheHeap() throws Exception {
+        try (FrameServer a = new FrameServer("a", new InetSocketAddress(InetAddress.getLoopbackAddress(), 0),
+                Limits.DEFAULT, CALL, op -> true, this::handle);
+             FrameServer b = new FrameServer("b", new InetSocketAddress(InetAddress.getLoopbackAddress(), 0),
+                     Limits.DEFAULT, CALL, op -> true, this::handle, SECRETS, Opcode::access)) {
+            assertThat(a.budget()).isSameAs(BodyBudget.PROCESS).isSameAs(b.budget());
+            assertThat(a.bodyBudgetBytes()).isEqualTo(BodyBudget.sizeFor(Runtime.getRuntime().maxMemory()));
+        }
+        assertThat(BodyBudget.sizeFor(256L << 20)).as("floor").isEqualTo(64 << 20);
+        assertThat(BodyBudget.sizeFor(2L << 30)).as("an eighth").isEqualTo(256 << 20);
+        assertThat(BodyBudget.sizeFor(64L << 30)).as("ceiling").isEqualTo(1 << 30);
+        assertThat(BodyBudget.PROCESS.toString()).contains("an eighth of the heap (-Xmx)");
     }
 }
