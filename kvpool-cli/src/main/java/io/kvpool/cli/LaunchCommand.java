@@ -126,6 +126,14 @@ final class LaunchCommand implements Callable<Integer> {
                     + " KVPOOL_NODE_PIDS set; stop the pool when it exits.")
     List<String> run;
 
+    /** The line a node prints first: its name, {@code HOST:PORT}. */
+    static final Pattern NODE_LINE = Pattern.compile("kvpool node (\\S+):(\\d+): \\S+ \\S+ segment");
+    /** In the log directory: this launcher's pid, once the pool is ready (for {@code kvpool rolling-restart}). */
+    static final String PID_FILE = "launch.pid";
+
+    /** Where nodes and clients find the master: {@code HOST:PORT}, or {@code etcd://...}. */
+    private String masterAddress;
+
     /** One line of the hosts file. */
     record Host(String address, String via) {
     }
@@ -136,7 +144,49 @@ final class LaunchCommand implements Callable<Integer> {
     private LocalEtcd localEtcd;
     private final PrintStream say = System.out;
 
-    private record Supervised(String name, Process process, Path log) {
+    /** A process this launcher runs: its role's name, where and with what arguments (a restart reuses them). */
+    static final class Supervised {
+        private final String name;
+        private final Host host;
+        private final List<String> args;
+        private final Path log;
+        private volatile Process process;
+
+        Supervised(String name, Host host, List<String> args, Path log, Process process) {
+            this.name = name;
+            this.host = host;
+            this.args = args;
+            this.log = log;
+            this.process = process;
+        }
+
+        String name() {
+            return name;
+        }
+
+        Host host() {
+            return host;
+        }
+
+        List<String> args() {
+            return args;
+        }
+
+        Path log() {
+            return log;
+        }
+
+        Process process() {
+            return process;
+        }
+
+        /** Fixes {@code flag}'s value for later starts (a port picked by the process on its first start). */
+        void pin(String flag, String value) {
+            int i = args.indexOf(flag);
+            if (i >= 0 && i + 1 < args.size()) {
+                args.set(i + 1, value);
+            }
+        }
     }
 
     @Override
@@ -195,6 +245,8 @@ final class LaunchCommand implements Callable<Integer> {
                         Duration.ofSeconds(60));
                 Matcher mm = Pattern.compile("listening on \\S+:(\\d+), metrics on port (\\d+)").matcher(line);
                 mm.find();
+                master.pin("--port", mm.group(1)); // a restart comes back where clients and nodes look
+                master.pin("--http-port", mm.group(2));
                 masterAddress = head.address() + ":" + mm.group(1);
                 metrics = "http://" + head.address() + ":" + mm.group(2) + "/metrics";
                 page = "http://" + head.address() + ":" + mm.group(2) + "/";
@@ -222,6 +274,15 @@ final class LaunchCommand implements Callable<Integer> {
                 start("node-" + i, h, args);
             }
             awaitRegistered(masterAddress, hosts.size());
+            for (Supervised n : started.subList(masterProcesses.size(), started.size())) {
+                // a restarted node comes back on its address, the identity under which it adopts its segment file
+                String line = awaitLine(n, NODE_LINE, Duration.ofSeconds(10));
+                Matcher nm = NODE_LINE.matcher(line);
+                nm.find();
+                n.pin("--port", nm.group(2));
+            }
+            this.masterAddress = masterAddress;
+            Files.writeString(logDir.resolve(PID_FILE), ProcessHandle.current().pid() + "\n");
             Path config = writeClientConfig(pool.withMaster(masterAddress));
             say.printf(Locale.ROOT, "ready: master %s (metrics %s), %d nodes of %s%s%n", masterAddress,
                     metrics, hosts.size(), pool.cpu(), pool.disk() == null ? "" : " + " + pool.disk().size() + " disk");
@@ -353,22 +414,36 @@ final class LaunchCommand implements Callable<Integer> {
         Path log = logDir.resolve(name + ".log").toAbsolutePath();
         Process p = new ProcessBuilder(command(h, args)).redirectErrorStream(true)
                 .redirectOutput(ProcessBuilder.Redirect.to(log.toFile())).start();
-        Supervised s = new Supervised(name, p, log);
+        Supervised s = new Supervised(name, h, new ArrayList<>(args), log, p);
         started.add(s);
         say.printf("started %s on %s (pid %d), log %s%n", name, h.address(), p.pid(), log);
         return s;
     }
 
-    private static final class LaunchFailure extends Exception {
+    /** Starts {@code s}'s role again with the same arguments, its output appended to the same log. */
+    void restart(Supervised s) throws IOException {
+        s.process = new ProcessBuilder(command(s.host(), s.args())).redirectErrorStream(true)
+                .redirectOutput(ProcessBuilder.Redirect.appendTo(s.log().toFile())).start();
+        say.printf("started %s on %s again (pid %d), log %s%n", s.name(), s.host().address(), s.process.pid(), s.log());
+        say.flush();
+    }
+
+    static final class LaunchFailure extends Exception {
         LaunchFailure(String message) {
             super(message);
         }
     }
 
     private String awaitLine(Supervised s, Pattern p, Duration timeout) throws Exception {
+        return awaitLine(s, p, timeout, 0);
+    }
+
+    /** Waits for a line matching {@code p} among the log's lines after the first {@code skipLines}. */
+    String awaitLine(Supervised s, Pattern p, Duration timeout, int skipLines) throws Exception {
         long deadline = System.nanoTime() + timeout.toNanos();
         while (System.nanoTime() < deadline) {
-            for (String l : Files.readAllLines(s.log(), StandardCharsets.UTF_8)) {
+            List<String> lines = Files.readAllLines(s.log(), StandardCharsets.UTF_8);
+            for (String l : lines.subList(Math.min(skipLines, lines.size()), lines.size())) {
                 if (p.matcher(l).find()) {
                     return l;
                 }
@@ -382,7 +457,7 @@ final class LaunchCommand implements Callable<Integer> {
         throw new LaunchFailure(s.name() + " did not start within " + timeout.toSeconds() + " s; see " + s.log());
     }
 
-    private void awaitRegistered(String master, int nodes) throws Exception {
+    void awaitRegistered(String master, int nodes) throws Exception {
         Duration timeout = readyTimeout;
         long deadline = System.nanoTime() + timeout.toNanos();
         try (KvPoolClient c = KvPoolClient.connect(ClientConfig.forMaster(master))) {
@@ -403,7 +478,7 @@ final class LaunchCommand implements Callable<Integer> {
         }
     }
 
-    private void checkAlive() throws LaunchFailure {
+    void checkAlive() throws LaunchFailure {
         for (Supervised s : started) {
             if (!s.process().isAlive()) {
                 throw new LaunchFailure(s.name() + " (pid " + s.process().pid() + ") exited with code "
@@ -442,7 +517,9 @@ final class LaunchCommand implements Callable<Integer> {
             say.printf("running %s (pid %d)%n", String.join(" ", run), child.pid());
         }
         Set<String> lost = new HashSet<>();
+        RollingRestart rolling = new RollingRestart(this, logDir, say);
         while (true) {
+            rolling.serveRequest();
             Supervised master = masterProcesses.stream().filter(m -> m.process().isAlive()).findFirst()
                     .orElse(masterProcesses.getLast());
             if (!master.process().isAlive()) {
@@ -480,6 +557,20 @@ final class LaunchCommand implements Callable<Integer> {
         }
     }
 
+    /** The masters, in start order. */
+    List<Supervised> masters() {
+        return List.copyOf(masterProcesses);
+    }
+
+    /** The nodes, in host order. */
+    List<Supervised> nodes() {
+        return List.copyOf(started.subList(masterProcesses.size(), started.size()));
+    }
+
+    String masterAddress() {
+        return masterAddress;
+    }
+
     /** Stops every process started, newest first, descendants included; idempotent. */
     synchronized void stopAll() {
         for (int i = started.size() - 1; i >= 0; i--) {
@@ -499,6 +590,11 @@ final class LaunchCommand implements Callable<Integer> {
         }
         started.clear();
         masterProcesses.clear();
+        try {
+            Files.deleteIfExists(logDir.resolve(PID_FILE));
+        } catch (IOException e) {
+            // a stale pid file names a dead process: rolling-restart says so
+        }
         if (localEtcd != null) {
             localEtcd.close();
             localEtcd = null;

@@ -19,7 +19,7 @@ import java.util.function.Function;
         description = "A distributed, tiered KV-cache pool for LLM inference and RL rollouts.",
         subcommands = {ServeCommand.class, MasterCommand.class, NodeCommand.class, StatusCommand.class,
                 PutCommand.class, GetCommand.class, RmCommand.class, DemoCommand.class, PoolDemoCommand.class, EngineCommand.class,
-                LaunchCommand.class, TrainerCommand.class, OffloadConfigCommand.class,
+                LaunchCommand.class, RollingRestartCommand.class, TrainerCommand.class, OffloadConfigCommand.class,
                 BenchCommand.class, SoakCommand.class,
                 CommandLine.HelpCommand.class})
 public final class Main implements Runnable {

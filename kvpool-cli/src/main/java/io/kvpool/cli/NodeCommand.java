@@ -100,6 +100,18 @@ final class NodeCommand implements Callable<Integer> {
             node.close();
             stop.countDown();
         }, "kvpool-shutdown"));
+        // SIGUSR1: stop for a restart, keeping the segment file for the next start to adopt (kvpool
+        // rolling-restart sends it); SIGTERM stops and removes the file
+        RestartSignal.onRestart(() -> {
+            System.out.printf("kvpool node %s: stopping for a restart; the segment file is kept for the next start"
+                    + " on this address%n", node.name());
+            System.out.flush();
+            if (web != null) {
+                web.stop(0);
+            }
+            node.closeForRestart();
+            System.exit(0);
+        });
         if (web != null) {
             System.out.printf("kvpool node %s: status page http://%s:%d/%n", node.name(), node.advertiseHost(),
                     web.getAddress().getPort());

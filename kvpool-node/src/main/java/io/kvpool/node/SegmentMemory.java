@@ -89,6 +89,7 @@ final class SegmentMemory implements AutoCloseable {
 
     /** True when the file was a previous run's, taken over with its contents. */
     private final boolean adopted;
+    private volatile boolean keepFile;
 
     private SegmentMemory(Arena arena, MemorySegment segment, Path file, FileChannel lockChannel, boolean adopted) {
         this.arena = arena;
@@ -387,16 +388,26 @@ final class SegmentMemory implements AutoCloseable {
         return lockChannel;
     }
 
+    /**
+     * Makes {@link #close()} keep the file: a node stopping to be restarted at once (a rolling
+     * restart) leaves its objects for the next run to adopt, as a killed node does.
+     */
+    void keepFileOnClose() {
+        keepFile = true;
+    }
+
     @Override
     public void close() {
         arena.close();
         if (file != null) {
-            try {
-                Files.deleteIfExists(file);
-            } catch (IOException e) {
-                log.warn("cannot delete segment file {}: {}", file, e.toString());
+            if (!keepFile) {
+                try {
+                    Files.deleteIfExists(file);
+                } catch (IOException e) {
+                    log.warn("cannot delete segment file {}: {}", file, e.toString());
+                }
             }
-            closeQuietly(lockChannel); // releases the lock, after the file is gone
+            closeQuietly(lockChannel); // releases the lock, after the file is gone (or kept: an orphan to adopt)
         }
     }
 }

@@ -428,6 +428,17 @@ public final class StorageNode implements AutoCloseable {
         return local.bytesRead();
     }
 
+    /**
+     * Stops as {@link #close()} does but keeps the segment file, for this node to adopt when it is
+     * started again on the same address with the same segment size (a rolling restart). Until then
+     * the master answers its objects as on a lost node; the next run re-offers every object that
+     * verifies. Without a segment file (anonymous memory) this is {@link #close()}.
+     */
+    public void closeForRestart() {
+        memory.keepFileOnClose();
+        close();
+    }
+
     @Override
     public void close() {
         if (closed) {
