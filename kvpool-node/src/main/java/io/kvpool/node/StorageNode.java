@@ -32,6 +32,7 @@ import java.lang.foreign.MemorySegment;
 import java.net.InetSocketAddress;
 import java.nio.ByteBuffer;
 import java.time.Duration;
+import java.time.InstantSource;
 import java.util.ArrayList;
 import java.util.List;
 
@@ -73,6 +74,9 @@ public final class StorageNode implements AutoCloseable {
     private final SameMachineWrites sameMachine;
     /** Copies to other nodes that the master's repair asks for. */
     private final Replication replication;
+    /** Dead nodes' segment files in the shared-memory directory (null without one), and who reclaims them. */
+    private final OrphanedSegments orphans;
+    private final ShmKeeper shmKeeper;
     /** The status page mounted by {@link #mountStatus}, closed with the node; null until then. */
     private volatile StatusPages pages;
     private volatile boolean closed;
@@ -86,8 +90,10 @@ public final class StorageNode implements AutoCloseable {
                 config.frameTimeout(), Opcode::isNodeOp, new Handler(), config.secrets(), Opcode::access);
         try {
             this.name = new HostPort(advertiseHost, server.port()).toString();
+            this.orphans = config.shmDir() == null ? null
+                    : new OrphanedSegments(config.shmDir().path(), config.shmDir().orphanGrace(), InstantSource.system());
             this.memory = SegmentMemory.allocate(config.segmentSize().bytes(), config.shmDir(), name, config.prefault(),
-                    config.adoptSegment());
+                    config.adoptSegment(), orphans);
         } catch (RuntimeException e) {
             server.close();
             throw e;
@@ -117,6 +123,7 @@ public final class StorageNode implements AutoCloseable {
         this.disk = d;
         this.replication = new Replication(name, local, ledger, segment, disk, config.limits(), config.secrets());
         this.link = new MasterLink(local, disk, config, masters);
+        this.shmKeeper = orphans == null ? null : new ShmKeeper(orphans, config.shmDir().sweepInterval(), true);
         if (disk != null) {
             disk.onChange(link::wake);
         }
@@ -470,6 +477,9 @@ public final class StorageNode implements AutoCloseable {
         }
         link.close();
         masters.close();
+        if (shmKeeper != null) {
+            shmKeeper.close();
+        }
         if (disk != null) {
             disk.close();
         }
