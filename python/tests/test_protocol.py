@@ -117,12 +117,14 @@ def test_request_bodies_equal_java(java_vectors: dict[str, str]) -> None:
     assert p.encode_release(0x0102030405) == vec(java_vectors, "release")
     assert p.encode_shm_lease(7, 0x0A0B0C0D, 4096, 64 << 20, p.WriteGrant(4096, 64 << 20, 5000, 16, MAC1)) == \
         vec(java_vectors, "shm_lease")
-    # frames only masters send, checked so the documented layouts stay the ones Java writes
-    assert (p.BodyWriter().i64(0x0A0B0C0D).i32(3).i64(4096).i64(1234).u8(0).boolean(False)
+    # frames only masters send, checked so the documented layouts stay the ones Java writes; each carries
+    # the control token of the node's registration (version 10), here bytes C0..CF
+    token = bytes(range(0xC0, 0xD0))
+    assert (p.BodyWriter().i64(0x0A0B0C0D).fixed(token).i32(3).i64(4096).i64(1234).u8(0).boolean(False)
             .i64(0).i64(7).u8(1).boolean(False).i64(64).i64(9).u8(0).boolean(True).bytes()) == vec(java_vectors, "node_free")
-    assert p.BodyWriter().i64(4).i64(0x0A0B0C0D).bytes() == vec(java_vectors, "node_reset")
+    assert p.BodyWriter().i64(4).i64(0x0A0B0C0D).fixed(token).bytes() == vec(java_vectors, "node_reset")
     assert (p.BodyWriter().i32(3).i64(4).boolean(True).i64(0x0A0B0C0D).bytes()) == vec(java_vectors, "register_reply")
-    assert (p.BodyWriter().i64(4).i64(0x0A0B0C0D).string("10.0.0.7").i32(50053).i32(2)
+    assert (p.BodyWriter().i64(4).i64(0x0A0B0C0D).fixed(token).string("10.0.0.7").i32(50053).i32(2)
             .bstr(K1).i64(1234).i64(1 << 20).u8(p.TIER_MEMORY).i64(4096).i64(8192)
             .bstr(K2).i64(1235).i64(0).u8(p.TIER_DISK).i64(0).i64(64).bytes()) == vec(java_vectors, "node_replicate")
 

@@ -7,6 +7,7 @@ import io.kvpool.protocol.Limits;
 import io.kvpool.protocol.ObjectLayout;
 import io.kvpool.protocol.Opcode;
 import io.kvpool.protocol.ResultCode;
+import io.kvpool.protocol.msg.ControlToken;
 import io.kvpool.protocol.msg.KeyList;
 import io.kvpool.protocol.msg.MasterMessages;
 
@@ -47,7 +48,7 @@ final class MetadataBench implements AutoCloseable {
             // nothing listens at this node address: frees and resets sent to it fail fast, which is fine
             // twice what the objects need, so usage stays far below the eviction watermark
             new MasterMessages.RegisterNode("bench-metadata:1", "127.0.0.1", 1, objects * region * 2 + (1 << 20),
-                    0, incarnation, 0, "").write(w);
+                    0, incarnation, 0, "", ControlToken.random()).write(w);
             segmentId = MasterMessages.RegisterReply.read(c.call(Opcode.REGISTER_NODE, w, T).body()).segmentId();
             BodyWriter inv = new BodyWriter();
             new MasterMessages.Inventory(segmentId, incarnation, true, List.of()).write(inv);

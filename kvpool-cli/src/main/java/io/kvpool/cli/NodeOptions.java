@@ -59,6 +59,13 @@ final class NodeOptions {
                     + " keeps the objects in it that verify.")
     boolean noAdoptSegment;
 
+    @Option(names = "--orphan-grace", paramLabel = "DURATION",
+            description = "How long the shared-memory segment file of a node that died without closing it (kill -9,"
+                    + " a crash) is kept for that node to restart and adopt it, before another node on the machine"
+                    + " deletes it; sooner when a starting node needs the memory. 0s deletes it at once"
+                    + " (default: 10m).")
+    Duration orphanGrace = ShmDir.DEFAULT_ORPHAN_GRACE;
+
     NodeConfig toConfig(MasterAddress master, String listenHost, int port, String advertiseHost,
                         ExposureOptions exposure) {
         long memory = machineMemory();
@@ -89,6 +96,6 @@ final class NodeOptions {
             }
             return null;
         }
-        return new ShmDir(Path.of(shmDir), shmGroup);
+        return new ShmDir(Path.of(shmDir), shmGroup, orphanGrace);
     }
 }

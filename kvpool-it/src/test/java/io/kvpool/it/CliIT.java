@@ -64,6 +64,10 @@ class CliIT {
         assertThat(r.code()).isEqualTo(2);
         assertThat(r.err()).contains("--heartbeat-interval").contains("unit");
 
+        r = run("node", "--master", "127.0.0.1:1", "--orphan-grace", "-1s");
+        assertThat(r.code()).isEqualTo(2);
+        assertThat(r.err()).contains("--orphan-grace").contains("-1s");
+
         r = run("master", "--no-such-flag");
         assertThat(r.code()).isEqualTo(2);
         assertThat(r.err()).contains("--no-such-flag");

@@ -12,6 +12,7 @@ import io.kvpool.protocol.ObjectLayout;
 import io.kvpool.protocol.Opcode;
 import io.kvpool.protocol.RemoteException;
 import io.kvpool.protocol.ResultCode;
+import io.kvpool.protocol.msg.ControlToken;
 import io.kvpool.protocol.msg.MasterMessages;
 import io.kvpool.protocol.msg.NodeMessages;
 import io.kvpool.protocol.msg.WriteGrant;
@@ -220,7 +221,7 @@ class FailoverIT {
                 HostPort nodeAddress = HostPort.parse(node.name);
                 try (FrameConnection fc = FrameConnection.connect(nodeAddress, T, Limits.DEFAULT)) {
                     BodyWriter reset = new BodyWriter();
-                    new NodeMessages.Reset(1L << 40, old.term()).write(reset);
+                    new NodeMessages.Reset(1L << 40, old.term(), ControlToken.random()).write(reset);
                     assertThatThrownBy(() -> fc.call(Opcode.NODE_RESET, reset, T)).isInstanceOf(RemoteException.class)
                             .hasMessageContaining("term " + old.term()).hasMessageContaining("refused");
                 }

@@ -19,7 +19,8 @@ import static org.assertj.core.api.Assertions.assertThat;
 /**
  * A node killed with SIGKILL and started again on its port keeps its memory: it adopts the segment
  * file its previous run left in shared memory, verifies every object, and registers them, so every
- * object reads back byte-exact. A node that comes back on another port leaves no orphaned file.
+ * object reads back byte-exact, also when another node started on the machine meanwhile (the orphan
+ * grace keeps its file for it); with no grace, that other node reclaims the file at once.
  * Real processes; the segment files live in a directory of this test's own.
  */
 class NodeRestartIT {
@@ -37,6 +38,24 @@ class NodeRestartIT {
             values.add(MemorySegment.ofArray(FailoverIT.valueOf("restart/" + i)));
         }
         assertThat(c.putBatch(keys, values)).containsOnly(PutStatus.OK);
+    }
+
+    /** A client of {@code cluster} over TCP only (the killed node's file must not be mapped by the test). */
+    private static KvPoolClient client(ProcessCluster cluster) {
+        return KvPoolClient.connect(ClientConfig.forMaster(cluster.masterAddress()).withSharedMemory(false));
+    }
+
+    /**
+     * Starts a node on {@code port} with its segment in this test's directory, puts every object (it is
+     * the only node), and kills it with SIGKILL; its segment id.
+     */
+    private int fillAndKill(ProcessCluster cluster, KvPoolClient c, int port) throws Exception {
+        ProcessCluster.Managed node = cluster.startNode("64MiB", shm.toString(), port);
+        int id = ProcessCluster.awaitStats(c, s -> s.segments().size() == 1 && s.segments().getFirst().active(),
+                "the node registered").segments().getFirst().id();
+        putAll(c);
+        node.kill9();
+        return id;
     }
 
     private long segmentFiles() throws Exception {
@@ -161,18 +180,51 @@ class NodeRestartIT {
         }
     }
 
+    /**
+     * The race of issue 25: another node starting on the machine while a killed node is down used to
+     * reclaim the killed node's segment file at once, and with it every object the node would have
+     * adopted. Within the orphan grace the file stays for its node.
+     */
     @Test
-    void aNodeThatComesBackOnAnotherPortLeavesNoOrphanedFile() throws Exception {
-        try (ProcessCluster cluster = new ProcessCluster("node-restart-other-port")) {
-            ProcessCluster.Managed node = cluster.startNode("64MiB", shm.toString(), ProcessCluster.freePort());
-            try (KvPoolClient c = KvPoolClient.connect(ClientConfig.forMaster(cluster.masterAddress())
-                    .withSharedMemory(false))) {
-                ProcessCluster.awaitStats(c, s -> s.segments().size() == 1, "the node registered");
-                putAll(c);
-                node.kill9();
-                cluster.startNode("64MiB", shm.toString(), ProcessCluster.freePort());
-                assertThat(segmentFiles()).as("the old file was reclaimed, the new node has its own").isEqualTo(1);
+    void aNodeStartedWhileAnotherIsDownLeavesItsSegmentForItToAdopt() throws Exception {
+        try (ProcessCluster cluster = new ProcessCluster("node-restart-beside"); KvPoolClient c = client(cluster)) {
+            int port = ProcessCluster.freePort();
+            int first = fillAndKill(cluster, c, port);
+            ProcessCluster.Managed other = cluster.startNode("64MiB", shm.toString(), ProcessCluster.freePort());
+            ProcessCluster.awaitStats(c, s -> s.segments().stream().anyMatch(x -> x.name().equals(other.name)
+                    && x.active()), "the other node registered");
+            assertThat(segmentFiles()).as("the killed node's file is kept for it beside the new node's").isEqualTo(2);
+            cluster.startNode("64MiB", shm.toString(), port);
+            String name = "127.0.0.1:" + port;
+            ProcessCluster.awaitStats(c, s -> s.segments().stream().anyMatch(x -> x.name().equals(name)
+                    && x.id() != first && x.active() && x.objects() == OBJECTS), "the restarted node adopted its objects");
+            for (int i = 0; i < OBJECTS; i++) {
+                String k = "restart/" + i;
+                assertThat(c.get(k)).as(k).hasValueSatisfying(v -> assertThat(v).isEqualTo(FailoverIT.valueOf(k)));
             }
+            assertThat(segmentFiles()).as("one file per live node").isEqualTo(2);
+        }
+    }
+
+    /**
+     * With no orphan grace ({@code --orphan-grace 0s}) a node reclaims a dead node's file as soon as it
+     * starts: the killed node, coming back on its port, has nothing to adopt and registers empty. (The
+     * grace running out, and a node that needs the memory, are tested with an injected clock and
+     * free-space figure in {@code OrphanedSegmentsTest}.)
+     */
+    @Test
+    void withNoOrphanGraceANodeStartingBesideADeadOneReclaimsItsFile() throws Exception {
+        try (ProcessCluster cluster = new ProcessCluster("node-restart-no-grace"); KvPoolClient c = client(cluster)) {
+            int port = ProcessCluster.freePort();
+            int first = fillAndKill(cluster, c, port);
+            cluster.startNode("64MiB", shm.toString(), ProcessCluster.freePort(), List.of("--orphan-grace", "0s"));
+            assertThat(segmentFiles()).as("the old file was reclaimed, the new node has its own").isEqualTo(1);
+            cluster.startNode("64MiB", shm.toString(), port);
+            String name = "127.0.0.1:" + port;
+            PoolStats back = ProcessCluster.awaitStats(c, s -> s.segments().stream().anyMatch(x -> x.name().equals(name)
+                    && x.id() != first && x.active()), "the killed node registered again");
+            assertThat(back.segments().stream().filter(x -> x.name().equals(name)).findFirst().orElseThrow().objects())
+                    .as("what it comes back with").isZero();
         }
     }
 }

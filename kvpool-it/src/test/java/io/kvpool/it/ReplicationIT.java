@@ -10,17 +10,21 @@ import io.kvpool.node.StorageNode;
 import io.kvpool.protocol.BodyWriter;
 import io.kvpool.protocol.FrameConnection;
 import io.kvpool.protocol.Limits;
+import io.kvpool.protocol.ObjectLayout;
 import io.kvpool.protocol.Opcode;
 import io.kvpool.protocol.RemoteException;
 import io.kvpool.protocol.ResultCode;
 import io.kvpool.protocol.Tier;
+import io.kvpool.protocol.msg.ControlToken;
 import io.kvpool.protocol.msg.KeyList;
 import io.kvpool.protocol.msg.MasterMessages;
 import io.kvpool.protocol.msg.NodeMessages;
 import io.kvpool.protocol.msg.Replica;
+import io.kvpool.protocol.msg.WriteGrant;
 import org.junit.jupiter.api.Test;
 
 import java.lang.foreign.MemorySegment;
+import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.List;
@@ -32,7 +36,7 @@ import static org.assertj.core.api.Assertions.assertThatThrownBy;
  * NODE_REPLICATE, the node-to-node copy the master's repair uses, driven frame by frame against real
  * nodes: a copy lands byte-exact under the object's generation; a copy the node no longer holds is
  * NOT_FOUND; an unreachable target is FAILED; the target fences a copy from before a reset; and a node
- * that follows a newer term refuses the whole frame from an older one.
+ * copies only for the master it registered with (its control token), whatever term a frame names.
  */
 class ReplicationIT {
 
@@ -65,6 +69,20 @@ class ReplicationIT {
         }
     }
 
+    /** A one-item NODE_WRITE of a 100-byte value, as a writer that holds no grant on an open pool sends it. */
+    private static ResultCode nodeWrite(StorageNode node, long epoch, long term, String key, long offset)
+            throws Exception {
+        byte[] value = new byte[100];
+        try (FrameConnection c = FrameConnection.connect(address(node), T, Limits.DEFAULT)) {
+            BodyWriter w = new BodyWriter();
+            new NodeMessages.Write(epoch, term, List.of(new NodeMessages.WriteItem(offset, 1L << 40,
+                    key.getBytes(StandardCharsets.UTF_8), value.length,
+                    ObjectLayout.valueCrc(MemorySegment.ofArray(value)), WriteGrant.none()))).write(w);
+            return MasterMessages.Codes.read(c.call(Opcode.NODE_WRITE, w, T, ByteBuffer.wrap(value)).body()).codes()
+                    .getFirst();
+        }
+    }
+
     private static byte[] read(StorageNode node, long offset, long generation, int length) throws Exception {
         try (FrameConnection c = FrameConnection.connect(address(node), T, Limits.DEFAULT)) {
             BodyWriter w = new BodyWriter();
@@ -92,7 +110,7 @@ class ReplicationIT {
             NodeMessages.ReplicateItem item = new NodeMessages.ReplicateItem(key, w.generation, w.length, Tier.MEMORY,
                     w.replica.offset(), target);
 
-            assertThat(replicate(a, new NodeMessages.Replicate(epoch, 0, "127.0.0.1", b.port(), List.of(item))))
+            assertThat(replicate(a, new NodeMessages.Replicate(epoch, 0, a.controlToken(), "127.0.0.1", b.port(), List.of(item))))
                     .containsExactly(ResultCode.OK);
             assertThat(read(b, target, w.generation, value.length)).isEqualTo(value);
 
@@ -103,22 +121,22 @@ class ReplicationIT {
                     w.generation, w.length, Tier.MEMORY, w.replica.offset(), target + (2 << 20));
             NodeMessages.ReplicateItem onDisk = new NodeMessages.ReplicateItem(key, w.generation, w.length, Tier.DISK, 0,
                     target + (3 << 20));
-            assertThat(replicate(a, new NodeMessages.Replicate(epoch, 0, "127.0.0.1", b.port(),
+            assertThat(replicate(a, new NodeMessages.Replicate(epoch, 0, a.controlToken(), "127.0.0.1", b.port(),
                     List.of(stale, otherKey, onDisk)))).containsExactly(ResultCode.NOT_FOUND, ResultCode.NOT_FOUND,
                     ResultCode.NOT_FOUND);
 
             // a target nobody listens on
             int closed = ProcessCluster.freePort();
-            assertThat(replicate(a, new NodeMessages.Replicate(epoch, 0, "127.0.0.1", closed, List.of(item))))
+            assertThat(replicate(a, new NodeMessages.Replicate(epoch, 0, a.controlToken(), "127.0.0.1", closed, List.of(item))))
                     .containsExactly(ResultCode.FAILED);
 
             // the target fences a copy of an epoch older than its own, as it fences a client's write
             c.removeAll(true);
-            assertThat(replicate(a, new NodeMessages.Replicate(epoch, 0, "127.0.0.1", b.port(), List.of(item))))
+            assertThat(replicate(a, new NodeMessages.Replicate(epoch, 0, a.controlToken(), "127.0.0.1", b.port(), List.of(item))))
                     .as("the source's copy went with the reset").containsExactly(ResultCode.NOT_FOUND);
             assertThat(c.put("rep/c", value, PutOptions.preferring(a.name()))).isEqualTo(PutStatus.OK);
             Where wc = where(cluster, "rep/c");
-            assertThat(replicate(a, new NodeMessages.Replicate(epoch, 0, "127.0.0.1", b.port(), List.of(
+            assertThat(replicate(a, new NodeMessages.Replicate(epoch, 0, a.controlToken(), "127.0.0.1", b.port(), List.of(
                     new NodeMessages.ReplicateItem("rep/c".getBytes(StandardCharsets.UTF_8), wc.generation, wc.length,
                             Tier.MEMORY, wc.replica.offset(), target)))))
                     .as("a copy under the epoch before the reset").containsExactly(ResultCode.FENCED);
@@ -126,7 +144,7 @@ class ReplicationIT {
     }
 
     @Test
-    void aNodeRefusesCopiesFromAMasterOfAnOlderTerm() throws Exception {
+    void aNodeCopiesOnlyForTheMasterItRegisteredWithAndNoFrameMovesItsTerm() throws Exception {
         try (InProcessCluster cluster = new InProcessCluster(2, Size.ofMiB(64));
              KvPoolClient c = cluster.client()) {
             StorageNode a = cluster.nodes.get(0);
@@ -137,15 +155,28 @@ class ReplicationIT {
             PoolStats s = c.stats();
             NodeMessages.ReplicateItem item = new NodeMessages.ReplicateItem("rep/t".getBytes(StandardCharsets.UTF_8),
                     w.generation, w.length, Tier.MEMORY, w.replica.offset(), b.capacity() / 2);
-            // the node hears of term 7 (a newer leader's frame); the term-0 master is now deposed for it
-            assertThat(replicate(a, new NodeMessages.Replicate(s.epoch(), 7, "127.0.0.1", b.port(), List.of(item))))
-                    .as("b has not heard of term 7 yet: it takes the write and follows term 7 from now on")
-                    .containsExactly(ResultCode.OK);
-            assertThatThrownBy(() -> replicate(a, new NodeMessages.Replicate(s.epoch(), 0, "127.0.0.1", b.port(),
-                    List.of(item)))).isInstanceOf(RemoteException.class).hasMessageContaining("term 0")
-                    .hasMessageContaining("follows term 7");
-            assertThat(a.term()).isEqualTo(7);
-            assertThat(b.term()).isEqualTo(7);
+            // anyone but a's master: another node's token, a guess, none
+            for (ControlToken t : List.of(b.controlToken(), ControlToken.random(), ControlToken.NONE)) {
+                assertThatThrownBy(() -> replicate(a, new NodeMessages.Replicate(s.epoch(), 0, t, "127.0.0.1",
+                        b.port(), List.of(item)))).isInstanceOf(RemoteException.class)
+                        .hasMessageContaining("only from the master it registered with");
+            }
+            // a's token with a term other than the one a registered under: only a registration moves a term
+            assertThatThrownBy(() -> replicate(a, new NodeMessages.Replicate(s.epoch(), 7, a.controlToken(), "127.0.0.1",
+                    b.port(), List.of(item)))).isInstanceOf(RemoteException.class).hasMessageContaining("term 7")
+                    .hasMessageContaining("registered under term 0");
+            assertThat(a.term()).isZero();
+            assertThat(a.refusedAdmin()).isEqualTo(4);
+            // a frame of the master's own term with its token: b takes the copy; a write naming a newer term
+            // than b follows is taken as current, but does not move b's term either
+            assertThat(replicate(a, new NodeMessages.Replicate(s.epoch(), 0, a.controlToken(), "127.0.0.1", b.port(),
+                    List.of(item)))).containsExactly(ResultCode.OK);
+            assertThat(read(b, b.capacity() / 2, w.generation, value.length)).isEqualTo(value);
+            assertThat(nodeWrite(b, s.epoch(), 7, "rep/w", b.capacity() / 4)).isEqualTo(ResultCode.OK);
+            assertThat(b.term()).isZero();
+            // the real master still administers both
+            assertThat(c.remove("rep/t")).isTrue();
+            Await.until("a freed rep/t", () -> a.objectCount() == 0);
         }
     }
 }

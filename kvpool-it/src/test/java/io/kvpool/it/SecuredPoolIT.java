@@ -17,6 +17,7 @@ import io.kvpool.protocol.Opcode;
 import io.kvpool.protocol.RemoteException;
 import io.kvpool.protocol.ResultCode;
 import io.kvpool.protocol.Secrets;
+import io.kvpool.protocol.msg.ControlToken;
 import io.kvpool.protocol.msg.MasterMessages.RegisterNode;
 import io.kvpool.protocol.msg.MasterMessages;
 import io.kvpool.protocol.msg.NodeMessages;
@@ -228,7 +229,7 @@ class SecuredPoolIT {
         refused(node(), DATA_ONLY, Opcode.NODE_RESET, new BodyWriter().i64(1L << 62).i64(0));
         refused(node(), DATA_ONLY, Opcode.NODE_FREE, new BodyWriter().i64(0).i32(0));
         BodyWriter reg = new BodyWriter();
-        new RegisterNode("10.6.6.6:1", "10.6.6.6", 1, 1 << 30, 0, 1, 0, "").write(reg);
+        new RegisterNode("10.6.6.6:1", "10.6.6.6", 1, 1 << 30, 0, 1, 0, "", ControlToken.random()).write(reg);
         refused(master(), DATA_ONLY, Opcode.REGISTER_NODE, reg);
         assertThat(admin.stats().segments()).hasSize(1);
         assertThat(admin.get("kept")).isPresent();
@@ -273,11 +274,17 @@ class SecuredPoolIT {
             assertThat(e.status()).isEqualTo(FrameStatus.UNAUTHORIZED);
         }
         try (FrameConnection c = FrameConnection.connect(node(), CALL, Limits.DEFAULT, BOTH)) {
-            // the admin level passes the check for node administration (an empty NODE_FREE frees nothing)
+            // the admin level passes the check for node administration (an empty NODE_FREE frees nothing),
+            // with the control token the node gave its master (version 10)
             BodyWriter w = new BodyWriter();
-            new NodeMessages.Free(0, List.of()).write(w);
+            new NodeMessages.Free(0, cluster.nodes.getFirst().controlToken(), List.of()).write(w);
             assertThat(c.call(Opcode.NODE_FREE, w, CALL).header().status()).isEqualTo(FrameStatus.OK.code);
         }
+        // the admin secret alone is not the master: without that token the node refuses to be administered
+        BodyWriter guess = new BodyWriter();
+        new NodeMessages.Free(0, ControlToken.random(), List.of()).write(guess);
+        assertThat(refused(node(), BOTH, Opcode.NODE_FREE, guess).getMessage())
+                .contains("only from the master it registered with");
         assertThat(admin.get("kept")).isPresent();
         assertThat(List.of(admin.put("after-admin", new byte[10]))).containsExactly(PutStatus.OK);
     }

@@ -1,6 +1,7 @@
 package io.kvpool.master;
 
 import io.kvpool.protocol.ResultCode;
+import io.kvpool.protocol.msg.ControlToken;
 import io.kvpool.protocol.msg.MasterMessages.Inventory;
 import io.kvpool.protocol.msg.MasterMessages.PutEndItem;
 import io.kvpool.protocol.msg.MasterMessages.PutStart;
@@ -128,7 +129,7 @@ public class MetadataBench {
             InstantSource clock = InstantSource.fixed(Instant.ofEpochMilli(1_700_000_000_000L));
             svc = new MasterService(MasterConfig.defaults(), clock, new SplittableRandom(7), NodeNotifier.NONE);
             RegisterReply reg = svc.membership().registerNode(new RegisterNode("bench:1", "10.0.0.1", 50052, SEGMENT, svc.epoch(),
-                    1, 0, ""));
+                    1, 0, "", ControlToken.random()));
             svc.membership().inventory(new Inventory(reg.segmentId(), 1, true, List.of()));
 
             SplittableRandom rnd = new SplittableRandom(1);

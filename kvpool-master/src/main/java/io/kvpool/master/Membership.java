@@ -5,6 +5,7 @@ import io.kvpool.protocol.BadRequestException;
 import io.kvpool.protocol.ObjectLayout;
 import io.kvpool.protocol.ResultCode;
 import io.kvpool.protocol.Tier;
+import io.kvpool.protocol.msg.ControlToken;
 import io.kvpool.protocol.msg.MasterMessages.HeartbeatReply;
 import io.kvpool.protocol.msg.MasterMessages.Inventory;
 import io.kvpool.protocol.msg.MasterMessages.InventoryItem;
@@ -91,6 +92,10 @@ public final class Membership {
 
     /** REGISTER_NODE: admit a node's segment (JOINING until its inventory is in). */
     public RegisterReply registerNode(RegisterNode r) {
+        if (r.controlToken().equals(ControlToken.NONE)) {
+            throw new BadRequestException("register_node of segment " + r.name() + " carries no control token: the"
+                    + " master could not free, reset or copy anything on it");
+        }
         HostPort address = new HostPort(r.host(), r.port());
         List<Segment> toReset = List.of();
         long newEpoch;
@@ -114,7 +119,8 @@ public final class Membership {
             newEpoch = epoch.current();
             // a node that missed too many frees while away comes back empty rather than with removed objects
             keep = r.epoch() == newEpoch && !nodes.mustComeBackEmpty(r.name());
-            seg = segments.add(r.name(), address, r.capacity(), r.nodeIncarnation(), r.shmPath(), clock.millis());
+            seg = segments.add(r.name(), address, r.capacity(), r.nodeIncarnation(), r.shmPath(), r.controlToken(),
+                    clock.millis());
         } finally {
             epoch.exclusive().unlock();
         }

@@ -100,7 +100,7 @@ final class NodeControl implements NodeNotifier {
                     try {
                         c.queue.clear();
                         BodyWriter w = new BodyWriter(16);
-                        new NodeMessages.Reset(epoch, term).write(w);
+                        new NodeMessages.Reset(epoch, term, s.controlToken).write(w);
                         call(c, Opcode.NODE_RESET, w);
                         c.stalled = false;
                     } finally {
@@ -121,7 +121,7 @@ final class NodeControl implements NodeNotifier {
     @Override
     public List<ResultCode> replicate(Segment source, Segment target, long epoch, List<NodeMessages.ReplicateItem> items) {
         BodyWriter w = new BodyWriter(64 + items.size() * 96);
-        new NodeMessages.Replicate(epoch, term, target.address.host(), target.address.port(), items).write(w);
+        new NodeMessages.Replicate(epoch, term, source.controlToken, target.address.host(), target.address.port(), items).write(w);
         // a connection of its own: a copy may take a while and must not hold up the frees on the channel
         try (FrameConnection conn = FrameConnection.connect(source.address, CALL_TIMEOUT, limits, secrets)) {
             List<ResultCode> codes = MasterMessages.Codes.read(conn.call(Opcode.NODE_REPLICATE, w, REPLICATE_TIMEOUT).body())
@@ -280,7 +280,7 @@ final class NodeControl implements NodeNotifier {
                     batch.add(it);
                 }
                 BodyWriter w = new BodyWriter(8 + batch.size() * 16);
-                new NodeMessages.Free(term, batch).write(w);
+                new NodeMessages.Free(term, c.segment.controlToken, batch).write(w);
                 try {
                     call(c, Opcode.NODE_FREE, w);
                     c.stalled = false;

@@ -1,6 +1,7 @@
 package io.kvpool.master;
 
 import io.kvpool.config.HostPort;
+import io.kvpool.protocol.msg.ControlToken;
 
 /**
  * A node's segment as the master sees it: identity, address, liveness, and the allocator for its
@@ -15,6 +16,11 @@ final class Segment {
     final long nodeIncarnation;
     /** The node's shared-memory file, or empty (see {@link io.kvpool.protocol.msg.MasterMessages.RegisterNode}). */
     final String shmPath;
+    /**
+     * What the node drew for this registration: every NODE_FREE, NODE_RESET and NODE_REPLICATE to it
+     * carries it, or the node refuses them. Never shown (not in stats, pages or logs).
+     */
+    final ControlToken controlToken;
     final RangeAllocator allocator;
     /** False while the node is still listing its objects: no new puts are placed here until then. */
     volatile boolean active;
@@ -22,7 +28,9 @@ final class Segment {
     /** The node's per-tier counters from its last heartbeat; {@code hasDisk()} tells whether it has an SSD tier. */
     volatile io.kvpool.protocol.msg.MasterMessages.TierStats tiers = io.kvpool.protocol.msg.MasterMessages.TierStats.NONE;
 
-    Segment(int id, String name, HostPort address, long capacity, long nodeIncarnation, String shmPath, long nowMillis) {
+    Segment(int id, String name, HostPort address, long capacity, long nodeIncarnation, String shmPath,
+            ControlToken controlToken, long nowMillis) {
+        this.controlToken = controlToken;
         this.id = id;
         this.shmPath = shmPath;
         this.name = name;

@@ -2,6 +2,7 @@ package io.kvpool.master;
 
 import io.kvpool.config.HostPort;
 import io.kvpool.protocol.Tier;
+import io.kvpool.protocol.msg.ControlToken;
 import io.kvpool.protocol.msg.MasterMessages.SegmentInfo;
 
 import java.util.ArrayList;
@@ -47,8 +48,10 @@ final class Segments {
     }
 
     /** Admits a node's segment under a fresh id, JOINING until its inventory is in. Caller holds the epoch write lock. */
-    Segment add(String name, HostPort address, long capacity, long nodeIncarnation, String shmPath, long nowMillis) {
-        Segment seg = new Segment(nextId.getAndIncrement(), name, address, capacity, nodeIncarnation, shmPath, nowMillis);
+    Segment add(String name, HostPort address, long capacity, long nodeIncarnation, String shmPath,
+                ControlToken controlToken, long nowMillis) {
+        Segment seg = new Segment(nextId.getAndIncrement(), name, address, capacity, nodeIncarnation, shmPath,
+                controlToken, nowMillis);
         byId.put(seg.id, seg);
         return seg;
     }

@@ -1,6 +1,7 @@
 package io.kvpool.master;
 
 import io.kvpool.protocol.ResultCode;
+import io.kvpool.protocol.msg.ControlToken;
 import io.kvpool.protocol.msg.MasterMessages.Inventory;
 import io.kvpool.protocol.msg.MasterMessages.PutEndItem;
 import io.kvpool.protocol.msg.MasterMessages.PutStart;
@@ -47,7 +48,7 @@ public final class IndexFootprint {
 
         ManualClock clock = new ManualClock(1_700_000_000_000L);
         MasterService svc = new MasterService(MasterConfig.defaults(), clock, new SplittableRandom(7), NodeNotifier.NONE);
-        RegisterReply r = svc.membership().registerNode(new RegisterNode("a:1", "10.0.0.1", 50052, 4L << 40, svc.epoch(), 1, 0, ""));
+        RegisterReply r = svc.membership().registerNode(new RegisterNode("a:1", "10.0.0.1", 50052, 4L << 40, svc.epoch(), 1, 0, "", ControlToken.random()));
         svc.membership().inventory(new Inventory(r.segmentId(), 1, true, List.of()));
         long before = usedAfterGc(mem);
 

@@ -2,6 +2,7 @@ package io.kvpool.master;
 
 import io.kvpool.protocol.ObjectLayout;
 import io.kvpool.protocol.ResultCode;
+import io.kvpool.protocol.msg.ControlToken;
 import io.kvpool.protocol.msg.DigestList;
 import io.kvpool.protocol.msg.MasterMessages.Inventory;
 import io.kvpool.protocol.msg.MasterMessages.PutEndItem;
@@ -61,7 +62,7 @@ class IndexModelTest {
         MasterService svc = new MasterService(MasterConfig.defaults(), clock, new SplittableRandom(seed), NodeNotifier.NONE,
                 new ObjectIndex(hashMask));
         for (int i = 1; i <= 3; i++) {
-            RegisterReply r = svc.membership().registerNode(new RegisterNode("n" + i + ":1", "10.0.0." + i, 1, 1L << 32, svc.epoch(), i, 0, ""));
+            RegisterReply r = svc.membership().registerNode(new RegisterNode("n" + i + ":1", "10.0.0." + i, 1, 1L << 32, svc.epoch(), i, 0, "", ControlToken.random()));
             svc.membership().inventory(new Inventory(r.segmentId(), i, true, List.of()));
         }
         List<byte[]> keys = keys(rnd, 250);

@@ -4,6 +4,7 @@ import io.kvpool.config.Size;
 import io.kvpool.protocol.ObjectLayout;
 import io.kvpool.protocol.ResultCode;
 import io.kvpool.protocol.Tier;
+import io.kvpool.protocol.msg.ControlToken;
 import io.kvpool.protocol.msg.DigestList;
 import io.kvpool.protocol.msg.LeaseMessages;
 import io.kvpool.protocol.msg.LeaseMessages.LeaseReply;
@@ -65,7 +66,7 @@ class MasterServiceTest {
     /** Registers a segment with no inventory and activates it; returns its id. */
     private int join(MasterService s, String name, long capacity) {
         long inc = ++incarnations;
-        RegisterReply r = s.membership().registerNode(new RegisterNode(name, "10.0.0." + inc, 50052, capacity, s.epoch(), inc, 0, ""));
+        RegisterReply r = s.membership().registerNode(new RegisterNode(name, "10.0.0." + inc, 50052, capacity, s.epoch(), inc, 0, "", ControlToken.random()));
         s.membership().inventory(new Inventory(r.segmentId(), inc, true, List.of()));
         joined.add(new int[]{r.segmentId(), (int) inc});
         return r.segmentId();
@@ -433,7 +434,7 @@ class MasterServiceTest {
     void restartedMasterRebuildsFromInventories() {
         MasterService fresh = service(MasterConfig.defaults());
         long epoch = 7;
-        RegisterReply a = fresh.membership().registerNode(new RegisterNode("a:1", "10.0.0.1", 1, 1 << 20, epoch, 11, 3, ""));
+        RegisterReply a = fresh.membership().registerNode(new RegisterNode("a:1", "10.0.0.1", 1, 1 << 20, epoch, 11, 3, "", ControlToken.random()));
         assertThat(a.keepInventory()).isTrue();
         assertThat(a.epoch()).as("a fresh master adopts the epoch nodes report").isEqualTo(epoch);
         assertThat(fresh.putStart(new PutStart(false, 1, "", List.of(new PutStartItem(k("new"), VALUE))))
@@ -444,7 +445,7 @@ class MasterServiceTest {
                 new InventoryItem(2 * REGION, 502, epoch - 1, k("key-03"), VALUE))));
         assertThat(codes).containsExactly(ResultCode.OK, ResultCode.OK, ResultCode.ALREADY_EXISTS);
         // a second node holding a replica of key-01 (same generation) and an older copy of key-02
-        RegisterReply b = fresh.membership().registerNode(new RegisterNode("b:1", "10.0.0.2", 1, 1 << 20, epoch, 12, 2, ""));
+        RegisterReply b = fresh.membership().registerNode(new RegisterNode("b:1", "10.0.0.2", 1, 1 << 20, epoch, 12, 2, "", ControlToken.random()));
         assertThat(fresh.membership().inventory(new Inventory(b.segmentId(), 12, true, List.of(
                 new InventoryItem(0, 500, epoch, k("key-01"), VALUE),
                 new InventoryItem(REGION, 480, epoch, k("key-02"), VALUE)))))
@@ -458,7 +459,7 @@ class MasterServiceTest {
         assertThat(p.replicas().getFirst().offset()).isGreaterThanOrEqualTo(2 * REGION);
         assertThat(p.generation()).isGreaterThan(501);
         // a node that missed a reset (older epoch) must drop its objects
-        RegisterReply c = fresh.membership().registerNode(new RegisterNode("c:1", "10.0.0.3", 1, 1 << 20, epoch - 2, 13, 5, ""));
+        RegisterReply c = fresh.membership().registerNode(new RegisterNode("c:1", "10.0.0.3", 1, 1 << 20, epoch - 2, 13, 5, "", ControlToken.random()));
         assertThat(c.keepInventory()).isFalse();
         assertThat(c.epoch()).isEqualTo(epoch);
     }
@@ -466,9 +467,9 @@ class MasterServiceTest {
     @Test
     void rebuildKeepsTheNewestVersionOfAKey() {
         MasterService fresh = service(MasterConfig.defaults());
-        RegisterReply a = fresh.membership().registerNode(new RegisterNode("a:1", "10.0.0.1", 1, 1 << 20, 0, 11, 1, ""));
+        RegisterReply a = fresh.membership().registerNode(new RegisterNode("a:1", "10.0.0.1", 1, 1 << 20, 0, 11, 1, "", ControlToken.random()));
         fresh.membership().inventory(new Inventory(a.segmentId(), 11, true, List.of(new InventoryItem(0, 600, 0, k("key-04"), VALUE))));
-        RegisterReply b = fresh.membership().registerNode(new RegisterNode("b:1", "10.0.0.2", 1, 1 << 20, 0, 12, 1, ""));
+        RegisterReply b = fresh.membership().registerNode(new RegisterNode("b:1", "10.0.0.2", 1, 1 << 20, 0, 12, 1, "", ControlToken.random()));
         // an upsert wrote generation 700 on b; the free of 600 on a never arrived before the restart
         assertThat(fresh.membership().inventory(new Inventory(b.segmentId(), 12, true,
                 List.of(new InventoryItem(0, 700, 0, k("key-04"), VALUE))))).containsExactly(ResultCode.OK);
@@ -481,10 +482,10 @@ class MasterServiceTest {
     @Test
     void nodeReportingNewerEpochVoidsWhatWasRebuilt() {
         MasterService fresh = service(MasterConfig.defaults());
-        RegisterReply a = fresh.membership().registerNode(new RegisterNode("a:1", "10.0.0.1", 1, 1 << 20, 3, 11, 1, ""));
+        RegisterReply a = fresh.membership().registerNode(new RegisterNode("a:1", "10.0.0.1", 1, 1 << 20, 3, 11, 1, "", ControlToken.random()));
         fresh.membership().inventory(new Inventory(a.segmentId(), 11, true, List.of(new InventoryItem(0, 500, 3, k("key-01"), VALUE))));
         assertThat(fresh.keyCount()).isEqualTo(1);
-        RegisterReply b = fresh.membership().registerNode(new RegisterNode("b:1", "10.0.0.2", 1, 1 << 20, 4, 12, 0, ""));
+        RegisterReply b = fresh.membership().registerNode(new RegisterNode("b:1", "10.0.0.2", 1, 1 << 20, 4, 12, 0, "", ControlToken.random()));
         assertThat(b.epoch()).isEqualTo(4);
         assertThat(fresh.keyCount()).as("objects from epoch 3 are stale once a node saw epoch 4").isZero();
         assertThat(fresh.allocated()).isZero();
@@ -494,7 +495,7 @@ class MasterServiceTest {
     void reRegistrationReplacesTheOldSegment() {
         int a = join(svc, "a:1", 1 << 20);
         assertThat(put(svc, "key-01")).isEqualTo(ResultCode.OK);
-        RegisterReply again = svc.membership().registerNode(new RegisterNode("a:1", "10.0.0.1", 1, 1 << 20, svc.epoch(), 99, 0, ""));
+        RegisterReply again = svc.membership().registerNode(new RegisterNode("a:1", "10.0.0.1", 1, 1 << 20, svc.epoch(), 99, 0, "", ControlToken.random()));
         assertThat(again.segmentId()).isNotEqualTo(a);
         assertThat(exists(svc, "key-01")).as("objects come back only through the inventory").isFalse();
         assertThat(svc.segmentInfos()).hasSize(1);
@@ -552,7 +553,7 @@ class MasterServiceTest {
         List<Freed> freed = recording.freed;
         MasterService s = new MasterService(MasterConfig.defaults(), clock, new SplittableRandom(7), recording);
         long inc = ++incarnations;
-        int seg = s.membership().registerNode(new RegisterNode("a:1", "10.0.0.1", 50052, 16 * REGION, 0, inc, 0, "")).segmentId();
+        int seg = s.membership().registerNode(new RegisterNode("a:1", "10.0.0.1", 50052, 16 * REGION, 0, inc, 0, "", ControlToken.random())).segmentId();
         s.membership().inventory(new Inventory(seg, inc, true, List.of()));
         MasterMessages.TierStats disk = new MasterMessages.TierStats(0, 0, 0, 1L << 30, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
         assertThat(s.membership().heartbeat(seg, inc, disk).code()).isEqualTo(ResultCode.OK);
@@ -615,7 +616,7 @@ class MasterServiceTest {
                 MasterService s = new MasterService(MasterConfig.defaults(), clock, new SplittableRandom(round),
                         new RecordingNotifier());
                 long inc = ++incarnations;
-                int seg = s.membership().registerNode(new RegisterNode("a:1", "10.0.0.1", 50052, 16 * REGION, 0, inc, 0, ""))
+                int seg = s.membership().registerNode(new RegisterNode("a:1", "10.0.0.1", 50052, 16 * REGION, 0, inc, 0, "", ControlToken.random()))
                         .segmentId();
                 s.membership().inventory(new Inventory(seg, inc, true, List.of()));
                 MasterMessages.TierStats disk = new MasterMessages.TierStats(0, 0, 0, 1L << 30, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
@@ -658,7 +659,7 @@ class MasterServiceTest {
         RecordingNotifier recording = new RecordingNotifier();
         MasterService s = new MasterService(MasterConfig.defaults(), clock, new SplittableRandom(7), recording);
         long inc = ++incarnations;
-        int seg = s.membership().registerNode(new RegisterNode("a:1", "10.0.0.1", 50052, 16 * REGION, 0, inc, 0, "")).segmentId();
+        int seg = s.membership().registerNode(new RegisterNode("a:1", "10.0.0.1", 50052, 16 * REGION, 0, inc, 0, "", ControlToken.random())).segmentId();
         s.membership().inventory(new Inventory(seg, inc, true, List.of()));
         for (int i = 0; i < 24; i++) {
             assertThat(put(s, "key-%02d".formatted(i))).isEqualTo(ResultCode.OK);

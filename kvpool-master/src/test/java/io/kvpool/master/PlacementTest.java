@@ -1,6 +1,7 @@
 package io.kvpool.master;
 
 import io.kvpool.config.HostPort;
+import io.kvpool.protocol.msg.ControlToken;
 import org.junit.jupiter.api.Test;
 
 import java.util.ArrayList;
@@ -17,7 +18,8 @@ class PlacementTest {
     private static final long REGION = 1 << 20;
 
     private static Segment segment(int id, String host, long capacity) {
-        Segment s = new Segment(id, host + ":" + (50000 + id), new HostPort(host, 50000 + id), capacity, id, "", 0);
+        Segment s = new Segment(id, host + ":" + (50000 + id), new HostPort(host, 50000 + id), capacity, id, "",
+                ControlToken.random(), 0);
         s.active = true;
         return s;
     }

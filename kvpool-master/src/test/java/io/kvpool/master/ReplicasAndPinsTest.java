@@ -3,6 +3,7 @@ package io.kvpool.master;
 import io.kvpool.protocol.ObjectLayout;
 import io.kvpool.protocol.ResultCode;
 import io.kvpool.protocol.Tier;
+import io.kvpool.protocol.msg.ControlToken;
 import io.kvpool.protocol.msg.MasterMessages.Inventory;
 import io.kvpool.protocol.msg.MasterMessages.PutEndItem;
 import io.kvpool.protocol.msg.MasterMessages.PutStart;
@@ -107,7 +108,7 @@ class ReplicasAndPinsTest {
     private int join(String name, long capacity) {
         long inc = ++incarnations;
         RegisterReply r = svc.membership().registerNode(new RegisterNode(name, "10.0.1." + inc, 50052, capacity,
-                svc.epoch(), inc, 0, ""));
+                svc.epoch(), inc, 0, "", ControlToken.random()));
         svc.membership().inventory(new Inventory(r.segmentId(), inc, true, List.of()));
         joined.add(new long[]{r.segmentId(), inc});
         return r.segmentId();

@@ -2,6 +2,7 @@ package io.kvpool.master;
 
 import io.kvpool.protocol.ObjectLayout;
 import io.kvpool.protocol.ResultCode;
+import io.kvpool.protocol.msg.ControlToken;
 import io.kvpool.protocol.msg.MasterMessages.Inventory;
 import io.kvpool.protocol.msg.MasterMessages.RegisterNode;
 import io.kvpool.protocol.msg.MasterMessages.RegisterReply;
@@ -49,7 +50,7 @@ class WriteLeasesTest {
     private int join(String name, long capacity) {
         long inc = ++incarnation;
         RegisterReply r = svc.membership().registerNode(new RegisterNode(name, "10.0.0." + inc, 50052, capacity,
-                svc.epoch(), inc, 0, ""));
+                svc.epoch(), inc, 0, "", ControlToken.random()));
         svc.membership().inventory(new Inventory(r.segmentId(), inc, true, List.of()));
         return r.segmentId();
     }

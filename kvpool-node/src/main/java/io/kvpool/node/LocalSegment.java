@@ -5,6 +5,7 @@ import io.kvpool.protocol.BadRequestException;
 import io.kvpool.protocol.Handshake;
 import io.kvpool.protocol.ObjectLayout;
 import io.kvpool.protocol.WriteGrants;
+import io.kvpool.protocol.msg.ControlToken;
 import io.kvpool.protocol.msg.NodeMessages;
 import io.kvpool.protocol.msg.WriteGrant;
 
@@ -25,9 +26,23 @@ import java.util.concurrent.atomic.AtomicLong;
  *
  * <h2>Terms</h2>
  * With several masters (elected through etcd), each leader has a term, rising from one leader to the
- * next. The segment remembers the highest term it has seen (from registrations and from master
- * commands) and every write, free and reset carries the term of the master that authorised it; one
- * from an older term is refused ({@link #currentTerm}). A single master has term 0 throughout.
+ * next. Every write, free, reset and copy carries the term of the master that authorised it; one
+ * from an older term than the segment follows is refused ({@link #currentTerm}). The term moves only
+ * when the node registers ({@link #followTerm}): with the master its link chose (the configured one,
+ * or the leader etcd names), never because a frame names a newer one, which anyone who reaches the
+ * port could send. A single master has term 0 throughout.
+ *
+ * <h2>Administration</h2>
+ * NODE_FREE, NODE_RESET and NODE_REPLICATE act only when they come from the master this node
+ * registered with ({@link #checkAdmin}): each registration draws a fresh {@link ControlToken}, sent in
+ * REGISTER_NODE before the master can know the segment, and the master presents it in each of them.
+ * A frame without it is refused UNAUTHORIZED (on an open pool too, where every connection otherwise
+ * counts as admin); one of an older term than the node follows is refused as a deposed master's,
+ * and one of a newer term as a bad request (that is not the term the node registered under; a frame
+ * that overtakes the registration's reply is refused too, and its master sends it again or the node
+ * catches up at its next heartbeat). Either way nothing changes. A new registration (another leader,
+ * the master restarted or dropped the node) replaces the token, so the master the node left can no
+ * longer administer it.
  *
  * <h2>Write admission</h2>
  * A connection that proved the admin secret (the master, a node replicating) writes where it says.
@@ -50,6 +65,10 @@ final class LocalSegment {
     private final AtomicLong refusedGrants = new AtomicLong();
     private final AtomicLong memoryReads = new AtomicLong();
     private final AtomicLong term = new AtomicLong();
+    /** Administration frames refused (no control token of this registration, or another term). */
+    private final AtomicLong refusedAdmin = new AtomicLong();
+    /** The current registration's token; null before the first registration is sent. */
+    private volatile ControlToken controlToken;
     private final WriteGrants grants;
     private volatile int segmentId = -1;
 
@@ -109,10 +128,18 @@ final class LocalSegment {
     }
 
     /**
-     * Whether a command or write authorised by a master of {@code t} may act: true when {@code t} is
-     * at least the highest term seen (and then {@code t} becomes it), false for an older term.
+     * Whether a write authorised by a master of {@code t} may act: {@code t} is not older than the term
+     * this segment follows. It does not move the term (only {@link #followTerm} does).
      */
     boolean currentTerm(long t) {
+        return t >= term.get();
+    }
+
+    /**
+     * A registration answered with the term {@code t} of the master it went to: follow it if it is
+     * not older than the term followed so far, and say whether it was.
+     */
+    boolean followTerm(long t) {
         long seen = term.get();
         while (t > seen) {
             if (term.compareAndSet(seen, t)) {
@@ -121,6 +148,57 @@ final class LocalSegment {
             seen = term.get();
         }
         return t == seen;
+    }
+
+    /**
+     * A fresh control token for the registration about to be sent; from now on administration is
+     * taken only with it (the previous registration's master is no longer this node's).
+     */
+    ControlToken newRegistration() {
+        ControlToken t = ControlToken.random();
+        controlToken = t;
+        return t;
+    }
+
+    /**
+     * Refuses an administration frame ({@code what}: node_free, node_reset, node_replicate) unless it
+     * comes from the master of this node's current registration: its {@code token} is that
+     * registration's and its term {@code t} is the one the node follows. Changes nothing.
+     *
+     * @throws BadRequestException             a master of an older term (deposed), or a newer term
+     * @throws Handshake.UnauthorizedException any other sender: not the master this node registered with
+     */
+    void checkAdmin(String what, long t, ControlToken token) {
+        long following = term.get();
+        if (t < following) {
+            refusedAdmin.incrementAndGet();
+            throw new BadRequestException(what + " from a master of term " + t + " refused: node " + name
+                    + " follows term " + following + " (that master lost its leadership)");
+        }
+        ControlToken mine = controlToken;
+        if (mine == null || !mine.matches(token)) {
+            refusedAdmin.incrementAndGet();
+            throw new Handshake.UnauthorizedException(what + " of term " + t + " refused: node " + name
+                    + " takes administration only from the master it registered with"
+                    + (mine == null ? " (it has not registered yet)" : segmentId < 0 ? " (its registration is under way)"
+                    : " (as segment " + segmentId + ", term " + following + ")")
+                    + ", and this frame does not carry the control token of that registration");
+        }
+        if (t != following) {
+            refusedAdmin.incrementAndGet();
+            throw new BadRequestException(what + " of term " + t + " refused: node " + name + " registered under term "
+                    + following + ", and only a registration moves its term");
+        }
+    }
+
+    /** The current registration's control token; null before the first registration. */
+    ControlToken controlToken() {
+        return controlToken;
+    }
+
+    /** Administration frames refused since start ({@link #checkAdmin}). */
+    long refusedAdmin() {
+        return refusedAdmin.get();
     }
 
     /** Refuses a same-machine write when the segment is not in shared memory. */

@@ -42,7 +42,10 @@ import java.util.concurrent.locks.ReentrantLock;
  * them in NODE_INVENTORY chunks, each object re-read and checked from its self-describing header
  * and value checksum; the master rebuilds its metadata from them and answers ALREADY_EXISTS for
  * objects it will not take, which the node then drops. The segment takes new puts only after the
- * last chunk, so nothing is placed over an object the master has not heard of yet.
+ * last chunk, so nothing is placed over an object the master has not heard of yet. Each
+ * REGISTER_NODE carries a control token drawn for it ({@link LocalSegment#newRegistration}): from
+ * then on the node takes frees, resets and copies only from the master it went to, and the reply's
+ * term is the only thing that moves the node's term ({@link LocalSegment#followTerm}).
  *
  * <h2>Failures</h2>
  * Lost connection: retry every heartbeat interval, logging once per outage. A heartbeat answered
@@ -272,10 +275,11 @@ final class MasterLink implements AutoCloseable {
         RegionLedger ledger = node.ledger();
         List<RegionLedger.Region> regions = ledger.completeRegions();
         BodyWriter w = new BodyWriter();
+        // a token of its own for this registration: from now on only the master it goes to administers us
         new RegisterNode(node.name(), node.advertiseHost(), node.port(), node.capacity(), ledger.epoch(), incarnation,
-                regions.size(), node.shmPath()).write(w);
+                regions.size(), node.shmPath(), node.newRegistration()).write(w);
         RegisterReply reply = RegisterReply.read(conn.call(Opcode.REGISTER_NODE, w, rpcTimeout()).body());
-        if (!node.currentTerm(reply.term())) {
+        if (!node.followTerm(reply.term())) {
             log.warn("node {}: master {} answered with term {}, older than term {} this node follows; not registering",
                     node.name(), master, reply.term(), node.term());
             return false;

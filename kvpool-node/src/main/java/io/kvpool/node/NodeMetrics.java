@@ -43,6 +43,9 @@ final class NodeMetrics {
                 + " secret held no write grant of the master covering them", local::refusedGrants);
         Series.counter(registry, "node_writes_refused_total", "Writes refused for any reason: no grant, an older master"
                 + " term, a fenced epoch, a checksum mismatch", local::refusedWrites);
+        Series.counter(registry, "node_admin_refused_total", "Frees, resets and copies refused because they did not come"
+                + " from the master the node registered with (no control token of that registration) or came from a"
+                + " master of an older term", local::refusedAdmin);
         Series.gauge(registry, "node_master_connected", "1 while the node is registered with the master and its heartbeats"
                 + " are answered, else 0", () -> link.isRegistered() ? 1 : 0);
         if (disk != null) {

@@ -106,6 +106,7 @@ final class NodeStatus {
         r.row("bodies over the body budget", server.refusedBodies());
         r.row("writes without a write grant", local.refusedGrants());
         r.row("writes refused (all reasons)", local.refusedWrites());
+        r.row("administration not from its master", local.refusedAdmin());
         v.link("metrics", "/metrics");
         return v;
     }

@@ -68,10 +68,7 @@ final class Replication {
         BodyReader body = req.body();
         NodeMessages.Replicate rp = NodeMessages.Replicate.read(body);
         body.end("node_replicate");
-        if (!local.currentTerm(rp.term())) {
-            throw new BadRequestException("node_replicate from a master of term " + rp.term() + " refused: node " + name
-                    + " follows term " + local.term() + " (that master lost its leadership)");
-        }
+        local.checkAdmin("node_replicate", rp.term(), rp.token());
         List<NodeMessages.ReplicateItem> items = rp.items();
         ResultCode[] codes = new ResultCode[items.size()];
         List<RegionLedger.Region> pinned = new ArrayList<>();

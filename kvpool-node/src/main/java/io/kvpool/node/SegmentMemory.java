@@ -9,22 +9,17 @@ import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.nio.ByteBuffer;
 import java.nio.channels.FileChannel;
-import java.nio.channels.FileLock;
-import java.nio.channels.OverlappingFileLockException;
 import java.nio.file.DirectoryStream;
 import java.nio.file.Files;
 import java.nio.file.LinkOption;
-import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
 import java.nio.file.StandardCopyOption;
 import java.nio.file.StandardOpenOption;
+import java.time.InstantSource;
 import java.util.ArrayList;
 import java.util.Comparator;
 import java.util.List;
-import java.util.Optional;
 import java.util.Set;
-import java.util.regex.Matcher;
-import java.util.regex.Pattern;
 
 /**
  * The node's off-heap segment: one contiguous {@link MemorySegment} of any size (not limited to
@@ -44,12 +39,13 @@ import java.util.regex.Pattern;
  *       its file, through a channel kept open until {@link #close()}. The kernel drops the lock when
  *       the process dies, however it dies. The node takes the lock before it truncates the file, so
  *       it never clobbers a file another live process holds.</li>
- *   <li>Before creating its own file, {@link #allocate} calls {@link #reclaimOrphans}, which deletes
- *       each {@code kvpool-*-<pid>.seg} in the directory whose pid is not a live process <em>and</em>
- *       whose lock it can take. The pid test protects files of older builds that hold no lock; the
- *       lock protects a live node whose pid this process cannot see or that was reused (another pid
- *       namespace sharing {@code /dev/shm}). Each reclaimed file is logged; a file that cannot be
- *       inspected is logged and skipped, and the scan never fails the node.</li>
+ *   <li>Every node deletes the files of nodes that died, {@code kvpool-*-<pid>.seg} whose pid is not
+ *       a live process <em>and</em> whose lock it can take, once those nodes cannot come back for
+ *       them: at its start, and while it runs ({@link OrphanedSegments} says when). The pid test
+ *       protects files of older builds that hold no lock; the lock protects a live node whose pid this
+ *       process cannot see or that was reused (another pid namespace sharing {@code /dev/shm}). Each
+ *       reclaimed file is logged; a file that cannot be inspected is logged and skipped, and the scan
+ *       never fails the node.</li>
  * </ul>
  * The lock is a POSIX record lock, owned by the process rather than the channel: closing
  * <em>any</em> channel on the same file in this JVM (say, an in-process client that mapped it)
@@ -64,8 +60,11 @@ import java.util.regex.Pattern;
  * directory, while holding the lock: the live-pid test protects it again at once) and maps it
  * without truncating. {@link #adopted()} then says so, and the node rebuilds its ledger from the
  * objects in it ({@link SegmentAdoption}). Several candidates: the newest is taken, the others are
- * reclaimed. A file of another name or size, or a node whose port changed, is reclaimed as before,
- * so a node that never comes back leaves nothing behind once any node starts on the machine.
+ * reclaimed. Its own files that it does not take (another size, adoption off) are reclaimed at once;
+ * another node's orphan is kept through the orphan grace ({@link ShmDir#orphanGrace()}), so that a
+ * node starting while a killed one is down leaves it its objects, unless the starting node needs the
+ * memory ({@link OrphanedSegments}). Nothing may open and close the node's own file while it lives
+ * (not even to set its modification time): closing any descriptor of it drops the lock.
  *
  * <h2>Who may open the file</h2>
  * The file holds every value stored on the node: it is the node user's alone (mode 0600), or, with
@@ -77,9 +76,6 @@ import java.util.regex.Pattern;
 final class SegmentMemory implements AutoCloseable {
 
     private static final Logger log = LoggerFactory.getLogger(SegmentMemory.class);
-
-    /** {@code kvpool-<name>-<pid>.seg}; the name may itself contain dashes, the pid is the last field. */
-    private static final Pattern FILE_NAME = Pattern.compile("kvpool-.*-(\\d{1,18})\\.seg");
 
     private final Arena arena;
     private final MemorySegment segment;
@@ -114,15 +110,24 @@ final class SegmentMemory implements AutoCloseable {
         return allocate(size, shmDir == null ? null : ShmDir.ownerOnly(shmDir), name, prefault, adopt);
     }
 
+    /** {@link #allocate(long, ShmDir, String, boolean, boolean, OrphanedSegments)} on the system clock. */
+    static SegmentMemory allocate(long size, ShmDir shm, String name, boolean prefault, boolean adopt) {
+        return allocate(size, shm, name, prefault, adopt,
+                shm == null ? null : new OrphanedSegments(shm.path(), shm.orphanGrace(), InstantSource.system()));
+    }
+
     /**
      * Allocates a segment of {@code size} bytes; with {@code adopt}, takes over the file a previous run
      * of the node of this name left, when there is one of this size (see the class comment).
      *
-     * @param shm where the file goes and who may open it; null for anonymous memory
+     * @param shm     where the file goes, who may open it; null for anonymous memory
+     * @param orphans the dead nodes' files in {@code shm}'s directory and when each may go (null with no
+     *                {@code shm}); the node keeps using it while it runs ({@link ShmKeeper})
      * @throws IllegalArgumentException when {@code shm} names a group this machine does not have
      * @throws SegmentAccess.Refused    when the file cannot be given that group
      */
-    static SegmentMemory allocate(long size, ShmDir shm, String name, boolean prefault, boolean adopt) {
+    static SegmentMemory allocate(long size, ShmDir shm, String name, boolean prefault, boolean adopt,
+                                  OrphanedSegments orphans) {
         if (size <= 0) {
             throw new IllegalArgumentException("segment size must be positive, got " + size);
         }
@@ -130,16 +135,21 @@ final class SegmentMemory implements AutoCloseable {
         if (shm != null) {
             Path shmDir = shm.path();
             try {
-                Path mine = shmDir.resolve(filePrefix(name) + ProcessHandle.current().pid() + ".seg");
+                String prefix = OrphanedSegments.filePrefix(name);
+                Path mine = shmDir.resolve(prefix + ProcessHandle.current().pid() + ".seg");
                 if (adopt && Files.isDirectory(shmDir)) {
                     SegmentMemory taken = adoptOrphan(shmDir, name, size, mine, access);
                     if (taken != null) {
-                        reclaimOrphans(shmDir); // older runs' files of the same name, and anyone else's
+                        orphans.reclaimOwn(prefix); // older runs' files of the same name
+                        orphans.reclaimExpired();
                         return taken;
                     }
                 }
                 if (Files.isDirectory(shmDir)) {
-                    reclaimOrphans(shmDir); // before the free-space check: what it frees counts
+                    // before the free-space check: what they free counts
+                    orphans.reclaimOwn(prefix);
+                    orphans.reclaimExpired();
+                    orphans.makeRoom(size, () -> usableSpace(shmDir));
                 }
                 if (Files.isDirectory(shmDir) && Files.getFileStore(shmDir).getUsableSpace() >= size) {
                     Path file = mine;
@@ -179,7 +189,7 @@ final class SegmentMemory implements AutoCloseable {
             // created the node user's alone; widened to the chosen group (if any) once it is ours
             ch = FileChannel.open(file, Set.of(StandardOpenOption.CREATE, StandardOpenOption.READ,
                     StandardOpenOption.WRITE, LinkOption.NOFOLLOW_LINKS), SegmentAccess.atCreation());
-            if (tryLock(ch) == null) {
+            if (OrphanedSegments.tryLock(ch) == null) {
                 throw new IOException("the file is locked by another live process");
             }
             locked = true;
@@ -217,23 +227,28 @@ final class SegmentMemory implements AutoCloseable {
         }
     }
 
-    /** {@code kvpool-<name>-}: the start of the file names of the node called {@code name}. */
-    private static String filePrefix(String name) {
-        return "kvpool-" + name.replaceAll("[^A-Za-z0-9._-]", "_") + "-";
+    /** Free bytes in {@code dir}'s file system; 0 when it cannot be read. */
+    private static long usableSpace(Path dir) {
+        try {
+            return Files.getFileStore(dir).getUsableSpace();
+        } catch (IOException e) {
+            return 0;
+        }
     }
+
 
     /**
      * Takes over the newest orphaned file of the node called {@code name} whose size is {@code size}:
      * locks it, renames it to {@code mine} and maps it as it is. Null when there is none (or it cannot
-     * be taken: then it is left for {@link #reclaimOrphans}).
+     * be taken: then it is left to be reclaimed, {@link OrphanedSegments#reclaimOwn}).
      */
     private static SegmentMemory adoptOrphan(Path shmDir, String name, long size, Path mine, SegmentAccess access) {
-        String prefix = filePrefix(name);
+        String prefix = OrphanedSegments.filePrefix(name);
         List<Path> candidates = new ArrayList<>();
         try (DirectoryStream<Path> files = Files.newDirectoryStream(shmDir, prefix + "*.seg")) {
             for (Path f : files) {
-                String pid = f.getFileName().toString().substring(prefix.length()).replace(".seg", "");
-                if (pid.matches("\\d{1,18}") && !isAlive(Long.parseLong(pid))
+                long pid = OrphanedSegments.pidOf(f, prefix);
+                if (pid >= 0 && !OrphanedSegments.isAlive(pid)
                         && Files.isRegularFile(f, LinkOption.NOFOLLOW_LINKS) && Files.size(f) == size) {
                     candidates.add(f);
                 }
@@ -250,12 +265,12 @@ final class SegmentMemory implements AutoCloseable {
             }
         }).reversed());
         for (Path f : candidates) {
-            long pid = Long.parseLong(f.getFileName().toString().substring(prefix.length()).replace(".seg", ""));
+            long pid = OrphanedSegments.pidOf(f, prefix);
             Arena arena = Arena.ofShared();
             FileChannel ch = null;
             try {
                 ch = FileChannel.open(f, StandardOpenOption.READ, StandardOpenOption.WRITE, LinkOption.NOFOLLOW_LINKS);
-                if (tryLock(ch) == null || isAlive(pid) || ch.size() != size) {
+                if (OrphanedSegments.tryLock(ch) == null || OrphanedSegments.isAlive(pid) || ch.size() != size) {
                     throw new IOException("it is in use or changed");
                 }
                 access.apply(f); // the current setting, whatever the previous run's was; before the name is ours
@@ -274,89 +289,6 @@ final class SegmentMemory implements AutoCloseable {
             }
         }
         return null;
-    }
-
-    /**
-     * Deletes the segment files in {@code shmDir} left by nodes that died without closing: each
-     * {@code kvpool-*-<pid>.seg} (a regular file, not a link) whose pid is not a live process and
-     * whose exclusive lock can be taken. Never throws: a file that cannot be inspected is logged and
-     * skipped.
-     *
-     * @return how many files were deleted
-     */
-    static int reclaimOrphans(Path shmDir) {
-        int reclaimed = 0;
-        try (DirectoryStream<Path> files = Files.newDirectoryStream(shmDir, "kvpool-*.seg")) {
-            for (Path f : files) {
-                try {
-                    if (reclaimIfOrphan(f)) {
-                        reclaimed++;
-                    }
-                } catch (NoSuchFileException e) {
-                    // another node reclaimed it first
-                } catch (IOException | RuntimeException e) {
-                    log.warn("cannot inspect segment file {} ({}); leaving it", f, e.toString());
-                }
-            }
-        } catch (IOException | RuntimeException e) {
-            log.warn("cannot scan {} for orphaned segment files ({})", shmDir, e.toString());
-        }
-        return reclaimed;
-    }
-
-    private static boolean reclaimIfOrphan(Path f) throws IOException {
-        Matcher m = FILE_NAME.matcher(f.getFileName().toString());
-        if (!m.matches() || !Files.isRegularFile(f, LinkOption.NOFOLLOW_LINKS)) {
-            return false;
-        }
-        long pid = Long.parseLong(m.group(1));
-        if (isAlive(pid)) {
-            return false;
-        }
-        try (FileChannel ch = FileChannel.open(f, StandardOpenOption.READ, StandardOpenOption.WRITE,
-                LinkOption.NOFOLLOW_LINKS)) {
-            if (tryLock(ch) == null) {
-                return false; // a live node holds it (its pid is not visible here, or was reused)
-            }
-            // a new process may have been given that pid and created the same name since the first look
-            if (isAlive(pid)) {
-                return false;
-            }
-            long size = ch.size();
-            Files.delete(f); // while still holding the lock; closing the channel releases it
-            log.info("reclaimed orphaned segment file {} ({} MiB) left by pid {}", f, size >> 20, pid);
-            return true;
-        }
-    }
-
-    /**
-     * Whether {@code pid} is a live process. A zombie (killed, not yet reaped by its parent: state Z in
-     * /proc) counts as dead: it holds no files, locks or memory any more.
-     */
-    private static boolean isAlive(long pid) {
-        Optional<ProcessHandle> p = ProcessHandle.of(pid);
-        if (p.isEmpty() || !p.get().isAlive()) {
-            return false;
-        }
-        try {
-            String stat = Files.readString(Path.of("/proc", Long.toString(pid), "stat"));
-            int close = stat.lastIndexOf(')'); // the command name, in parentheses, may contain anything
-            return close < 0 || close + 2 >= stat.length() || stat.charAt(close + 2) != 'Z';
-        } catch (IOException | RuntimeException e) {
-            return true; // no /proc: trust ProcessHandle
-        }
-    }
-
-    /**
-     * The channel's exclusive lock on its whole file, or null if another process holds a lock on it.
-     * A lock held through another channel in this JVM counts as held.
-     */
-    private static FileLock tryLock(FileChannel ch) throws IOException {
-        try {
-            return ch.tryLock();
-        } catch (OverlappingFileLockException e) {
-            return null;
-        }
     }
 
     private static void closeQuietly(FileChannel ch) {

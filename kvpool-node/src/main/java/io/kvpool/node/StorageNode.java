@@ -18,6 +18,7 @@ import io.kvpool.protocol.Request;
 import io.kvpool.protocol.RequestHandler;
 import io.kvpool.protocol.ResultCode;
 import io.kvpool.protocol.Tier;
+import io.kvpool.protocol.msg.ControlToken;
 import io.kvpool.protocol.msg.MasterMessages.Codes;
 import io.kvpool.protocol.msg.NodeMessages;
 import io.kvpool.web.StatusPages;
@@ -31,6 +32,7 @@ import java.lang.foreign.MemorySegment;
 import java.net.InetSocketAddress;
 import java.nio.ByteBuffer;
 import java.time.Duration;
+import java.time.InstantSource;
 import java.util.ArrayList;
 import java.util.List;
 
@@ -49,6 +51,11 @@ import java.util.List;
 public final class StorageNode implements AutoCloseable {
 
     private static final Logger log = LoggerFactory.getLogger(StorageNode.class);
+    /**
+     * Bound on how far one NODE_RESET may move the epoch. A master moves it by one per reset; a node
+     * that missed resets catches up through its heartbeat instead, which this does not bound.
+     */
+    static final long MAX_EPOCH_STEP = 1L << 32;
 
     private final NodeConfig config;
     private final SegmentMemory memory;
@@ -67,6 +74,9 @@ public final class StorageNode implements AutoCloseable {
     private final SameMachineWrites sameMachine;
     /** Copies to other nodes that the master's repair asks for. */
     private final Replication replication;
+    /** Dead nodes' segment files in the shared-memory directory (null without one), and who reclaims them. */
+    private final OrphanedSegments orphans;
+    private final ShmKeeper shmKeeper;
     /** The status page mounted by {@link #mountStatus}, closed with the node; null until then. */
     private volatile StatusPages pages;
     private volatile boolean closed;
@@ -80,8 +90,10 @@ public final class StorageNode implements AutoCloseable {
                 config.frameTimeout(), Opcode::isNodeOp, new Handler(), config.secrets(), Opcode::access);
         try {
             this.name = new HostPort(advertiseHost, server.port()).toString();
+            this.orphans = config.shmDir() == null ? null
+                    : new OrphanedSegments(config.shmDir().path(), config.shmDir().orphanGrace(), InstantSource.system());
             this.memory = SegmentMemory.allocate(config.segmentSize().bytes(), config.shmDir(), name, config.prefault(),
-                    config.adoptSegment());
+                    config.adoptSegment(), orphans);
         } catch (RuntimeException e) {
             server.close();
             throw e;
@@ -111,6 +123,7 @@ public final class StorageNode implements AutoCloseable {
         this.disk = d;
         this.replication = new Replication(name, local, ledger, segment, disk, config.limits(), config.secrets());
         this.link = new MasterLink(local, disk, config, masters);
+        this.shmKeeper = orphans == null ? null : new ShmKeeper(orphans, config.shmDir().sweepInterval(), true);
         if (disk != null) {
             disk.onChange(link::wake);
         }
@@ -160,6 +173,20 @@ public final class StorageNode implements AutoCloseable {
     /** The highest master term this node has heard of (0 with a single master). */
     public long term() {
         return local.term();
+    }
+
+    /** NODE_FREE, NODE_RESET and NODE_REPLICATE frames refused: not from the master it registered with, or deposed. */
+    public long refusedAdmin() {
+        return local.refusedAdmin();
+    }
+
+    /**
+     * The control token of this node's current registration, which its master presents to free, reset
+     * or copy anything here (null before the first registration). For a test in this process that
+     * stands in for the master; nothing logs or exports it.
+     */
+    public ControlToken controlToken() {
+        return local.controlToken();
     }
 
     /** True once the master has accepted this node's registration and inventory. */
@@ -352,7 +379,7 @@ public final class StorageNode implements AutoCloseable {
         BodyReader body = req.body();
         NodeMessages.Free f = NodeMessages.Free.read(body);
         body.end("node_free");
-        requireCurrentTerm(f.term(), "node_free");
+        local.checkAdmin("node_free", f.term(), f.token());
         long n = 0;
         for (NodeMessages.FreeItem it : f.items()) {
             if (it.tier() == Tier.DISK) {
@@ -387,7 +414,8 @@ public final class StorageNode implements AutoCloseable {
         BodyReader body = req.body();
         NodeMessages.Reset r = NodeMessages.Reset.read(body);
         body.end("node_reset");
-        requireCurrentTerm(r.term(), "node_reset");
+        local.checkAdmin("node_reset", r.term(), r.token());
+        checkResetEpoch(r.epoch());
         long n = ledger.reset(r.epoch());
         if (disk != null) {
             n += disk.reset(r.epoch());
@@ -410,11 +438,20 @@ public final class StorageNode implements AutoCloseable {
         }
     }
 
-    /** Refuses a command from a master whose term is older than one this node has heard of. */
-    private void requireCurrentTerm(long term, String what) {
-        if (!local.currentTerm(term)) {
-            throw new BadRequestException(what + " from a master of term " + term + " refused: node " + name
-                    + " follows term " + local.term() + " (that master lost its leadership)");
+    /**
+     * Refuses a reset to a negative epoch, or to one more than {@link #MAX_EPOCH_STEP} ahead, naming
+     * both epochs; nothing is dropped then. A reset to the epoch the node is at, or an older one (a
+     * late frame), drops nothing: epochs only move forward ({@link RegionLedger#reset}).
+     */
+    private void checkResetEpoch(long epoch) {
+        long at = ledger.epoch();
+        if (epoch < 0) {
+            throw new BadRequestException("node_reset to epoch " + epoch + " refused: an epoch is never negative;"
+                    + " segment " + name + " stays at epoch " + at);
+        }
+        if (epoch - at > MAX_EPOCH_STEP) {
+            throw new BadRequestException("node_reset to epoch " + epoch + " refused: segment " + name + " is at epoch "
+                    + at + ", and one reset moves it by at most " + MAX_EPOCH_STEP + " (a master's reset moves it by one)");
         }
     }
 
@@ -451,6 +488,9 @@ public final class StorageNode implements AutoCloseable {
         }
         link.close();
         masters.close();
+        if (shmKeeper != null) {
+            shmKeeper.close();
+        }
         if (disk != null) {
             disk.close();
         }

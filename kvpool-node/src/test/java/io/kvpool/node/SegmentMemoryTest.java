@@ -14,6 +14,8 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
+import java.time.Duration;
+import java.time.InstantSource;
 import java.util.concurrent.TimeUnit;
 
 import static org.assertj.core.api.Assertions.assertThat;
@@ -36,12 +38,12 @@ class SegmentMemoryTest {
         Path deadDashes = file("kvpool-node-1-2-" + exited + ".seg", 1 << 20);
         Path mine = file("kvpool-seg-b-" + MY_PID + ".seg", 4096);
 
-        assertThat(SegmentMemory.reclaimOrphans(dir)).isEqualTo(2);
+        assertThat(reclaimNow(dir)).isEqualTo(2);
 
         assertThat(dead).doesNotExist();
         assertThat(deadDashes).doesNotExist();
         assertThat(mine).exists();
-        assertThat(SegmentMemory.reclaimOrphans(dir)).isZero();
+        assertThat(reclaimNow(dir)).isZero();
     }
 
     @Test
@@ -51,7 +53,7 @@ class SegmentMemoryTest {
              FileLock lock = ch.tryLock()) {
             assertThat(lock).isNotNull();
             // the scan's own tryLock throws OverlappingFileLockException: that means "locked, keep it"
-            assertThat(SegmentMemory.reclaimOrphans(dir)).isZero();
+            assertThat(reclaimNow(dir)).isZero();
             assertThat(locked).exists();
         }
     }
@@ -61,13 +63,13 @@ class SegmentMemoryTest {
         Path locked = file("kvpool-seg-" + IMPOSSIBLE_PID + ".seg", 4096);
         Process holder = lockInChildProcess(locked);
         try {
-            assertThat(SegmentMemory.reclaimOrphans(dir)).isZero();
+            assertThat(reclaimNow(dir)).isZero();
             assertThat(locked).exists();
         } finally {
             holder.getOutputStream().close(); // the child exits at end of input, and its lock goes with it
             assertThat(holder.waitFor(30, TimeUnit.SECONDS)).isTrue();
         }
-        assertThat(SegmentMemory.reclaimOrphans(dir)).isEqualTo(1);
+        assertThat(reclaimNow(dir)).isEqualTo(1);
         assertThat(locked).doesNotExist();
     }
 
@@ -86,7 +88,7 @@ class SegmentMemoryTest {
         Path target = file("target", 10);
         Path link = Files.createSymbolicLink(dir.resolve("kvpool-link-" + IMPOSSIBLE_PID + ".seg"), target);
 
-        assertThat(SegmentMemory.reclaimOrphans(dir)).isZero();
+        assertThat(reclaimNow(dir)).isZero();
 
         for (Path p : others) {
             assertThat(p).exists();
@@ -98,16 +100,17 @@ class SegmentMemoryTest {
 
     @Test
     void aMissingDirectoryIsNotAnError() {
-        assertThat(SegmentMemory.reclaimOrphans(dir.resolve("absent"))).isZero();
+        assertThat(reclaimNow(dir.resolve("absent"))).isZero();
     }
 
     @Test
     void allocateReclaimsOrphansAndLocksItsOwnFileUntilClosed() throws Exception {
         Path orphan = file("kvpool-old-" + IMPOSSIBLE_PID + ".seg", 1 << 20);
         Path own;
-        try (SegmentMemory m = SegmentMemory.allocate(1 << 20, dir, "seg/1", false)) {
+        try (SegmentMemory m = SegmentMemory.allocate(1 << 20, ShmDir.ownerOnly(dir).withOrphanGrace(Duration.ZERO),
+                "seg/1", false, false)) {
             own = m.file();
-            assertThat(orphan).doesNotExist();
+            assertThat(orphan).as("no grace: reclaimed at once").doesNotExist();
             assertThat(own).isEqualTo(dir.resolve("kvpool-seg_1-" + MY_PID + ".seg"));
             assertThat(Files.size(own)).isEqualTo(1 << 20);
             m.segment().set(ValueLayout.JAVA_LONG, 8, 42L);
@@ -131,6 +134,11 @@ class SegmentMemoryTest {
     }
 
     // ------------------------------------------------------------------ helpers
+
+    /** Reclaims every orphan in {@code d} now (no grace). */
+    private static int reclaimNow(Path d) {
+        return new OrphanedSegments(d, Duration.ZERO, InstantSource.system()).reclaimExpired();
+    }
 
     private Path file(String name, long size) throws IOException {
         Path p = dir.resolve(name);
@@ -157,6 +165,8 @@ class SegmentMemoryTest {
             import java.nio.channels.FileChannel;
             import java.nio.file.Path;
             import java.nio.file.StandardOpenOption;
+import java.time.Duration;
+import java.time.InstantSource;
             public class LockChild {
                 public static void main(String[] a) throws Exception {
                     try (FileChannel ch = FileChannel.open(Path.of(a[0]), StandardOpenOption.READ, StandardOpenOption.WRITE)) {

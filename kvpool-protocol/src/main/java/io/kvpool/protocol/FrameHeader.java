@@ -61,9 +61,11 @@ public final class FrameHeader {
      * 7 added pins, replica counts in put results and repair; 8 authentication (AUTH_BEGIN, AUTH_PROVE,
      * the status UNAUTHORIZED); 9 write grants: the master's signed permission for each region it
      * reserves, in the PUT_START and WRITE_LEASE replies and relayed in every node write item and
-     * NODE_SHM_LEASE ({@link WriteGrants}).
+     * NODE_SHM_LEASE ({@link WriteGrants}); 10 node control tokens: a node takes NODE_FREE,
+     * NODE_RESET and NODE_REPLICATE only from the master it registered with, which presents the token
+     * the node sent in REGISTER_NODE ({@link io.kvpool.protocol.msg.ControlToken}).
      */
-    public static final byte VERSION = 9;
+    public static final byte VERSION = 10;
     public static final byte FLAG_REPLY = 0x01;
 
     public static final int MAGIC_OFFSET = 0;

@@ -1,5 +1,6 @@
 package io.kvpool.protocol;
 
+import io.kvpool.protocol.msg.ControlToken;
 import io.kvpool.protocol.msg.DigestList;
 import io.kvpool.protocol.msg.KeyList;
 import io.kvpool.protocol.msg.MasterMessages;
@@ -80,13 +81,18 @@ public final class WireVectors {
         out.put("sizes", body(w -> new MasterMessages.Sizes(new long[] {1 << 20, -1}).write(w)));
         out.put("prefix", body(w -> new MasterMessages.Prefix(k1).write(w)));
         out.put("remove_all", body(w -> new MasterMessages.RemoveAll(true).write(w)));
-        out.put("node_free", body(w -> new NodeMessages.Free(0x0A0B0C0DL, List.of(new NodeMessages.FreeItem(4096, 1234),
+        byte[] tb = new byte[ControlToken.BYTES];
+        for (int i = 0; i < tb.length; i++) {
+            tb[i] = (byte) (0xC0 + i);
+        }
+        ControlToken token = new ControlToken(tb);
+        out.put("node_free", body(w -> new NodeMessages.Free(0x0A0B0C0DL, token, List.of(new NodeMessages.FreeItem(4096, 1234),
                 new NodeMessages.FreeItem(0, 7, Tier.DISK, false), new NodeMessages.FreeItem(64, 9, Tier.MEMORY, true)))
                 .write(w)));
-        out.put("node_replicate", body(w -> new NodeMessages.Replicate(4, 0x0A0B0C0DL, "10.0.0.7", 50053, List.of(
+        out.put("node_replicate", body(w -> new NodeMessages.Replicate(4, 0x0A0B0C0DL, token, "10.0.0.7", 50053, List.of(
                 new NodeMessages.ReplicateItem(k1, 1234, 1 << 20, Tier.MEMORY, 4096, 8192),
                 new NodeMessages.ReplicateItem(k2, 1235, 0, Tier.DISK, 0, 64))).write(w)));
-        out.put("node_reset", body(w -> new NodeMessages.Reset(4, 0x0A0B0C0DL).write(w)));
+        out.put("node_reset", body(w -> new NodeMessages.Reset(4, 0x0A0B0C0DL, token).write(w)));
         out.put("register_reply", body(w -> new MasterMessages.RegisterReply(3, 4, true, 0x0A0B0C0DL).write(w)));
         out.put("removed", body(w -> new MasterMessages.Removed(12, 4).write(w)));
         MasterMessages.TierStats tiers = new MasterMessages.TierStats(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14);

@@ -464,17 +464,21 @@ public final class MasterMessages {
      * @param epoch           the newest cluster epoch this node has seen
      * @param inventoryCount  how many objects the node will list in NODE_INVENTORY frames
      * @param shmPath         the shared-memory file backing the segment, or empty for anonymous memory
+     * @param controlToken    drawn by the node for this registration (version 10): the master presents it
+     *                        in every NODE_FREE, NODE_RESET and NODE_REPLICATE to this node ({@link ControlToken})
      */
     public record RegisterNode(String name, String host, int port, long capacity, long epoch, long nodeIncarnation,
-                               long inventoryCount, String shmPath) {
+                               long inventoryCount, String shmPath, ControlToken controlToken) {
         public void write(BodyWriter w) {
             w.string(name).string(host).i32(port).i64(capacity).i64(epoch).i64(nodeIncarnation).i64(inventoryCount)
                     .string(shmPath);
+            controlToken.write(w);
         }
 
         public static RegisterNode read(BodyReader r) {
             return new RegisterNode(r.string("segment name"), r.string("host"), r.i32("port"), r.length("capacity"),
-                    r.i64("epoch"), r.i64("node incarnation"), r.length("inventory count"), r.string("shm path"));
+                    r.i64("epoch"), r.i64("node incarnation"), r.length("inventory count"), r.string("shm path"),
+                    ControlToken.read(r));
         }
     }
 

@@ -144,11 +144,15 @@ public final class NodeMessages {
 
     /**
      * NODE_FREE (master to node): regions the master of {@code term} freed. Reply: i64 count of
-     * regions dropped; a node that knows a newer term refuses the frame (FENCED).
+     * regions dropped. {@code token}: the one the node registered with that master under (since
+     * version 10, {@link ControlToken}); a node refuses the frame from anyone else, and from a master
+     * of an older term.
      */
-    public record Free(long term, List<FreeItem> items) {
+    public record Free(long term, ControlToken token, List<FreeItem> items) {
         public void write(BodyWriter w) {
-            w.i64(term).i32(items.size());
+            w.i64(term);
+            token.write(w);
+            w.i32(items.size());
             for (FreeItem it : items) {
                 w.i64(it.offset).i64(it.generation).u8(it.tier.code).bool(it.spill);
             }
@@ -156,27 +160,30 @@ public final class NodeMessages {
 
         public static Free read(BodyReader r) {
             long term = r.i64("term");
+            ControlToken token = ControlToken.read(r);
             int n = r.count("item count", 18);
             List<FreeItem> items = new ArrayList<>(n);
             for (int i = 0; i < n; i++) {
                 items.add(new FreeItem(r.length("offset"), r.i64("generation"),
                         Tier.of(r.u8("tier")), r.bool("spill")));
             }
-            return new Free(term, items);
+            return new Free(term, token, items);
         }
     }
 
     /**
      * NODE_RESET (master to node): drop every object, accept writes only from {@code epoch} on. Reply:
-     * i64 count. A node that knows a newer term than {@code term} refuses it (FENCED).
+     * i64 count. Refused, as NODE_FREE is, without the node's {@code token} or from an older term; and
+     * a negative epoch, or one too far ahead, is refused too (docs/protocol.md, section 4.22).
      */
-    public record Reset(long epoch, long term) {
+    public record Reset(long epoch, long term, ControlToken token) {
         public void write(BodyWriter w) {
             w.i64(epoch).i64(term);
+            token.write(w);
         }
 
         public static Reset read(BodyReader r) {
-            return new Reset(r.i64("epoch"), r.i64("term"));
+            return new Reset(r.i64("epoch"), r.i64("term"), ControlToken.read(r));
         }
     }
 
@@ -193,11 +200,15 @@ public final class NodeMessages {
      * {@code targetHost:targetPort} (a NODE_WRITE of the master's {@code epoch} and {@code term}, so the
      * target fences it exactly as a client's write). Reply: {@link MasterMessages.Codes}, one per item:
      * OK once the target stored it; NOT_FOUND when this node no longer holds that copy; the target's
-     * code otherwise (FAILED when it could not be reached).
+     * code otherwise (FAILED when it could not be reached). {@code token}: the source node's, as in
+     * NODE_FREE (since version 10).
      */
-    public record Replicate(long epoch, long term, String targetHost, int targetPort, List<ReplicateItem> items) {
+    public record Replicate(long epoch, long term, ControlToken token, String targetHost, int targetPort,
+                            List<ReplicateItem> items) {
         public void write(BodyWriter w) {
-            w.i64(epoch).i64(term).string(targetHost).i32(targetPort).i32(items.size());
+            w.i64(epoch).i64(term);
+            token.write(w);
+            w.string(targetHost).i32(targetPort).i32(items.size());
             for (ReplicateItem it : items) {
                 w.bytes(it.key).i64(it.generation).i64(it.valueLength).u8(it.tier.code).i64(it.offset)
                         .i64(it.targetOffset);
@@ -207,6 +218,7 @@ public final class NodeMessages {
         public static Replicate read(BodyReader r) {
             long epoch = r.i64("epoch");
             long term = r.i64("term");
+            ControlToken token = ControlToken.read(r);
             String host = r.string("target host");
             int port = r.i32("target port");
             if (port < 1 || port > 65535) {
@@ -219,7 +231,7 @@ public final class NodeMessages {
                 items.add(new ReplicateItem(KeyList.readKey(r), r.i64("generation"), r.length("value length"),
                         Tier.of(r.u8("tier")), r.length("offset"), r.length("target offset")));
             }
-            return new Replicate(epoch, term, host, port, items);
+            return new Replicate(epoch, term, token, host, port, items);
         }
     }
 }

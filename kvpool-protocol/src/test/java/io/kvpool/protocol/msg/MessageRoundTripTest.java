@@ -324,13 +324,15 @@ class MessageRoundTripTest {
 
     @Test
     void registerNodeAndReply() {
-        roundTrip(new RegisterNode("seg-1", "10.0.0.2", 50052, 8L << 30, 3, rnd.nextLong(), 1000, "/dev/shm/x.seg"),
+        roundTrip(new RegisterNode("seg-1", "10.0.0.2", 50052, 8L << 30, 3, rnd.nextLong(), 1000, "/dev/shm/x.seg",
+                ControlToken.random()),
                 RegisterNode::write, RegisterNode::read);
-        roundTrip(new RegisterNode("", "h", 0, 0, 0, 0, 0, ""), RegisterNode::write, RegisterNode::read);
+        roundTrip(new RegisterNode("", "h", 0, 0, 0, 0, 0, "", ControlToken.NONE), RegisterNode::write,
+                RegisterNode::read);
         roundTrip(new RegisterReply(5, 6, true, 9), RegisterReply::write, RegisterReply::read);
         roundTrip(new RegisterReply(-1, 0, false, Long.MAX_VALUE), RegisterReply::write, RegisterReply::read);
         BodyWriter w = new BodyWriter();
-        new RegisterNode("s", "h", 1, -1, 0, 0, 0, "").write(w);
+        new RegisterNode("s", "h", 1, -1, 0, 0, 0, "", ControlToken.random()).write(w);
         assertThatThrownBy(() -> RegisterNode.read(new BodyReader(w.buffer())))
                 .isInstanceOf(MalformedFrameException.class).hasMessageContaining("capacity");
     }
@@ -381,13 +383,29 @@ class MessageRoundTripTest {
                         new NodeMessages.ReadItem(Long.MAX_VALUE, Long.MIN_VALUE, Long.MAX_VALUE),
                         new NodeMessages.ReadItem(0, 7, 9, Tier.DISK))),
                 NodeMessages.Read::write, NodeMessages.Read::read);
-        roundTrip(new NodeMessages.Free(0, List.of()), NodeMessages.Free::write, NodeMessages.Free::read);
-        roundTrip(new NodeMessages.Free(Long.MAX_VALUE, List.of(new NodeMessages.FreeItem(64, 9), new NodeMessages.FreeItem(0, -9),
+        roundTrip(new NodeMessages.Free(0, ControlToken.NONE, List.of()), NodeMessages.Free::write, NodeMessages.Free::read);
+        roundTrip(new NodeMessages.Free(Long.MAX_VALUE, ControlToken.random(), List.of(new NodeMessages.FreeItem(64, 9),
+                new NodeMessages.FreeItem(0, -9),
                 new NodeMessages.FreeItem(0, 5, Tier.DISK, false),
                 new NodeMessages.FreeItem(128, 6, Tier.MEMORY, true))),
                 NodeMessages.Free::write, NodeMessages.Free::read);
-        roundTrip(new NodeMessages.Reset(0, 0), NodeMessages.Reset::write, NodeMessages.Reset::read);
-        roundTrip(new NodeMessages.Reset(Long.MAX_VALUE, 12), NodeMessages.Reset::write, NodeMessages.Reset::read);
+        roundTrip(new NodeMessages.Reset(0, 0, ControlToken.NONE), NodeMessages.Reset::write, NodeMessages.Reset::read);
+        roundTrip(new NodeMessages.Reset(Long.MAX_VALUE, 12, ControlToken.random()), NodeMessages.Reset::write, NodeMessages.Reset::read);
+    }
+
+    @Test
+    void aControlTokenIsSixteenBytesMatchesOnlyItselfAndNeverShows() {
+        ControlToken t = ControlToken.random();
+        assertThat(t.matches(new ControlToken(t.bytes()))).isTrue();
+        assertThat(t.matches(ControlToken.random())).isFalse();
+        assertThat(t.matches(null)).isFalse();
+        assertThat(ControlToken.NONE.matches(ControlToken.NONE)).as("no token administers nothing").isFalse();
+        assertThat(t.toString()).doesNotContain(java.util.HexFormat.of().formatHex(t.bytes()).substring(0, 8))
+                .isEqualTo("ControlToken[hidden]");
+        assertThatThrownBy(() -> new ControlToken(new byte[15])).hasMessageContaining("16 bytes, got 15");
+        BodyWriter w = new BodyWriter();
+        t.write(w);
+        assertThat(w.length()).isEqualTo(ControlToken.BYTES);
     }
 
     @Test
