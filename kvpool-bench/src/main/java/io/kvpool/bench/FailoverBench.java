@@ -134,10 +134,7 @@ final class FailoverBench {
                     + " partly visible puts of " + v.attempted + " attempted (" + v.acknowledged + " acknowledged, "
                     + v.lostAcknowledged + " acknowledged and gone)"));
         } finally {
-            for (Process p : processes) {
-                p.destroyForcibly();
-                p.waitFor(30, TimeUnit.SECONDS);
-            }
+            stop(processes);
             run(List.of("bash", script.toString(), "stop", dir.resolve("etcd").toString()));
         }
     }
@@ -275,7 +272,16 @@ final class FailoverBench {
         }
     }
 
-    private static Process start(String... args) throws Exception {
+    /** Stops the section's processes (masters, node) at its end. */
+    static void stop(List<Process> processes) throws InterruptedException {
+        for (Process p : processes) {
+            p.destroyForcibly();
+            p.waitFor(30, TimeUnit.SECONDS);
+        }
+    }
+
+    /** Starts a {@link FailoverMain} with {@code args} and waits for its ready line. */
+    static Process start(String... args) throws Exception {
         List<String> cmd = new ArrayList<>(List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
                 "-Xmx1g", "-XX:+UseParallelGC", "--enable-native-access=ALL-UNNAMED", "-cp",
                 System.getProperty("java.class.path"), FailoverMain.class.getName()));
