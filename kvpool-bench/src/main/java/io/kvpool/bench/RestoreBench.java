@@ -181,12 +181,14 @@ final class RestoreBench {
             long deadline = t0 + (long) (seconds * 1e9);
             int round = 0;
             do {
-                int[] t = s.prompts.get(round++ % s.prompts.size());
-                ConnectorRequest req = new ConnectorRequest("r" + round, t);
+                int p = round++ % s.prompts.size();
+                ConnectorRequest req = new ConnectorRequest("r" + round, s.prompts.get(p));
                 Match m = conn.getNumNewMatchedTokens(req, 0);
                 if (m.tokens() != blocks * bs) {
-                    throw new IllegalStateException("restore bench: the pool has " + m.tokens() + " of " + blocks * bs
-                            + " tokens (evicted? the pool is too small)");
+                    // a lookup that fails reads as a miss in the connector: say what really happened
+                    throw new IllegalStateException("restore bench: the connector found " + m.tokens() + " of "
+                            + blocks * bs + " tokens of a prompt stored in the pool: " + pool.whyMissing(client,
+                            s.keysOf(p)));
                 }
                 conn.updateStateAfterAlloc(req, table, m.tokens());
                 ConnectorMeta meta = conn.buildConnectorMeta(List.of());
