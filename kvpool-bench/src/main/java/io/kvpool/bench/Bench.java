@@ -508,8 +508,8 @@ public final class Bench {
         bar.step();
         try (PoolProcess pool = PoolProcess.start("3GiB", "1g");
              KvPoolClient c = KvPoolClient.connect(pool.masterAddress())) {
-            restoreAndSave(c, "reference", "engine geometry", ref.kvBytesPerToken(), ref.nLayers(), 8, 64, prompt, seconds);
-            restoreAndSave(c, "llama3-8b", "Llama-3-8B geometry", 128 * 1024, 32, 4, 8, prompt, seconds);
+            restoreAndSave(c, pool, "reference", "engine geometry", ref.kvBytesPerToken(), ref.nLayers(), 8, 64, prompt, seconds);
+            restoreAndSave(c, pool, "llama3-8b", "Llama-3-8B geometry", 128 * 1024, 32, 4, 8, prompt, seconds);
             bar.setExtraMessage(" save: putBatch alone");
             double raw = SaveBench.rawPutBatch(c, "llama3-8b", 128 * 1024, 4, prompt, seconds / 2);
             results.add(new Results.Row("restore", "kvpool", "putBatch llama3-8b", 128 * 1024 * 16, 1, raw / 1e9,
@@ -528,14 +528,14 @@ public final class Bench {
     /** Restore and save slices, alternating. */
     private static final int RESTORE_SLICES = 3;
 
-    private void restoreAndSave(KvPoolClient c, String geometry, String label, long bytesPerToken, int layers,
-                                int restorePrompts, int savePrompts, int prompt, double seconds) {
+    private void restoreAndSave(KvPoolClient c, PoolProcess pool, String geometry, String label, long bytesPerToken,
+                                int layers, int restorePrompts, int savePrompts, int prompt, double seconds) {
         RestoreBench.Result restored = null;
         SaveBench.Result saved = null;
         try (SaveBench engine = new SaveBench(c, geometry, bytesPerToken, layers, prompt)) {
             for (int i = 0; i < RESTORE_SLICES; i++) {
                 bar.setExtraMessage(" restore: " + label);
-                RestoreBench.Result r = RestoreBench.restore(c, geometry, bytesPerToken, restorePrompts, prompt,
+                RestoreBench.Result r = RestoreBench.restore(c, pool, geometry, bytesPerToken, restorePrompts, prompt,
                         seconds / RESTORE_SLICES);
                 restored = restored == null ? r : restored.plus(r);
                 bar.setExtraMessage(" save: " + label);

@@ -154,7 +154,8 @@ final class DiskBench {
         }
     }
 
-    private static void deleteTree(Path p) throws Exception {
+    /** Deletes {@code p} and everything under it, if it exists. */
+    static void deleteTree(Path p) throws Exception {
         if (!Files.exists(p)) {
             return;
         }

@@ -74,8 +74,41 @@ final class FailoverBench {
 
     private static void once(Results results, int objects) throws Exception {
         Path dir = Files.createTempDirectory("kvpool-failover-bench");
-        List<Process> processes = new ArrayList<>();
+        List<Process> processes = java.util.Collections.synchronizedList(new ArrayList<>());
         Path script = Path.of(System.getenv().getOrDefault("KVPOOL_HOME", "."), "scripts", "etcd.sh").toAbsolutePath();
+        // at the end, or when the bench is stopped (SIGTERM) before it: etcd is a daemon, not our child
+        Thread cleanUp = new Thread(() -> cleanUp(processes, script, dir), "failover-bench-clean-up");
+        Runtime.getRuntime().addShutdownHook(cleanUp);
+        try {
+            once(results, objects, processes, script, dir);
+        } finally {
+            try {
+                Runtime.getRuntime().removeShutdownHook(cleanUp);
+                cleanUp(processes, script, dir);
+            } catch (IllegalStateException shuttingDown) {
+                // the hook runs it
+            }
+        }
+    }
+
+    /** Stops the section's processes and its etcd, and deletes its directory; never throws. */
+    private static void cleanUp(List<Process> processes, Path script, Path dir) {
+        try {
+            synchronized (processes) {
+                stop(processes);
+                processes.clear();
+            }
+            if (Files.isDirectory(dir.resolve("etcd"))) {
+                run(List.of("bash", script.toString(), "stop", dir.resolve("etcd").toString()));
+            }
+            DiskBench.deleteTree(dir);
+        } catch (Exception e) {
+            System.err.println("failover bench: cleaning up " + dir + ": " + e);
+        }
+    }
+
+    private static void once(Results results, int objects, List<Process> processes, Path script, Path dir)
+            throws Exception {
         int etcdPort = freePort();
         run(List.of("bash", script.toString(), "start", dir.resolve("etcd").toString(), "" + etcdPort, "" + freePort()));
         String url = "etcd://127.0.0.1:" + etcdPort + "/bench";
@@ -133,12 +166,6 @@ final class FailoverBench {
                     v.wrong + v.partial, "", "0", v.wrong + v.partial == 0, v.wrong + " wrong reads, " + v.partial
                     + " partly visible puts of " + v.attempted + " attempted (" + v.acknowledged + " acknowledged, "
                     + v.lostAcknowledged + " acknowledged and gone)"));
-        } finally {
-            for (Process p : processes) {
-                p.destroyForcibly();
-                p.waitFor(30, TimeUnit.SECONDS);
-            }
-            run(List.of("bash", script.toString(), "stop", dir.resolve("etcd").toString()));
         }
     }
 
@@ -275,7 +302,18 @@ final class FailoverBench {
         }
     }
 
-    private static Process start(String... args) throws Exception {
+    /**
+     * Stops the section's processes (masters, node) at its end: SIGTERM, so that the node deletes its
+     * segment file (a SIGKILL here left the node's 512 MiB file in /dev/shm after every run).
+     */
+    static void stop(List<Process> processes) throws InterruptedException {
+        for (Process p : processes) {
+            Children.stop(p);
+        }
+    }
+
+    /** Starts a {@link FailoverMain} with {@code args} and waits for its ready line. */
+    static Process start(String... args) throws Exception {
         List<String> cmd = new ArrayList<>(List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
                 "-Xmx1g", "-XX:+UseParallelGC", "--enable-native-access=ALL-UNNAMED", "-cp",
                 System.getProperty("java.class.path"), FailoverMain.class.getName()));

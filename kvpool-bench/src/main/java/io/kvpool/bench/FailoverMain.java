@@ -13,7 +13,8 @@ import java.util.concurrent.CountDownLatch;
 
 /**
  * One process of the failover benchmark's cluster ({@link FailoverBench}): an elected master, or a
- * node following the elected master. Prints {@code ready PID} once started and runs until killed.
+ * node following the elected master. Prints {@code ready PID} once started and runs until stopped or
+ * until its parent is gone ({@link Children#exitWithParent}).
  *
  * <pre>
  *   java -cp ... io.kvpool.bench.FailoverMain master ETCD_URL ID PORT
@@ -37,8 +38,6 @@ public final class FailoverMain {
             running = new StorageNode(NodeConfig.defaults(MasterAddress.parse(args[1]), Size.parse(args[2]))
                     .withListen("127.0.0.1", 0));
         }
-        System.out.println("ready " + ProcessHandle.current().pid());
-        System.out.flush();
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
             try {
                 running.close();
@@ -46,6 +45,9 @@ public final class FailoverMain {
                 // exiting
             }
         }));
+        Children.exitWithParent();
+        System.out.println("ready " + ProcessHandle.current().pid());
+        System.out.flush();
         new CountDownLatch(1).await();
     }
 }

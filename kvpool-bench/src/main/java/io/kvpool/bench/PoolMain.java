@@ -17,7 +17,9 @@ import java.util.concurrent.CountDownLatch;
 /**
  * The pool under test, in its own JVM: a master, and NODES nodes (default 1) unless the segment
  * size is 0 (then a master alone, for the metadata benchmark), in mutual TLS when given the three
- * PEM files. Prints {@code ready MASTER_PORT HTTP_PORT PID} once serving, and runs until killed.
+ * PEM files. Prints {@code ready MASTER_PORT HTTP_PORT PID NODES} once serving (NODES: the nodes'
+ * names, comma-separated, or {@code -}), and runs until stopped or until its parent is gone
+ * ({@link Children#exitWithParent}); either way its nodes close and delete their segment files.
  * Started by {@link PoolProcess}.
  *
  * <pre>
@@ -47,13 +49,15 @@ public final class PoolMain {
                 throw new IllegalStateException("node " + node.name() + " did not register");
             }
         }
-        System.out.println("ready " + master.port() + " " + master.httpPort() + " " + ProcessHandle.current().pid());
-        System.out.flush();
-        CountDownLatch never = new CountDownLatch(1);
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
             nodes.forEach(StorageNode::close);
             master.close();
         }));
-        never.await();
+        Children.exitWithParent();
+        String names = nodes.isEmpty() ? "-" : String.join(",", nodes.stream().map(StorageNode::name).toList());
+        System.out.println("ready " + master.port() + " " + master.httpPort() + " " + ProcessHandle.current().pid() + " "
+                + names);
+        System.out.flush();
+        new CountDownLatch(1).await();
     }
 }

@@ -87,22 +87,59 @@ final class RestoreBench {
         };
     }
 
-    /** Restores {@code prompts} prompts of {@code promptTokens} with {@code bytesPerToken} of KV per token. */
-    static Result restore(KvPoolClient client, String geometry, long bytesPerToken, int prompts, int promptTokens,
-                          double seconds) {
-        int bs = BlockHasher.DEFAULT_BLOCK_SIZE;
-        long blockBytes = bytesPerToken * bs;
-        int blocks = promptTokens / bs;
-        BlockHasher hasher = new BlockHasher(bs, "0");
-        KeyFormat keys = KeyFormat.of("bench-" + geometry, "w", "f32");
-        try (Arena arena = Arena.ofShared();
-             PoolConnector conn = new PoolConnector(client, hasher, keys, PoolConnector.ResetScope.MODEL)) {
-            MemorySegment cache = arena.allocate(blockBytes * blocks, 4096);
-            PagedKv kv = contiguous(cache, bs, 1, blockBytes);
-            List<int[]> all = new ArrayList<>();
+    /**
+     * A geometry's prompts, stored in the pool: {@code prompts} prompts of {@code promptTokens} random
+     * tokens, each block's value the same {@code blockBytes} of random bytes. Holds the memory of the
+     * engine cache the restore loads into.
+     */
+    static final class Stored implements AutoCloseable {
+        final String geometry;
+        final long bytesPerToken;
+        final int promptTokens;
+        final BlockHasher hasher = new BlockHasher(BlockHasher.DEFAULT_BLOCK_SIZE, "0");
+        final KeyFormat keys;
+        final List<int[]> prompts = new ArrayList<>();
+        private final Arena arena = Arena.ofShared();
+        private final MemorySegment cache;
+
+        private Stored(String geometry, long bytesPerToken, int promptTokens) {
+            this.geometry = geometry;
+            this.bytesPerToken = bytesPerToken;
+            this.promptTokens = promptTokens;
+            this.keys = KeyFormat.of("bench-" + geometry, "w", "f32");
+            this.cache = arena.allocate(blockBytes() * blocks(), 4096);
+        }
+
+        long blockBytes() {
+            return bytesPerToken * hasher.blockSize();
+        }
+
+        int blocks() {
+            return promptTokens / hasher.blockSize();
+        }
+
+        /** The pool keys of prompt {@code p}'s blocks. */
+        List<String> keysOf(int p) {
+            List<String> k = new ArrayList<>();
+            for (BlockHash h : hasher.hashes(prompts.get(p))) {
+                k.add(keys.keyString(h));
+            }
+            return k;
+        }
+
+        @Override
+        public void close() {
+            arena.close();
+        }
+    }
+
+    /** Stores {@code prompts} prompts of {@code promptTokens} with {@code bytesPerToken} of KV per token. */
+    static Stored store(KvPoolClient client, String geometry, long bytesPerToken, int prompts, int promptTokens) {
+        Stored s = new Stored(geometry, bytesPerToken, promptTokens);
+        try {
             SplittableRandom r = new SplittableRandom(geometry.hashCode());
-            MemorySegment src = arena.allocate(blockBytes, 64);
-            for (long o = 0; o + 8 <= blockBytes; o += 8) {
+            MemorySegment src = s.arena.allocate(s.blockBytes(), 64);
+            for (long o = 0; o + 8 <= s.blockBytes(); o += 8) {
                 src.set(java.lang.foreign.ValueLayout.JAVA_LONG_UNALIGNED, o, r.nextLong());
             }
             for (int p = 0; p < prompts; p++) {
@@ -110,19 +147,31 @@ final class RestoreBench {
                 for (int i = 0; i < t.length; i++) {
                     t[i] = r.nextInt(128_000);
                 }
-                all.add(t);
-                List<String> k = new ArrayList<>();
-                List<MemorySegment> v = new ArrayList<>();
-                for (BlockHash h : hasher.hashes(t)) {
-                    k.add(keys.keyString(h));
-                    v.add(src);
-                }
-                for (PutStatus st : client.putBatch(k, v)) {
+                s.prompts.add(t);
+                List<String> k = s.keysOf(p);
+                for (PutStatus st : client.putBatch(k, java.util.Collections.nCopies(k.size(), src))) {
                     if (st != PutStatus.OK && st != PutStatus.ALREADY_EXISTS) {
                         throw new IllegalStateException("storing the restore bench's blocks: " + st);
                     }
                 }
             }
+            return s;
+        } catch (RuntimeException e) {
+            s.close();
+            throw e;
+        }
+    }
+
+    /**
+     * Restores the stored prompts over and over for about {@code seconds}, the way an engine does
+     * (one prefixMatch, one getIntoBatch into its paged cache); every prompt must be found whole in
+     * {@code pool}, which {@code client} talks to.
+     */
+    static Result measure(KvPoolClient client, PoolProcess pool, Stored s, double seconds) {
+        int bs = s.hasher.blockSize();
+        int blocks = s.blocks();
+        PagedKv kv = contiguous(s.cache, bs, 1, s.blockBytes());
+        try (PoolConnector conn = new PoolConnector(client, s.hasher, s.keys, PoolConnector.ResetScope.MODEL)) {
             int[] table = new int[blocks];
             for (int i = 0; i < blocks; i++) {
                 table[i] = i;
@@ -132,12 +181,14 @@ final class RestoreBench {
             long deadline = t0 + (long) (seconds * 1e9);
             int round = 0;
             do {
-                int[] t = all.get(round++ % prompts);
-                ConnectorRequest req = new ConnectorRequest("r" + round, t);
+                int p = round++ % s.prompts.size();
+                ConnectorRequest req = new ConnectorRequest("r" + round, s.prompts.get(p));
                 Match m = conn.getNumNewMatchedTokens(req, 0);
                 if (m.tokens() != blocks * bs) {
-                    throw new IllegalStateException("restore bench: the pool has " + m.tokens() + " of " + blocks * bs
-                            + " tokens (evicted? the pool is too small)");
+                    // a lookup that fails reads as a miss in the connector: say what really happened
+                    throw new IllegalStateException("restore bench: the connector found " + m.tokens() + " of "
+                            + blocks * bs + " tokens of a prompt stored in the pool: " + pool.whyMissing(client,
+                            s.keysOf(p)));
                 }
                 conn.updateStateAfterAlloc(req, table, m.tokens());
                 ConnectorMeta meta = conn.buildConnectorMeta(List.of());
@@ -150,8 +201,17 @@ final class RestoreBench {
                 tokens += m.tokens();
             } while (System.nanoTime() < deadline);
             double secs = (System.nanoTime() - t0) / 1e9;
+            return new Result(s.geometry, s.bytesPerToken, bs, tokens, secs, s.prompts.size(), s.promptTokens);
+        }
+    }
+
+    /** Stores, measures and removes {@code prompts} prompts of {@code promptTokens} ({@link #store}, {@link #measure}). */
+    static Result restore(KvPoolClient client, PoolProcess pool, String geometry, long bytesPerToken, int prompts,
+                          int promptTokens, double seconds) {
+        try (Stored s = store(client, geometry, bytesPerToken, prompts, promptTokens)) {
+            Result r = measure(client, pool, s, seconds);
             client.removeByPrefix(KeyFormat.modelPrefix("bench-" + geometry));
-            return new Result(geometry, bytesPerToken, bs, tokens, secs, prompts, promptTokens);
+            return r;
         }
     }
 

@@ -40,6 +40,12 @@ final class BenchCommand implements Callable<Integer> {
     @Override
     public Integer call() throws Exception {
         Set<String> sections = only == null || only.isEmpty() ? Bench.Options.ALL : new LinkedHashSet<>(only);
+        for (String s : sections) {
+            if (!Bench.Options.ALL.contains(s)) {
+                throw new IllegalArgumentException("--only " + s + ": no such section; the sections are "
+                        + new java.util.TreeSet<>(Bench.Options.ALL));
+            }
+        }
         Bench.run(new Bench.Options(quick, sections, out, System.out, diskDir));
         return 0;
     }

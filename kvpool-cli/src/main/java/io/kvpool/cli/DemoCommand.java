@@ -65,17 +65,37 @@ final class DemoCommand implements Callable<Integer> {
     @Mixin
     EngineOptions engine;
 
+    /** The most conversations and turns: every request's completion is kept to compare the two runs. */
+    static final int MAX_REQUESTS = 1_000_000;
+
+    /** The most conversations in flight: one thread each. */
+    static final int MAX_CONCURRENCY = 1024;
+
     @Override
     public Integer call() throws Exception {
+        Bounds.range("--conversations", conversations, 1, MAX_REQUESTS, null);
+        Bounds.range("--turns", turns, 1, MAX_REQUESTS, null);
+        Bounds.productAtMost("--conversations", conversations, "--turns", turns, MAX_REQUESTS, "requests",
+                "every completion is kept to compare the two runs");
+        Bounds.range("--concurrency", concurrency, 1, MAX_CONCURRENCY, "a thread each");
+        Bounds.range("--system-prompts", systemPrompts, 1, MAX_REQUESTS, null);
+        Bounds.atLeast("--system-tokens", systemTokens, 0);
+        Bounds.atLeast("--user-tokens", userTokens, 1);
+        Bounds.atLeast("--answer-tokens", answerTokens, 1);
+        ModelConfig mc = engine.modelConfig();
+        // in long: a large --turns must not wrap around into a prompt that seems to fit
+        long longest = 1L + systemTokens + (long) turns * userTokens + (long) (turns - 1) * answerTokens;
+        if (longest + answerTokens > mc.maxSeqLen()) {
+            throw new IllegalArgumentException("--system-tokens " + systemTokens + ", --turns " + turns + ", --user-tokens "
+                    + userTokens + " and --answer-tokens " + answerTokens + " make a longest prompt of " + longest
+                    + " tokens, which with its answer does not fit the model's context (" + mc.maxSeqLen() + ")");
+        }
+        Bounds.sizeAtLeast("--pool-size", poolSize, 1 << 20);
+        Bounds.fitsMemory("--pool-size " + poolSize, poolSize.bytes());
         ChatWorkload w = new ChatWorkload(conversations, turns, systemPrompts, systemTokens, userTokens, answerTokens,
                 concurrency, 42);
-        ModelConfig mc = engine.modelConfig();
-        if (w.maxPromptTokens() + answerTokens > mc.maxSeqLen()) {
-            throw new IllegalArgumentException("the workload's longest prompt (" + w.maxPromptTokens()
-                    + " tokens) plus its answer does not fit the model's context (" + mc.maxSeqLen() + ")");
-        }
         Weights weights = engine.weights(mc);
-        EngineConfig ec = engine.engineConfig(160);
+        EngineConfig ec = engine.engineConfig(mc, 160);
         System.out.printf(Locale.ROOT, "kvpool demo: %s (%d layers, dim %d), %d KV blocks of %d tokens;"
                         + " %d conversations x %d turns, %d at a time, prompts up to %d tokens%n", ec.modelName(),
                 mc.nLayers(), mc.dim(), ec.numBlocks(), ec.blockSize(), conversations, turns, concurrency,
@@ -88,14 +108,16 @@ final class DemoCommand implements Callable<Integer> {
         WorkloadRunner.Result with;
         MasterConfig masterConfig = MasterConfig.defaults().withListen("127.0.0.1", 0, 0)
                 .withSummaryInterval(java.time.Duration.ZERO);
-        try (EmbeddedPool pool = new EmbeddedPool(masterConfig,
-                m -> NodeConfig.defaults(m, poolSize).withListen("127.0.0.1", 0));
-             KvPoolClient client = KvPoolClient.connect(pool.masterAddress());
-             Engine e = new Engine(ec, mc, weights, engine.weightsVersion, new PoolConnector(client,
-                     new BlockHasher(ec.blockSize(), ec.hashSeed()), KeyFormat.of(ec.modelName(), engine.weightsVersion,
-                     "f32"), PoolConnector.ResetScope.ALL_FENCED))) {
-            with = run("with kvpool", e, w);
-            e.connector().waitForSave();
+        try (OnExit exit = OnExit.start("demo", NodeConfig.DEFAULT_SHM_DIR)) { // on SIGTERM too
+            EmbeddedPool pool = exit.add(new EmbeddedPool(masterConfig,
+                    m -> NodeConfig.defaults(m, poolSize).withListen("127.0.0.1", 0)));
+            try (KvPoolClient client = KvPoolClient.connect(pool.masterAddress());
+                 Engine e = new Engine(ec, mc, weights, engine.weightsVersion, new PoolConnector(client,
+                         new BlockHasher(ec.blockSize(), ec.hashSeed()), KeyFormat.of(ec.modelName(),
+                         engine.weightsVersion, "f32"), PoolConnector.ResetScope.ALL_FENCED))) {
+                with = run("with kvpool", e, w);
+                e.connector().waitForSave();
+            }
         }
         long kvPerToken = 2L * mc.nLayers() * mc.nKvHeads() * mc.headDim() * Float.BYTES;
         print(without, with, kvPerToken);

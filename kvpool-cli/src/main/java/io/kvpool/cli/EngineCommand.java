@@ -78,6 +78,7 @@ final class EngineCommand implements Callable<Integer> {
 
     @Override
     public Integer call() throws Exception {
+        Bounds.port("--port", port, false);
         if (requestTimeout != null) {
             Durations.requirePositive("--request-timeout", requestTimeout);
         }
@@ -89,7 +90,7 @@ final class EngineCommand implements Callable<Integer> {
                     + " > FILE; chmod 600 FILE) and give the trainer the same file, or listen on 127.0.0.1, or say --insecure.");
         }
         ModelConfig mc = engine.modelConfig();
-        EngineConfig ec = engine.engineConfig(EngineConfig.DEFAULT_BLOCKS);
+        EngineConfig ec = engine.engineConfig(mc, EngineConfig.DEFAULT_BLOCKS);
         PoolConnector.ResetScope scope = switch (resetScope) {
             case "all" -> PoolConnector.ResetScope.ALL_FENCED;
             case "model" -> PoolConnector.ResetScope.MODEL;

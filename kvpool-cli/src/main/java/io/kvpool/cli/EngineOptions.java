@@ -74,12 +74,27 @@ final class EngineOptions {
         };
     }
 
-    EngineConfig engineConfig(int defaultBlocks) {
+    /**
+     * The engine's config for the model {@code mc}: a block no longer than the model's context, and a
+     * KV cache ({@code --kv-blocks} of {@code --block-size} tokens) that fits this machine's memory.
+     */
+    EngineConfig engineConfig(ModelConfig mc, int defaultBlocks) {
+        Bounds.range("--block-size", blockSize, 1, mc.maxSeqLen(), "a block is at most the model's context");
+        int blocks = kvBlocks == null ? defaultBlocks : kvBlocks;
+        Bounds.atLeast("--kv-blocks", blocks, 2);
+        Bounds.fitsMemory("--kv-blocks " + blocks + " of --block-size " + blockSize + " tokens at "
+                + mc.kvBytesPerToken() + " bytes of KV a token", Bounds.times(Bounds.times(blocks, blockSize),
+                mc.kvBytesPerToken()));
+        Bounds.atLeast("--max-running", maxRunning, 1);
+        if (maxStepTokens < blockSize) {
+            throw new IllegalArgumentException("--max-step-tokens " + maxStepTokens + " is less than one block"
+                    + " (--block-size " + blockSize + ")");
+        }
         LoadFailurePolicy p = switch (loadFailure) {
             case "recompute" -> LoadFailurePolicy.RECOMPUTE;
             case "fail" -> LoadFailurePolicy.FAIL;
             default -> throw new IllegalArgumentException("--load-failure must be recompute or fail, got " + loadFailure);
         };
-        return new EngineConfig(blockSize, kvBlocks == null ? defaultBlocks : kvBlocks, maxRunning, maxStepTokens, p, hashSeed, modelName(), versionedKeys);
+        return new EngineConfig(blockSize, blocks, maxRunning, maxStepTokens, p, hashSeed, modelName(), versionedKeys);
     }
 }

@@ -46,8 +46,9 @@ final class ExposureOptions {
 
     /** {@code base} with these connection limits; IllegalArgumentException naming the flag when they are bad. */
     Limits apply(Limits base) {
-        if (maxConnections < 1) {
-            throw new IllegalArgumentException("--max-connections must be at least 1, got " + maxConnections);
+        if (maxConnections != Limits.DEFAULT_MAX_CONNECTIONS) {
+            // a value asked for; the default stays valid on a machine with a low open-file limit, as before
+            Bounds.connections("--max-connections", maxConnections);
         }
         if (maxConnectionsPerHost < 1 || maxConnectionsPerHost > maxConnections) {
             throw new IllegalArgumentException("--max-connections-per-host must be between 1 and --max-connections ("

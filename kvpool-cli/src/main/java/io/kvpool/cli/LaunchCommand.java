@@ -210,7 +210,12 @@ final class LaunchCommand implements Callable<Integer> {
         if (nodeTtl != null) {
             Durations.requirePositive("--node-ttl", nodeTtl);
         }
+        Durations.requirePositive("--ready-timeout", readyTimeout);
+        Bounds.port("--master-port", masterPort, false);
         List<Host> hosts = hosts();
+        long here = hosts.stream().filter(h -> h.via().equals("local")).count();
+        Bounds.fitsMemory(here + " node(s) on this machine with " + pool.cpu() + " each (cpu in "
+                + (configFile == null ? "the default config" : configFile) + ")", Bounds.times(here, pool.cpu().bytes()));
         // every role inherits KVPOOL_TLS_*: check the files once, here, so a bad one is named before anything starts
         Tls tls = Tls.fromEnvironment();
         if (tls.enabled()) {

@@ -56,6 +56,23 @@ final class NodeCommand implements Callable<Integer> {
     @Mixin
     ExposureOptions exposure;
 
+    /** The node's status page server, on --http-port, or on a free port when the default one is taken. */
+    private HttpServer listen(StorageNode node) throws IOException {
+        try {
+            return StatusPages.listen("node", host, httpPort);
+        } catch (IOException e) {
+            if (spec.commandLine().getParseResult().hasMatchedOption("--http-port")) {
+                throw e;
+            }
+            // the default port is taken (several nodes on one machine): the page moves, the node runs
+            HttpServer http = StatusPages.listen("node", host, 0);
+            System.out.printf("kvpool node %s: HTTP port %d is in use (another node on this machine?); the status"
+                    + " page and /metrics are on port %d instead (give --http-port to choose)%n", node.name(),
+                    httpPort, http.getAddress().getPort());
+            return http;
+        }
+    }
+
     @Override
     public Integer call() throws Exception {
         if (httpPort < -1 || httpPort > 65535) {
@@ -63,61 +80,36 @@ final class NodeCommand implements Callable<Integer> {
                     + " is out of range: 0..65535, or -1 for no HTTP");
         }
         CountDownLatch stop = new CountDownLatch(1);
-        StorageNode node = new StorageNode(options.toConfig(master, host, port, advertiseHost, exposure));
-        // first the line that names the node (scripts wait for it), then its page
-        System.out.printf("kvpool node %s: %s segment, master %s%n", node.name(), Size.human(node.capacity()), master);
-        System.out.flush();
-        HttpServer http = null;
-        if (httpPort >= 0) {
-            try {
-                http = StatusPages.listen("node", host, httpPort);
-            } catch (IOException e) {
-                if (spec.commandLine().getParseResult().hasMatchedOption("--http-port")) {
-                    node.close();
-                    throw e;
-                }
-                // the default port is taken (several nodes on one machine): the page moves, the node runs
-                try {
-                    http = StatusPages.listen("node", host, 0);
-                } catch (IOException again) {
-                    node.close();
-                    throw again;
-                }
-                System.out.printf("kvpool node %s: HTTP port %d is in use (another node on this machine?); the status"
-                        + " page and /metrics are on port %d instead (give --http-port to choose)%n", node.name(),
-                        httpPort, http.getAddress().getPort());
-            }
-            PrometheusRegistry registry = new PrometheusRegistry();
-            node.registerMetrics(registry);
-            node.mountStatus(http, "/", registry);
-            http.start();
-        }
-        HttpServer web = http;
-        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
-            if (web != null) {
-                web.stop(0);
-            }
-            node.close();
-            stop.countDown();
-        }, "kvpool-shutdown"));
-        // SIGUSR1: stop for a restart, keeping the segment file for the next start to adopt (kvpool
-        // rolling-restart sends it); SIGTERM stops and removes the file
-        RestartSignal.onRestart(() -> {
-            System.out.printf("kvpool node %s: stopping for a restart; the segment file is kept for the next start"
-                    + " on this address%n", node.name());
+        // installed before the node starts: a SIGTERM while it starts leaves no segment file either
+        try (OnExit exit = OnExit.start("node", options.shmPath())) {
+            exit.add(stop::countDown);
+            StorageNode node = exit.add(new StorageNode(options.toConfig(master, host, port, advertiseHost, exposure)));
+            // first the line that names the node (scripts wait for it), then its page
+            System.out.printf("kvpool node %s: %s segment, master %s%n", node.name(), Size.human(node.capacity()), master);
             System.out.flush();
-            if (web != null) {
-                web.stop(0);
+            // SIGUSR1: stop for a restart, keeping the segment file for the next start on this address to
+            // adopt (kvpool rolling-restart sends it); SIGTERM stops and removes the file
+            RestartSignal.onRestart(() -> {
+                System.out.printf("kvpool node %s: stopping for a restart; the segment file is kept for the next"
+                        + " start on this address%n", node.name());
+                System.out.flush();
+                exit.keepSegmentFiles();
+                node.closeForRestart();
+                System.exit(0);
+            });
+            if (httpPort >= 0) {
+                HttpServer web = listen(node);
+                exit.add(() -> web.stop(0));
+                PrometheusRegistry registry = new PrometheusRegistry();
+                node.registerMetrics(registry);
+                node.mountStatus(web, "/", registry);
+                web.start();
+                System.out.printf("kvpool node %s: status page http://%s:%d/%n", node.name(), node.advertiseHost(),
+                        web.getAddress().getPort());
+                System.out.flush();
             }
-            node.closeForRestart();
-            System.exit(0);
-        });
-        if (web != null) {
-            System.out.printf("kvpool node %s: status page http://%s:%d/%n", node.name(), node.advertiseHost(),
-                    web.getAddress().getPort());
+            stop.await();
         }
-        System.out.flush();
-        stop.await();
         return 0;
     }
 }

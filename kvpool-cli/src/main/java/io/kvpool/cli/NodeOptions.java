@@ -68,10 +68,16 @@ final class NodeOptions {
 
     NodeConfig toConfig(MasterAddress master, String listenHost, int port, String advertiseHost,
                         ExposureOptions exposure) {
-        long memory = machineMemory();
+        long memory = Bounds.machineMemory();
         if (memory > 0 && segmentSize.bytes() > memory) {
             throw new IllegalArgumentException("--segment-size " + segmentSize + " is more than this machine's memory ("
                     + Size.human(memory) + "): a segment is memory the node allocates and keeps");
+        }
+        if (diskDir != null && diskSize != null) {
+            long space = diskSpace(diskDir);
+            if (space > 0) {
+                Bounds.sizeAtMost("--disk-size", diskSize, space, "the file system of --disk-dir " + diskDir + " holds");
+            }
         }
         NodeConfig d = NodeConfig.defaults(master, segmentSize);
         ShmDir shm = shm();
@@ -81,10 +87,23 @@ final class NodeOptions {
                 .withSecrets(exposure.secrets("node", listenHost)); // after the flags' own checks
     }
 
-    /** The machine's (or container's) physical memory in bytes, 0 when the JVM cannot tell. */
-    static long machineMemory() {
-        return java.lang.management.ManagementFactory.getOperatingSystemMXBean()
-                instanceof com.sun.management.OperatingSystemMXBean os ? os.getTotalMemorySize() : 0;
+    /** The size of the file system {@code dir} is on (or would be: its nearest existing parent's), 0 when unknown. */
+    private static long diskSpace(Path dir) {
+        for (Path p = dir.toAbsolutePath(); p != null; p = p.getParent()) {
+            if (java.nio.file.Files.isDirectory(p)) {
+                try {
+                    return java.nio.file.Files.getFileStore(p).getTotalSpace();
+                } catch (java.io.IOException e) {
+                    return 0;
+                }
+            }
+        }
+        return 0;
+    }
+
+    /** The directory of the node's segment file; null for anonymous memory. */
+    Path shmPath() {
+        return "none".equalsIgnoreCase(shmDir) ? null : Path.of(shmDir);
     }
 
     /** The segment file's directory and group; null for anonymous memory. */

@@ -34,6 +34,8 @@ final class OffloadConfigCommand implements Callable<Integer> {
 
     @Override
     public Integer call() throws Exception {
+        Bounds.range("--block-size", blockSize, 1, ModelConfig.defaults().maxSeqLen(), "a block is at most the"
+                + " reference model's context");
         Path f = file != null ? file : System.getenv("KVPOOL_CONFIG_PATH") != null
                 ? Path.of(System.getenv("KVPOOL_CONFIG_PATH")) : null;
         if (f == null) {

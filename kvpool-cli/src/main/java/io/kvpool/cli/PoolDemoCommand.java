@@ -7,6 +7,7 @@ import io.kvpool.client.PutStatus;
 import io.kvpool.config.Size;
 import io.kvpool.master.MasterConfig;
 import io.kvpool.node.NodeConfig;
+import io.kvpool.protocol.Limits;
 import me.tongfei.progressbar.ProgressBar;
 import me.tongfei.progressbar.ProgressBarBuilder;
 import me.tongfei.progressbar.ProgressBarStyle;
@@ -73,6 +74,18 @@ final class PoolDemoCommand implements Callable<Integer> {
     /** Conversations each client interleaves at once: the client's working set. */
     private static final int ACTIVE_PER_CLIENT = 2;
 
+    /**
+     * The most clients: each opens its own connections to the embedded master and node, which take at
+     * most {@link Limits#DEFAULT_MAX_CONNECTIONS_PER_HOST} from this host.
+     */
+    static final int MAX_CLIENTS = 256;
+
+    /** The most blocks of one prompt (64K tokens of 16): every client holds a buffer for each. */
+    static final int MAX_PROMPT_BLOCKS = 4096;
+
+    /** The most requests of a run ({@code --conversations} times {@code --turns}): each one's latency is kept. */
+    static final long MAX_REQUESTS = 10_000_000;
+
     private final AtomicLong requests = new AtomicLong();
     private final AtomicLong blocksTotal = new AtomicLong();
     private final AtomicLong blocksHit = new AtomicLong();
@@ -88,8 +101,9 @@ final class PoolDemoCommand implements Callable<Integer> {
     public Integer call() throws Exception {
         validate();
         MasterConfig mc = MasterConfig.defaults().withListen("127.0.0.1", 0, 0).withSummaryInterval(java.time.Duration.ZERO);
-        try (EmbeddedPool pool = new EmbeddedPool(mc,
-                master -> NodeConfig.defaults(master, segmentSize).withListen("127.0.0.1", 0))) {
+        try (OnExit exit = OnExit.start("pool-demo", NodeConfig.DEFAULT_SHM_DIR)) { // on SIGTERM too
+            EmbeddedPool pool = exit.add(new EmbeddedPool(mc,
+                    master -> NodeConfig.defaults(master, segmentSize).withListen("127.0.0.1", 0)));
             System.out.printf("kvpool pool-demo: embedded master %s, node %s with %s; %d clients, %d conversations x %d turns,"
                             + " blocks %s..%s%n", pool.masterAddress(), pool.node().name(), segmentSize, clients,
                     conversations, turns, minBlock, maxBlock);
@@ -119,14 +133,39 @@ final class PoolDemoCommand implements Callable<Integer> {
         return corrupt.get() == 0 ? 0 : 1;
     }
 
+    /** Every count and size against its bound and, together, against this machine's memory (docs/operations.md). */
     private void validate() {
-        if (clients < 1 || conversations < 1 || turns < 1 || systemPrompts < 1 || systemBlocks < 0 || turnBlocks < 1) {
-            throw new IllegalArgumentException("--clients, --conversations, --turns, --system-prompts and --turn-blocks"
-                    + " must be at least 1, --system-blocks at least 0");
+        Bounds.range("--clients", clients, 1, MAX_CLIENTS, "each client opens its own connections to the embedded"
+                + " master and node, which take at most " + Limits.DEFAULT_MAX_CONNECTIONS_PER_HOST + " from this host");
+        Bounds.range("--conversations", conversations, 1, MAX_REQUESTS, null);
+        Bounds.range("--turns", turns, 1, MAX_REQUESTS, null);
+        Bounds.productAtMost("--conversations", conversations, "--turns", turns, MAX_REQUESTS, "requests",
+                "each one's latency is kept for the summary");
+        Bounds.range("--system-prompts", systemPrompts, 1, MAX_REQUESTS, null);
+        Bounds.range("--system-blocks", systemBlocks, 0, MAX_PROMPT_BLOCKS, null);
+        Bounds.range("--turn-blocks", turnBlocks, 1, MAX_PROMPT_BLOCKS, null);
+        long blocks = promptBlocks();
+        if (blocks > MAX_PROMPT_BLOCKS) {
+            throw new IllegalArgumentException("--system-blocks " + systemBlocks + " + --turns " + turns
+                    + " x --turn-blocks " + turnBlocks + " is a last prompt of " + blocks + " blocks, more than "
+                    + MAX_PROMPT_BLOCKS + " (a client holds a buffer for each block of a prompt)");
         }
-        if (minBlock.bytes() < 8 || maxBlock.bytes() < minBlock.bytes()) {
-            throw new IllegalArgumentException("--min-block must be at least 8B and at most --max-block");
+        Bounds.sizeAtLeast("--min-block", minBlock, 8);
+        if (maxBlock.bytes() < minBlock.bytes()) {
+            throw new IllegalArgumentException("--max-block " + maxBlock + " is less than --min-block " + minBlock);
         }
+        Bounds.sizeAtLeast("--segment-size", segmentSize, 1 << 20);
+        Bounds.sizeAtMost("--max-block", maxBlock, MasterConfig.DEFAULT_MAX_VALUE_SIZE.bytes(),
+                "the largest value the embedded master takes");
+        Bounds.sizeAtMost("--max-block", maxBlock, segmentSize.bytes(), "the embedded node's memory (--segment-size)");
+        Bounds.fitsMemory("--segment-size " + segmentSize + " and --clients " + clients + " with a buffer each for "
+                + blocks + " blocks of up to --max-block " + maxBlock, Bounds.plus(segmentSize.bytes(),
+                Bounds.times(Bounds.times(clients, blocks), maxBlock.bytes())));
+    }
+
+    /** Blocks of a conversation's last prompt: its system prompt and every turn's. */
+    private long promptBlocks() {
+        return systemBlocks + (long) turns * turnBlocks;
     }
 
     /** One engine-like client; returns its request latencies in nanoseconds. */
@@ -139,7 +178,7 @@ final class PoolDemoCommand implements Callable<Integer> {
         int n = 0;
         try (KvPoolClient client = KvPoolClient.connect(ClientConfig.forMaster(master));
              Arena arena = Arena.ofConfined()) {
-            int maxBlocks = systemBlocks + turns * turnBlocks;
+            int maxBlocks = (int) promptBlocks();
             MemorySegment[] buffers = new MemorySegment[maxBlocks];
             for (int i = 0; i < maxBlocks; i++) {
                 buffers[i] = arena.allocate(maxBlock.bytes(), 64);

@@ -35,13 +35,21 @@ final class ServeCommand implements Callable<Integer> {
 
     @Override
     public Integer call() throws Exception {
+        Bounds.port("--node-port", nodePort, false);
         CountDownLatch stop = new CountDownLatch(1);
-        EmbeddedPool pool = new EmbeddedPool(masterOptions.toConfig(host, exposure),
-                master -> nodeOptions.toConfig(MasterAddress.of(master), host, nodePort, host, exposure));
-        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
-            pool.close();
-            stop.countDown();
-        }, "kvpool-shutdown"));
+        // installed before the pool starts: a SIGTERM while it starts leaves nothing behind either
+        try (OnExit exit = OnExit.start("serve", nodeOptions.shmPath())) {
+            exit.add(stop::countDown);
+            EmbeddedPool pool = exit.add(new EmbeddedPool(masterOptions.toConfig(host, exposure),
+                    master -> nodeOptions.toConfig(MasterAddress.of(master), host, nodePort, host, exposure)));
+            serve(pool);
+            stop.await();
+        }
+        return 0;
+    }
+
+    /** Says where the pool serves. */
+    private void serve(EmbeddedPool pool) {
         String web = "http://" + ("0.0.0.0".equals(host) ? "127.0.0.1" : host) + ":" + pool.master().httpPort() + "/";
         System.out.printf("kvpool serving: master %s, segment %s of %s, metrics %smetrics%n",
                 pool.masterAddress(), pool.node().name(), Size.human(pool.node().capacity()), web);
@@ -50,7 +58,5 @@ final class ServeCommand implements Callable<Integer> {
         }
         System.out.println("clients: KvPoolClient.connect(\"" + pool.masterAddress() + "\"); stop with Ctrl-C");
         System.out.flush();
-        stop.await();
-        return 0;
     }
 }

@@ -102,49 +102,39 @@ final class SoakCommand implements Callable<Integer> {
             description = "Soak this running pool instead of starting one: traffic, races and the final pass, no chaos.")
     MasterAddress master;
 
+    /** Nodes of the pool the soak starts. */
+    private static final int NODES = 3;
+
+    /** The most keys of the working set. */
+    static final int MAX_KEYS = 1 << 20;
+
     @Override
     public Integer call() throws Exception {
         long s = seed != null ? seed : new java.util.SplittableRandom().nextLong();
         Path logs = logDir != null ? logDir : Path.of("soak-logs",
                 LocalDateTime.now().format(DateTimeFormatter.ofPattern("yyyyMMdd-HHmmss")));
         boolean local = master == null;
+        // the rest of the values SoakConfig checks; these are against this machine
+        Bounds.range("--keys", keys, 16, MAX_KEYS, "the soak keeps each key's state");
+        if (local) {
+            Bounds.sizeAtLeast("--segment-size", segmentSize, 1 << 20);
+            Bounds.fitsMemory("--segment-size " + segmentSize + " for each of the " + NODES + " nodes started",
+                    Bounds.times(NODES, segmentSize.bytes()));
+        }
         SoakConfig config = new SoakConfig(duration, clients, keys, minValue, maxValue, s,
                 local ? nodeKillEvery : Duration.ZERO, local ? failoverEvery : Duration.ZERO,
                 local ? partitionEvery : Duration.ZERO, partitionLength, nodeDown, restartEmpty, repairDeadline, progressEvery,
-                segmentSize, 3, 2, replicas, nodeTtl, requestTimeout, "384m", logs, master, System.out);
-        LocalEtcd etcd = null;
-        Soak soak;
-        if (local) {
-            etcd = LocalEtcd.start(logs.resolve("etcd"));
-            soak = new Soak(config, etcd.url("soak"), Main.class.getName());
-        } else {
-            soak = new Soak(config, null, Main.class.getName());
-        }
-        LocalEtcd e = etcd;
-        // an interrupt (Ctrl-C, SIGTERM) stops every child by PID before the JVM exits
-        Thread hook = new Thread(() -> {
-            soak.stopProcesses();
-            if (e != null) {
-                e.close();
-            }
-        }, "kvpool-soak-stop");
-        Runtime.getRuntime().addShutdownHook(hook);
-        try {
+                segmentSize, NODES, 2, replicas, nodeTtl, requestTimeout, "384m", logs, master, System.out);
+        // installed before etcd and the pool start: a SIGTERM at any point stops every child by PID
+        try (OnExit exit = OnExit.start("soak", null)) {
+            LocalEtcd etcd = local ? exit.add(LocalEtcd.start(logs.resolve("etcd"))) : null;
+            Soak soak = new Soak(config, etcd == null ? null : etcd.url("soak"), Main.class.getName());
+            exit.add(soak::stopProcesses);
             SoakReport report = soak.run();
             if (reportJson != null) {
                 report.writeJson(reportJson);
             }
             return report.exitCode();
-        } finally {
-            soak.stopProcesses();
-            if (etcd != null) {
-                etcd.close();
-            }
-            try {
-                Runtime.getRuntime().removeShutdownHook(hook);
-            } catch (IllegalStateException ignored) {
-                // already shutting down: the hook runs
-            }
         }
     }
 }

@@ -55,6 +55,7 @@ final class StatusCommand implements Callable<Integer> {
             }
             return 0;
         }
+        Bounds.atLeast("--frames", frames, 0);
         if (watch.isNegative() || watch.isZero()) {
             throw new IllegalArgumentException("--watch interval must be positive, got " + Durations.format(watch));
         }

@@ -146,6 +146,12 @@ final class TrainerCommand implements Callable<Integer> {
                     + " KVPOOL_ENGINE_TOKEN; none: the engines' APIs are open).")
     Path apiTokenFile;
 
+    /** The most rollouts per engine per step: they are sent at once. */
+    static final int MAX_ROLLOUTS = 1024;
+
+    /** The most tokens of the task prefix and of a rollout. */
+    static final int MAX_TOKENS = 1_000_000;
+
     /** One rollout's answer, with where it came from. */
     private record Rollout(String engine, String prompt, int weights, JsonNode answer) {
     }
@@ -161,7 +167,8 @@ final class TrainerCommand implements Callable<Integer> {
     private int version = 1;
     private List<String> prompts;
     private SplittableRandom random;
-    private boolean frozen;
+    /** Whether --freeze-pid is stopped now (read by the shutdown hook too). */
+    private volatile boolean frozen;
     private long frozenAt;
 
     private final HttpClient http = HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(5)).build();
@@ -270,6 +277,10 @@ final class TrainerCommand implements Callable<Integer> {
         if (race && raceTokens < maxTokens) {
             throw new IllegalArgumentException("--race-tokens (" + raceTokens + ") must be at least --max-tokens (" + maxTokens + ")");
         }
+        Bounds.range("--rollouts", rollouts, 1, MAX_ROLLOUTS, "sent to every engine at once each step");
+        Bounds.range("--prefix-tokens", prefixTokens, 1, MAX_TOKENS, null);
+        Bounds.range("--max-tokens", maxTokens, 1, MAX_TOKENS, null);
+        Bounds.range("--race-tokens", raceTokens, 1, MAX_TOKENS, null);
         int updates = (steps - 1) / updateEvery;
         if (freezePid != null && freezePid <= 0) {
             throw new IllegalArgumentException("--freeze-pid: a process id, got " + freezePid);
@@ -296,6 +307,20 @@ final class TrainerCommand implements Callable<Integer> {
                 race ? ", rollouts racing each update (seed " + seed + ")" : "");
         long[] before = engineCounters();
         long t0 = System.nanoTime();
+        // stopped by a signal while it holds a node stopped: the node is continued on the way out
+        Thread thawOnExit = new Thread(() -> {
+            if (frozen) {
+                try {
+                    signal("CONT");
+                } catch (Exception e) {
+                    System.err.println("kvpool trainer: could not continue pid " + freezePid + ": " + e.getMessage()
+                            + "; continue it by hand: kill -CONT " + freezePid);
+                }
+            }
+        }, "kvpool-trainer-thaw");
+        if (freezePid != null) {
+            Runtime.getRuntime().addShutdownHook(thawOnExit);
+        }
         try {
             if (verify) {
                 // an earlier run on this pool may have left KV under the names this one uses
@@ -350,6 +375,13 @@ final class TrainerCommand implements Callable<Integer> {
                 }
             }
             calls.shutdown();
+            if (freezePid != null) {
+                try {
+                    Runtime.getRuntime().removeShutdownHook(thawOnExit);
+                } catch (IllegalStateException shuttingDown) {
+                    // the hook runs
+                }
+            }
         }
         long wall = System.nanoTime() - t0;
         long[] after = engineCounters();

@@ -97,6 +97,37 @@ class CliIT {
         assertThat(r.err()).contains("--segment-size").contains("is more than this machine's memory");
     }
 
+    /** Each command's counts and sizes against their bounds and this machine, before anything starts (issue 25). */
+    @Test
+    void countsAndSizesBeyondWhatTheMachineHoldsAreBadFlagsNamingTheValueAndTheBound() {
+        expectBad(run("node", "--master", "127.0.0.1:1", "--host", "127.0.0.1", "--port", "0", "--max-connections",
+                "2000000000"), "--max-connections 2000000000 is out of range: 1 to ", "ulimit -n");
+        expectBad(run("serve", "--node-port", "70000"), "--node-port 70000 is out of range: 0 to 65535");
+        expectBad(run("engine", "--port", "0", "--kv-blocks", "2000000000"), "--kv-blocks 2000000000 of --block-size 16",
+                "more than this machine's");
+        expectBad(run("engine", "--port", "0", "--block-size", "100000"), "--block-size 100000 is out of range: 1 to 4096");
+        // 10^6 turns of 3,000 tokens wrapped around (in int) to a prompt that seemed to fit the context
+        expectBad(run("demo", "--conversations", "1", "--turns", "1000000", "--user-tokens", "3000"),
+                "--turns 1000000", "does not fit the model's context");
+        expectBad(run("demo", "--concurrency", "100000"), "--concurrency 100000 is out of range: 1 to 1024");
+        expectBad(run("pool-demo", "--turns", "1000", "--turn-blocks", "100"), "--turn-blocks 100",
+                "a last prompt of 100012 blocks, more than 4096");
+        expectBad(run("soak", "--segment-size", "99999TiB"), "--segment-size 99999TiB for each of the 3 nodes",
+                "more than this machine's");
+        expectBad(run("trainer", "--engines", "http://127.0.0.1:1", "--rollouts", "100000"),
+                "--rollouts 100000 is out of range: 1 to 1024");
+        expectBad(run("status", "--watch", "1s", "--frames", "-1"), "--frames -1 must be at least 0");
+        expectBad(run("bench", "--only", "nosuch"), "--only nosuch: no such section");
+        expectBad(run("offload-config", "--block-size", "0"), "--block-size 0 is out of range: 1 to 4096");
+    }
+
+    private static void expectBad(Run r, String... says) {
+        assertThat(r.code()).as("exit code; stderr: %s", r.err()).isEqualTo(2);
+        for (String s : says) {
+            assertThat(r.err()).contains(s);
+        }
+    }
+
     @Test
     void aShmGroupTheMachineDoesNotHaveOrWithoutAFileFailsTheNodesStartNamingIt() {
         Run r = run("node", "--master", "127.0.0.1:1", "--host", "127.0.0.1", "--port", "0",
