@@ -42,6 +42,8 @@ import java.util.function.Supplier;
  *       existence-check rates.</li>
  *   <li><b>reset</b>: removeAll(force) of 1 million objects.</li>
  *   <li><b>python</b>: the Python client against the Java client, numpy and redis-py ({@link PythonBench}).</li>
+ *   <li><b>rolling</b>: a rolling restart of 2 elected masters and 3 nodes under traffic
+ *       ({@link RollingRestartBench}).</li>
  *   <li><b>mooncake</b>: the real Mooncake Store against kvpool's Mooncake-compatible module, one workload
  *       through both ({@link MooncakeBench}).</li>
  * </ul>
@@ -52,7 +54,7 @@ public final class Bench {
     /** What to run and where to write it. */
     public record Options(boolean quick, Set<String> sections, Path outDir, PrintStream out, Path diskDir) {
         public static final Set<String> ALL = Set.of("store", "lookup", "metadata", "reset", "disk", "restore", "python",
-                "failover", "replicas", "tls", "mooncake");
+                "failover", "replicas", "tls", "mooncake", "rolling");
 
         public Options {
             for (String s : sections) {
@@ -148,6 +150,9 @@ public final class Bench {
         if (o.sections.contains("replicas")) {
             steps += 1;
         }
+        if (o.sections.contains("rolling")) {
+            steps += 1;
+        }
         if (o.sections.contains("tls")) {
             steps += TlsBench.steps();
         }
@@ -193,6 +198,10 @@ public final class Bench {
             if (o.sections.contains("failover")) {
                 bar.setExtraMessage(" failover");
                 FailoverBench.run(results, o.quick, () -> step("failover"));
+            }
+            if (o.sections.contains("rolling")) {
+                bar.setExtraMessage(" rolling restart");
+                RollingRestartBench.run(results, o.quick, () -> step("rolling"));
             }
         }
         evaluate();

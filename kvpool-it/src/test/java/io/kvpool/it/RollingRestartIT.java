@@ -1,0 +1,34 @@
+package io.kvpool.it;
+
+import io.kvpool.bench.RollingRestartBench;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+import java.nio.file.Path;
+
+import static org.assertj.core.api.Assertions.assertThat;
+
+/**
+ * {@code kvpool rolling-restart} on a pool {@code kvpool launch --local 3 --masters 2} runs (every
+ * role its own process, etcd started by the launcher), with two clients getting and putting
+ * throughout: both masters and the three nodes are restarted one at a time and the cache is kept.
+ * The figures of the bench section come from the same drill.
+ */
+class RollingRestartIT {
+
+    @Test
+    void aRollingRestartKeepsTheCacheAndServesNoWrongByte(@TempDir Path dir) throws Exception {
+        int objects = 600;
+        RollingRestartBench.Outcome o = RollingRestartBench.drill(objects, 16 << 10, dir);
+        System.out.println("rolling restart: " + o);
+        assertThat(o.steps()).as("every master and node restarted").hasSize(5)
+                .anyMatch(s -> s.startsWith("master-1 ")).anyMatch(s -> s.startsWith("master-2 "))
+                .anyMatch(s -> s.startsWith("node-0 ")).anyMatch(s -> s.startsWith("node-2 "));
+        assertThat(o.exactTwoCopies()).as("objects with two copies, byte-exact afterwards").isEqualTo(objects);
+        assertThat(o.exactOneCopy()).as("objects with one copy (re-adopted), byte-exact afterwards")
+                .isGreaterThanOrEqualTo(objects * 99 / 100);
+        assertThat(o.wrongReads()).as("wrong bytes read during the restart").isZero();
+        assertThat(o.acknowledgedLost()).as("acknowledged puts unreadable afterwards").isZero();
+        assertThat(o.gets()).as("the clients ran throughout").isPositive();
+    }
+}
