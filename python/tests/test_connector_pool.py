@@ -190,10 +190,12 @@ def test_finished_requests_keep_their_blocks_until_saves_complete(client: kvpool
     a = ConnectorRequest("a", list(range(32)))
     prefill(pc, kv, a, [0, 1])
     assert gated.entered.acquire(timeout=30)  # the save is running, held at the gate
+    assert pc.saves_in_flight() == 2
     assert pc.request_finished(a, [0, 1]) is True
     assert pc.get_finished({"a"}) == set()
     gated.release.set()
     pc.wait_for_save()
+    assert pc.saves_in_flight() == 0
     assert pc.get_finished(set()) == {"a"}
     assert pc.get_finished(set()) == set()
     # no saves in flight: the blocks may go at once

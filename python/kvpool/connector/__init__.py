@@ -6,7 +6,10 @@
 * :mod:`~kvpool.connector.paged`: paged KV caches in numpy or torch CPU memory whose blocks are the
   pool's (and the Java reference engine's) block layout;
 * :mod:`~kvpool.connector.pool_connector`: ``PoolConnector``, lookups, loads, background saves and
-  fenced resets, in vLLM's v1 connector shape.
+  fenced resets, in vLLM's v1 connector shape; its scheduler side is
+  :mod:`~kvpool.connector.planner`, its values :mod:`~kvpool.connector.values`, its fences
+  :mod:`~kvpool.connector.fence`. The contract it shares with the Java connectors is the table of
+  scenarios in ``kvpool-connector/src/test/resources/connector-contract-vectors.json``.
 
 Standard library only; numpy and torch are imported when a paged cache uses them.
 """

@@ -21,278 +21,51 @@ remaining gap, saves planned or queued but not yet started: every step's work ca
 *generation* it was planned in, and a reset bumps the generation under the exclusive side of a
 :class:`Fence` that loads and saves hold (shared side) while they run. So a save either runs entirely
 before the reset (which then removes what it stored) or finds the generation changed and is dropped;
-a load planned before the reset fails (the engine recomputes) rather than fill a block with old KV.
-Versioned keys (:meth:`PoolConnector.switch_weights`) change every key instead, with the same
-generation bump.
+a load planned before the reset fails (the engine recomputes) rather than fill a block with old KV,
+and so do loads the engine accepted, or a match it was offered, before the reset but had not yet put
+in a step (they become void loads: :mod:`~kvpool.connector.planner`). Versioned keys
+(:meth:`PoolConnector.switch_weights`) change every key instead, with the same generation bump.
+
+A failed load voids what was computed over it
+---------------------------------------------
+A block's KV depends on every block before it. When a request's load of block i fails, the blocks
+after i that the step computed are wrong, so the step's saves of them are dropped
+(:meth:`ConnectorMeta.saves_not_over_failed_loads`); the engine recomputes from block i (and saves
+them then) or fails the request, by its load failure policy.
+
+The scheduler side is :class:`~kvpool.connector.planner.Planner`, the values
+:mod:`~kvpool.connector.values`, the fences :mod:`~kvpool.connector.fence`; this module re-exports
+them. The contract all three connectors (this one, Java's ``PoolConnector`` and
+``LocalOffloadConnector``) keep is the table of scenarios in
+``kvpool-connector/src/test/resources/connector-contract-vectors.json``.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
-import fcntl
 import logging
-import os
 import queue
-import struct
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any, Iterator, NamedTuple, Optional, Sequence
+from typing import Any, NamedTuple, Optional, Sequence
 
-from .hashing import BlockHasher, extra_keys_for
+from .fence import Fence, FileFence, LocalFence
+from .hashing import BlockHasher
 from .keys import KeyFormat
 from .paged import PagedKv
+from .planner import Planner
+from .values import (
+    COUNTERS, EMPTY_META, NO_MATCH, ConnectorMeta, ConnectorRequest, ConnectorStats, Load, Match, ResetResult, Save,
+    ScheduledRequest,
+)
 
 __all__ = [
     "ConnectorRequest", "ScheduledRequest", "Match", "Load", "Save", "ConnectorMeta", "ResetResult",
-    "ConnectorStats", "Fence", "LocalFence", "FileFence", "PoolConnector",
+    "ConnectorStats", "Fence", "LocalFence", "FileFence", "PoolConnector", "EMPTY_META", "NO_MATCH",
 ]
 
 log = logging.getLogger("kvpool.connector")
 
-
-# ------------------------------------------------------------------------------------------ values
-
-@dataclass(frozen=True)
-class ConnectorRequest:
-    """A request as the connector sees it: its id, its tokens so far (prompt, then generated ones;
-    only the first ``num_tokens`` count, default all), the extra keys that make its KV differ for the
-    same tokens (a LoRA name, ...; ``None`` for none) and its cache salt (vLLM's ``cache_salt``,
-    joined to the extra keys of block 0 only). ``tokens`` may be any sequence of ints (a list, a
-    tuple, vLLM's ``ConstantList``, a numpy array)."""
-
-    id: str
-    tokens: Sequence[int]
-    num_tokens: int = -1
-    extra_keys: Optional[Sequence[Any]] = None
-    cache_salt: Optional[str] = None
-
-    def __post_init__(self) -> None:
-        if self.id is None:
-            raise ValueError("request id must not be None")
-        if self.num_tokens == -1:
-            object.__setattr__(self, "num_tokens", len(self.tokens))
-        if not 0 <= self.num_tokens <= len(self.tokens):
-            raise ValueError(f"request {self.id}: num_tokens {self.num_tokens} outside 0..{len(self.tokens)}")
-        if self.cache_salt is not None and self.cache_salt == "":
-            raise ValueError(f"request {self.id}: cache_salt must not be empty (None for none)")
-
-    def extra_keys_for(self, block: int) -> Optional[list]:
-        """The extra keys hashed with block ``block`` (the salt on block 0 only), or ``None``."""
-        return extra_keys_for(self.extra_keys, self.cache_salt, block)
-
-
-@dataclass(frozen=True)
-class ScheduledRequest:
-    """A request run this step: its block table (block i holds tokens ``[i*bs, (i+1)*bs)``) and the
-    tokens whose KV exists before and after the step. Blocks that become full are saved."""
-
-    request: ConnectorRequest
-    block_ids: Sequence[int]
-    computed_before: int
-    computed_after: int
-
-    def __post_init__(self) -> None:
-        if self.computed_before < 0 or self.computed_after < self.computed_before:
-            raise ValueError(f"request {self.request.id}: computed tokens go from {self.computed_before} "
-                             f"to {self.computed_after}")
-
-
-class Match(NamedTuple):
-    """Tokens past those already computed that the pool can supply (whole blocks), and whether they
-    load asynchronously across steps (never, for kvpool: loads complete within the step)."""
-
-    tokens: int
-    load_async: bool = False
-
-
-NO_MATCH = Match(0, False)
-
-
-class Load(NamedTuple):
-    """Fill block ``block_id`` (request ``request_id``'s block number ``block_index``) from ``key``."""
-
-    request_id: str
-    block_id: int
-    block_index: int
-    key: str
-
-
-class Save(NamedTuple):
-    """Save block ``block_id`` (request ``request_id``'s block number ``block_index``) as ``key``."""
-
-    request_id: str
-    block_id: int
-    block_index: int
-    key: str
-
-
-@dataclass
-class ConnectorMeta:
-    """One step's transfer work, built by the scheduler side and carried out by the worker side.
-    ``generation`` is the cache generation the step was planned in: work planned before a reset is
-    never carried out after it. ``void_loads`` were planned before a reset that came before this
-    step was built: the worker reports their blocks as failed loads without reading anything.
-    Picklable (vLLM ships it to worker processes)."""
-
-    loads: list[Load] = field(default_factory=list)
-    saves: list[Save] = field(default_factory=list)
-    generation: int = 0
-    void_loads: list[Load] = field(default_factory=list)
-
-    def is_empty(self) -> bool:
-        return not self.loads and not self.saves and not self.void_loads
-
-
-EMPTY_META = ConnectorMeta()
-
-
-@dataclass(frozen=True)
-class ResetResult:
-    """Whether the pool is now empty of everything saved before, how many objects were removed, and
-    why not if it failed."""
-
-    success: bool
-    removed: int = 0
-    message: str = ""
-
-
-@dataclass(frozen=True)
-class ConnectorStats:
-    """A snapshot of a connector's counters (they only grow). ``dropped_saves`` counts saves planned
-    but never stored (a reset or weight switch in between, a full save queue, a fenced or failed put);
-    ``queue_full_drops`` and ``fenced_saves`` are the parts of it that a full queue and the pool's
-    fence caused. ``skipped_saves``: the pool already held the block, or was full."""
-
-    lookups: int = 0
-    matched_tokens: int = 0
-    loaded_blocks: int = 0
-    loaded_bytes: int = 0
-    failed_loads: int = 0
-    saved_blocks: int = 0
-    saved_bytes: int = 0
-    skipped_saves: int = 0
-    dropped_saves: int = 0
-    resets: int = 0
-    queue_full_drops: int = 0
-    fenced_saves: int = 0
-
-
-_COUNTERS = tuple(ConnectorStats.__dataclass_fields__)
-
-
-# ------------------------------------------------------------------------------------------ fences
-
-class Fence:
-    """The cache generation and the lock that orders resets against loads and saves."""
-
-    def generation(self) -> int:
-        """The current generation."""
-        raise NotImplementedError
-
-    def shared(self) -> "contextlib.AbstractContextManager[int]":
-        """Held while a load or save runs; yields the generation, which cannot change meanwhile."""
-        raise NotImplementedError
-
-    def bump(self) -> "contextlib.AbstractContextManager[int]":
-        """Exclusive: waits for running loads and saves, moves the generation on and yields the new
-        one; no load or save starts until the block exits."""
-        raise NotImplementedError
-
-
-class LocalFence(Fence):
-    """A fence for one process: a writer-preferring read-write lock around a counter (Java's
-    ``ReentrantReadWriteLock`` plus ``generation``)."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._gen = 1
-        self._readers = 0
-        self._writer = False
-        self._writers_waiting = 0
-
-    def generation(self) -> int:
-        return self._gen
-
-    @contextlib.contextmanager
-    def shared(self) -> Iterator[int]:
-        with self._cond:
-            while self._writer or self._writers_waiting:
-                self._cond.wait()
-            self._readers += 1
-            gen = self._gen
-        try:
-            yield gen
-        finally:
-            with self._cond:
-                self._readers -= 1
-                if self._readers == 0:
-                    self._cond.notify_all()
-
-    @contextlib.contextmanager
-    def bump(self) -> Iterator[int]:
-        with self._cond:
-            self._writers_waiting += 1
-            try:
-                while self._writer or self._readers:
-                    self._cond.wait()
-            finally:
-                self._writers_waiting -= 1
-            self._writer = True
-            self._gen += 1
-            gen = self._gen
-        try:
-            yield gen
-        finally:
-            with self._cond:
-                self._writer = False
-                self._cond.notify_all()
-
-
-class FileFence(Fence):
-    """A fence shared by processes on one machine (vLLM's scheduler and worker processes): the
-    generation is 8 bytes in ``path`` and the lock is ``flock`` on it (shared for loads and saves,
-    exclusive for resets). Each acquisition opens its own descriptor, so threads of one process
-    exclude each other as processes do. Processes on other machines are not covered."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        os.close(fd)
-
-    def _read(self, fd: int) -> int:
-        b = os.pread(fd, 8, 0)
-        return struct.unpack("<q", b)[0] if len(b) == 8 else 1
-
-    @contextlib.contextmanager
-    def _locked(self, how: int) -> Iterator[int]:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, how)
-            yield fd
-        finally:
-            os.close(fd)  # releases the lock
-
-    def generation(self) -> int:
-        with self._locked(fcntl.LOCK_SH) as fd:
-            return self._read(fd)
-
-    @contextlib.contextmanager
-    def shared(self) -> Iterator[int]:
-        with self._locked(fcntl.LOCK_SH) as fd:
-            yield self._read(fd)
-
-    @contextlib.contextmanager
-    def bump(self) -> Iterator[int]:
-        with self._locked(fcntl.LOCK_EX) as fd:
-            gen = self._read(fd) + 1
-            os.pwrite(fd, struct.pack("<q", gen), 0)
-            os.fsync(fd)
-            yield gen
-
-
-# ------------------------------------------------------------------------------------------ connector
 
 class _SaveJob(NamedTuple):
     saves: list[Save]
@@ -301,21 +74,6 @@ class _SaveJob(NamedTuple):
 
 
 _STOP = object()
-
-
-def saves_without_failed_loads(meta: ConnectorMeta, failed_blocks: set[int]) -> list[Save]:
-    """The step's saves less those of every request one of whose loads in this step failed.
-
-    A request's blocks computed in a step attend over the blocks loaded for it in that step; when
-    one of those loads failed the block holds stale bytes, so all the request computed in the step
-    is wrong (the engine recomputes it) and none of it may be saved: it would be wrong KV under a
-    correct key, and the recomputation's save would be refused as already present. The Java
-    connectors apply the same rule (``ConnectorMeta.savesWithoutFailedLoads``).
-    """
-    if not failed_blocks or not meta.saves:
-        return list(meta.saves)
-    poisoned = {l.request_id for l in (*meta.loads, *meta.void_loads) if l.block_id in failed_blocks}
-    return [s for s in meta.saves if s.request_id not in poisoned]
 
 
 class PoolConnector:
@@ -354,19 +112,15 @@ class PoolConnector:
         self.reset_scope = reset_scope
         self.fence: Fence = fence if fence is not None else LocalFence()
 
-        # scheduler side (guarded by _lock)
-        self._lock = threading.RLock()
-        self._hashes: dict[str, list[bytes]] = {}
-        self._matched_from: dict[str, int] = {}
-        self._planned_loads: list[Load] = []
-        self._planned_generation = self.fence.generation()
-        self._void_loads: list[Load] = []
+        # scheduler side
+        self.planner = Planner(hasher)
 
         # worker side
         self._current: ConnectorMeta = EMPTY_META
         self._current_load: Optional[concurrent.futures.Future] = None
         self._load_awaited = True
-        self._load_errors: set[int] = set()
+        self._load_errors: set[int] = set()  # until the engine asks
+        self._step_load_errors: set[int] = set()  # this step's (the saves need them after the engine asked)
         self._loader = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kvpool-load")
         self._saves_started_for: Optional[int] = None  # id() of the meta whose saves were queued
 
@@ -383,7 +137,7 @@ class PoolConnector:
         self._closed = False
 
         self._stats_lock = threading.Lock()
-        for c in _COUNTERS:
+        for c in COUNTERS:
             setattr(self, c, 0)
         self._last_lookup_warning = 0.0
 
@@ -397,31 +151,16 @@ class PoolConnector:
     def stats(self) -> ConnectorStats:
         """A consistent snapshot of the counters."""
         with self._stats_lock:
-            return ConnectorStats(**{c: getattr(self, c) for c in _COUNTERS})
+            return ConnectorStats(**{c: getattr(self, c) for c in COUNTERS})
 
     def generation(self) -> int:
         """The current cache generation."""
         return self.fence.generation()
 
-    def _hashes_for(self, r: ConnectorRequest) -> list[bytes]:
-        with self._lock:
-            h = self._hashes.get(r.id)
-            full = self.hasher.full_blocks(r.num_tokens)
-            if h is None or len(h) < full:
-                grown = [] if h is None else list(h)
-                parent = grown[-1] if grown else self.hasher.root
-                bs = self.hasher.block_size
-                for b in range(len(grown), full):
-                    parent = self.hasher.next(parent, r.tokens, b * bs, r.extra_keys_for(b))
-                    grown.append(parent)
-                self._hashes[r.id] = grown
-                h = grown
-            return h
-
     def keys_for(self, request: ConnectorRequest) -> list[str]:
         """The pool keys of the request's full blocks, in order."""
         k = self.keys
-        return [k.key(h) for h in self._hashes_for(request)[:self.hasher.full_blocks(request.num_tokens)]]
+        return [k.key(h) for h in self.planner.hashes(request)[:self.hasher.full_blocks(request.num_tokens)]]
 
     # -------------------------------------------------------------------------- scheduler side
 
@@ -429,12 +168,11 @@ class PoolConnector:
         """How many tokens past ``num_computed_tokens`` the pool can supply for ``request``: whole
         blocks, by one ``prefix_match``. A probe: plans nothing. A failed lookup is a miss."""
         self._count(lookups=1)
-        bs = self.hasher.block_size
-        h = self._hashes_for(request)
+        start = self.planner.first_block(request, num_computed_tokens)
+        if start < 0:
+            return self.planner.answer(request, num_computed_tokens, start, 0)
+        h = self.planner.hashes(request)
         full = self.hasher.full_blocks(request.num_tokens)
-        start = num_computed_tokens // bs
-        if start >= full:
-            return NO_MATCH
         k = self.keys
         ask = [k.key(h[b]) for b in range(start, full)]
         try:
@@ -444,66 +182,28 @@ class PoolConnector:
             if now - self._last_lookup_warning > 10.0:
                 self._last_lookup_warning = now
                 log.warning("kvpool lookup failed (%s); treating as a miss (logged at most every 10 s)", e)
-            return NO_MATCH
-        tokens = (start + present) * bs - num_computed_tokens
-        if tokens <= 0:
-            return NO_MATCH
-        with self._lock:
-            self._matched_from[request.id] = num_computed_tokens
-        self._count(matched_tokens=tokens)
-        return Match(tokens, False)
+            present = 0
+        m = self.planner.answer(request, num_computed_tokens, start, present)
+        self._count(matched_tokens=m.tokens)
+        return m
 
     def update_state_after_alloc(self, request: ConnectorRequest, block_ids: Sequence[int],
                                  num_external_tokens: int) -> None:
         """The engine allocated ``block_ids`` (the request's whole block table) and takes
-        ``num_external_tokens`` tokens from the pool (0: it decided not to): plan their loads."""
-        with self._lock:
-            computed = self._matched_from.pop(request.id, None)
-            if num_external_tokens <= 0 or computed is None:
-                return
-            bs = self.hasher.block_size
-            if (computed + num_external_tokens) % bs != 0:
-                raise ValueError(f"request {request.id}: {computed} computed plus {num_external_tokens} external "
-                                 f"tokens do not end on a block boundary (block size {bs})")
-            h = self._hashes_for(request)
-            start = computed // bs  # a partly computed first block is loaded whole: same bytes
-            end = (computed + num_external_tokens) // bs
-            if end > len(h) or end > len(block_ids):
-                raise ValueError(f"request {request.id}: {num_external_tokens} external tokens after {computed} "
-                                 f"need {end} blocks; it has {len(block_ids)} allocated and {len(h)} full")
-            k = self.keys
-            for b in range(start, end):
-                self._planned_loads.append(Load(request.id, int(block_ids[b]), b, k.key(h[b])))
+        ``num_external_tokens`` tokens from the pool (0: it decided not to): plan their loads. Tokens
+        the last lookup did not offer, off a block boundary or past the blocks allocated are refused
+        (``ValueError``)."""
+        self.planner.alloc(request, block_ids, num_external_tokens, self.keys)
 
     def build_connector_meta(self, scheduled: Sequence[ScheduledRequest]) -> ConnectorMeta:
         """This step's work: the loads planned since the last call, and saves of the blocks that
         become full this step."""
-        with self._lock:
-            bs = self.hasher.block_size
-            k = self.keys
-            saves: list[Save] = []
-            for s in scheduled:
-                first_new = s.computed_before // bs  # a block partly computed before may fill now
-                filled = s.computed_after // bs
-                if filled <= first_new:
-                    continue
-                if s.computed_after > s.request.num_tokens:
-                    raise ValueError(f"request {s.request.id}: {s.computed_after} tokens computed but only "
-                                     f"{s.request.num_tokens} known")
-                h = self._hashes_for(s.request)
-                for b in range(first_new, min(filled, len(s.block_ids))):
-                    saves.append(Save(s.request.id, int(s.block_ids[b]), b, k.key(h[b])))
-            meta = ConnectorMeta(list(self._planned_loads), saves, self.fence.generation(), list(self._void_loads))
-            self._planned_loads.clear()
-            self._void_loads.clear()
-            return meta
+        return self.planner.build(scheduled, self.keys, self.fence.generation())
 
     def request_finished(self, request: ConnectorRequest, block_ids: Sequence[int] = ()) -> bool:
         """The request is done. True if saves of its blocks are still in flight: the engine keeps
         those blocks until :meth:`get_finished` reports the request."""
-        with self._lock:
-            self._hashes.pop(request.id, None)
-            self._matched_from.pop(request.id, None)
+        self.planner.forget(request.id)
         with self._save_lock:
             if self._pending_saves.get(request.id, 0) > 0:
                 self._finished_with_saves.add(request.id)
@@ -513,9 +213,7 @@ class PoolConnector:
 
     def forget(self, request_id: str) -> None:
         """Drops what the scheduler side remembers of a request (its hashes, a pending match)."""
-        with self._lock:
-            self._hashes.pop(request_id, None)
-            self._matched_from.pop(request_id, None)
+        self.planner.forget(request_id)
 
     def reset_cache(self) -> ResetResult:
         """Drops everything the pool holds (``reset_scope="all"``: ``remove_all(force=True)``) or this
@@ -523,10 +221,7 @@ class PoolConnector:
         planned or started before lands after. Failures are a value, not an exception."""
         try:
             with self.fence.bump() as gen:
-                with self._lock:
-                    self._void_loads.extend(self._planned_loads)  # their engine expects them: fail them
-                    self._planned_loads.clear()
-                    self._matched_from.clear()
+                self.planner.void_all()  # their engine expects them: fail them
                 if self.reset_scope == "all":
                     removed = int(self.client.remove_all(force=True))
                 else:
@@ -546,11 +241,7 @@ class PoolConnector:
         with self.fence.bump():
             old = self.keys
             self.keys = old.with_weights(weights)
-            with self._lock:
-                self._void_loads.extend(self._planned_loads)
-                self._planned_loads.clear()
-                self._matched_from.clear()
-                self._hashes.clear()
+            self.planner.void_all()
         old_prefix = old.version_prefix()
         done: concurrent.futures.Future[int] = concurrent.futures.Future()
         if not reclaim or old_prefix == self.keys.version_prefix():
@@ -568,6 +259,7 @@ class PoolConnector:
         self._current = meta
         self._saves_started_for = None
         self._load_errors.clear()
+        self._step_load_errors.clear()
         if meta.void_loads:
             self._fail(meta.void_loads)
         if meta.loads:
@@ -597,12 +289,14 @@ class PoolConnector:
                 if good:
                     loaded += 1
                 else:
+                    self._step_load_errors.add(l.block_id)
                     self._load_errors.add(l.block_id)
             self._count(loaded_blocks=loaded, loaded_bytes=loaded * kv.block_bytes,
                         failed_loads=len(meta.loads) - loaded)
 
     def _fail(self, loads: Sequence[Load]) -> None:
         for l in loads:
+            self._step_load_errors.add(l.block_id)
             self._load_errors.add(l.block_id)
         self._count(failed_loads=len(loads))
 
@@ -630,24 +324,24 @@ class PoolConnector:
             self.start_saves(kv)
 
     def start_saves(self, kv: PagedKv) -> None:
-        """Queues the current step's saves for the save thread (once per step). A full queue drops
-        them and counts them."""
+        """Queues the current step's saves for the save thread (once per step), but those of blocks
+        computed over a failed load. A full queue drops them and counts them."""
         meta = self._current
         if not meta.saves or self._saves_started_for == id(meta):
             return
         self._saves_started_for = id(meta)
-        self._settle_load()  # the step's load failures are known before anything is saved
-        saves = saves_without_failed_loads(meta, self._load_errors)
-        if len(saves) < len(meta.saves):
-            self._count(dropped_saves=len(meta.saves) - len(saves))
+        self._settle_load()
+        saves = meta.saves_not_over_failed_loads(self._step_load_errors)
+        with self._save_lock:
+            for s in meta.saves:
+                self._saw_saves.add(s.request_id)
+        self._count(dropped_saves=len(meta.saves) - len(saves))
         if not saves:
             return
         n = len(saves)
         with self._save_lock:
-            for s in saves:
-                self._saw_saves.add(s.request_id)
             try:
-                self._save_queue.put_nowait(_SaveJob(saves, meta.generation, kv))
+                self._save_queue.put_nowait(_SaveJob(list(saves), meta.generation, kv))
             except queue.Full:
                 self._count(dropped_saves=n, queue_full_drops=n)
                 return
@@ -714,6 +408,11 @@ class PoolConnector:
             busy = any(self._pending_saves.get(r, 0) > 0 for r in ids)
         if busy:
             self._save_queue.join()
+
+    def saves_in_flight(self) -> int:
+        """Blocks whose saves are queued or running now (a gauge: what a pause or a reset finds in flight)."""
+        with self._save_lock:
+            return sum(self._pending_saves.values())
 
     def get_finished(self, finished_request_ids: Any = ()) -> set[str]:
         """Of the finished requests, those whose saves have all completed since the last call (the

@@ -11,7 +11,8 @@ package io.kvpool.connector;
  * @param savedBlocks      blocks stored
  * @param savedBytes       bytes of those blocks
  * @param skippedSaves     blocks not stored because the cache already held them, or it was full
- * @param droppedSaves     saves planned before a reset or weight switch, never carried out
+ * @param droppedSaves     saves planned but never stored: a reset or weight switch in between, a fenced
+ *                         or failed put, or blocks computed over a failed load
  * @param resets           successful resets
  */
 public record ConnectorStats(long lookups, long matchedTokens, long loadedBlocks, long loadedBytes, long failedLoads,

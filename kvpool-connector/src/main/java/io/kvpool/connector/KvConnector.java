@@ -23,6 +23,7 @@ import java.util.Set;
  *                                                 saveKvLayer(l, kv)
  *                                               waitForSave()  (only where buffers are reused at once)
  *                                               blockIdsWithLoadErrors()  -> recompute or fail
+ *   on preemption, before reusing blocks:       waitForRequestSaves(ids)
  *   on finish: requestFinished(r, blocks)       getFinished(ids): whose saves are done
  *     true: keep the blocks until getFinished
  *     reports the request
@@ -34,8 +35,13 @@ import java.util.Set;
  *   <li>A load fills a block with exactly the bytes saved under its key, or reports the block in
  *       {@link #blockIdsWithLoadErrors()}; it never leaves a block half-filled without reporting it.</li>
  *   <li>After {@link #resetCache()} returns success, no lookup finds anything saved before it, and
- *       no save planned or started before it lands after it.</li>
+ *       no save planned or started before it lands after it; tokens the engine was offered or
+ *       accepted before it come back as load errors, never as blocks left unfilled.</li>
+ *   <li>A save never stores a block computed over a failed load (its KV depends on the failed
+ *       block's).</li>
  * </ul>
+ * The scenarios both Java connectors and the Python one run are in the contract vectors
+ * ({@code kvpool-connector/src/test/resources/connector-contract-vectors.json}; docs/architecture.md).
  * Misses, failures and back-pressure are values (a zero match, an error set, a failed
  * {@link ResetResult}), not exceptions; exceptions mean misuse.
  */
@@ -81,6 +87,14 @@ public interface KvConnector extends AutoCloseable {
 
     /** Waits for every save started so far. */
     void waitForSave();
+
+    /**
+     * Returns once no save of these requests is queued or running: the engine preempted them and is
+     * about to reuse their blocks (vLLM's {@code handle_preemptions}).
+     */
+    default void waitForRequestSaves(Set<String> requestIds) {
+        waitForSave();
+    }
 
     /**
      * Of the requests finished so far, those whose saves have all completed since the last call (the

@@ -14,8 +14,7 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
 import java.util.ArrayDeque;
-import java.util.ArrayList;
-import java.util.HashMap;
+import java.util.HashSet;
 import java.util.Iterator;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -40,8 +39,9 @@ import java.util.zip.CRC32C;
  * Every block has the engine's block size, so slots need no allocator beyond free lists. Saves and
  * loads run on the caller's (worker) thread: a memory copy costs less than handing it off, and
  * nothing outlives the step, so {@link #requestFinished} never asks the engine to keep blocks. The
- * same contract as {@link PoolConnector}: misses and failed loads are values, a reset (or a
- * weight-version switch) drops everything and voids loads planned before it.
+ * same contract as {@link PoolConnector}, and the same scheduler side ({@link Planner}): misses and
+ * failed loads are values, a reset (or a weight-version switch) drops everything and voids loads
+ * planned (or matches offered) before it, and a block computed over a failed load is never saved.
  */
 public final class LocalOffloadConnector implements KvConnector, VersionedKeys {
 
@@ -65,13 +65,12 @@ public final class LocalOffloadConnector implements KvConnector, VersionedKeys {
     private final LinkedHashMap<String, Slot> index = new LinkedHashMap<>(1024, 0.75f, true);
     private long generation = 1;
 
-    // scheduler side
-    private final Map<String, List<BlockHash>> hashes = new HashMap<>();
-    private final Map<String, Integer> matchedFrom = new HashMap<>();
-    private final List<ConnectorMeta.Load> plannedLoads = new ArrayList<>();
+    private final Planner planner;
     // worker side
     private ConnectorMeta current = ConnectorMeta.EMPTY;
+    private boolean savesStarted = true;
     private final Set<Integer> loadErrors = ConcurrentHashMap.newKeySet();
+    private final Set<Integer> stepLoadErrors = new HashSet<>();
 
     private final LongAdder lookups = new LongAdder();
     private final LongAdder matchedTokens = new LongAdder();
@@ -92,6 +91,7 @@ public final class LocalOffloadConnector implements KvConnector, VersionedKeys {
     public LocalOffloadConnector(BlockHasher hasher, KeyFormat keys, long blockBytes, long cpuBytes, Path diskDir,
                                  long diskBytes) throws IOException {
         this.hasher = hasher;
+        this.planner = new Planner(hasher);
         this.keys = keys;
         this.blockBytes = blockBytes;
         if (blockBytes <= 0 || cpuBytes < blockBytes) {
@@ -144,74 +144,36 @@ public final class LocalOffloadConnector implements KvConnector, VersionedKeys {
 
     // ---------------------------------------------------------------- scheduler side
 
-    private synchronized List<BlockHash> hashesFor(ConnectorRequest r) {
-        List<BlockHash> h = hashes.get(r.id());
-        int full = hasher.fullBlocks(r.numTokens());
-        if (h == null || h.size() < full) {
-            h = hasher.hashes(r.tokens(), full * hasher.blockSize(), r::extraKeysFor);
-            hashes.put(r.id(), h);
-        }
-        return h;
-    }
-
     @Override
     public synchronized Match getNumNewMatchedTokens(ConnectorRequest request, int numComputedTokens) {
         lookups.increment();
-        int bs = hasher.blockSize();
-        List<BlockHash> h = hashesFor(request);
-        int start = numComputedTokens / bs;
+        int start = planner.firstBlock(request, numComputedTokens);
         int b = start;
-        KeyFormat k = keys;
-        while (b < h.size() && index.containsKey(k.keyString(h.get(b)))) { // containsKey: no LRU touch
-            b++;
+        if (start >= 0) {
+            List<BlockHash> h = planner.hashes(request);
+            KeyFormat k = keys;
+            while (b < h.size() && index.containsKey(k.keyString(h.get(b)))) { // containsKey: no LRU touch
+                b++;
+            }
         }
-        int tokens = b * bs - numComputedTokens;
-        if (tokens <= 0) {
-            return Match.NONE;
-        }
-        matchedFrom.put(request.id(), numComputedTokens);
-        matchedTokens.add(tokens);
-        return new Match(tokens, false);
+        Match m = planner.answer(request, numComputedTokens, start, b - start);
+        matchedTokens.add(m.tokens());
+        return m;
     }
 
     @Override
     public synchronized void updateStateAfterAlloc(ConnectorRequest request, int[] blockIds, int numExternalTokens) {
-        Integer computed = matchedFrom.remove(request.id());
-        if (numExternalTokens <= 0 || computed == null) {
-            return;
-        }
-        int bs = hasher.blockSize();
-        List<BlockHash> h = hashesFor(request);
-        int end = (computed + numExternalTokens) / bs;
-        if ((computed + numExternalTokens) % bs != 0 || end > h.size() || end > blockIds.length) {
-            throw new IllegalArgumentException("request " + request.id() + ": " + numExternalTokens
-                    + " external tokens after " + computed + " do not end on a matched block boundary");
-        }
-        for (int b = computed / bs; b < end; b++) {
-            plannedLoads.add(new ConnectorMeta.Load(request.id(), blockIds[b], b, keys.keyString(h.get(b))));
-        }
+        planner.alloc(request, blockIds, numExternalTokens, keys);
     }
 
     @Override
     public synchronized ConnectorMeta buildConnectorMeta(List<ScheduledRequest> scheduled) {
-        int bs = hasher.blockSize();
-        List<ConnectorMeta.Save> saves = new ArrayList<>();
-        for (ScheduledRequest s : scheduled) {
-            int filled = s.computedAfter() / bs;
-            List<BlockHash> h = filled > s.computedBefore() / bs ? hashesFor(s.request()) : List.of();
-            for (int b = s.computedBefore() / bs; b < filled && b < s.blockIds().length; b++) {
-                saves.add(new ConnectorMeta.Save(s.request().id(), s.blockIds()[b], b, keys.keyString(h.get(b))));
-            }
-        }
-        ConnectorMeta meta = new ConnectorMeta(List.copyOf(plannedLoads), saves, generation);
-        plannedLoads.clear();
-        return meta;
+        return planner.build(scheduled, keys, generation);
     }
 
     @Override
     public synchronized boolean requestFinished(ConnectorRequest request, int[] blockIds) {
-        hashes.remove(request.id());
-        matchedFrom.remove(request.id());
+        planner.forget(request.id());
         return false; // saves complete within the step
     }
 
@@ -234,9 +196,7 @@ public final class LocalOffloadConnector implements KvConnector, VersionedKeys {
         for (int i = 0; i < diskSlots; i++) {
             freeDisk.add(i);
         }
-        plannedLoads.clear();
-        matchedFrom.clear();
-        hashes.clear();
+        planner.voidAll();
     }
 
     /** Keys carry the weight version: switching empties the store (nothing of the old version can be used again). */
@@ -253,17 +213,24 @@ public final class LocalOffloadConnector implements KvConnector, VersionedKeys {
     @Override
     public synchronized void startLoadKv(ConnectorMeta meta, PagedKv kv) {
         current = meta;
+        savesStarted = false;
         loadErrors.clear();
+        stepLoadErrors.clear();
+        for (ConnectorMeta.Load l : meta.voidLoads()) { // accepted before a reset: nothing to read
+            stepLoadErrors.add(l.blockId());
+            failedLoads.increment();
+        }
         for (ConnectorMeta.Load l : meta.loads()) {
             Slot s = meta.generation() == generation ? index.get(l.key()) : null;
             if (s == null || !read(s, kv.block(l.blockId()))) {
-                loadErrors.add(l.blockId());
+                stepLoadErrors.add(l.blockId());
                 failedLoads.increment();
             } else {
                 loadedBlocks.increment();
                 loadedBytes.add(blockBytes);
             }
         }
+        loadErrors.addAll(stepLoadErrors);
     }
 
     private boolean read(Slot s, MemorySegment dst) {
@@ -299,12 +266,13 @@ public final class LocalOffloadConnector implements KvConnector, VersionedKeys {
 
     @Override
     public synchronized void saveKvLayer(int layer, PagedKv kv) {
-        if (layer != kv.numLayers() - 1) {
+        if (layer != kv.numLayers() - 1 || savesStarted) {
             return;
         }
-        List<ConnectorMeta.Save> kept = current.savesWithoutFailedLoads(Set.copyOf(loadErrors));
-        droppedSaves.add(current.saves().size() - kept.size());
-        for (ConnectorMeta.Save s : kept) {
+        savesStarted = true; // a step's saves happen once
+        List<ConnectorMeta.Save> saves = current.savesNotOverFailedLoads(stepLoadErrors);
+        droppedSaves.add(current.saves().size() - saves.size());
+        for (ConnectorMeta.Save s : saves) {
             if (current.generation() != generation) {
                 droppedSaves.increment();
                 continue;
@@ -371,6 +339,21 @@ public final class LocalOffloadConnector implements KvConnector, VersionedKeys {
             }
         }
         return null;
+    }
+
+    /** For tests: forgets one block, as eviction would; true if it was held. */
+    synchronized boolean drop(String key) {
+        Slot s = index.remove(key);
+        if (s == null) {
+            return false;
+        }
+        (s.disk ? freeDisk : freeCpu).add(s.index);
+        return true;
+    }
+
+    /** For tests: the keys held, in either tier. */
+    synchronized Set<String> heldKeys() {
+        return Set.copyOf(index.keySet());
     }
 
     @Override

@@ -47,6 +47,10 @@ public final class MultiConnector implements KvConnector, VersionedKeys {
     @Override
     public synchronized void updateStateAfterAlloc(ConnectorRequest request, int[] blockIds, int numExternalTokens) {
         Integer c = chosen.remove(request.id());
+        if (c == null && numExternalTokens > 0) {
+            throw new IllegalArgumentException("request " + request.id() + ": " + numExternalTokens
+                    + " external tokens, but the last lookup offered none");
+        }
         for (int i = 0; i < children.size(); i++) {
             children.get(i).updateStateAfterAlloc(request, blockIds, c != null && c == i ? numExternalTokens : 0);
         }
@@ -125,6 +129,13 @@ public final class MultiConnector implements KvConnector, VersionedKeys {
     public void waitForSave() {
         for (KvConnector c : children) {
             c.waitForSave();
+        }
+    }
+
+    @Override
+    public void waitForRequestSaves(Set<String> requestIds) {
+        for (KvConnector c : children) {
+            c.waitForRequestSaves(requestIds);
         }
     }
 

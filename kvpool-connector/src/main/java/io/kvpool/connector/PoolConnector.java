@@ -43,7 +43,9 @@ import java.util.concurrent.locks.ReentrantReadWriteLock;
  *       the generation under the write side of a read-write lock that loads and saves hold (read
  *       side) while they run. So a save either runs entirely before the reset (and the reset then
  *       removes what it stored) or finds the generation changed and is dropped; a load planned
- *       before the reset fails (the engine recomputes) rather than fill a block with old KV.</li>
+ *       before the reset fails (the engine recomputes) rather than fill a block with old KV, and so
+ *       do loads the engine accepted, or a match it was offered, before the reset but had not yet
+ *       put in a step ({@link Planner}: they become void loads, reported failed).</li>
  *   <li><b>Versioned keys</b> ({@link #switchWeights}): the weight version is part of every key, so
  *       the switch makes all older KV unreachable at once; the same generation bump drops work
  *       planned under the old version, and the old version's objects are removed in the background
@@ -56,6 +58,12 @@ import java.util.concurrent.locks.ReentrantReadWriteLock;
  * objects would let layer 0 compute while later layers load, at the price of one pool object per
  * block per layer; with the pool's loads running at memory or network speed, the whole-block form
  * costs less in metadata and round trips.)
+ *
+ * <h2>A failed load voids what was computed over it</h2>
+ * A block's KV depends on every block before it. When a request's load of block i fails, the blocks
+ * after i that the step computed are wrong, so the step's saves of them are dropped
+ * ({@link ConnectorMeta#savesNotOverFailedLoads}); the engine recomputes from block i (and saves
+ * them then) or fails the request, by its load failure policy.
  *
  * <h2>Threads</h2>
  * The scheduler-side methods are called by one scheduler thread and the worker-side ones by one
@@ -75,8 +83,9 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
         MODEL
     }
 
-    private final KvPoolClient client;
+    private final PoolStore store;
     private final BlockHasher hasher;
+    private final Planner planner;
     private final ResetScope resetScope;
     private volatile KeyFormat keys;
 
@@ -86,23 +95,23 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
 
     private final ExecutorService io = Executors.newThreadPerTaskExecutor(Thread.ofVirtual().name("kvpool-connector-", 0).factory());
 
-    // scheduler side (scheduler thread; guarded by this)
-    private final Map<String, List<BlockHash>> hashes = new HashMap<>();
-    /** Per request: its blocks' key digests, under the key format they were made for (see {@link #digestsFor}). */
+    // scheduler side (scheduler thread; the rest of it is the planner's)
+    /** Per request: its blocks' key digests, under the key format they were made for (see {@link #digestsFor}). Guarded by this. */
     private final Map<String, Digests> digests = new HashMap<>();
 
     /** The digests ({@link KeyDigest}: lo, hi) of a request's first {@code count} block keys in {@code format}. */
     private record Digests(KeyFormat format, long[] values, int count) {
     }
-    /** Tokens the engine had when a request was last matched. */
-    private final Map<String, Integer> matchedFrom = new HashMap<>();
-    private final List<ConnectorMeta.Load> plannedLoads = new ArrayList<>();
 
     // worker side
     private ConnectorMeta current = ConnectorMeta.EMPTY;
     private Future<?> currentLoad = CompletableFuture.completedFuture(null);
     private boolean loadAwaited = true;
+    private boolean savesStarted = true;
+    /** Blocks whose load failed, until the engine asks ({@link #blockIdsWithLoadErrors}). */
     private final Set<Integer> loadErrors = ConcurrentHashMap.newKeySet();
+    /** Blocks whose load failed in the current step (kept after the engine asks: the saves need it). */
+    private final Set<Integer> stepLoadErrors = ConcurrentHashMap.newKeySet();
 
     // saves in flight, by request (guarded by saveLock)
     private final Object saveLock = new Object();
@@ -130,8 +139,14 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
      * @param resetScope what {@link #resetCache()} removes
      */
     public PoolConnector(KvPoolClient client, BlockHasher hasher, KeyFormat keys, ResetScope resetScope) {
-        this.client = Objects.requireNonNull(client, "client");
+        this(PoolStore.of(Objects.requireNonNull(client, "client")), hasher, keys, resetScope);
+    }
+
+    /** Over any store: the contract tests' in-memory one. */
+    PoolConnector(PoolStore store, BlockHasher hasher, KeyFormat keys, ResetScope resetScope) {
+        this.store = Objects.requireNonNull(store, "store");
         this.hasher = Objects.requireNonNull(hasher, "hasher");
+        this.planner = new Planner(hasher);
         this.keys = Objects.requireNonNull(keys, "keys");
         this.resetScope = Objects.requireNonNull(resetScope, "resetScope");
     }
@@ -145,22 +160,6 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
     }
 
     // ---------------------------------------------------------------- scheduler side
-
-    private synchronized List<BlockHash> hashesFor(ConnectorRequest r) {
-        List<BlockHash> h = hashes.get(r.id());
-        int full = hasher.fullBlocks(r.numTokens());
-        if (h == null || h.size() < full) {
-            List<BlockHash> grown = h == null ? new ArrayList<>(full) : new ArrayList<>(h);
-            BlockHash parent = grown.isEmpty() ? hasher.root() : grown.getLast();
-            for (int b = grown.size(); b < full; b++) {
-                parent = hasher.next(parent, r.tokens(), b * hasher.blockSize(), r.extraKeysFor(b));
-                grown.add(parent);
-            }
-            hashes.put(r.id(), grown);
-            h = grown;
-        }
-        return h;
-    }
 
     /**
      * The key digests of the request's first {@code full} blocks in format {@code k}, computed once per
@@ -185,92 +184,44 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
     @Override
     public Match getNumNewMatchedTokens(ConnectorRequest request, int numComputedTokens) {
         lookups.increment();
-        int bs = hasher.blockSize();
-        List<BlockHash> h = hashesFor(request);
-        int full = hasher.fullBlocks(request.numTokens());
-        int start = numComputedTokens / bs;
-        if (start >= full) {
-            return Match.NONE;
+        int start = planner.firstBlock(request, numComputedTokens);
+        if (start < 0) {
+            return planner.answer(request, numComputedTokens, start, 0);
         }
+        List<BlockHash> h = planner.hashes(request);
+        int full = hasher.fullBlocks(request.numTokens());
         long[] d = digestsFor(request, h, full, keys);
         int present;
         try {
-            present = client.prefixMatchDigests(d, start, full);
+            present = store.prefixMatchDigests(d, start, full);
         } catch (RuntimeException e) {
             long now = System.nanoTime();
             if (now - lastLookupWarning > 10_000_000_000L) {
                 lastLookupWarning = now;
                 log.warn("kvpool lookup failed ({}); treating as a miss (logged at most every 10 s)", e.toString());
             }
-            return Match.NONE;
+            present = 0;
         }
-        int tokens = (start + present) * bs - numComputedTokens;
-        if (tokens <= 0) {
-            return Match.NONE;
-        }
-        synchronized (this) {
-            matchedFrom.put(request.id(), numComputedTokens);
-        }
-        matchedTokens.add(tokens);
-        return new Match(tokens, false);
+        Match m = planner.answer(request, numComputedTokens, start, present);
+        matchedTokens.add(m.tokens());
+        return m;
     }
 
     @Override
-    public synchronized void updateStateAfterAlloc(ConnectorRequest request, int[] blockIds, int numExternalTokens) {
-        Integer computed = matchedFrom.remove(request.id());
-        if (numExternalTokens <= 0 || computed == null) {
-            return;
-        }
-        int bs = hasher.blockSize();
-        if ((computed + numExternalTokens) % bs != 0) {
-            throw new IllegalArgumentException("request " + request.id() + ": " + computed + " computed plus "
-                    + numExternalTokens + " external tokens do not end on a block boundary (block size " + bs + ")");
-        }
-        List<BlockHash> h = hashesFor(request);
-        int start = computed / bs; // a partly computed first block is loaded whole: same bytes
-        int end = (computed + numExternalTokens) / bs;
-        if (end > h.size() || end > blockIds.length) {
-            throw new IllegalArgumentException("request " + request.id() + ": " + numExternalTokens
-                    + " external tokens after " + computed + " need " + end + " blocks; it has " + blockIds.length
-                    + " allocated and " + h.size() + " full");
-        }
-        KeyFormat k = keys;
-        for (int b = start; b < end; b++) {
-            plannedLoads.add(new ConnectorMeta.Load(request.id(), blockIds[b], b, k.keyString(h.get(b))));
-        }
+    public void updateStateAfterAlloc(ConnectorRequest request, int[] blockIds, int numExternalTokens) {
+        planner.alloc(request, blockIds, numExternalTokens, keys);
     }
 
     @Override
-    public synchronized ConnectorMeta buildConnectorMeta(List<ScheduledRequest> scheduled) {
-        int bs = hasher.blockSize();
-        KeyFormat k = keys;
-        List<ConnectorMeta.Save> saves = new ArrayList<>();
-        for (ScheduledRequest s : scheduled) {
-            int firstNew = s.computedBefore() / bs; // a block partly computed before may fill now
-            int filled = s.computedAfter() / bs;
-            if (filled <= firstNew) {
-                continue;
-            }
-            if (s.computedAfter() > s.request().numTokens()) {
-                throw new IllegalArgumentException("request " + s.request().id() + ": " + s.computedAfter()
-                        + " tokens computed but only " + s.request().numTokens() + " known");
-            }
-            List<BlockHash> h = hashesFor(s.request());
-            for (int b = firstNew; b < filled && b < s.blockIds().length; b++) {
-                saves.add(new ConnectorMeta.Save(s.request().id(), s.blockIds()[b], b, k.keyString(h.get(b))));
-            }
-        }
-        ConnectorMeta meta = new ConnectorMeta(List.copyOf(plannedLoads), saves, generation);
-        plannedLoads.clear();
-        return meta;
+    public ConnectorMeta buildConnectorMeta(List<ScheduledRequest> scheduled) {
+        return planner.build(scheduled, keys, generation);
     }
 
     @Override
     public boolean requestFinished(ConnectorRequest request, int[] blockIds) {
+        planner.forget(request.id());
         synchronized (this) {
-            hashes.remove(request.id());
             digests.remove(request.id());
-            matchedFrom.remove(request.id());
         }
         synchronized (saveLock) {
             if (pendingSaves.getOrDefault(request.id(), 0) > 0) {
@@ -286,13 +237,10 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
         fence.writeLock().lock();
         try {
             generation++;
-            synchronized (this) {
-                plannedLoads.clear();
-                matchedFrom.clear();
-            }
+            planner.voidAll();
             long removed = switch (resetScope) {
-                case ALL_FENCED -> client.removeAll(true);
-                case MODEL -> client.removeByPrefix(KeyFormat.modelPrefix(keys.model()));
+                case ALL_FENCED -> store.removeAll(true);
+                case MODEL -> store.removeByPrefix(KeyFormat.modelPrefix(keys.model()));
             };
             resets.increment();
             log.info("kvpool connector: cache reset ({}), {} objects removed; generation {}", resetScope, removed,
@@ -319,10 +267,8 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
             KeyFormat old = keys;
             keys = old.withWeights(weights);
             generation++;
+            planner.voidAll();
             synchronized (this) {
-                plannedLoads.clear();
-                matchedFrom.clear();
-                hashes.clear();
                 digests.clear();
             }
             oldPrefix = old.versionPrefix();
@@ -333,7 +279,7 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
             return CompletableFuture.completedFuture(0L);
         }
         return CompletableFuture.supplyAsync(() -> {
-            long n = client.removeByPrefix(oldPrefix);
+            long n = store.removeByPrefix(oldPrefix);
             log.info("kvpool connector: reclaimed {} objects of {}", n, oldPrefix);
             return n;
         }, io);
@@ -343,8 +289,12 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
 
     @Override
     public void startLoadKv(ConnectorMeta meta, PagedKv kv) {
+        settleLoad(); // the previous step's load, if the engine never waited for it
         current = meta;
         loadErrors.clear();
+        stepLoadErrors.clear();
+        savesStarted = false;
+        fail(meta.voidLoads()); // accepted before a reset: the KV they name is gone or stale
         if (meta.loads().isEmpty()) {
             currentLoad = CompletableFuture.completedFuture(null);
         } else {
@@ -368,7 +318,7 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
             }
             long[] got;
             try {
-                got = client.getIntoBatch(k, dst);
+                got = store.getIntoBatch(k, dst);
             } catch (RuntimeException e) {
                 log.warn("kvpool load of {} blocks failed: {}", k.size(), e.toString());
                 fail(meta.loads());
@@ -376,8 +326,7 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
             }
             for (int i = 0; i < got.length; i++) {
                 if (got[i] != kv.blockBytes()) {
-                    loadErrors.add(meta.loads().get(i).blockId());
-                    failedLoads.increment();
+                    fail(List.of(meta.loads().get(i)));
                 } else {
                     loadedBlocks.increment();
                     loadedBytes.add(got[i]);
@@ -390,6 +339,7 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
 
     private void fail(List<ConnectorMeta.Load> loads) {
         for (ConnectorMeta.Load l : loads) {
+            stepLoadErrors.add(l.blockId());
             loadErrors.add(l.blockId());
         }
         failedLoads.add(loads.size());
@@ -397,6 +347,11 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
 
     @Override
     public void waitForLayerLoad(int layer) {
+        settleLoad();
+    }
+
+    /** Waits for the step's loads (a block holds all its layers: the first layer waits for them all). */
+    private void settleLoad() {
         if (loadAwaited) {
             return;
         }
@@ -414,40 +369,41 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
 
     @Override
     public void saveKvLayer(int layer, PagedKv kv) {
-        if (layer != kv.numLayers() - 1 || current.saves().isEmpty()) {
+        if (layer != kv.numLayers() - 1 || savesStarted) {
             return;
         }
-        waitForLayerLoad(0); // the step's loads have settled: their failures are known
-        List<ConnectorMeta.Save> kept = current.savesWithoutFailedLoads(Set.copyOf(loadErrors));
-        droppedSaves.add(current.saves().size() - kept.size());
-        if (kept.isEmpty()) {
+        savesStarted = true; // a step's saves start once
+        settleLoad();
+        ConnectorMeta meta = current;
+        List<ConnectorMeta.Save> saves = meta.savesNotOverFailedLoads(Set.copyOf(stepLoadErrors));
+        droppedSaves.add(meta.saves().size() - saves.size());
+        if (saves.isEmpty()) {
             return;
         }
-        ConnectorMeta meta = new ConnectorMeta(current.loads(), kept, current.generation());
         synchronized (saveLock) {
-            for (ConnectorMeta.Save s : meta.saves()) {
+            for (ConnectorMeta.Save s : saves) {
                 pendingSaves.merge(s.requestId(), 1, Integer::sum);
             }
             saving.removeIf(Future::isDone);
-            saving.add(io.submit(() -> save(meta, kv)));
+            saving.add(io.submit(() -> save(saves, meta.generation(), kv)));
         }
     }
 
-    private void save(ConnectorMeta meta, PagedKv kv) {
+    private void save(List<ConnectorMeta.Save> saves, long planned, PagedKv kv) {
         try {
             fence.readLock().lock();
             try {
-                if (meta.generation() != generation) {
-                    droppedSaves.add(meta.saves().size());
+                if (planned != generation) {
+                    droppedSaves.add(saves.size());
                     return;
                 }
-                List<String> k = new ArrayList<>(meta.saves().size());
-                List<MemorySegment> src = new ArrayList<>(meta.saves().size());
-                for (ConnectorMeta.Save s : meta.saves()) {
+                List<String> k = new ArrayList<>(saves.size());
+                List<MemorySegment> src = new ArrayList<>(saves.size());
+                for (ConnectorMeta.Save s : saves) {
                     k.add(s.key());
                     src.add(kv.block(s.blockId()));
                 }
-                List<PutStatus> st = client.putBatch(k, src);
+                List<PutStatus> st = store.putBatch(k, src);
                 for (PutStatus p : st) {
                     switch (p) {
                         case OK -> {
@@ -462,11 +418,11 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
                 fence.readLock().unlock();
             }
         } catch (RuntimeException e) {
-            log.warn("kvpool save of {} blocks failed: {}", meta.saves().size(), e.toString());
-            droppedSaves.add(meta.saves().size());
+            log.warn("kvpool save of {} blocks failed: {}", saves.size(), e.toString());
+            droppedSaves.add(saves.size());
         } finally {
             synchronized (saveLock) {
-                for (ConnectorMeta.Save s : meta.saves()) {
+                for (ConnectorMeta.Save s : saves) {
                     if (pendingSaves.merge(s.requestId(), -1, Integer::sum) == 0) {
                         pendingSaves.remove(s.requestId());
                         if (finishedWithSaves.remove(s.requestId())) {
@@ -496,6 +452,17 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
         }
     }
 
+    /** Waits for every save of these requests if any is queued or running (a preemption reuses their blocks). */
+    @Override
+    public void waitForRequestSaves(Set<String> requestIds) {
+        synchronized (saveLock) {
+            if (requestIds.stream().noneMatch(pendingSaves::containsKey)) {
+                return;
+            }
+        }
+        waitForSave();
+    }
+
     @Override
     public Set<String> getFinished(Set<String> finishedRequestIds) {
         synchronized (saveLock) {
@@ -510,6 +477,7 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
 
     @Override
     public Set<Integer> blockIdsWithLoadErrors() {
+        settleLoad();
         Set<Integer> out = Set.copyOf(loadErrors);
         loadErrors.removeAll(out);
         return out;

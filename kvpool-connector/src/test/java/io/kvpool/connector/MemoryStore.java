@@ -1,0 +1,162 @@
+package io.kvpool.connector;
+
+import io.kvpool.client.KvPoolClient;
+import io.kvpool.client.PutStatus;
+import io.kvpool.protocol.KeyDigest;
+
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.EnumSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.function.Consumer;
+
+/**
+ * A pool in a map, for {@link PoolConnector} under test: the real connector over a test double of
+ * the store. It answers as the pool does (a put of a present key is ALREADY_EXISTS, a prefix match
+ * stops at the first absent key, a miss reads {@link KvPoolClient#MISS}), records what lookups asked,
+ * and can be told to fail: the next call of a kind throws, chosen keys read short, chosen keys'
+ * puts answer a status and store nothing. Thread-safe (the connector loads and saves on its threads).
+ */
+final class MemoryStore implements PoolStore {
+
+    /** The calls a fault can target. */
+    enum Call { LOOKUP, LOAD, SAVE, RESET }
+
+    private final Map<String, byte[]> objects = new ConcurrentHashMap<>();
+    private final Map<Digest, String> byDigest = new ConcurrentHashMap<>();
+    private final Set<Call> failNext = EnumSet.noneOf(Call.class);
+    private final Set<String> shortReads = ConcurrentHashMap.newKeySet();
+    private final Map<String, PutStatus> putAnswers = new ConcurrentHashMap<>();
+    private final List<long[]> probes = new ArrayList<>();
+    /** Runs at the start of each putBatch (a gate for tests that hold a save). */
+    volatile Consumer<List<String>> beforePut = k -> { };
+    /** Runs at the start of each getIntoBatch (a gate for tests that hold a load). */
+    volatile Consumer<List<String>> beforeGet = k -> { };
+
+    private record Digest(long lo, long hi) {
+        static Digest of(String key) {
+            long[] d = KeyDigest.of(key.getBytes(StandardCharsets.UTF_8));
+            return new Digest(d[0], d[1]);
+        }
+    }
+
+    synchronized void failNext(Call call) {
+        failNext.add(call);
+    }
+
+    void readShort(String key) {
+        shortReads.add(key);
+    }
+
+    void answerPut(String key, PutStatus status) {
+        putAnswers.put(key, status);
+    }
+
+    private synchronized void maybeFail(Call call) {
+        if (failNext.remove(call)) {
+            throw new IllegalStateException("test store: " + call.name().toLowerCase() + " failed as told");
+        }
+    }
+
+    /** The digests (lo, hi) every lookup asked about since the last call, in order. */
+    synchronized List<long[]> takeProbes() {
+        List<long[]> out = new ArrayList<>(probes);
+        probes.clear();
+        return out;
+    }
+
+    byte[] get(String key) {
+        return objects.get(key);
+    }
+
+    Set<String> keys() {
+        return Set.copyOf(objects.keySet());
+    }
+
+    boolean remove(String key) {
+        byDigest.remove(Digest.of(key));
+        return objects.remove(key) != null;
+    }
+
+    @Override
+    public int prefixMatchDigests(long[] digests, int from, int to) {
+        maybeFail(Call.LOOKUP);
+        int present = 0;
+        boolean stopped = false;
+        for (int i = from; i < to; i++) {
+            synchronized (this) {
+                probes.add(new long[]{digests[2 * i], digests[2 * i + 1]});
+            }
+            if (!stopped && byDigest.containsKey(new Digest(digests[2 * i], digests[2 * i + 1]))) {
+                present++;
+            } else {
+                stopped = true;
+            }
+        }
+        return present;
+    }
+
+    @Override
+    public long[] getIntoBatch(List<String> keys, List<MemorySegment> dsts) {
+        beforeGet.accept(keys);
+        maybeFail(Call.LOAD);
+        long[] got = new long[keys.size()];
+        for (int i = 0; i < keys.size(); i++) {
+            byte[] v = objects.get(keys.get(i));
+            if (v == null) {
+                got[i] = KvPoolClient.MISS;
+                continue;
+            }
+            int n = shortReads.contains(keys.get(i)) ? v.length / 2 : v.length;
+            MemorySegment.copy(MemorySegment.ofArray(v), 0, dsts.get(i), 0, n);
+            got[i] = n;
+        }
+        return got;
+    }
+
+    @Override
+    public List<PutStatus> putBatch(List<String> keys, List<MemorySegment> values) {
+        beforePut.accept(keys);
+        maybeFail(Call.SAVE);
+        List<PutStatus> out = new ArrayList<>(keys.size());
+        for (int i = 0; i < keys.size(); i++) {
+            String k = keys.get(i);
+            PutStatus told = putAnswers.get(k);
+            if (told != null) {
+                out.add(told);
+            } else if (objects.putIfAbsent(k, values.get(i).toArray(ValueLayout.JAVA_BYTE)) == null) {
+                byDigest.put(Digest.of(k), k);
+                out.add(PutStatus.OK);
+            } else {
+                out.add(PutStatus.ALREADY_EXISTS);
+            }
+        }
+        return out;
+    }
+
+    @Override
+    public long removeAll(boolean force) {
+        maybeFail(Call.RESET);
+        long n = objects.size();
+        objects.clear();
+        byDigest.clear();
+        return n;
+    }
+
+    @Override
+    public long removeByPrefix(String prefix) {
+        maybeFail(Call.RESET);
+        long n = 0;
+        for (String k : new ArrayList<>(objects.keySet())) {
+            if (k.startsWith(prefix) && remove(k)) {
+                n++;
+            }
+        }
+        return n;
+    }
+}
