@@ -112,15 +112,43 @@ public final class RollingRestartBench {
                             + "\nlauncher log " + dir.resolve("launch.log"));
                 }
                 List<String> steps = said.lines().filter(l -> l.contains(" restarted in ")).toList();
+                explainWrongReads(t, objects, valueBytes, dir);
                 int one = 0;
                 int two = 0;
+                List<String> oneLost = new ArrayList<>();
                 for (int i = 0; i < objects; i++) {
-                    one += exact(c, key("one", i), valueBytes) ? 1 : 0;
+                    if (exact(c, key("one", i), valueBytes)) {
+                        one++;
+                    } else {
+                        oneLost.add(key("one", i) + " old client: " + describe(c, key("one", i)));
+                    }
                     two += exact(c, key("two", i), valueBytes) ? 1 : 0;
                 }
+                if (!oneLost.isEmpty()) {
+                    try (KvPoolClient fresh = KvPoolClient.connect(ClientConfig.forMaster(master))) {
+                        List<String> lines = new ArrayList<>();
+                        for (String l : oneLost) {
+                            String k = l.substring(0, l.indexOf(' '));
+                            lines.add(l + "; fresh client: " + (exact(fresh, k, valueBytes) ? "exact" : describe(fresh, k)));
+                        }
+                        Files.write(dir.resolve("lost-one-copy.txt"), lines);
+                    }
+                }
                 long lost = 0;
+                List<String> lostKeys = new ArrayList<>();
                 for (String k : t.acknowledged) {
-                    lost += exact(c, k, valueBytes) ? 0 : 1;
+                    if (!exact(c, k, valueBytes)) {
+                        lost++;
+                        String why;
+                        try (KvPoolClient fresh = KvPoolClient.connect(ClientConfig.forMaster(master))) {
+                            why = "fresh client: " + (exact(fresh, k, valueBytes) ? "exact" : "NOT exact") + "; old client: "
+                                    + describe(c, k);
+                        }
+                        lostKeys.add(k + " acknowledged at " + t.ackedAt.get(k) + "; " + why);
+                    }
+                }
+                if (!lostKeys.isEmpty()) {
+                    Files.write(dir.resolve("lost-puts.txt"), lostKeys); // beside the launcher's log, for the diagnosis
                 }
                 return new Outcome(objects, one, two, t.wrong.get(), t.gets.get(), t.failedGets.get(), t.puts.get(),
                         t.failedPuts.get(), lost, Traffic.longestGap(t.getOk), Traffic.longestGap(t.putOk), steps, seconds);
@@ -193,6 +221,14 @@ public final class RollingRestartBench {
         return v;
     }
 
+    private static String describe(KvPoolClient c, String key) {
+        try {
+            return c.get(key).isPresent() ? "present" : "miss";
+        } catch (RuntimeException e) {
+            return e.toString();
+        }
+    }
+
     private static boolean exact(KvPoolClient c, String key, int length) {
         try {
             Optional<byte[]> got = c.get(key);
@@ -200,6 +236,49 @@ public final class RollingRestartBench {
         } catch (RuntimeException e) {
             return false;
         }
+    }
+
+    record WrongRead(String key, byte[] got, java.time.Instant at) {
+    }
+
+    /**
+     * Writes {@code dir/wrong-reads.txt}: for each sampled wrong read, the key, when, the length read,
+     * and whose value the bytes were (another stored key's, all zeros, or unknown).
+     */
+    private static void explainWrongReads(Traffic t, int objects, int valueBytes, Path dir) throws IOException {
+        if (t.wrongSamples.isEmpty()) {
+            return;
+        }
+        java.util.Map<Long, String> byPrefix = new java.util.HashMap<>();
+        List<String> all = new ArrayList<>();
+        for (int i = 0; i < objects; i++) {
+            all.add(key("one", i));
+            all.add(key("two", i));
+            for (int c = 0; c < CLIENTS; c++) {
+                all.add(key("live-" + c, i));
+            }
+        }
+        for (String k : all) {
+            byPrefix.put(java.nio.ByteBuffer.wrap(value(k, valueBytes)).getLong(), k);
+        }
+        List<String> lines = new ArrayList<>();
+        for (WrongRead w : t.wrongSamples) {
+            String whose;
+            if (w.got().length < 8) {
+                whose = "too short";
+            } else {
+                long prefix = java.nio.ByteBuffer.wrap(w.got()).getLong();
+                String other = byPrefix.get(prefix);
+                boolean zeros = true;
+                for (byte b : w.got()) {
+                    zeros &= b == 0;
+                }
+                whose = zeros ? "all zeros" : other == null ? "unknown bytes"
+                        : "the value of " + other + (Arrays.equals(w.got(), value(other, valueBytes)) ? " (whole)" : " (start only)");
+            }
+            lines.add(w.at() + " " + w.key() + ": " + w.got().length + " bytes, " + whose);
+        }
+        Files.write(dir.resolve("wrong-reads.txt"), lines);
     }
 
     /** The clients: each gets a stored object and puts a new one, in a loop, until stopped. */
@@ -212,6 +291,9 @@ public final class RollingRestartBench {
         final ConcurrentLinkedQueue<Long> getOk = new ConcurrentLinkedQueue<>();
         final ConcurrentLinkedQueue<Long> putOk = new ConcurrentLinkedQueue<>();
         final ConcurrentLinkedQueue<String> acknowledged = new ConcurrentLinkedQueue<>();
+        /** The first wrong reads: what was asked for and what came back. */
+        final ConcurrentLinkedQueue<WrongRead> wrongSamples = new ConcurrentLinkedQueue<>();
+        final java.util.Map<String, java.time.Instant> ackedAt = new java.util.concurrent.ConcurrentHashMap<>();
         private final AtomicBoolean stop = new AtomicBoolean();
         private final List<Thread> threads = new ArrayList<>();
 
@@ -233,6 +315,9 @@ public final class RollingRestartBench {
                                     failedGets.incrementAndGet();
                                 } else if (!Arrays.equals(got.get(), value(k, valueBytes))) {
                                     wrong.incrementAndGet();
+                                    if (wrongSamples.size() < 100) {
+                                        wrongSamples.add(new WrongRead(k, got.get(), java.time.Instant.now()));
+                                    }
                                 } else {
                                     getOk.add(System.nanoTime());
                                 }
@@ -250,6 +335,7 @@ public final class RollingRestartBench {
                                 if (c.putDetailed(p, value(p, valueBytes), PutOptions.DEFAULT).status() == PutStatus.OK) {
                                     putOk.add(System.nanoTime());
                                     acknowledged.add(p);
+                                    ackedAt.put(p, java.time.Instant.now());
                                 } else {
                                     failedPuts.incrementAndGet();
                                 }

@@ -149,8 +149,8 @@ final class RollingRestart {
     }
 
     private String step(LaunchCommand.Supervised s, long t0) {
-        String line = String.format(Locale.ROOT, "%s restarted in %.2f s (pid %d)", s.name(),
-                (System.nanoTime() - t0) / 1e9, s.process().pid());
+        String line = String.format(Locale.ROOT, "%s restarted in %.2f s (pid %d, back at %s)", s.name(),
+                (System.nanoTime() - t0) / 1e9, s.process().pid(), java.time.Instant.now());
         say.println("rolling restart: " + line);
         say.flush();
         return line;

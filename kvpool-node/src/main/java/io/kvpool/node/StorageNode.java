@@ -80,6 +80,8 @@ public final class StorageNode implements AutoCloseable {
     /** The status page mounted by {@link #mountStatus}, closed with the node; null until then. */
     private volatile StatusPages pages;
     private volatile boolean closed;
+    /** Open once the constructor finished (or failed): until then the server's connections wait. */
+    private final java.util.concurrent.CountDownLatch started = new java.util.concurrent.CountDownLatch(1);
 
     public StorageNode(NodeConfig config) throws IOException {
         this.config = config;
@@ -127,6 +129,7 @@ public final class StorageNode implements AutoCloseable {
         if (disk != null) {
             disk.onChange(link::wake);
         }
+        started.countDown();
         log.info("node {} serving a {} segment, master {}", name, Size.human(segment.byteSize()), config.master());
     }
 
@@ -226,6 +229,7 @@ public final class StorageNode implements AutoCloseable {
     private final class Handler implements RequestHandler {
         @Override
         public void handle(Request req) throws IOException {
+            awaitStarted(req);
             if (req.opcode() != Opcode.NODE_WRITE && req.payloadLength() != 0) {
                 throw new MalformedFrameException(FrameStatus.MALFORMED_FRAME, req.requestId(), req.opcode().metricName
                         + " carries " + req.payloadLength() + " payload bytes but takes none");
@@ -248,7 +252,27 @@ public final class StorageNode implements AutoCloseable {
         @Override
         public void connectionClosed(String peer) {
             // a same-machine writer that went away leaves its begun writes: they never become readable
-            sameMachine.connectionClosed(peer);
+            if (started.getCount() == 0 && sameMachine != null) {
+                sameMachine.connectionClosed(peer);
+            }
+        }
+    }
+
+    /**
+     * The server listens before the node is built (its port names the node and its segment file), so
+     * a client that knew this address before a restart can send a frame while the segment is still
+     * being adopted: it waits here, up to the frame timeout, instead of reaching half-built parts.
+     */
+    private void awaitStarted(Request req) throws IOException {
+        try {
+            if (!started.await(config.frameTimeout().toMillis(), java.util.concurrent.TimeUnit.MILLISECONDS)
+                    || ledger == null) {
+                throw new IOException("node " + name + " is still starting (or failed to start); "
+                        + req.opcode().metricName + " not served");
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new IOException("interrupted while the node starts", e);
         }
     }
 
