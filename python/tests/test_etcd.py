@@ -16,7 +16,6 @@ import logging
 import shutil
 import subprocess
 import threading
-import time
 import urllib.request
 import uuid
 from pathlib import Path
@@ -24,7 +23,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from conftest import REPO, free_port
+from conftest import REPO, free_port, wait_until
 from kvpool import KvPoolError
 from kvpool.etcd import (EtcdCompacted, EtcdGateway, EtcdTarget, EtcdUnavailable, LeaderInfo, LeaderWatch,
                          list_masters, parse_etcd_url)
@@ -35,10 +34,7 @@ WAIT = 15.0  # the deadline for any expected change
 
 def eventually(check: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
     """Polls ``check`` until it holds; fails naming ``what`` after ``timeout`` seconds."""
-    end = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < end, f"{what}: not seen within {timeout}s"
-        time.sleep(0.05)
+    wait_until(check, what, timeout, interval=0.05)
 
 
 # ---------------------------------------------------------------------------------------------------
