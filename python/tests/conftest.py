@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -39,6 +39,15 @@ def find_java() -> Path:
             if 'version "2' in out.stderr and not 'version "21' in out.stderr:
                 return Path(home) / "bin" / "java"
     raise RuntimeError("no JDK 25 found: set JAVA_HOME")
+
+
+def wait_until(cond: Callable[[], object], what: str, timeout: float = 30.0, interval: float = 0.01) -> None:
+    """Polls ``cond`` every ``interval`` seconds until it holds; fails naming ``what`` after ``timeout``
+    seconds. What tests wait with instead of sleeping for a time they hope is enough."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out after {timeout:g} s waiting for {what}"
+        time.sleep(interval)
 
 
 def free_port() -> int:

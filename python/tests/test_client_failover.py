@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import kvpool
-from conftest import JAR, find_java, free_port
+from conftest import JAR, find_java, free_port, wait_until
 from test_etcd import Etcd, etcd  # noqa: F401  (etcd: the module-scoped fixture that runs a real etcd)
 
 
@@ -56,6 +56,11 @@ class ElectedCluster:
             watch.close()
         raise AssertionError(f"no {'ready ' if ready else ''}leader other than {other_than} in {self.url}")
 
+    def nodes_listed(self) -> int:
+        """How many registered nodes the leader has published in etcd (what a next leader waits for)."""
+        target = kvpool.etcd.parse_etcd_url(self.url)
+        return len(kvpool.etcd.EtcdGateway(target, timeout=2.0).range_prefix(f"/kvpool/{target.cluster}/nodes/"))
+
     def stop(self) -> None:
         for p in self.procs:
             if p.poll() is None:
@@ -64,17 +69,15 @@ class ElectedCluster:
 
 
 def test_the_client_follows_the_leader_across_a_failover(etcd: Etcd, tmp_path: Path) -> None:
-    if not JAR.exists():
-        pytest.skip(f"{JAR} is not built (./kvpool builds it)")
+    assert JAR.exists(), f"{JAR} is not built: ./kvpool build (./kvpool test builds it before this suite)"
     cluster = ElectedCluster(etcd, tmp_path)
     try:
         with kvpool.Client(cluster.url, timeout=30) as c:
-            deadline = time.monotonic() + 60
-            while not any(s.active for s in c.status().segments) and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_until(lambda: any(s.active for s in c.status().segments), "the node's segment to be active", 60)
             keys = [f"py/{i}" for i in range(300)]
             assert c.put_batch(keys, [value_of(k) for k in keys]) == [kvpool.PutStatus.OK] * len(keys)
-            time.sleep(0.5)  # the leader lists its nodes in etcd within 200 ms; the next one waits for them
+            # the next leader takes over the nodes the leader listed in etcd: wait until it has
+            wait_until(lambda: cluster.nodes_listed() == 1, "the leader to list its node in etcd", 60, interval=0.05)
             first = cluster.leader_id(ready=True)
             os.killpg(cluster.masters[first].pid, signal.SIGKILL)
             cluster.masters[first].wait()

@@ -5,12 +5,12 @@ outlives. Ordering is forced with gates (events), never with sleeps."""
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 import pytest
 
 import kvpool
+from conftest import wait_until
 from kvpool.connector import (
     BlockHasher, ConnectorRequest, FileFence, KeyFormat, PagedKvCache, PoolConnector, ScheduledRequest,
 )
@@ -35,13 +35,6 @@ class Gated:
         self.entered.release()
         assert self.release.wait(60), "test gate never opened"
         return self.real.put_batch(keys, values, **kw)
-
-
-def wait_until(cond: Any, what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.002)
 
 
 def make(client: Any, **kw: Any) -> tuple[PoolConnector, PagedKvCache]:

@@ -2,10 +2,11 @@
 
 The etcd is the one ``scripts/etcd.sh`` runs (Debian's etcd-server, 3.4), on free loopback ports with
 its data under tmp_path; the tests are skipped only when the script says etcd cannot be installed
-here (its exit status 3). The tests play the masters' part with plain gateway calls made here
-(``urllib``, not the module under test): lease grant, the create-if-absent txn on the leader key, a
-put that marks the leader ready, delete, lease revoke. Nothing waits for a fixed time: each expected
-change is polled for with a generous deadline.
+here (its exit status 3): an etcd that is present but fails (crashes, never answers) fails them, and a
+port someone took before etcd bound it (exit status 4) is answered with other ports. The tests play
+the masters' part with plain gateway calls made here (``urllib``, not the module under test): lease
+grant, the create-if-absent txn on the leader key, a put that marks the leader ready, delete, lease
+revoke. Nothing waits for a fixed time: each expected change is polled for with a generous deadline.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ import base64
 import json
 import logging
 import shutil
+import socket
 import subprocess
 import threading
-import time
 import urllib.request
 import uuid
 from pathlib import Path
@@ -24,7 +25,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from conftest import REPO, free_port
+from conftest import REPO, free_port, wait_until
 from kvpool import KvPoolError
 from kvpool.etcd import (EtcdCompacted, EtcdGateway, EtcdTarget, EtcdUnavailable, LeaderInfo, LeaderWatch,
                          list_masters, parse_etcd_url)
@@ -35,10 +36,7 @@ WAIT = 15.0  # the deadline for any expected change
 
 def eventually(check: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
     """Polls ``check`` until it holds; fails naming ``what`` after ``timeout`` seconds."""
-    end = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < end, f"{what}: not seen within {timeout}s"
-        time.sleep(0.05)
+    wait_until(check, what, timeout, interval=0.05)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -146,25 +144,40 @@ def test_unreachable_etcd_is_named() -> None:
 # A real etcd, and the masters' part played with plain gateway calls
 
 
-class Etcd:
-    """An etcd run by scripts/etcd.sh on free loopback ports, its data under ``dir``."""
+PORT_ATTEMPTS = 5  # starts on new ports when the script finds one taken (its exit status 4)
 
-    def __init__(self, dir: Path) -> None:
+
+class Etcd:
+    """An etcd run by scripts/etcd.sh on free loopback ports, its data under ``dir``. ``ports`` hands out
+    the ports to try (free ones unless a test says otherwise); a restart keeps the first start's."""
+
+    def __init__(self, dir: Path, ports: Callable[[], int] = free_port) -> None:
         self.dir = dir
-        self.port = free_port()
-        self.peer_port = free_port()
-        self.endpoint = f"127.0.0.1:{self.port}"
-        self.start()
+        clashes: list[str] = []
+        for _ in range(PORT_ATTEMPTS):
+            self.port, self.peer_port = ports(), ports()
+            self.endpoint = f"127.0.0.1:{self.port}"
+            shutil.rmtree(dir / "data", ignore_errors=True)  # a member made on other ports keeps their peer URL
+            out = self.start(port_clash_ok=True)
+            if out is None:
+                return
+            clashes.append(out)
+        raise AssertionError(f"etcd did not start: its ports were taken {PORT_ATTEMPTS} times in a row: {clashes}")
 
     def _script(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=600)
 
-    def start(self) -> None:
+    def start(self, *, port_clash_ok: bool = False) -> str | None:
+        """Starts (or restarts) etcd; None once it runs, or with ``port_clash_ok`` the script's complaint
+        about a port in use. Skips only when etcd cannot be installed here; fails on anything else."""
         out = self._script("start", str(self.dir), str(self.port), str(self.peer_port))
         if out.returncode == 3:
             pytest.skip(f"etcd cannot be installed here: {out.stderr.strip()}")
+        if out.returncode == 4 and port_clash_ok:
+            return out.stderr.strip().splitlines()[-1]
         assert out.returncode == 0, f"scripts/etcd.sh start failed ({out.returncode}): {out.stdout}{out.stderr}"
         assert out.stdout.strip() == f"http://{self.endpoint}"
+        return None
 
     def stop(self) -> None:
         out = self._script("stop", str(self.dir))
@@ -277,9 +290,30 @@ def test_the_script_reports_its_etcd(etcd: Etcd, tmp_path: Path) -> None:
     # a second etcd on ports in use is refused, naming the port
     busy = subprocess.run(["bash", str(SCRIPT), "start", str(tmp_path), str(etcd.port), str(free_port())],
                           capture_output=True, text=True, timeout=120)
-    assert busy.returncode == 1 and f"port {etcd.port}" in busy.stderr
+    assert busy.returncode == 4 and f"port {etcd.port}" in busy.stderr
     # stopping what is not running is fine
     assert subprocess.run(["bash", str(SCRIPT), "stop", str(tmp_path)]).returncode == 0
+
+
+def test_a_port_taken_before_etcd_binds_it_is_answered_with_other_ports(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))  # bound, not listening: nothing answers there, and etcd's own bind fails
+        handed = [free_port(), taken.getsockname()[1]]
+        own = Etcd(tmp_path / "etcd", ports=lambda: handed.pop(0) if handed else free_port())
+        try:
+            assert not handed and own.peer_port != taken.getsockname()[1]
+            assert "address already in use" in (tmp_path / "etcd" / "etcd.log").read_text()  # the first attempt's
+            assert own.post("/v3/maintenance/status", {})["version"]
+        finally:
+            own.stop()
+
+
+def test_an_etcd_that_crashes_at_start_fails_naming_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Present but failing is a failure with etcd's log, never a skip (pytest.skip raises no AssertionError)."""
+    monkeypatch.setenv("ETCD_EXTRA_ARGS", "--no-such-flag-pytest")
+    crash = "(?s)flag provided but not defined: -no-such-flag-pytest.*exited during startup"  # the log tail, the reason
+    with pytest.raises(AssertionError, match=crash):
+        Etcd(tmp_path / "etcd")
 
 
 def test_gateway_reads_and_watches(etcd: Etcd, cluster: str) -> None:

@@ -18,6 +18,10 @@ import java.util.concurrent.TimeUnit;
  */
 final class LocalEtcd implements AutoCloseable {
 
+    /** scripts/etcd.sh's exit status when a port is in use. */
+    private static final int PORT_IN_USE = 4;
+    private static final int PORT_ATTEMPTS = 5;
+
     private final Path script;
     private final Path dir;
     final int clientPort;
@@ -37,20 +41,29 @@ final class LocalEtcd implements AutoCloseable {
                     + " --etcd etcd://HOST:PORT of an etcd you run)");
         }
         Files.createDirectories(dir);
-        // a fresh member each start: its ports are new, and an old data directory would keep the old
-        // member's peer address (etcd.sh then refuses it). The pool's records in it (leader, node and
-        // owed lists) belong to masters that are gone too.
-        deleteTree(dir.resolve("data"));
-        int client = freePort();
-        int peer = freePort();
-        Process p = new ProcessBuilder(List.of("bash", script.toString(), "start", dir.toString(), "" + client, "" + peer))
-                .redirectErrorStream(true).start();
-        String out = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
-        if (!p.waitFor(120, TimeUnit.SECONDS) || p.exitValue() != 0) {
-            p.destroyForcibly();
-            throw new IOException("cannot start etcd with " + script + ":\n" + out.strip());
+        // a port taken between choosing it and etcd binding it (the script's exit status 4) is tried
+        // again on two new ones, a few times
+        for (int attempt = 1; ; attempt++) {
+            // a fresh member each start: its ports are new, and an old data directory would keep the old
+            // member's peer address (etcd.sh then refuses it). The pool's records in it (leader, node and
+            // owed lists) belong to masters that are gone too.
+            deleteTree(dir.resolve("data"));
+            int client = freePort();
+            int peer = freePort();
+            Process p = new ProcessBuilder(List.of("bash", script.toString(), "start", dir.toString(), "" + client,
+                    "" + peer)).redirectErrorStream(true).start();
+            String out = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+            boolean done = p.waitFor(120, TimeUnit.SECONDS);
+            if (done && p.exitValue() == 0) {
+                return new LocalEtcd(script, dir, client);
+            }
+            if (!done) {
+                p.destroyForcibly();
+            }
+            if (!done || p.exitValue() != PORT_IN_USE || attempt == PORT_ATTEMPTS) {
+                throw new IOException("cannot start etcd with " + script + ":\n" + out.strip());
+            }
         }
-        return new LocalEtcd(script, dir, client);
     }
 
     String url(String cluster) {

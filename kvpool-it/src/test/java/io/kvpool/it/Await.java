@@ -26,4 +26,23 @@ final class Await {
     static void until(String what, BooleanSupplier condition) throws InterruptedException {
         until(what, DEFAULT, condition);
     }
+
+    /** A condition whose check may throw (a metrics scrape, a log read). */
+    @FunctionalInterface
+    interface Check {
+        boolean holds() throws Exception;
+    }
+
+    /** {@link #until} for a check that may throw: its exception fails the wait (wrapped, naming {@code what}). */
+    static void untilChecked(String what, Duration timeout, Check check) throws InterruptedException {
+        until(what, timeout, () -> {
+            try {
+                return check.holds();
+            } catch (RuntimeException e) {
+                throw e;
+            } catch (Exception e) {
+                throw new AssertionError("while waiting until " + what + ": " + e, e);
+            }
+        });
+    }
 }

@@ -15,6 +15,7 @@ import java.nio.ByteBuffer;
 import java.nio.channels.SocketChannel;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 
@@ -86,9 +87,8 @@ class ConnectionFloodIT {
                     ch.write(ByteBuffer.allocate(1024));
                     hostile.add(ch);
                 }
-                while (cluster.metric("master_connections_open") < base + hostile.size()) {
-                    Thread.sleep(50);
-                }
+                Await.untilChecked("the master counts the " + hostile.size() + " hostile connections open",
+                        Await.DEFAULT, () -> cluster.metric("master_connections_open") >= base + hostile.size());
                 // everyone else is served while the flood holds its connections
                 putAndRead(c, "during/");
                 long rssDuring = rssKiB(cluster.masterPid());
@@ -102,11 +102,10 @@ class ConnectionFloodIT {
                 assertThat(rssDuring - rssBefore).as("resident growth, KiB").isLessThan(512L << 10);
                 // the bodies in flight come out of the process's budget: an eighth of 256 MiB, raised to the 64 MiB floor
                 assertThat(cluster.metric("master_body_budget_bytes")).isEqualTo(64 << 20);
-                // the frame timeout closes every one of them
-                while (cluster.metric("master_frames_timed_out_total") < hostile.size()) {
-                    // none of them sent more than its connection's standing body buffer: each is closed at its deadline
-                    Thread.sleep(200);
-                }
+                // the frame timeout closes every one of them: none of them sent more than its connection's
+                // standing body buffer, so each is closed at its deadline
+                Await.untilChecked("the frame timeout closed all " + hostile.size() + " hostile connections",
+                        Duration.ofSeconds(120), () -> cluster.metric("master_frames_timed_out_total") >= hostile.size());
                 // all 1,048 are gone; the client itself may have opened another pooled connection meanwhile
                 assertThat(cluster.metric("master_connections_open")).isLessThanOrEqualTo(base + 4);
                 putAndRead(c, "after/");

@@ -8,7 +8,6 @@ import io.kvpool.etcd.LeaderWatch;
 import io.kvpool.master.ElectedMaster;
 import io.kvpool.master.MasterConfig;
 import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 
@@ -40,8 +39,7 @@ class ElectionIT {
     @BeforeAll
     static void startEtcd() throws Exception {
         etcd = new EtcdProcess(Path.of("target", "it-logs", "election", "etcd").toAbsolutePath());
-        String why = etcd.start();
-        Assumptions.assumeTrue(why == null, () -> "etcd is not available here: " + why);
+        etcd.start(); // skips only where etcd cannot be installed; a failing etcd fails
     }
 
     @AfterAll

@@ -17,6 +17,7 @@ import org.junit.jupiter.api.Test;
 
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.Collection;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
@@ -161,7 +162,7 @@ class EngineIT {
                     }));
                 }
                 for (int v = 1; v <= 8; v++) {
-                    Thread.sleep(150);
+                    awaitServedUnder(done, "v" + (v - 1));
                     e.pauseGeneration(false, true).get();
                     long seed = 100 + v;
                     e.updateWeights(() -> Weights.random(MODEL, seed), "v" + v);
@@ -170,7 +171,9 @@ class EngineIT {
                     }
                     e.resume();
                 }
-                Thread.sleep(300);
+                awaitServedUnder(done, "v8");
+                Await.until("a completion with a cache hit", () -> done.stream()
+                        .anyMatch(got -> got.ok() && got.externalHitTokens() + got.localHitTokens() > 0));
                 stop.set(true);
                 CompletableFuture.allOf(clients.toArray(CompletableFuture[]::new)).get();
 
@@ -197,6 +200,12 @@ class EngineIT {
                 assertThat(e.metrics().weightUpdates()).isGreaterThanOrEqualTo(8);
             }
         }
+    }
+
+    /** Waits until a few requests completed under weights {@code version}, so each version's KV is exercised. */
+    private static void awaitServedUnder(Collection<Completion> done, String version) throws InterruptedException {
+        Await.until("4 requests completed under weights " + version, () -> done.stream()
+                .filter(got -> got.ok() && got.weightsVersion().equals(version)).count() >= 4);
     }
 
     @Test

@@ -4,7 +4,6 @@ import io.kvpool.etcd.EtcdGateway;
 import io.kvpool.etcd.EtcdTarget;
 import io.kvpool.etcd.LeaderRecord;
 import io.kvpool.etcd.LeaderWatch;
-import org.junit.jupiter.api.Assumptions;
 
 import java.io.IOException;
 import java.io.UncheckedIOException;
@@ -20,8 +19,8 @@ import java.util.function.Predicate;
 
 /**
  * Several masters elected through a real etcd, and nodes, each an OS process on loopback (the real
- * CLI): what the failover tests run against. Skips the test, saying why, when etcd cannot be
- * installed or started here.
+ * CLI): what the failover tests run against. Skips the test, saying why, only when etcd cannot be
+ * installed here; an etcd that is installed but does not start fails it ({@link EtcdProcess#start()}).
  */
 final class HaCluster implements AutoCloseable {
 
@@ -39,8 +38,7 @@ final class HaCluster implements AutoCloseable {
         this.logDir = Path.of("target", "it-logs", testName);
         Files.createDirectories(logDir);
         this.etcd = new EtcdProcess(logDir.resolve("etcd").toAbsolutePath());
-        String why = etcd.start();
-        Assumptions.assumeTrue(why == null, () -> "etcd is not available here: " + why);
+        etcd.start();
         this.url = etcd.url("it-" + testName);
         this.target = EtcdTarget.parse(url);
         this.watch = new LeaderWatch(target, Duration.ofSeconds(2)).start();

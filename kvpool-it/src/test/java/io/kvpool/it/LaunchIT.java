@@ -11,6 +11,7 @@ import java.io.InputStreamReader;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CopyOnWriteArrayList;
@@ -25,8 +26,8 @@ class LaunchIT {
 
     private static final Pattern STARTED = Pattern.compile("started (\\S+) on \\S+ \\(pid (\\d+)\\)");
 
-    /** A running launcher: its process and the lines it printed. */
-    record Launcher(Process process, List<String> lines) {
+    /** A running launcher: its process, the lines it printed so far, and the thread that reads them. */
+    record Launcher(Process process, List<String> lines, Thread reader) {
         long pidOf(String name) {
             for (String l : lines) {
                 Matcher m = STARTED.matcher(l);
@@ -51,6 +52,13 @@ class LaunchIT {
         boolean printed(String part) {
             return lines.stream().anyMatch(l -> l.contains(part));
         }
+
+        /** Every line the launcher printed: waits (60 s at most) for it to exit and its output to be read to the end. */
+        List<String> allLines() throws InterruptedException {
+            assertThat(process.waitFor(60, TimeUnit.SECONDS)).as("the launcher exited").isTrue();
+            assertThat(reader.join(Duration.ofSeconds(60))).as("the launcher's output read to its end").isTrue();
+            return lines;
+        }
     }
 
     private static Launcher launch(Path dir, String config, String... extra) throws Exception {
@@ -69,7 +77,7 @@ class LaunchIT {
         cmd.addAll(List.of(extra));
         Process p = new ProcessBuilder(cmd).redirectErrorStream(true).start();
         List<String> lines = new CopyOnWriteArrayList<>();
-        Thread.ofVirtual().start(() -> {
+        Thread reader = Thread.ofVirtual().start(() -> {
             try (BufferedReader r = new BufferedReader(new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8))) {
                 String l;
                 while ((l = r.readLine()) != null) {
@@ -79,31 +87,24 @@ class LaunchIT {
                 // the process ended
             }
         });
-        return new Launcher(p, lines);
+        return new Launcher(p, lines, reader);
     }
 
+    /** Waits (120 s at most) until the launcher printed {@code part}; fails at once if it exits without. */
     private static void awaitPrinted(Launcher l, String part) throws InterruptedException {
-        for (int i = 0; i < 1200 && !l.printed(part); i++) {
-            if (!l.process().isAlive() && !l.printed(part)) {
-                Thread.sleep(200); // let the reader catch up
-                if (l.printed(part)) {
-                    return;
-                }
-                throw new AssertionError("launcher exited with " + l.process().exitValue() + " before printing '" + part
-                        + "': " + l.lines());
-            }
-            Thread.sleep(100);
+        Await.until("the launcher printed '" + part + "' or exited", Duration.ofSeconds(120),
+                () -> l.printed(part) || !l.process().isAlive());
+        if (!l.printed(part)) {
+            List<String> all = l.allLines(); // it exited: what it printed last may still be on its way
+            assertThat(all).as("the launcher exited with %d before printing '%s'", l.process().exitValue(), part)
+                    .anyMatch(line -> line.contains(part));
         }
-        assertThat(l.printed(part)).as("printed '%s': %s", part, l.lines()).isTrue();
     }
 
     private static void assertAllGone(List<Long> pids) throws InterruptedException {
         for (long pid : pids) {
-            for (int i = 0; i < 150 && ProcessHandle.of(pid).map(ProcessHandle::isAlive).orElse(false); i++) {
-                Thread.sleep(100);
-            }
-            assertThat(ProcessHandle.of(pid).map(ProcessHandle::isAlive).orElse(false)).as("pid %d left behind", pid)
-                    .isFalse();
+            Await.until("pid " + pid + " exited (not left behind)", Duration.ofSeconds(15),
+                    () -> !ProcessHandle.of(pid).map(ProcessHandle::isAlive).orElse(false));
         }
     }
 
@@ -120,14 +121,13 @@ class LaunchIT {
             }
         } finally {
             l.process().destroy();
-            l.process().waitFor();
+            assertThat(l.process().waitFor(60, TimeUnit.SECONDS)).as("the launcher stopped on SIGTERM").isTrue();
         }
         // with --hosts there is no default to assume: the message says what to give
         Files.writeString(dir.resolve("hosts.txt"), "127.0.0.1 local\n");
         Launcher h = launchWith(dir, "--hosts", dir.resolve("hosts.txt").toString());
-        assertThat(h.process().waitFor()).isNotZero();
-        Thread.sleep(200); // let the reader take the last lines
-        assertThat(h.printed("--config FILE is required with --hosts")).as(h.lines().toString()).isTrue();
+        assertThat(String.join("\n", h.allLines())).contains("--config FILE is required with --hosts");
+        assertThat(h.process().exitValue()).isNotZero();
     }
 
     @Test
@@ -170,15 +170,11 @@ class LaunchIT {
             try (KvPoolClient c = KvPoolClient.connect(master)) {
                 // a put placed on the dead node fails until the master drops it (node TTL); then puts
                 // go to the live one
-                PutStatus st = PutStatus.FAILED;
-                for (int i = 0; i < 600 && st != PutStatus.OK; i++) {
-                    st = c.put("after-loss", new byte[]{1});
-                    if (st != PutStatus.OK) {
-                        assertThat(st).isEqualTo(PutStatus.FAILED);
-                        Thread.sleep(100);
-                    }
-                }
-                assertThat(st).isEqualTo(PutStatus.OK);
+                Await.until("a put that succeeds on the live node", () -> {
+                    PutStatus st = c.put("after-loss", new byte[]{1});
+                    assertThat(st).isIn(PutStatus.OK, PutStatus.FAILED);
+                    return st == PutStatus.OK;
+                });
             }
             long masterPid = l.pidOf("master");
             ProcessHandle.of(masterPid).orElseThrow().destroyForcibly();
@@ -219,10 +215,8 @@ class LaunchIT {
     @Test
     void aBadConfigIsRefusedNamingTheField(@TempDir Path dir) throws Exception {
         Launcher l = launch(dir, "type: pool\ncpu_size: 1GiB\n", "--local", "1");
-        assertThat(l.process().waitFor(60, TimeUnit.SECONDS)).isTrue();
-        Thread.sleep(200);
+        assertThat(String.join("\n", l.allLines())).contains("offload.cpu_size").contains("use cpu");
         assertThat(l.process().exitValue()).isNotZero();
-        assertThat(String.join("\n", l.lines())).contains("offload.cpu_size").contains("use cpu");
         assertThat(l.printed("started")).as("nothing started").isFalse();
     }
 
@@ -234,6 +228,7 @@ class LaunchIT {
         assertThat(l.process().waitFor(90, TimeUnit.SECONDS)).isTrue();
         assertThat(l.process().exitValue()).as("the command's exit code").isEqualTo(3);
         assertThat(Files.readString(seen).trim()).isEqualTo(dir.resolve("client.json").toAbsolutePath().toString());
+        assertThat(l.allLines()).as("the pool was started").anyMatch(line -> line.contains("started master"));
         assertAllGone(l.childPids());
     }
 }

@@ -160,7 +160,7 @@ class RemovalChaosIT {
                         live.remove(n);
                         live.add(cluster.startNode("64MiB", "/dev/shm"));
                     }
-                    Thread.sleep(rnd.nextInt(20));
+                    Thread.sleep(rnd.nextInt(20)); // paces the chaos (random gaps between steps); nothing waits on it
                 }
             } finally {
                 stop.set(true);

@@ -2,7 +2,6 @@ package io.kvpool.it;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
-import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.Test;
 
 import java.nio.file.Files;
@@ -31,11 +30,11 @@ class SoakIT {
     void verifiedTrafficSurvivesNodeKillsFailoverAndPartitions() throws Exception {
         Path logs = Path.of("target", "it-logs", "soak").toAbsolutePath();
         Files.createDirectories(logs);
-        // skip only where etcd cannot be installed, as the other HA tests do
-        EtcdProcess probe = new EtcdProcess(logs.resolve("etcd-probe"));
-        String why = probe.start();
-        probe.close();
-        Assumptions.assumeTrue(why == null, () -> "etcd is not available here: " + why);
+        // skip only where etcd cannot be installed, as the other HA tests do (an etcd that is installed
+        // but does not start fails here, naming why, rather than inside the soak)
+        try (EtcdProcess probe = new EtcdProcess(logs.resolve("etcd-probe"))) {
+            probe.start();
+        }
 
         long seed = Long.getLong("kvpool.soak.seed", System.nanoTime());
         System.out.println("SoakIT: seed " + seed + " (replay with -Dkvpool.soak.seed=" + seed + ")");

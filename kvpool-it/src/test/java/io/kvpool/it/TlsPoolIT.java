@@ -166,15 +166,11 @@ class TlsPoolIT {
     }
 
     private static void awaitMetricAtLeast(String name, double n) throws Exception {
-        while (cluster.metric(name) < n) {
-            Thread.sleep(50);
-        }
+        Await.untilChecked(name + " reached " + n, Await.DEFAULT, () -> cluster.metric(name) >= n);
     }
 
     private static void awaitLog(Path log, String text) throws Exception {
-        while (!Files.readString(log).contains(text)) {
-            Thread.sleep(50);
-        }
+        Await.untilChecked(log + " says '" + text + "'", Await.DEFAULT, () -> Files.readString(log).contains(text));
     }
 
     @Test
