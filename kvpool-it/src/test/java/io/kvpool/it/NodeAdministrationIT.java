@@ -22,7 +22,6 @@ import io.kvpool.protocol.msg.ControlToken;
 import io.kvpool.protocol.msg.KeyList;
 import io.kvpool.protocol.msg.MasterMessages;
 import io.kvpool.protocol.msg.NodeMessages;
-import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.Test;
 
 import java.nio.charset.StandardCharsets;
@@ -149,8 +148,7 @@ class NodeAdministrationIT {
     void afterAFailoverTheNewLeaderAdministersTheNodeAndTheOldLeadersTokenNoLonger() throws Exception {
         try (EtcdProcess etcd = new EtcdProcess(Path.of("target", "it-logs", "node-administration", "etcd")
                 .toAbsolutePath())) {
-            String why = etcd.start();
-            Assumptions.assumeTrue(why == null, () -> "etcd is not available here: " + why);
+            etcd.start(); // a skip only where etcd cannot be installed; a failing etcd fails the test
             String url = etcd.url("node-administration");
             EtcdTarget target = EtcdTarget.parse(url);
             MasterConfig base = MasterConfig.defaults().withSummaryInterval(Duration.ZERO);
