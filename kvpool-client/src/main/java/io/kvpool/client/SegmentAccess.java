@@ -45,7 +45,7 @@ final class SegmentAccess implements AutoCloseable {
                     i.tiers().diskCapacity(), i.tiers().diskUsed(), i.tiers().diskObjects()));
         }
         directory.replace(segs);
-        shared.retain(directory.ids());
+        shared.retain(directory.shmPaths());
         return new PoolStats(s.epoch(), s.keys(), s.pendingPuts(), s.allocatedBytes(), s.capacityBytes(),
                 s.activeClients(), List.copyOf(segs));
     }
