@@ -270,7 +270,7 @@ class Client:
             self._segments = {s.id: s for s in stats.segments}
             self._table_at = time.monotonic()
             self.epoch = stats.epoch
-        self._shm.retain(set(self._segments))
+        self._shm.retain({s.shm_path for s in self._segments.values() if s.shm_path})
         return stats
 
     def _segment(self, sid: int) -> SegmentStats | None:

@@ -132,29 +132,40 @@ class Mapping:
 
 
 class SharedSegments:
-    """Mappings of this host's segments, by segment id; None for segments reached over TCP."""
+    """Mappings of this host's segments, by shared-memory file; None for segments reached over TCP.
+
+    Kept by file, never by segment id: ids are per master run, and a new master (a restart, or a
+    failover to another elected master) numbers segments in the order their nodes register again, so
+    a mapping kept by id would send copies for the segment now called N into the file of the node
+    formerly called N (issue 25). The file name carries the node's address and process id.
+    """
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
         self._lock = threading.Lock()
-        self._mapped: dict[int, Mapping] = {}
-        self._unmappable: set[int] = set()
+        self._mapped: dict[str, Mapping] = {}
+        self._unmappable: set[str] = set()
         self._local: dict[str, bool] = {}
 
     def mapping(self, seg: SegmentStats) -> Mapping | None:
-        if not self.enabled or not seg.shm_path or seg.id in self._unmappable:
+        path = seg.shm_path
+        if not self.enabled or not path or path in self._unmappable:
             return None
-        m = self._mapped.get(seg.id)
-        if m is not None:
+        m = self._mapped.get(path)
+        if m is not None and m.size == seg.capacity:
             return m
         with self._lock:
-            m = self._mapped.get(seg.id)
-            if m is None and seg.id not in self._unmappable:
+            m = self._mapped.get(path)
+            if m is not None and m.size != seg.capacity:
+                # the same file name for a segment of another size: not the segment mapped before
+                self._mapped.pop(path).close()
+                m = None
+            if m is None and path not in self._unmappable:
                 m = self._map(seg)
                 if m is None:
-                    self._unmappable.add(seg.id)
+                    self._unmappable.add(path)
                 else:
-                    self._mapped[seg.id] = m
+                    self._mapped[path] = m
             return m
 
     def is_local(self, host: str) -> bool:
@@ -192,11 +203,11 @@ class SharedSegments:
                  "reads and writes" if writable else "reads only; writes over TCP")
         return Mapping(mm, writable, seg.capacity)
 
-    def retain(self, live: set[int]) -> None:
-        """Forgets mappings of segments no longer in the table."""
+    def retain(self, live: set[str]) -> None:
+        """Forgets mappings of files no segment in the table has any more."""
         with self._lock:
-            for sid in [s for s in self._mapped if s not in live]:
-                self._mapped.pop(sid).close()
+            for path in [f for f in self._mapped if f not in live]:
+                self._mapped.pop(path).close()
             self._unmappable &= live
 
     def close(self) -> None:

@@ -86,7 +86,7 @@ public final class KvPoolClient implements AutoCloseable {
         this.reads = new ObjectReads(config, master, segments, tasks, locations, lease);
         // write leases need the read lease: it is how a removeAll reaches this client before it returns
         this.writeLeases = lease != null && config.writeLeases() ? new WriteLeasePool(master,
-                System::nanoTime, () -> locations.leaseValid(System.nanoTime())) : null;
+                System::nanoTime, () -> locations.leaseValid(System.nanoTime()), segments::run) : null;
         if (writeLeases != null) {
             locations.onDropAll(writeLeases::doom);
         }

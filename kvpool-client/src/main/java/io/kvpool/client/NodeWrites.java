@@ -67,28 +67,32 @@ final class NodeWrites {
         final int from;
         final long epoch;
         final long term;
+        /** The master run the reservation was made in ({@link SegmentAccess#run}). */
+        final int run;
         final boolean parallelOk;
         /** 0: not computed yet; else 1 << 32 | crc. */
         private final AtomicLongArray crcs;
 
-        Batch(byte[][] keys, List<MemorySegment> values, int from, int to, long epoch, long term, boolean parallelOk) {
-            this(keys, values, from, epoch, term, parallelOk, new AtomicLongArray(to - from));
+        Batch(byte[][] keys, List<MemorySegment> values, int from, int to, long epoch, long term, int run,
+              boolean parallelOk) {
+            this(keys, values, from, epoch, term, run, parallelOk, new AtomicLongArray(to - from));
         }
 
-        private Batch(byte[][] keys, List<MemorySegment> values, int from, long epoch, long term, boolean parallelOk,
-                      AtomicLongArray crcs) {
+        private Batch(byte[][] keys, List<MemorySegment> values, int from, long epoch, long term, int run,
+                      boolean parallelOk, AtomicLongArray crcs) {
             this.keys = keys;
             this.values = values;
             this.from = from;
             this.epoch = epoch;
             this.term = term;
+            this.run = run;
             this.parallelOk = parallelOk;
             this.crcs = crcs;
         }
 
-        /** The same items and checksums, written under another reservation (a lease's epoch and term). */
-        Batch under(long e, long t) {
-            return new Batch(keys, values, from, e, t, parallelOk, crcs);
+        /** The same items and checksums, written under another reservation (a lease's epoch, term and run). */
+        Batch under(long e, long t, int r) {
+            return new Batch(keys, values, from, e, t, r, parallelOk, crcs);
         }
 
         byte[] key(int item) {
@@ -111,7 +115,8 @@ final class NodeWrites {
 
     /**
      * Writes the given replica slots to one segment; returns a code per slot. Never throws for node
-     * failures.
+     * failures. All FAILED if the master changed since the reservation: its segment id may name
+     * another node now (see {@link SegmentAccess}).
      *
      * <p>The share is cut into frames (at most {@link PerSegment#MAX_ITEMS_PER_NODE_FRAME} items and
      * the payload limit, and, when the caller's memory may be touched by other threads, into parts of
@@ -126,7 +131,7 @@ final class NodeWrites {
     ResultCode[] writeToSegment(int segId, List<Slot> slots, Batch b) {
         ResultCode[] codes = new ResultCode[slots.size()];
         Arrays.fill(codes, ResultCode.FAILED);
-        SegmentDirectory.Entry seg = segments.resolve(segId);
+        SegmentDirectory.Entry seg = segments.resolve(segId, b.run);
         if (seg == null) {
             return codes;
         }
@@ -167,13 +172,17 @@ final class NodeWrites {
      * range (the lease is then released by the caller).
      */
     ResultCode[] writeLeased(WriteLeasePool.Lease lease, List<Slot> slots, Batch b) {
-        SegmentDirectory.Entry seg = segments.resolve(lease.segmentId);
-        MemorySegment shm = seg == null ? null : segments.mapping(seg);
+        // b.run is the lease's: a lease of the previous master writes nothing (its id may name another node)
+        SegmentDirectory.Entry seg = segments.resolve(lease.segmentId, b.run);
+        ResultCode[] codes = new ResultCode[slots.size()];
+        Arrays.fill(codes, ResultCode.FAILED);
+        if (seg == null) {
+            return codes;
+        }
+        MemorySegment shm = segments.mapping(seg);
         if (shm == null) {
             return writeToSegment(lease.segmentId, slots, b);
         }
-        ResultCode[] codes = new ResultCode[slots.size()];
-        Arrays.fill(codes, ResultCode.FAILED);
         try {
             if (lease.node == null) {
                 FrameConnection c = FrameConnection.connect(seg.address(), config.connectTimeout(), config.limits(),

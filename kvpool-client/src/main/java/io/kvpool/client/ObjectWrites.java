@@ -38,6 +38,7 @@ final class ObjectWrites {
     private final PerSegment tasks;
     private final LocationCache locations;
     private final NodeWrites nodes;
+    private final SegmentAccess segments;
     /** Null when puts are two-phase only (write leases off, or no read lease to hear of removals by). */
     private final WriteLeasePool leases;
 
@@ -47,6 +48,7 @@ final class ObjectWrites {
         this.tasks = tasks;
         this.locations = locations;
         this.leases = leases;
+        this.segments = segments;
         this.nodes = new NodeWrites(config, segments, tasks);
     }
 
@@ -113,7 +115,8 @@ final class ObjectWrites {
                            boolean upsert, PutStatus[] status) {
         int[] all = new int[to - from];
         Arrays.setAll(all, j -> j);
-        NodeWrites.Batch b = new NodeWrites.Batch(k, values, from, to, 0, 0, PerSegment.shareable(values.subList(from, to)));
+        NodeWrites.Batch b = new NodeWrites.Batch(k, values, from, to, 0, 0, 0,
+                PerSegment.shareable(values.subList(from, to)));
         List<Integer> expired = new ArrayList<>();
         long epoch = putLeased(b, all, preferred == null ? "" : preferred, upsert, status, expired, -1);
         if (!expired.isEmpty()) {
@@ -162,7 +165,7 @@ final class ObjectWrites {
             }
             epoch = lease.epoch;
             try {
-                writeAndCommit(lease, slots, b.under(lease.epoch, lease.term), upsert, status, expired);
+                writeAndCommit(lease, slots, b.under(lease.epoch, lease.term, lease.run), upsert, status, expired);
             } catch (RuntimeException e) {
                 WriteLeasePool.closeNode(lease); // not used again: let its range go on the node
                 throw e;
@@ -243,6 +246,7 @@ final class ObjectWrites {
         }
         BodyWriter w = new BodyWriter(64 + items.size() * 64);
         new MasterMessages.PutStart(upsert, replicas, preferred == null ? "" : preferred, pinSeconds, items).write(w);
+        int run = segments.run(); // before the master is asked: its regions are void once it changed
         MasterMessages.PutStartReply reply = master.call(batch ? Opcode.BATCH_PUT_START : Opcode.PUT_START, w,
                 MasterMessages.PutStartReply::read);
 
@@ -276,7 +280,7 @@ final class ObjectWrites {
         long[] failed = new long[to - from];
         boolean[] fenced = new boolean[to - from];
         boolean parallelOk = PerSegment.shareable(values.subList(from, to));
-        NodeWrites.Batch b = new NodeWrites.Batch(k, values, from, to, reply.epoch(), reply.term(), parallelOk);
+        NodeWrites.Batch b = new NodeWrites.Batch(k, values, from, to, reply.epoch(), reply.term(), run, parallelOk);
         tasks.run(bySegment, parallelOk, (segId, slots) -> {
             ResultCode[] codes = nodes.writeToSegment(segId, slots, b);
             synchronized (failed) {

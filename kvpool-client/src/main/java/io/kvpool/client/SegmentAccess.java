@@ -12,11 +12,23 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.atomic.AtomicInteger;
 
 /**
  * How the client reaches segments: its copy of the segment table (refreshed from the master when a
  * reply names a segment it does not know), the shared-memory mappings of segments on this host,
  * and a connection pool per node for the rest.
+ *
+ * <h2>Master runs</h2>
+ * Segment ids are per master run: a new master (a restart, a failover between elected masters)
+ * numbers the segments in the order their nodes register again, so id 2 of the old run may be
+ * another node's id 3 now. A master's answer naming segments (a write lease, a PUT_START's regions)
+ * may still be in a thread's hands when this client meets the new master; resolved in the new table,
+ * it would send the old master's offsets to another node, where the bytes land on live objects (on
+ * the same-machine path before any node sees them). So the client counts the master runs it has met
+ * ({@link #run}, moved by {@link #clear} when the master changed): a writer reads the count before
+ * asking the master, and {@link #resolve(int, int)} answers null once it moved. A table fetched
+ * across a change is not kept either (it may be the old master's).
  */
 final class SegmentAccess implements AutoCloseable {
 
@@ -28,6 +40,8 @@ final class SegmentAccess implements AutoCloseable {
     private final SegmentDirectory directory = new SegmentDirectory();
     private final SharedSegments shared;
     private final Map<HostPort, ConnectionPool> nodes = new ConcurrentHashMap<>();
+    /** Master runs met so far (see the class comment). */
+    private final AtomicInteger run = new AtomicInteger();
 
     SegmentAccess(ClientConfig config, MasterChannel master) {
         this.config = config;
@@ -35,24 +49,54 @@ final class SegmentAccess implements AutoCloseable {
         this.shared = new SharedSegments(config.sharedMemory());
     }
 
-    /** Asks the master for the cluster's state (CLUSTER_STATS) and takes its segment table. */
+    /**
+     * Asks the master for the cluster's state (CLUSTER_STATS) and takes its segment table, unless the
+     * master changed during the call (then it asks once more: the answer may be the old master's).
+     */
     PoolStats refresh() {
-        MasterMessages.ClusterStats s = master.call(Opcode.CLUSTER_STATS, new BodyWriter(0), MasterMessages.ClusterStats::read);
-        List<PoolStats.SegmentStats> segs = new ArrayList<>(s.segments().size());
-        for (MasterMessages.SegmentInfo i : s.segments()) {
-            segs.add(new PoolStats.SegmentStats(i.id(), i.name(), i.host(), i.port(), i.capacity(), i.used(), i.objects(),
-                    i.state() == MasterMessages.SegmentInfo.STATE_ACTIVE, i.heartbeatAgeMillis(), i.shmPath(),
-                    i.tiers().diskCapacity(), i.tiers().diskUsed(), i.tiers().diskObjects()));
+        for (int attempt = 0; ; attempt++) {
+            int before = run.get();
+            MasterMessages.ClusterStats s = master.call(Opcode.CLUSTER_STATS, new BodyWriter(0),
+                    MasterMessages.ClusterStats::read);
+            List<PoolStats.SegmentStats> segs = new ArrayList<>(s.segments().size());
+            for (MasterMessages.SegmentInfo i : s.segments()) {
+                segs.add(new PoolStats.SegmentStats(i.id(), i.name(), i.host(), i.port(), i.capacity(), i.used(),
+                        i.objects(), i.state() == MasterMessages.SegmentInfo.STATE_ACTIVE, i.heartbeatAgeMillis(),
+                        i.shmPath(), i.tiers().diskCapacity(), i.tiers().diskUsed(), i.tiers().diskObjects()));
+            }
+            PoolStats stats = new PoolStats(s.epoch(), s.keys(), s.pendingPuts(), s.allocatedBytes(),
+                    s.capacityBytes(), s.activeClients(), List.copyOf(segs));
+            synchronized (this) {
+                if (run.get() == before) {
+                    directory.replace(segs);
+                    shared.retain(directory.shmPaths());
+                    return stats;
+                }
+            }
+            if (attempt > 0) {
+                return stats; // the master keeps changing: the caller gets its answer, the table stays empty
+            }
         }
-        directory.replace(segs);
-        shared.retain(directory.ids());
-        return new PoolStats(s.epoch(), s.keys(), s.pendingPuts(), s.allocatedBytes(), s.capacityBytes(),
-                s.activeClients(), List.copyOf(segs));
     }
 
-    /** Segment ids are per master run: after a restart the table is void. */
-    void clear() {
+    /** The master changed (restarted, or another one leads now): its segment ids are void. */
+    synchronized void clear() {
+        run.incrementAndGet();
         directory.clear();
+    }
+
+    /** How many master changes this client has met: read it before asking the master for regions. */
+    int run() {
+        return run.get();
+    }
+
+    /**
+     * {@link #resolve(int)} for an id the master gave while {@link #run} was {@code run}: null once the
+     * master changed since (the id may name another node now).
+     */
+    SegmentDirectory.Entry resolve(int segmentId, int run) {
+        SegmentDirectory.Entry e = resolve(segmentId);
+        return this.run.get() == run ? e : null;
     }
 
     /** The segment with this id, refreshing the table once if it is unknown; null if still unknown or unreachable. */

@@ -43,8 +43,15 @@ final class SegmentDirectory {
         refreshedAtNanos = System.nanoTime();
     }
 
-    java.util.Set<Integer> ids() {
-        return byId.keySet();
+    /** The shared-memory files of the segments in the table (those that advertise one). */
+    Set<String> shmPaths() {
+        Set<String> out = new java.util.HashSet<>();
+        for (Entry e : byId.values()) {
+            if (!e.shmPath().isEmpty()) {
+                out.add(e.shmPath());
+            }
+        }
+        return out;
     }
 
     void clear() {

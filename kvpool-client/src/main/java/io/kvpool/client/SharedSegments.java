@@ -54,6 +54,16 @@ import java.util.concurrent.ConcurrentHashMap;
  * file can be opened read-write with the segment's size. Otherwise (another host, no permission,
  * anonymous memory) that segment uses TCP, and the log says so once. Mappings live in automatic
  * arenas: they are unmapped when the segment leaves the table and nothing uses them any more.
+ *
+ * <h2>Keyed by file, not by segment id</h2>
+ * Mappings are kept by the node's shared-memory file, never by segment id: ids are per master run,
+ * and a new master (a restart, or a failover to another elected master) numbers the segments in the
+ * order their nodes register again, so id 2 may name another node than it did a moment ago. Kept by
+ * id, a mapping outlived that renumbering (the id was still in the table) and every same-machine
+ * copy for the segment now called 2 went into the file of the node formerly called 2: values
+ * overwritten under intact headers there, readers served those bytes, and the node that owned the
+ * object stamped headers over values that never arrived (issue 25, the rolling-restart drill). The
+ * file name carries the node's address and process id, so it names one node's segment for good.
  */
 final class SharedSegments {
 
@@ -69,8 +79,9 @@ final class SharedSegments {
     private static volatile Prefault.Windows lastWindows;
 
     private final boolean enabled;
-    private final Map<Integer, MemorySegment> mapped = new ConcurrentHashMap<>();
-    private final Set<Integer> unmappable = ConcurrentHashMap.newKeySet();
+    /** By shared-memory file (see the class comment: never by segment id). */
+    private final Map<String, MemorySegment> mapped = new ConcurrentHashMap<>();
+    private final Set<String> unmappable = ConcurrentHashMap.newKeySet();
 
     SharedSegments(boolean enabled) {
         this.enabled = enabled;
@@ -78,22 +89,28 @@ final class SharedSegments {
 
     /** The mapped segment for this directory entry, or null when it must be reached over TCP. */
     MemorySegment mapping(SegmentDirectory.Entry e) {
-        if (!enabled || e == null || !e.local() || e.shmPath().isEmpty() || unmappable.contains(e.id())) {
+        if (!enabled || e == null || !e.local() || e.shmPath().isEmpty() || unmappable.contains(e.shmPath())) {
             return null;
         }
-        MemorySegment m = mapped.get(e.id());
-        if (m != null) {
+        MemorySegment m = mapped.get(e.shmPath());
+        if (m != null && m.byteSize() == e.capacity()) {
             return m;
         }
         synchronized (this) {
-            m = mapped.get(e.id());
+            m = mapped.get(e.shmPath());
+            if (m != null && m.byteSize() != e.capacity()) {
+                // the same file name for a segment of another size: not the segment mapped before
+                mapped.remove(e.shmPath());
+                forget(m);
+                m = null;
+            }
             if (m == null) {
                 m = map(e);
                 if (m == null) {
-                    unmappable.add(e.id());
+                    unmappable.add(e.shmPath());
                 } else {
                     WINDOWS.put(m.address(), new Prefault.Windows(e.name(), m, Prefault.NATIVE));
-                    mapped.put(e.id(), m);
+                    mapped.put(e.shmPath(), m);
                 }
             }
         }
@@ -123,16 +140,16 @@ final class SharedSegments {
         }
     }
 
-    /** Forgets mappings of segments no longer in the table (their nodes left or re-registered). */
-    synchronized void retain(Set<Integer> liveIds) {
+    /** Forgets mappings of files no segment in the table has any more (their nodes left or restarted). */
+    synchronized void retain(Set<String> liveFiles) {
         for (var it = mapped.entrySet().iterator(); it.hasNext(); ) {
-            Map.Entry<Integer, MemorySegment> e = it.next();
-            if (!liveIds.contains(e.getKey())) {
+            Map.Entry<String, MemorySegment> e = it.next();
+            if (!liveFiles.contains(e.getKey())) {
                 it.remove();
                 forget(e.getValue());
             }
         }
-        unmappable.retainAll(liveIds);
+        unmappable.retainAll(liveFiles);
     }
 
     /** Drops every mapping (the client is closing); they are unmapped once nothing uses them. */

@@ -17,6 +17,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.function.BooleanSupplier;
+import java.util.function.IntSupplier;
 import java.util.function.LongSupplier;
 
 /**
@@ -62,6 +63,11 @@ final class WriteLeasePool implements AutoCloseable {
         final String preference;
         /** The pool's era when granted: a lease of an earlier era is never used again. */
         final int era;
+        /**
+         * The master run it was asked for in ({@link SegmentAccess#run}): once the master changed, its
+         * segment id may name another node, so it is neither written to nor kept.
+         */
+        final int run;
         /** The master's grant of the range and generations, relayed with every write into it. */
         final WriteGrant grant;
         long next;
@@ -73,8 +79,9 @@ final class WriteLeasePool implements AutoCloseable {
          */
         volatile FrameConnection node;
 
-        Lease(WriteLeaseMessages.Granted g, String preference, int era, long nowNanos) {
+        Lease(WriteLeaseMessages.Granted g, String preference, int era, int run, long nowNanos) {
             this.era = era;
+            this.run = run;
             this.grant = g.grant();
             this.id = g.leaseId();
             this.epoch = g.epoch();
@@ -103,14 +110,17 @@ final class WriteLeasePool implements AutoCloseable {
     private final LongSupplier nanos;
     /** Whether this client's read lease is valid now: only then does a removeAll wait for it (see above). */
     private final BooleanSupplier heard;
+    /** The master run now ({@link SegmentAccess#run}). */
+    private final IntSupplier run;
     private final Map<String, ArrayDeque<Lease>> idle = new HashMap<>();
     private final AtomicInteger era = new AtomicInteger();
     private boolean closed;
 
-    WriteLeasePool(MasterChannel master, LongSupplier nanos, BooleanSupplier heard) {
+    WriteLeasePool(MasterChannel master, LongSupplier nanos, BooleanSupplier heard, IntSupplier run) {
         this.master = master;
         this.nanos = nanos;
         this.heard = heard;
+        this.run = run;
     }
 
     /**
@@ -121,6 +131,7 @@ final class WriteLeasePool implements AutoCloseable {
     Lease take(String preference, long firstRegion, long wantedBytes, int generations, ResultCode[] refusal) {
         long now = nanos.getAsLong();
         int currentEra = era.get();
+        int currentRun = run.getAsInt(); // before the master is asked (see SegmentAccess)
         List<Lease> stale = new ArrayList<>();
         Lease found = null;
         boolean reuse = heard.getAsBoolean();
@@ -128,7 +139,7 @@ final class WriteLeasePool implements AutoCloseable {
             ArrayDeque<Lease> q = idle.get(preference);
             while (q != null && !q.isEmpty()) {
                 Lease l = q.pollFirst();
-                if (reuse && !l.stale(now) && l.era == currentEra && l.fits(firstRegion)) {
+                if (reuse && !l.stale(now) && l.era == currentEra && l.run == currentRun && l.fits(firstRegion)) {
                     found = l;
                     break;
                 }
@@ -147,14 +158,14 @@ final class WriteLeasePool implements AutoCloseable {
             refusal[0] = g.code();
             return null;
         }
-        return new Lease(g, preference, currentEra, now);
+        return new Lease(g, preference, currentEra, currentRun, now);
     }
 
     /** Back after a commit: kept while it has room, time and generations left, else released. */
     void giveBack(Lease l) {
         l.lastUsedNanos = nanos.getAsLong();
         boolean keep = l.end - l.next >= KEEP_MIN_BYTES && l.nextGeneration <= l.lastGeneration
-                && l.era == era.get();
+                && l.era == era.get() && l.run == run.getAsInt();
         if (keep) {
             synchronized (this) {
                 if (!closed) {

@@ -1,17 +1,87 @@
 package io.kvpool.client;
 
+import io.kvpool.config.HostPort;
 import io.kvpool.protocol.ObjectLayout;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
 
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
+import java.io.IOException;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.Set;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
-/** What the same-machine read accepts: only a complete object of the expected generation and length. */
+/**
+ * What the same-machine read accepts (only a complete object of the expected generation and length),
+ * and which file a segment id reaches (the one its current table entry names).
+ */
 class SharedSegmentsTest {
+
+    private static final int SIZE = 1 << 16;
+
+    /** A segment file of {@link #SIZE} bytes whose first byte is {@code mark}. */
+    private static Path segmentFile(Path dir, String name, byte mark) throws IOException {
+        byte[] bytes = new byte[SIZE];
+        bytes[0] = mark;
+        return Files.write(dir.resolve(name), bytes);
+    }
+
+    private static SegmentDirectory.Entry entry(int id, String name, Path file) {
+        return new SegmentDirectory.Entry(id, name, new HostPort("127.0.0.1", 7000 + id), true, true, SIZE, SIZE,
+                file.toString());
+    }
+
+    /**
+     * A new master numbers the segments in the order their nodes register again: id 2, node A's a
+     * moment ago, is node B's now, and both stay in the table. The id must reach B's file. (Mappings
+     * were kept by id, so every copy for "segment 2" kept going into A's file: the wrong bytes and lost
+     * objects of issue 25's rolling-restart drill.)
+     */
+    @Test
+    void anIdThatNamesAnotherNodeAfterAMasterChangeReachesThatNodesFile(@TempDir Path dir) throws IOException {
+        Path a = segmentFile(dir, "kvpool-127.0.0.1_7001-100.seg", (byte) 'A');
+        Path b = segmentFile(dir, "kvpool-127.0.0.1_7002-200.seg", (byte) 'B');
+        SharedSegments shared = new SharedSegments(true);
+        try {
+            // the old master: A is 2, B is 3
+            assertThat(shared.mapping(entry(2, "node-a", a)).get(ValueLayout.JAVA_BYTE, 0)).isEqualTo((byte) 'A');
+            assertThat(shared.mapping(entry(3, "node-b", b)).get(ValueLayout.JAVA_BYTE, 0)).isEqualTo((byte) 'B');
+
+            // the new master: B registered first and is 2, A is 3 (both ids and files still in the table,
+            // so the refresh lets go of no mapping)
+            MemorySegment two = shared.mapping(entry(2, "node-b", b));
+            assertThat(two.get(ValueLayout.JAVA_BYTE, 0)).as("segment 2 is node B's now").isEqualTo((byte) 'B');
+            assertThat(shared.mapping(entry(3, "node-a", a)).get(ValueLayout.JAVA_BYTE, 0)).isEqualTo((byte) 'A');
+
+            // a write through segment 2 lands in B's file, and A's bytes stay as they were
+            SharedSegments.write(two, 0, MemorySegment.ofArray(new byte[]{'b'}));
+            assertThat(Files.readAllBytes(b)[0]).isEqualTo((byte) 'b');
+            assertThat(Files.readAllBytes(a)[0]).isEqualTo((byte) 'A');
+        } finally {
+            shared.close();
+        }
+    }
+
+    /** A file no entry of the table names any more is let go, and mapped afresh if it comes back. */
+    @Test
+    void retainLetsGoOfFilesNoLongerInTheTable(@TempDir Path dir) throws IOException {
+        Path a = segmentFile(dir, "kvpool-127.0.0.1_7001-100.seg", (byte) 'A');
+        SharedSegments shared = new SharedSegments(true);
+        try {
+            MemorySegment first = shared.mapping(entry(1, "node-a", a));
+            shared.retain(Set.of());
+            MemorySegment again = shared.mapping(entry(4, "node-a", a));
+            assertThat(again).isNotNull();
+            assertThat(again.address()).as("a fresh mapping").isNotEqualTo(first.address());
+        } finally {
+            shared.close();
+        }
+    }
 
     @Test
     void readsOnlyTheCompleteObjectItWasToldAbout() {

@@ -1,14 +1,21 @@
 package io.kvpool.it;
 
+import io.kvpool.client.ClientConfig;
 import io.kvpool.client.KvPoolClient;
+import io.kvpool.client.PutOptions;
 import io.kvpool.client.PutStatus;
+import io.kvpool.config.HostPort;
 import io.kvpool.config.Size;
+import io.kvpool.master.MasterConfig;
+import io.kvpool.master.MasterServer;
+import io.kvpool.node.NodeConfig;
 import io.kvpool.node.StorageNode;
 import org.junit.jupiter.api.Test;
 
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
+import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 
@@ -72,6 +79,83 @@ class SameMachinePathIT {
             assertThat(cluster.nodes.getFirst().shmPath()).isEmpty();
             roundTrip(c, "anon/");
             assertThat(cluster.nodes.getFirst().bytesRead()).isPositive();
+        }
+    }
+
+    private static MasterServer master(int port) throws Exception {
+        return new MasterServer(MasterConfig.defaults().withListen("127.0.0.1", port, 0).withSummaryInterval(Duration.ZERO));
+    }
+
+    private static StorageNode node(int masterPort) throws Exception {
+        StorageNode n = new StorageNode(NodeConfig.defaults(new HostPort("127.0.0.1", masterPort), Size.ofMiB(32))
+                .withListen("127.0.0.1", 0));
+        if (!n.awaitRegistered(Duration.ofSeconds(30))) {
+            n.close();
+            throw new IllegalStateException("node " + n.name() + " did not register");
+        }
+        return n;
+    }
+
+    /** Puts {@code count} single-copy values of 16 KiB under {@code prefix}, on the segment named {@code on}. */
+    private static void putOn(KvPoolClient c, String prefix, int count, String on) {
+        for (int i = 0; i < count; i++) {
+            String key = prefix + i;
+            assertThat(c.put(key, Payloads.make(key, 1, 16_384), PutOptions.preferring(on).withReplicas(1)))
+                    .as(key).isEqualTo(PutStatus.OK);
+        }
+    }
+
+    private static void assertExact(KvPoolClient c, String prefix, int count) {
+        for (int i = 0; i < count; i++) {
+            String key = prefix + i;
+            assertThat(c.get(key)).as(key).hasValue(Payloads.make(key, 1, 16_384));
+        }
+    }
+
+    /**
+     * A restarted master numbers the segments in the order their nodes register again: the segment
+     * this client mapped as id 2 is id 1 now, and id 2 is a node that joined since. Puts to the new
+     * id 2 must land in that node's file, and the objects of the node formerly called 2 stay intact.
+     * (The client kept its mappings by id: those puts went into the old node's file, over its objects'
+     * values under intact headers, and gets served those bytes; issue 25, the rolling-restart drill.)
+     */
+    @Test
+    void segmentIdsRenumberedByANewMasterReachTheirOwnNodes() throws Exception {
+        MasterServer first = master(0);
+        int port = first.port();
+        StorageNode one = null;
+        StorageNode two = null;
+        StorageNode three = null;
+        MasterServer second = null;
+        try (KvPoolClient c = KvPoolClient.connect(ClientConfig.forMaster("127.0.0.1:" + port))) {
+            one = node(port);
+            two = node(port);
+            putOn(c, "old/", 40, two.name()); // on segment 2, through its mapping
+            assertExact(c, "old/", 40);
+
+            first.close();
+            one.close(); // gone while the master was away: the node formerly called 2 comes back first
+            second = master(port);
+            try (KvPoolClient probe = KvPoolClient.connect(ClientConfig.forMaster("127.0.0.1:" + port))) {
+                Await.until("the node formerly called 2 registered again with its objects", () ->
+                        probe.stats().segments().stream().anyMatch(s -> s.active() && s.objects() == 40));
+                assertThat(probe.stats().segments()).singleElement().satisfies(s -> assertThat(s.id()).isEqualTo(1));
+            }
+            three = node(port); // segment 2 now
+
+            putOn(c, "new/", 40, three.name());
+            assertExact(c, "old/", 40);
+            assertExact(c, "new/", 40);
+            try (KvPoolClient fresh = KvPoolClient.connect(ClientConfig.forMaster("127.0.0.1:" + port))) {
+                assertExact(fresh, "old/", 40);
+                assertExact(fresh, "new/", 40);
+            }
+        } finally {
+            for (AutoCloseable x : new AutoCloseable[]{three, two, one, second, first}) {
+                if (x != null) {
+                    x.close();
+                }
+            }
         }
     }
 }
