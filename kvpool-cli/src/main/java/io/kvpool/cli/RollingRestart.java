@@ -59,6 +59,8 @@ final class RollingRestart {
 
     private static final Pattern STANDING = Pattern.compile("kvpool master \\S+ standing for election");
     private static final Pattern LISTENING = Pattern.compile("kvpool master listening on");
+    /** What a node that took over its previous run's segment file says (SegmentMemory). */
+    private static final Pattern ADOPTED = Pattern.compile("segment \\S+: adopting ");
     /** How long a process may take to stop, and a restarted one to come back. */
     private static final Duration STEP_TIMEOUT = Duration.ofSeconds(60);
 
@@ -143,6 +145,11 @@ final class RollingRestart {
             stop(n, true);
             launch.restart(n);
             launch.awaitLine(n, LaunchCommand.NODE_LINE, STEP_TIMEOUT, lines);
+            if (!logged(n, ADOPTED, lines)) {
+                // the cache of this node is gone: the next nodes would lose theirs the same way
+                throw new LaunchCommand.LaunchFailure(n.name() + " came back without its objects (it did not adopt its"
+                        + " segment file; its log " + n.log() + " says why); stopping the rolling restart here");
+            }
             awaitBack(address, n, nodes.size());
             steps.add(step(n, t0));
         }
@@ -226,6 +233,13 @@ final class RollingRestart {
                 }
                 Thread.sleep(100);
             }
+        }
+    }
+
+    /** Whether the log has a line matching {@code p} after its first {@code skipLines}. */
+    private static boolean logged(LaunchCommand.Supervised s, Pattern p, int skipLines) throws IOException {
+        try (var l = Files.lines(s.log(), StandardCharsets.UTF_8)) {
+            return l.skip(skipLines).anyMatch(line -> p.matcher(line).find());
         }
     }
 

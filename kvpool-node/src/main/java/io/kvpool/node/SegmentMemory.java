@@ -251,6 +251,11 @@ final class SegmentMemory implements AutoCloseable {
                 if (pid >= 0 && !OrphanedSegments.isAlive(pid)
                         && Files.isRegularFile(f, LinkOption.NOFOLLOW_LINKS) && Files.size(f) == size) {
                     candidates.add(f);
+                } else if (pid >= 0) {
+                    // said, so that a restart that comes back empty tells why
+                    log.info("segment {}: not adopting {}: {}", name, f, OrphanedSegments.isAlive(pid)
+                            ? "its owner pid " + pid + " is still running"
+                            : "its size is " + Files.size(f) + " bytes, this segment's " + size);
                 }
             }
         } catch (IOException | RuntimeException e) {
