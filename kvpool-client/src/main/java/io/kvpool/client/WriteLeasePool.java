@@ -1,5 +1,6 @@
 package io.kvpool.client;
 
+import com.google.errorprone.annotations.concurrent.GuardedBy;
 import io.kvpool.protocol.BodyWriter;
 import io.kvpool.protocol.FrameConnection;
 import io.kvpool.protocol.Opcode;
@@ -103,8 +104,10 @@ final class WriteLeasePool implements AutoCloseable {
     private final LongSupplier nanos;
     /** Whether this client's read lease is valid now: only then does a removeAll wait for it (see above). */
     private final BooleanSupplier heard;
+    @GuardedBy("this")
     private final Map<String, ArrayDeque<Lease>> idle = new HashMap<>();
     private final AtomicInteger era = new AtomicInteger();
+    @GuardedBy("this")
     private boolean closed;
 
     WriteLeasePool(MasterChannel master, LongSupplier nanos, BooleanSupplier heard) {
