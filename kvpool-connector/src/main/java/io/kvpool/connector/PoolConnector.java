@@ -1,5 +1,6 @@
 package io.kvpool.connector;
 
+import com.google.errorprone.annotations.concurrent.GuardedBy;
 import io.kvpool.client.KvPoolClient;
 import io.kvpool.client.PutStatus;
 import io.kvpool.connector.hash.BlockHash;
@@ -87,15 +88,19 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
     private final ExecutorService io = Executors.newThreadPerTaskExecutor(Thread.ofVirtual().name("kvpool-connector-", 0).factory());
 
     // scheduler side (scheduler thread; guarded by this)
+    @GuardedBy("this")
     private final Map<String, List<BlockHash>> hashes = new HashMap<>();
     /** Per request: its blocks' key digests, under the key format they were made for (see {@link #digestsFor}). */
+    @GuardedBy("this")
     private final Map<String, Digests> digests = new HashMap<>();
 
     /** The digests ({@link KeyDigest}: lo, hi) of a request's first {@code count} block keys in {@code format}. */
     private record Digests(KeyFormat format, long[] values, int count) {
     }
     /** Tokens the engine had when a request was last matched. */
+    @GuardedBy("this")
     private final Map<String, Integer> matchedFrom = new HashMap<>();
+    @GuardedBy("this")
     private final List<ConnectorMeta.Load> plannedLoads = new ArrayList<>();
 
     // worker side
@@ -106,9 +111,13 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
 
     // saves in flight, by request (guarded by saveLock)
     private final Object saveLock = new Object();
+    @GuardedBy("saveLock")
     private final Map<String, Integer> pendingSaves = new HashMap<>();
+    @GuardedBy("saveLock")
     private final Set<String> finishedWithSaves = new HashSet<>();
+    @GuardedBy("saveLock")
     private final Set<String> doneSaving = new HashSet<>();
+    @GuardedBy("saveLock")
     private final List<Future<?>> saving = new ArrayList<>();
 
     private final LongAdder lookups = new LongAdder();
