@@ -1,5 +1,6 @@
 package io.kvpool.node.disk;
 
+import com.google.errorprone.annotations.concurrent.GuardedBy;
 import io.kvpool.config.Size;
 import io.kvpool.protocol.Keys;
 import io.kvpool.protocol.ObjectLayout;
@@ -268,7 +269,8 @@ public final class DiskStore implements AutoCloseable {
     private final int ioBlock;
     /** Whether appends bypass the page cache (O_DIRECT); false where the file system refuses it. */
     private final boolean directIo;
-    private boolean closeCalled; // guarded by index.lock
+    @GuardedBy("index.lock")
+    private boolean closeCalled;
 
     /**
      * Opens the tier in {@code config.dir()}, creating the directory if missing, and rebuilds the index
@@ -432,17 +434,16 @@ public final class DiskStore implements AutoCloseable {
     @Override
     public void close() {
         writer.checkNotWriter("close");
-        boolean first = index.locked(() -> {
+        index.lock.lock();
+        try {
             if (closeCalled) {
-                return false;
+                return;
             }
             closeCalled = true;
             staging.stop();
             index.work.signalAll();
-            return true;
-        });
-        if (!first) {
-            return;
+        } finally {
+            index.lock.unlock();
         }
         boolean interrupted = writer.join();
         List<DataFile> toClose;
