@@ -8,10 +8,8 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
-import java.util.Comparator;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
-import java.util.stream.Stream;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
@@ -26,8 +24,6 @@ import static org.assertj.core.api.Assertions.assertThat;
 class GuardedByCheckIT {
 
     private static final Path ROOT = Path.of("..").toAbsolutePath().normalize();
-    /** Inside the repository, so that Maven finds the root's {@code .mvn} directory above it. */
-    private static final Path FIXTURE = Path.of("target", "guarded-by-fixture").toAbsolutePath();
 
     private static final String POM = """
             <?xml version="1.0" encoding="UTF-8"?>
@@ -65,9 +61,11 @@ class GuardedByCheckIT {
 
     @Test
     void anUnguardedReadFailsTheCompile() throws IOException, InterruptedException {
-        deleteTree(FIXTURE);
-        Path sources = Files.createDirectories(FIXTURE.resolve("src/main/java/fixture"));
-        Files.writeString(FIXTURE.resolve("pom.xml"), POM.formatted(FIXTURE.relativize(ROOT.resolve("pom.xml"))));
+        // inside the repository (under target/), so that Maven finds the root's .mvn directory above it
+        Path fixture = Files.createTempDirectory(Files.createDirectories(Path.of("target")), "guarded-by-")
+                .toAbsolutePath();
+        Path sources = Files.createDirectories(fixture.resolve("src/main/java/fixture"));
+        Files.writeString(fixture.resolve("pom.xml"), POM.formatted(fixture.relativize(ROOT.resolve("pom.xml"))));
         Files.writeString(sources.resolve("Counter.java"), COUNTER);
 
         List<String> cmd = new ArrayList<>(List.of(ROOT.resolve("mvnw").toString(), "-B", "-q", "-o", "compile"));
@@ -75,8 +73,8 @@ class GuardedByCheckIT {
         if (repo != null) {
             cmd.add("-Dmaven.repo.local=" + repo);
         }
-        File log = FIXTURE.resolve("build.log").toFile();
-        ProcessBuilder pb = new ProcessBuilder(cmd).directory(FIXTURE.toFile()).redirectErrorStream(true)
+        File log = fixture.resolve("build.log").toFile();
+        ProcessBuilder pb = new ProcessBuilder(cmd).directory(fixture.toFile()).redirectErrorStream(true)
                 .redirectOutput(log);
         pb.environment().put("JAVA_HOME", System.getProperty("java.home"));
         Process p = pb.start();
@@ -90,16 +88,5 @@ class GuardedByCheckIT {
         assertThat(out).contains("Counter.java:[14,").contains("[GuardedBy]")
                 .contains("This access should be guarded by 'this.lock'")
                 .doesNotContain("Counter.java:[9,").doesNotContain("Counter.java:[11,");
-    }
-
-    private static void deleteTree(Path dir) throws IOException {
-        if (!Files.exists(dir)) {
-            return;
-        }
-        try (Stream<Path> all = Files.walk(dir)) {
-            for (Path f : all.sorted(Comparator.reverseOrder()).toList()) {
-                Files.delete(f);
-            }
-        }
     }
 }
