@@ -183,7 +183,12 @@ final class AppendWriter {
                     continue;
                 }
                 if (!compactor.ensureRoom(p.recordLength + ioBlock, evicted)) {
-                    index.withLock(() -> index.drops++);
+                    index.lock.lock();
+                    try {
+                        index.drops++;
+                    } finally {
+                        index.lock.unlock();
+                    }
                     continue;
                 }
                 DataFile f = files.appendTarget(p.recordLength);
@@ -212,8 +217,12 @@ final class AppendWriter {
             for (DataFile f : touched) {
                 f.force();
             }
-            long total = written;
-            index.withLock(() -> index.bytesWritten += total);
+            index.lock.lock();
+            try {
+                index.bytesWritten += written;
+            } finally {
+                index.lock.unlock();
+            }
         } catch (IOException e) {
             log.warn("disk tier {}: writing {} records failed, they are dropped: {}", dir, placed, e.toString());
             failed = true;
