@@ -167,7 +167,7 @@ public final class Eviction {
     /**
      * Removes the least recently read objects that {@code weight} does not leave out until
      * {@code freedAndKeys[0]} reaches {@code targetBytes}; adds to it the bytes freed and to
-     * {@code freedAndKeys[1]} the objects taken. Caller holds the eviction lock.
+     * {@code freedAndKeys[1]} the objects taken.
      */
     @GuardedBy("lock")
     private void evictRound(long targetBytes, LruCut.Weight weight, long[] freedAndKeys) {

@@ -243,7 +243,7 @@ final class ReadLeases {
     /**
      * 0 if invalidation {@code target} is applied everywhere it must be (every session acknowledged
      * it or its lease ran out, and the start grace is over); otherwise how long until the earliest
-     * pending lease runs out, an upper bound on the next change. Caller holds the lock.
+     * pending lease runs out, an upper bound on the next change.
      */
     @GuardedBy("lock")
     private long nanosUntilApplied(long target) {

@@ -97,7 +97,7 @@ final class WriteLeases {
             this.deadlineMillis = deadlineMillis;
         }
 
-        /** Why item {@code it} cannot be accepted next, or null if it can. Caller holds the lease's monitor. */
+        /** Why item {@code it} cannot be accepted next, or null if it can. */
         @GuardedBy("this")
         String misfit(CommitItem it) {
             long region = ObjectLayout.regionLength(it.key().length, it.valueLength());
