@@ -3,6 +3,7 @@ package io.kvpool.bench;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import com.google.errorprone.annotations.concurrent.GuardedBy;
 
 import java.io.BufferedReader;
 import java.io.IOException;
@@ -31,6 +32,7 @@ final class PythonServer implements AutoCloseable {
     private final Process process;
     private final Writer in;
     private final BlockingQueue<String> lines = new LinkedBlockingQueue<>();
+    @GuardedBy("stderr")
     private final StringBuilder stderr = new StringBuilder();
     private JsonNode hello;
 

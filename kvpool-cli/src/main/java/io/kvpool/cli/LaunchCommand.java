@@ -138,9 +138,13 @@ final class LaunchCommand implements Callable<Integer> {
     record Host(String address, String via) {
     }
 
-    private final List<Supervised> started = new ArrayList<>();
-    /** The masters started (a prefix of {@link #started}). */
-    private final List<Supervised> masterProcesses = new ArrayList<>();
+    /**
+     * Every process started, in start order. Copy-on-write: the shutdown hook's {@link #stopAll} and
+     * the supervising thread read and change it at the same time (a SIGTERM while starting).
+     */
+    private final List<Supervised> started = new java.util.concurrent.CopyOnWriteArrayList<>();
+    /** The masters started (a prefix of {@link #started}); copy-on-write as it is. */
+    private final List<Supervised> masterProcesses = new java.util.concurrent.CopyOnWriteArrayList<>();
     private LocalEtcd localEtcd;
     private final PrintStream say = System.out;
 
@@ -279,7 +283,7 @@ final class LaunchCommand implements Callable<Integer> {
                 start("node-" + i, h, args);
             }
             awaitRegistered(masterAddress, hosts.size());
-            for (Supervised n : started.subList(masterProcesses.size(), started.size())) {
+            for (Supervised n : nodes()) {
                 // a restarted node comes back on its address, the identity under which it adopts its segment file
                 String line = awaitLine(n, NODE_LINE, Duration.ofSeconds(10));
                 Matcher nm = NODE_LINE.matcher(line);
@@ -516,7 +520,7 @@ final class LaunchCommand implements Callable<Integer> {
             pb.environment().put("KVPOOL_MASTER_PID", Long.toString(started.getFirst().process().pid()));
             pb.environment().put("KVPOOL_MASTER_PIDS", String.join(",", masterProcesses.stream()
                     .map(s -> Long.toString(s.process().pid())).toList()));
-            pb.environment().put("KVPOOL_NODE_PIDS", String.join(",", started.subList(masterProcesses.size(), started.size())
+            pb.environment().put("KVPOOL_NODE_PIDS", String.join(",", nodes()
                     .stream().map(s -> Long.toString(s.process().pid())).toList()));
             child = pb.start();
             say.printf("running %s (pid %d)%n", String.join(" ", run), child.pid());
@@ -569,7 +573,8 @@ final class LaunchCommand implements Callable<Integer> {
 
     /** The nodes, in host order. */
     List<Supervised> nodes() {
-        return List.copyOf(started.subList(masterProcesses.size(), started.size()));
+        List<Supervised> all = List.copyOf(started);
+        return all.subList(Math.min(masterProcesses.size(), all.size()), all.size());
     }
 
     String masterAddress() {
@@ -578,8 +583,9 @@ final class LaunchCommand implements Callable<Integer> {
 
     /** Stops every process started, newest first, descendants included; idempotent. */
     synchronized void stopAll() {
-        for (int i = started.size() - 1; i >= 0; i--) {
-            Supervised s = started.get(i);
+        List<Supervised> roles = List.copyOf(started);
+        for (int i = roles.size() - 1; i >= 0; i--) {
+            Supervised s = roles.get(i);
             List<ProcessHandle> all = new ArrayList<>(s.process().descendants().toList());
             all.add(s.process().toHandle());
             for (ProcessHandle h : all) {

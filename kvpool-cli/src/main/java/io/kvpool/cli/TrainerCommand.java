@@ -162,6 +162,7 @@ final class TrainerCommand implements Callable<Integer> {
 
     private final RolloutTally tally = new RolloutTally();
     /** The recompute of each distinct prompt (its output tokens), by weights version: the current and the previous one. */
+    @com.google.errorprone.annotations.concurrent.GuardedBy("recomputes")
     private final Map<Integer, Map<String, JsonNode>> recomputes = new LinkedHashMap<>();
     /** The weights the engines run now (1: their start-up weights; k: the seed the k-th version was loaded from). */
     private int version = 1;
@@ -503,10 +504,15 @@ final class TrainerCommand implements Callable<Integer> {
             throw new IllegalStateException(where + ": a rollout on " + r.engine() + " reports weights " + version
                     + ", but ran while the engines had " + name(r.weights()));
         }
-        Map<String, JsonNode> outputs = recomputes.get(r.weights());
+        Map<String, JsonNode> outputs;
+        String recomputed;
+        synchronized (recomputes) { // written under this monitor by the recompute that may finish now
+            outputs = recomputes.get(r.weights());
+            recomputed = recomputes.keySet().toString();
+        }
         if (outputs == null) {
             throw new IllegalStateException(where + ": a rollout on " + r.engine() + " ran under weights "
-                    + r.weights() + ", which have no recompute (recomputed: " + recomputes.keySet() + ")");
+                    + r.weights() + ", which have no recompute (recomputed: " + recomputed + ")");
         }
         JsonNode want = outputs.get(r.prompt());
         JsonNode got = output(r.answer());

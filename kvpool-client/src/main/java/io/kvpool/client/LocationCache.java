@@ -1,5 +1,6 @@
 package io.kvpool.client;
 
+import com.google.errorprone.annotations.concurrent.GuardedBy;
 import io.kvpool.protocol.Keys;
 import io.kvpool.protocol.msg.LeaseMessages.Invalidation;
 import io.kvpool.protocol.msg.LeaseMessages.Kind;
@@ -87,14 +88,18 @@ final class LocationCache {
     }
 
     private final int capacity;
+    @GuardedBy("this")
     private final LinkedHashMap<String, ReplicaList> map;
     private final Set<String> touched = ConcurrentHashMap.newKeySet();
 
-    // guarded by this
+    @GuardedBy("this")
     private final ArrayDeque<Applied> recent = new ArrayDeque<>();
     /** {@link #recent} holds every invalidation numbered above this. */
+    @GuardedBy("this")
     private long floor;
+    @GuardedBy("this")
     private long masterIncarnation;
+    @GuardedBy("this")
     private long masterSeq;
 
     /** Invalidations applied so far (local numbering, including whole drops). */
@@ -195,8 +200,10 @@ final class LocationCache {
         leased = false;
     }
 
+    @GuardedBy("this")
     private Runnable dropAllListener;
 
+    @GuardedBy("this")
     private void applyOne(Invalidation inv) {
         switch (inv.kind()) {
             case KEYS -> {
@@ -226,6 +233,7 @@ final class LocationCache {
         dropAllListener = r;
     }
 
+    @GuardedBy("this")
     private void dropAll() {
         if (dropAllListener != null) {
             dropAllListener.run();
@@ -237,6 +245,7 @@ final class LocationCache {
         applied = floor; // volatile write last: a reader seeing it sees the cleared map
     }
 
+    @GuardedBy("this")
     private void record(Applied a) {
         recent.addLast(a);
         while (recent.size() > MAX_RECENT) {
@@ -246,6 +255,7 @@ final class LocationCache {
     }
 
     /** True if an invalidation applied after {@code snapshot} covers {@code key}, or if that cannot be told. */
+    @GuardedBy("this")
     private boolean coveredSince(String key, long snapshot) {
         if (snapshot < floor) {
             return true;

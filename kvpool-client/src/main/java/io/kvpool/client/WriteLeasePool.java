@@ -1,5 +1,6 @@
 package io.kvpool.client;
 
+import com.google.errorprone.annotations.concurrent.GuardedBy;
 import io.kvpool.protocol.BodyWriter;
 import io.kvpool.protocol.FrameConnection;
 import io.kvpool.protocol.Opcode;
@@ -112,8 +113,10 @@ final class WriteLeasePool implements AutoCloseable {
     private final BooleanSupplier heard;
     /** The master run now ({@link SegmentAccess#run}). */
     private final IntSupplier run;
+    @GuardedBy("this")
     private final Map<String, ArrayDeque<Lease>> idle = new HashMap<>();
     private final AtomicInteger era = new AtomicInteger();
+    @GuardedBy("this")
     private boolean closed;
 
     WriteLeasePool(MasterChannel master, LongSupplier nanos, BooleanSupplier heard, IntSupplier run) {

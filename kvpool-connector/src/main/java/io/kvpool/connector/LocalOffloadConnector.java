@@ -1,5 +1,6 @@
 package io.kvpool.connector;
 
+import com.google.errorprone.annotations.concurrent.GuardedBy;
 import io.kvpool.connector.hash.BlockHash;
 import io.kvpool.connector.hash.BlockHasher;
 import io.kvpool.connector.hash.KeyFormat;
@@ -59,14 +60,19 @@ public final class LocalOffloadConnector implements KvConnector, VersionedKeys {
     private final FileChannel disk;
     private final Path diskFile;
     private final int diskSlots;
+    @GuardedBy("this")
     private final ArrayDeque<Integer> freeCpu = new ArrayDeque<>();
+    @GuardedBy("this")
     private final ArrayDeque<Integer> freeDisk = new ArrayDeque<>();
-    /** key -> slot; access order: the first entries are the least recently used. Guarded by this. */
+    /** key -> slot; access order: the first entries are the least recently used. */
+    @GuardedBy("this")
     private final LinkedHashMap<String, Slot> index = new LinkedHashMap<>(1024, 0.75f, true);
+    @GuardedBy("this")
     private long generation = 1;
 
     private final Planner planner;
     // worker side
+    @GuardedBy("this")
     private ConnectorMeta current = ConnectorMeta.EMPTY;
     private boolean savesStarted = true;
     private final Set<Integer> loadErrors = ConcurrentHashMap.newKeySet();
@@ -185,6 +191,7 @@ public final class LocalOffloadConnector implements KvConnector, VersionedKeys {
         return ResetResult.ok(n);
     }
 
+    @GuardedBy("this")
     private void clear() {
         generation++;
         index.clear();
@@ -297,6 +304,7 @@ public final class LocalOffloadConnector implements KvConnector, VersionedKeys {
     }
 
     /** Frees a CPU slot: its least recently used block moves to disk (if there is a disk tier) or is dropped. */
+    @GuardedBy("this")
     private Integer evictCpu() {
         for (Iterator<Map.Entry<String, Slot>> it = index.entrySet().iterator(); it.hasNext(); ) {
             Map.Entry<String, Slot> e = it.next();
@@ -330,6 +338,7 @@ public final class LocalOffloadConnector implements KvConnector, VersionedKeys {
         return null;
     }
 
+    @GuardedBy("this")
     private Integer evictDisk() {
         for (Iterator<Map.Entry<String, Slot>> it = index.entrySet().iterator(); it.hasNext(); ) {
             Slot s = it.next().getValue();

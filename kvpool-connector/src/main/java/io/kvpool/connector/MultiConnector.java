@@ -1,5 +1,7 @@
 package io.kvpool.connector;
 
+import com.google.errorprone.annotations.concurrent.GuardedBy;
+
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.HashSet;
@@ -16,8 +18,10 @@ public final class MultiConnector implements KvConnector, VersionedKeys {
 
     private final List<KvConnector> children;
     /** The child a request loads from, when one had tokens for it. Scheduler thread. */
+    @GuardedBy("this")
     private final Map<String, Integer> chosen = new HashMap<>();
     /** Children still saving a finished request's blocks. */
+    @GuardedBy("this")
     private final Map<String, Set<Integer>> savingIn = new HashMap<>();
 
     public MultiConnector(List<KvConnector> children) {

@@ -1,5 +1,6 @@
 package io.kvpool.connector;
 
+import com.google.errorprone.annotations.concurrent.GuardedBy;
 import io.kvpool.client.KvPoolClient;
 import io.kvpool.client.PutStatus;
 import io.kvpool.connector.hash.BlockHash;
@@ -96,7 +97,8 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
     private final ExecutorService io = Executors.newThreadPerTaskExecutor(Thread.ofVirtual().name("kvpool-connector-", 0).factory());
 
     // scheduler side (scheduler thread; the rest of it is the planner's)
-    /** Per request: its blocks' key digests, under the key format they were made for (see {@link #digestsFor}). Guarded by this. */
+    /** Per request: its blocks' key digests, under the key format they were made for (see {@link #digestsFor}). */
+    @GuardedBy("this")
     private final Map<String, Digests> digests = new HashMap<>();
 
     /** The digests ({@link KeyDigest}: lo, hi) of a request's first {@code count} block keys in {@code format}. */
@@ -115,9 +117,13 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
 
     // saves in flight, by request (guarded by saveLock)
     private final Object saveLock = new Object();
+    @GuardedBy("saveLock")
     private final Map<String, Integer> pendingSaves = new HashMap<>();
+    @GuardedBy("saveLock")
     private final Set<String> finishedWithSaves = new HashSet<>();
+    @GuardedBy("saveLock")
     private final Set<String> doneSaving = new HashSet<>();
+    @GuardedBy("saveLock")
     private final List<Future<?>> saving = new ArrayList<>();
 
     private final LongAdder lookups = new LongAdder();
@@ -455,12 +461,15 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
     /** Waits for every save of these requests if any is queued or running (a preemption reuses their blocks). */
     @Override
     public void waitForRequestSaves(Set<String> requestIds) {
+        boolean pending = false;
         synchronized (saveLock) {
-            if (requestIds.stream().noneMatch(pendingSaves::containsKey)) {
-                return;
+            for (String id : requestIds) { // a loop, not a stream: the checker sees the lock held here
+                pending |= pendingSaves.containsKey(id);
             }
         }
-        waitForSave();
+        if (pending) {
+            waitForSave();
+        }
     }
 
     @Override

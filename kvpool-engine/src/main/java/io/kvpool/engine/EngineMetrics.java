@@ -1,5 +1,6 @@
 package io.kvpool.engine;
 
+import com.google.errorprone.annotations.concurrent.GuardedBy;
 import io.prometheus.metrics.core.metrics.GaugeWithCallback;
 import io.prometheus.metrics.core.metrics.Histogram;
 import io.prometheus.metrics.model.registry.PrometheusRegistry;
@@ -28,8 +29,11 @@ public final class EngineMetrics {
     final LongAdder prefixCacheResets = new LongAdder();
     final LongAdder weightUpdates = new LongAdder();
     final LongAdder finished = new LongAdder();
+    @GuardedBy("this")
     private final long[] ttft = new long[MAX_SAMPLES];
+    @GuardedBy("this")
     private long ttftCount;
+    @GuardedBy("this")
     private long ttftSumNanos;
     private final PrometheusRegistry registry = new PrometheusRegistry();
     private final Histogram ttftHistogram = Histogram.builder().name("engine_time_to_first_token_seconds")

@@ -1,5 +1,6 @@
 package io.kvpool.etcd;
 
+import com.google.errorprone.annotations.concurrent.GuardedBy;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -36,6 +37,7 @@ public final class LeaderWatch implements AutoCloseable {
     private volatile LeaderRecord latest;
     private volatile boolean closed;
     private volatile EtcdGateway.Watch open;
+    @GuardedBy("this")
     private Thread thread;
 
     public LeaderWatch(EtcdTarget target, Duration timeout) {

@@ -1,5 +1,6 @@
 package io.kvpool.master;
 
+import com.google.errorprone.annotations.concurrent.GuardedBy;
 import io.kvpool.config.HostPort;
 import io.kvpool.etcd.Election;
 import io.kvpool.etcd.EtcdException;
@@ -88,7 +89,8 @@ public final class ElectedMaster implements AutoCloseable {
     private final Election election;
     /** The HTTP port, for the process's life: the leader's pages while leading, the standby's between. */
     private final HttpServer http;
-    /** The standby's pages while mounted, else null; touched by the runner thread and close() only. */
+    /** The standby's pages while mounted, else null (changed by the runner thread, in standbyPages). */
+    @GuardedBy("this")
     private StandbyPages standby;
     private final Thread runner;
     private final CountDownLatch firstServing = new CountDownLatch(1);

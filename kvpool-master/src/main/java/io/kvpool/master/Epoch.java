@@ -1,7 +1,10 @@
 package io.kvpool.master;
 
+import com.google.errorprone.annotations.concurrent.GuardedBy;
+
 import java.util.concurrent.locks.Lock;
 import java.util.concurrent.locks.ReentrantReadWriteLock;
+import java.util.function.Consumer;
 
 /**
  * The cluster epoch and the lock that fences it (see "Epoch fencing" in {@link MasterService}).
@@ -25,7 +28,7 @@ final class Epoch {
     /** Read without the lock (it is volatile); written only under the write lock. */
     private volatile long value;
     /** False until the first node registers after a (re)start: then we adopt the epoch nodes report. */
-    @GuardedBy("epoch write lock")
+    @GuardedBy("exclusive()")
     private boolean known;
 
     private final ObjectIndex index;
@@ -56,12 +59,14 @@ final class Epoch {
      * Drops every object and spill in flight, resets every allocator and moves to {@code newEpoch}.
      * Returns the number of objects dropped.
      */
-    @GuardedBy("epoch write lock")
+    @GuardedBy("exclusive()")
     long reset(long newEpoch) {
         spills.clear();
         long n = index.objectCount();
         // pending puts stay, so their PUT_END can be answered FENCED; their space is void
-        index.forEachShard(shard -> shard.objects.clear());
+        @SuppressWarnings("GuardedBy") // ObjectIndex runs it under the shard's lock, out of the checker's sight
+        Consumer<ObjectIndex.Shard> clear = shard -> shard.objects.clear();
+        index.forEachShard(clear);
         segments.resetAllocators();
         value = newEpoch;
         return n;
@@ -72,7 +77,7 @@ final class Epoch {
      * that saw a later reset than ours (we restarted since) voids what was rebuilt from older epochs.
      * Returns true when that {@link #reset} happened.
      */
-    @GuardedBy("epoch write lock")
+    @GuardedBy("exclusive()")
     boolean adopt(long reported) {
         if (!known) {
             value = Math.max(value, reported);

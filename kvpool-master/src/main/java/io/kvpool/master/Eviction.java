@@ -1,9 +1,12 @@
 package io.kvpool.master;
 
+import com.google.errorprone.annotations.concurrent.GuardedBy;
+
 import java.time.InstantSource;
 import java.util.List;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.locks.ReentrantLock;
+import java.util.function.Consumer;
 import java.util.random.RandomGenerator;
 
 /**
@@ -164,8 +167,9 @@ public final class Eviction {
     /**
      * Removes the least recently read objects that {@code weight} does not leave out until
      * {@code freedAndKeys[0]} reaches {@code targetBytes}; adds to it the bytes freed and to
-     * {@code freedAndKeys[1]} the objects taken. Caller holds the eviction lock.
+     * {@code freedAndKeys[1]} the objects taken.
      */
+    @GuardedBy("lock")
     private void evictRound(long targetBytes, LruCut.Weight weight, long[] freedAndKeys) {
         LruCut cut = LruCut.find(index, targetBytes - freedAndKeys[0], weight);
         if (cut == null) {
@@ -174,7 +178,8 @@ public final class Eviction {
         // evict buckets below the cutoff entirely, and the cutoff bucket until the target is met
         FreeBatch frees = new FreeBatch();
         FreeBatch.SpillChoice spill = spills::begin;
-        index.forEachShard(shard -> {
+        @SuppressWarnings("GuardedBy") // ObjectIndex runs it under the shard's lock, out of the checker's sight
+        Consumer<ObjectIndex.Shard> round = shard -> {
             if (freedAndKeys[0] >= targetBytes) {
                 return;
             }
@@ -191,7 +196,8 @@ public final class Eviction {
                 freedAndKeys[1]++;
                 return true;
             });
-        });
+        };
+        index.forEachShard(round);
         // nodes copy what they spill before the space can be handed to anyone else: tell them, wait, then free
         frees.notifyNodes(segments, nodes);
         nodes.flush();

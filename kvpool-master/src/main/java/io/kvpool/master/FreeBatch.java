@@ -55,9 +55,8 @@ final class FreeBatch {
     /**
      * Queues every copy of the complete object in {@code slot}: disk copies to be dropped, memory copies
      * to be freed or, where {@code spill} says so, moved to their node's SSD tier. Returns the memory
-     * bytes the batch will free.
+     * bytes the batch will free. Caller holds the lock of the shard whose table is {@code objects}.
      */
-    @GuardedBy("shard lock")
     long addObject(ObjectTable objects, int slot, SpillChoice spill) {
         long len = objects.regionLength(slot);
         long generation = objects.generation(slot);

@@ -1,5 +1,7 @@
 package io.kvpool.master;
 
+import java.util.function.Consumer;
+
 /**
  * Which objects one eviction round takes: approximate LRU by access tick, without sorting.
  *
@@ -33,7 +35,8 @@ final class LruCut {
     /** The cut for freeing {@code targetBytes}, or null when no object weighs anything. */
     static LruCut find(ObjectIndex index, long targetBytes, Weight weight) {
         int[] range = {Integer.MAX_VALUE, Integer.MIN_VALUE};
-        index.forEachShard(shard -> {
+        @SuppressWarnings("GuardedBy") // ObjectIndex runs it under the shard's lock, out of the checker's sight
+        Consumer<ObjectIndex.Shard> bounds = shard -> {
             ObjectTable objects = shard.objects;
             for (int slot = 0, n = objects.size(); slot < n; slot++) {
                 if (weight.of(objects, slot) >= 0) {
@@ -42,14 +45,16 @@ final class LruCut {
                     range[1] = Math.max(range[1], t);
                 }
             }
-        });
+        };
+        index.forEachShard(bounds);
         if (range[0] > range[1]) {
             return null;
         }
         int min = range[0];
         long span = (long) range[1] - min + 1;
         long[] bytes = new long[BUCKETS];
-        index.forEachShard(shard -> {
+        @SuppressWarnings("GuardedBy") // ObjectIndex runs it under the shard's lock, out of the checker's sight
+        Consumer<ObjectIndex.Shard> weigh = shard -> {
             ObjectTable objects = shard.objects;
             for (int slot = 0, n = objects.size(); slot < n; slot++) {
                 long w = weight.of(objects, slot);
@@ -57,7 +62,8 @@ final class LruCut {
                     bytes[bucket(objects.lastAccess(slot), min, span)] += w;
                 }
             }
-        });
+        };
+        index.forEachShard(weigh);
         int cut = 0;
         long acc = 0;
         while (cut < BUCKETS - 1 && acc + bytes[cut] < targetBytes) {

@@ -1,5 +1,6 @@
 package io.kvpool.master;
 
+import com.google.errorprone.annotations.concurrent.GuardedBy;
 import io.kvpool.config.Size;
 import io.kvpool.protocol.FrameServer;
 import io.kvpool.protocol.Opcode;
@@ -34,11 +35,16 @@ public final class MasterMetrics {
     private final LongAdder[] failedItems = adders();
     private final LongAdder[] misses = adders();
 
-    // the previous summary's totals, to print rates
+    // the previous summary's totals, to print rates (summaryLine is synchronized)
+    @GuardedBy("this")
     private final long[] lastRequests = new long[256];
+    @GuardedBy("this")
     private final long[] lastFailures = new long[256];
+    @GuardedBy("this")
     private long lastEvictedKeys;
+    @GuardedBy("this")
     private long lastEvictedBytes;
+    @GuardedBy("this")
     private long lastSummaryNanos = System.nanoTime();
 
     private static LongAdder[] adders() {

@@ -1,5 +1,6 @@
 package io.kvpool.master;
 
+import com.google.errorprone.annotations.concurrent.GuardedBy;
 import io.kvpool.protocol.ObjectLayout;
 import io.kvpool.protocol.ResultCode;
 import io.kvpool.protocol.WriteGrants;
@@ -28,6 +29,8 @@ import java.util.UUID;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.function.Consumer;
+import java.util.function.Function;
 import java.util.function.LongSupplier;
 import java.util.random.RandomGenerator;
 
@@ -265,7 +268,9 @@ public final class MasterService {
         int hash = index.hash(key);
         // a plain put needs the key free, a conditional upsert the generation it names; a plain upsert nothing
         boolean conditional = !upsert || item.ifGeneration() != 0;
-        if (conditional && index.withShard(hash, shard -> refused(shard, item, hash, upsert, ep))) {
+        @SuppressWarnings("GuardedBy") // ObjectIndex runs it under the shard's lock, out of the checker's sight
+        Function<ObjectIndex.Shard, Boolean> refusedNow = shard -> refused(shard, item, hash, upsert, ep);
+        if (conditional && index.withShard(hash, refusedNow)) {
             return PutStartResult.of(ResultCode.ALREADY_EXISTS);
         }
         long regionLength = ObjectLayout.regionLength(key.length, item.valueLength());
@@ -281,7 +286,8 @@ public final class MasterService {
         }
         long generation = generations.incrementAndGet();
         long pinUntil = pinUntil(pinSeconds, regionLength * replicas);
-        ResultCode code = index.withShard(hash, shard -> {
+        @SuppressWarnings("GuardedBy") // ObjectIndex runs it under the shard's lock, out of the checker's sight
+        Function<ObjectIndex.Shard, ResultCode> reserve = shard -> {
             // checked again: the key may have been taken while we placed
             if (conditional && refused(shard, item, hash, upsert, ep)) {
                 freeRegions(segIds, offsets, regionLength, ep, generation, false);
@@ -297,7 +303,8 @@ public final class MasterService {
                         superseded.epoch, superseded.generation, true);
             }
             return ResultCode.OK;
-        });
+        };
+        ResultCode code = index.withShard(hash, reserve);
         if (code != ResultCode.OK) {
             return PutStartResult.of(code);
         }
@@ -338,7 +345,7 @@ public final class MasterService {
      * Whether a put of the item is refused: a plain put's key is taken (a complete object, or a put in
      * flight in epoch {@code ep}); a conditional upsert's key does not hold the generation it names.
      */
-    @GuardedBy("shard lock")
+    @GuardedBy("shard.lock")
     private static boolean refused(ObjectIndex.Shard shard, PutStartItem item, int hash, boolean upsert, long ep) {
         return upsert
                 ? item.ifGeneration() != 0 && !shard.holds(item.key(), hash, item.ifGeneration())
@@ -352,8 +359,10 @@ public final class MasterService {
         epoch.shared().lock();
         try {
             int tick = eviction.accessTick();
-            index.forEachKey(items, PutEndItem::key,
-                    (shard, i, key, hash) -> out[i] = putEndOne(shard, items.get(i), key, hash, tick, upserted));
+            @SuppressWarnings("GuardedBy") // ObjectIndex runs it under the shard's lock, out of the checker's sight
+            ObjectIndex.KeyVisitor end = (shard, i, key, hash) -> out[i] = putEndOne(shard, items.get(i), key, hash, tick,
+                    upserted);
+            index.forEachKey(items, PutEndItem::key, end);
         } finally {
             epoch.shared().unlock();
         }
@@ -365,8 +374,8 @@ public final class MasterService {
         return new ArrayList<>(Arrays.asList(out));
     }
 
-    /** One item of PUT_END. Caller holds the epoch read lock and the shard lock. */
-    @GuardedBy("shard lock")
+    /** One item of PUT_END. Caller holds the epoch read lock too. */
+    @GuardedBy("shard.lock")
     private ResultCode putEndOne(ObjectIndex.Shard shard, PutEndItem it, byte[] key, int hash, int tick,
                                  List<byte[]> upserted) {
         ObjectTable objects = shard.objects;
@@ -427,7 +436,8 @@ public final class MasterService {
         ResultCode[] out = new ResultCode[items.size()];
         epoch.shared().lock();
         try {
-            index.forEachKey(items, PutEndItem::key, (shard, i, key, hash) -> {
+            @SuppressWarnings("GuardedBy") // ObjectIndex runs it under the shard's lock, out of the checker's sight
+            ObjectIndex.KeyVisitor revoke = (shard, i, key, hash) -> {
                 ObjectIndex.PendingPut p = shard.pending(key, hash);
                 if (p == null || p.generation != items.get(i).generation()) {
                     out[i] = ResultCode.EXPIRED;
@@ -437,7 +447,8 @@ public final class MasterService {
                 freeRegions(p.segments, p.offsets, ObjectLayout.regionLength(key.length, p.valueLength), p.epoch,
                         p.generation, true);
                 out[i] = ResultCode.OK;
-            });
+            };
+            index.forEachKey(items, PutEndItem::key, revoke);
             return new ArrayList<>(Arrays.asList(out));
         } finally {
             epoch.shared().unlock();
@@ -446,9 +457,9 @@ public final class MasterService {
 
     /**
      * Frees a reservation's regions, unless it belongs to an older epoch (a reset already reclaimed
-     * that space wholesale). Caller holds the epoch read lock and the shard lock.
+     * that space wholesale). Caller holds the epoch read lock and a shard's lock.
      */
-    @GuardedBy("shard lock")
+    @GuardedBy("epoch.shared()")
     private void freeRegions(int[] segIds, long[] offsets, long regionLength, long ep, long generation, boolean notify) {
         if (ep != epoch.current()) {
             return;
@@ -511,7 +522,8 @@ public final class MasterService {
     public List<ReplicaList> getReplicaList(List<byte[]> keys) {
         ReplicaList[] out = new ReplicaList[keys.size()];
         int tick = eviction.accessTick();
-        index.lookupEach(keys, (shard, i, slot) -> {
+        @SuppressWarnings("GuardedBy") // ObjectIndex runs it under the shard's lock, out of the checker's sight
+        ObjectIndex.SlotVisitor locate = (shard, i, slot) -> {
             if (slot < 0) {
                 out[i] = ReplicaList.NOT_FOUND;
                 return;
@@ -526,7 +538,8 @@ public final class MasterService {
                         objects.offset(slot, r)));
             }
             out[i] = new ReplicaList(ResultCode.OK, objects.valueLength(slot), objects.generation(slot), reps);
-        });
+        };
+        index.lookupEach(keys, locate);
         return new ArrayList<>(Arrays.asList(out));
     }
 
@@ -537,7 +550,8 @@ public final class MasterService {
         ResultCode[] out = new ResultCode[keys.size()];
         epoch.shared().lock();
         try {
-            index.forEachKey(keys, (shard, i, key, hash) -> {
+            @SuppressWarnings("GuardedBy") // ObjectIndex runs it under the shard's lock, out of the checker's sight
+            ObjectIndex.KeyVisitor drop = (shard, i, key, hash) -> {
                 ObjectTable objects = shard.objects;
                 int slot = objects.find(key, hash);
                 if (slot < 0) {
@@ -547,7 +561,8 @@ public final class MasterService {
                 segments.release(objects, slot);
                 objects.remove(slot);
                 out[i] = ResultCode.OK;
-            });
+            };
+            index.forEachKey(keys, drop);
         } finally {
             epoch.shared().unlock();
         }
@@ -562,7 +577,8 @@ public final class MasterService {
         FreeBatch frees = new FreeBatch();
         epoch.shared().lock();
         try {
-            index.forEachShard(shard -> {
+            @SuppressWarnings("GuardedBy") // ObjectIndex runs it under the shard's lock, out of the checker's sight
+            Consumer<ObjectIndex.Shard> dropPrefix = shard -> {
                 ObjectTable objects = shard.objects;
                 if (prefix.length == 0) {
                     // everything goes: collect, then drop the shard's storage at once
@@ -582,7 +598,8 @@ public final class MasterService {
                 }
                 // this shard's spills, under its lock, as NODE_DISK_ADD checks them (Membership.diskAdd)
                 n[0] += spills.cancelByPrefix(prefix, key -> index.inShard(key.hashCode(), shard));
-            });
+            };
+            index.forEachShard(dropPrefix);
             // still under the epoch lock: a reset cannot slip in and free these regions first
             frees.apply(segments, nodes);
         } finally {
@@ -651,7 +668,8 @@ public final class MasterService {
         membership.dropSilent(now);
         epoch.shared().lock();
         try {
-            index.forEachShard(shard -> shard.pending.entrySet().removeIf(e -> {
+            @SuppressWarnings("GuardedBy") // ObjectIndex runs it under the shard's lock, out of the checker's sight
+            Consumer<ObjectIndex.Shard> expirePuts = shard -> shard.pending.entrySet().removeIf(e -> {
                 ObjectIndex.PendingPut p = e.getValue();
                 if (p.deadlineMillis >= now) {
                     return false;
@@ -660,9 +678,12 @@ public final class MasterService {
                         p.generation, true);
                 expiredPuts.incrementAndGet();
                 return true;
-            }));
+            });
+            index.forEachShard(expirePuts);
             writeLeases.expire(now);
-            index.forEachShard(shard -> shard.objects.expirePins(now));
+            @SuppressWarnings("GuardedBy") // ObjectIndex runs it under the shard's lock, out of the checker's sight
+            Consumer<ObjectIndex.Shard> expirePins = shard -> shard.objects.expirePins(now);
+            index.forEachShard(expirePins);
             eviction.onTick(writeLeases.unusedBytes());
         } finally {
             epoch.shared().unlock();

@@ -1,5 +1,6 @@
 package io.kvpool.master;
 
+import com.google.errorprone.annotations.concurrent.GuardedBy;
 import io.kvpool.config.HostPort;
 import io.kvpool.protocol.BadRequestException;
 import io.kvpool.protocol.ObjectLayout;
@@ -19,6 +20,8 @@ import java.time.InstantSource;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.function.Consumer;
+import java.util.function.Function;
 import java.util.function.IntSupplier;
 
 /**
@@ -199,7 +202,8 @@ public final class Membership {
         byte[] key = it.key();
         int hash = index.hash(key);
         long regionLength = ObjectLayout.regionLength(key.length, it.valueLength());
-        return index.withShard(hash, shard -> {
+        @SuppressWarnings("GuardedBy") // ObjectIndex runs it under the shard's lock, out of the checker's sight
+        Function<ObjectIndex.Shard, ResultCode> adoptOne = shard -> {
             if (shard.pending(key, hash) != null) {
                 return ResultCode.ALREADY_EXISTS;
             }
@@ -227,7 +231,8 @@ public final class Membership {
             shard.storeOneCopy(slot, key, hash, it.valueLength(), it.generation(), tick, seg.id, it.offset());
             generations.accumulateAndGet(it.generation() + 1, Math::max);
             return ResultCode.OK;
-        });
+        };
+        return index.withShard(hash, adoptOne);
     }
 
     /**
@@ -239,7 +244,8 @@ public final class Membership {
         byte[] key = it.key();
         int hash = index.hash(key);
         long ep = epoch.current();
-        return index.withShard(hash, shard -> {
+        @SuppressWarnings("GuardedBy") // ObjectIndex runs it under the shard's lock, out of the checker's sight
+        Function<ObjectIndex.Shard, ResultCode> adoptOnDisk = shard -> {
             if (shard.taken(key, hash, ep)) {
                 ObjectTable objects = shard.objects;
                 int slot = objects.find(key, hash);
@@ -253,7 +259,8 @@ public final class Membership {
                     new int[]{seg.id | ObjectTable.DISK_BIT}, new long[]{0}, 1);
             generations.accumulateAndGet(it.generation() + 1, Math::max);
             return ResultCode.OK;
-        });
+        };
+        return index.withShard(hash, adoptOnDisk);
     }
 
     // ================================================================== the SSD tier
@@ -315,12 +322,14 @@ public final class Membership {
     private ResultCode withDiskReplica(Segment seg, InventoryItem it, DiskReplicaAction action) {
         byte[] key = it.key();
         int hash = index.hash(key);
-        return index.withShard(hash, shard -> {
+        @SuppressWarnings("GuardedBy") // ObjectIndex runs it under the shard's lock, out of the checker's sight
+        Function<ObjectIndex.Shard, ResultCode> apply = shard -> {
             ObjectTable objects = shard.objects;
             int slot = objects.find(key, hash);
             int r = slot < 0 || objects.generation(slot) != it.generation() ? -1 : objects.replicaOn(slot, seg.id);
             return action.apply(objects, slot, r >= 0 && ObjectTable.onDisk(objects.segment(slot, r)) ? r : -1);
-        });
+        };
+        return index.withShard(hash, apply);
     }
 
     /** Whether the key is listed at this generation with a disk replica on {@code seg}. */
@@ -380,13 +389,14 @@ public final class Membership {
      * Removes a segment and every replica on it; objects left with no replica are gone. Returns the
      * generations of the objects that kept other copies.
      */
-    @GuardedBy("epoch write lock")
+    @GuardedBy("epoch.exclusive()")
     private List<Long> drop(Segment seg, String why) {
         segments.remove(seg);
         long[] lost = {0};
         long[] kept = {0};
         List<Long> elsewhere = new ArrayList<>();
-        index.forEachShard(shard -> {
+        @SuppressWarnings("GuardedBy") // ObjectIndex runs it under the shard's lock, out of the checker's sight
+        Consumer<ObjectIndex.Shard> dropReplicas = shard -> {
             ObjectTable objects = shard.objects;
             objects.removeIf(slot -> {
                 int idx = objects.replicaOn(slot, seg.id);
@@ -402,7 +412,8 @@ public final class Membership {
                 kept[0]++;
                 return false;
             });
-        });
+        };
+        index.forEachShard(dropReplicas);
         if (kept[0] > 0) {
             copiesChanged.run(); // objects that still have a copy get their lost ones back (Repair)
         }
@@ -416,9 +427,11 @@ public final class Membership {
     private boolean live(InventoryItem it) {
         byte[] key = it.key();
         int hash = index.hash(key);
-        return index.withShard(hash, shard -> {
+        @SuppressWarnings("GuardedBy") // ObjectIndex runs it under the shard's lock, out of the checker's sight
+        Function<ObjectIndex.Shard, Boolean> holds = shard -> {
             int slot = shard.objects.find(key, hash);
             return slot >= 0 && shard.objects.generation(slot) == it.generation();
-        });
+        };
+        return index.withShard(hash, holds);
     }
 }

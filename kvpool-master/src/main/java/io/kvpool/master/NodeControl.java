@@ -1,5 +1,6 @@
 package io.kvpool.master;
 
+import com.google.errorprone.annotations.concurrent.GuardedBy;
 import io.kvpool.protocol.BodyWriter;
 import io.kvpool.protocol.FrameConnection;
 import io.kvpool.protocol.Limits;
@@ -56,7 +57,9 @@ final class NodeControl implements NodeNotifier {
         /** Guards the connection only; the queue is lock-free so callers holding index locks never wait on I/O. */
         final ReentrantLock lock = new ReentrantLock();
         final ConcurrentLinkedQueue<NodeMessages.FreeItem> queue = new ConcurrentLinkedQueue<>();
+        @GuardedBy("lock")
         FrameConnection conn;
+        @GuardedBy("lock")
         boolean failing;
         /** A bounded flush gave up waiting for this node; later ones do not wait for it until it answers. */
         volatile boolean stalled;
@@ -305,7 +308,8 @@ final class NodeControl implements NodeNotifier {
         }
     }
 
-    /** One control call on the segment's connection; caller holds the channel lock. */
+    /** One control call on the segment's connection. */
+    @GuardedBy("c.lock")
     private void call(Channel c, Opcode op, BodyWriter w) throws IOException {
         if (c.conn == null || c.conn.isBroken()) {
             closeConn(c);
@@ -319,6 +323,7 @@ final class NodeControl implements NodeNotifier {
         }
     }
 
+    @GuardedBy("c.lock")
     private static void closeConn(Channel c) {
         if (c.conn != null) {
             try {
@@ -340,7 +345,13 @@ final class NodeControl implements NodeNotifier {
         running = false;
         flusher.interrupt();
         for (Channel c : channels.values()) {
-            closeConn(c);
+            // waits out a call in flight (bounded by CALL_TIMEOUT): its connection is closed after it
+            c.lock.lock();
+            try {
+                closeConn(c);
+            } finally {
+                c.lock.unlock();
+            }
         }
         channels.clear();
     }

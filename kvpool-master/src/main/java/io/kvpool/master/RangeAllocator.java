@@ -1,5 +1,6 @@
 package io.kvpool.master;
 
+import com.google.errorprone.annotations.concurrent.GuardedBy;
 import io.kvpool.protocol.ObjectLayout;
 
 import java.util.Comparator;
@@ -28,9 +29,13 @@ final class RangeAllocator {
             Comparator.comparingLong(Free::size).thenComparingLong(Free::offset);
 
     private final long capacity;
+    @GuardedBy("this")
     private final TreeMap<Long, Long> byOffset = new TreeMap<>();
+    @GuardedBy("this")
     private final TreeSet<Free> bySize = new TreeSet<>(BY_SIZE);
+    @GuardedBy("this")
     private long used;
+    @GuardedBy("this")
     private long allocations;
 
     RangeAllocator(long capacity) {
@@ -172,11 +177,13 @@ final class RangeAllocator {
         return byOffset.size();
     }
 
+    @GuardedBy("this")
     private void addFree(long offset, long size) {
         byOffset.put(offset, size);
         bySize.add(new Free(size, offset));
     }
 
+    @GuardedBy("this")
     private void removeFree(long offset, long size) {
         byOffset.remove(offset);
         bySize.remove(new Free(size, offset));

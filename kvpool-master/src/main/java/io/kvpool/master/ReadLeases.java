@@ -1,5 +1,6 @@
 package io.kvpool.master;
 
+import com.google.errorprone.annotations.concurrent.GuardedBy;
 import io.kvpool.protocol.msg.LeaseMessages.Invalidation;
 import io.kvpool.protocol.msg.LeaseMessages.LeaseReply;
 import io.kvpool.protocol.msg.LeaseMessages.LeaseRequest;
@@ -90,11 +91,15 @@ final class ReadLeases {
     private final Condition published = lock.newCondition();
     /** Signalled on every acknowledgement and session end: awaiting invalidations look again. */
     private final Condition acknowledged = lock.newCondition();
-    // guarded by lock
+    @GuardedBy("lock")
     private final Map<UUID, Session> sessions = new HashMap<>();
+    @GuardedBy("lock")
     private final ArrayDeque<Invalidation> records = new ArrayDeque<>();
+    @GuardedBy("lock")
     private long recordBytes;
+    @GuardedBy("lock")
     private long seq;
+    @GuardedBy("lock")
     private boolean closed;
 
     final AtomicLong invalidations = new AtomicLong();
@@ -183,6 +188,7 @@ final class ReadLeases {
         }
     }
 
+    @GuardedBy("lock")
     private long add(Invalidation inv) {
         seq = inv.seq();
         records.addLast(inv);
@@ -237,8 +243,9 @@ final class ReadLeases {
     /**
      * 0 if invalidation {@code target} is applied everywhere it must be (every session acknowledged
      * it or its lease ran out, and the start grace is over); otherwise how long until the earliest
-     * pending lease runs out, an upper bound on the next change. Caller holds the lock.
+     * pending lease runs out, an upper bound on the next change.
      */
+    @GuardedBy("lock")
     private long nanosUntilApplied(long target) {
         long now = nanos.getAsLong();
         long next = Long.MAX_VALUE;

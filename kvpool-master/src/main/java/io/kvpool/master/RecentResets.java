@@ -1,5 +1,7 @@
 package io.kvpool.master;
 
+import com.google.errorprone.annotations.concurrent.GuardedBy;
+
 import java.nio.charset.StandardCharsets;
 import java.time.InstantSource;
 import java.util.ArrayDeque;
@@ -20,6 +22,7 @@ final class RecentResets {
     static final int CAPACITY = 20;
 
     private final InstantSource clock;
+    @GuardedBy("this")
     private final ArrayDeque<Reset> resets = new ArrayDeque<>();
 
     RecentResets(InstantSource clock) {
@@ -35,6 +38,7 @@ final class RecentResets {
                 removed, epoch));
     }
 
+    @GuardedBy("this")
     private void add(Reset r) {
         if (resets.size() == CAPACITY) {
             resets.removeLast();

@@ -1,5 +1,6 @@
 package io.kvpool.master;
 
+import com.google.errorprone.annotations.concurrent.GuardedBy;
 import io.kvpool.protocol.ResultCode;
 import io.kvpool.protocol.Tier;
 import io.kvpool.protocol.msg.NodeMessages.ReplicateItem;
@@ -19,6 +20,8 @@ import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.function.Consumer;
+import java.util.function.Function;
 import java.util.random.RandomGenerator;
 
 /**
@@ -155,11 +158,12 @@ final class Repair {
     }
 
     /** Counts the objects below their copies and reserves targets for up to {@link #MAX_PER_ROUND}. */
-    @GuardedBy("epoch read lock")
+    @GuardedBy("epoch.shared()")
     private List<Task> plan() {
         List<Candidate> found = new ArrayList<>();
         long[] count = {0};
-        index.forEachShard(shard -> {
+        @SuppressWarnings("GuardedBy") // ObjectIndex runs it under the shard's lock, out of the checker's sight
+        Consumer<ObjectIndex.Shard> scan = shard -> {
             ObjectTable objects = shard.objects;
             for (int slot = 0, n = objects.size(); slot < n; slot++) {
                 if (!objects.underReplicated(slot)) {
@@ -179,7 +183,8 @@ final class Repair {
                             objects.valueLength(slot), objects.regionLength(slot), stored, offs));
                 }
             }
-        });
+        };
+        index.forEachShard(scan);
         underReplicated.set(count[0]);
         List<Task> tasks = new ArrayList<>(found.size());
         for (Candidate c : found) {
@@ -278,7 +283,8 @@ final class Repair {
             for (int i = 0; i < tasks.size(); i++) {
                 Task t = tasks.get(i);
                 boolean landed = codes[i] == ResultCode.OK;
-                boolean kept = landed && index.withShard(t.hash, shard -> {
+                @SuppressWarnings("GuardedBy") // ObjectIndex runs it under the shard's lock, out of the checker's sight
+                Function<ObjectIndex.Shard, Boolean> addCopy = shard -> {
                     ObjectTable objects = shard.objects;
                     int slot = objects.find(t.key, t.hash);
                     if (slot < 0 || objects.generation(slot) != t.generation || segments.get(t.target.id) != t.target
@@ -287,7 +293,8 @@ final class Repair {
                     }
                     objects.addReplica(slot, t.target.id, t.targetOffset);
                     return true;
-                });
+                };
+                boolean kept = landed && index.withShard(t.hash, addCopy);
                 if (kept) {
                     made++;
                     continue;

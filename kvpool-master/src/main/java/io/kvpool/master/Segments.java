@@ -97,9 +97,8 @@ final class Segments {
 
     /**
      * Frees a complete object's regions and tells their nodes (memory copies and disk copies alike).
-     * Returns the memory bytes freed.
+     * Returns the memory bytes freed. Caller holds the lock of the shard whose table is {@code objects}.
      */
-    @GuardedBy("shard lock")
     long release(ObjectTable objects, int slot) {
         long len = objects.regionLength(slot);
         long generation = objects.generation(slot);
@@ -122,8 +121,7 @@ final class Segments {
         return freed;
     }
 
-    /** Empties every allocator (a reset reclaims all space wholesale). */
-    @GuardedBy("epoch write lock")
+    /** Empties every allocator (a reset reclaims all space wholesale). Caller holds the epoch write lock. */
     void resetAllocators() {
         for (Segment seg : byId.values()) {
             seg.allocator.reset();

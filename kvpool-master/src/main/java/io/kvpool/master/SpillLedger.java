@@ -57,9 +57,8 @@ final class SpillLedger {
     /**
      * Whether the memory copy on {@code segmentId} of the object in {@code slot}, about to be evicted,
      * goes to that node's SSD tier: yes when the node has one, and then the spill is recorded. A
-     * {@link FreeBatch.SpillChoice}.
+     * {@link FreeBatch.SpillChoice}. Caller holds the lock of the shard whose table is {@code objects}.
      */
-    @GuardedBy("shard lock")
     boolean begin(ObjectTable objects, int slot, int segmentId) {
         Segment s = segments.get(segmentId);
         if (s == null || !s.tiers.hasDisk()) {
@@ -143,8 +142,7 @@ final class SpillLedger {
         }
     }
 
-    /** Forgets every spill (a reset). */
-    @GuardedBy("epoch write lock")
+    /** Forgets every spill (a reset). Caller holds the epoch write lock. */
     void clear() {
         inFlight.clear();
     }

@@ -1,5 +1,6 @@
 package io.kvpool.master;
 
+import com.google.errorprone.annotations.concurrent.GuardedBy;
 import io.kvpool.protocol.ObjectLayout;
 import io.kvpool.protocol.ResultCode;
 import io.kvpool.protocol.WriteGrants;
@@ -96,7 +97,7 @@ final class WriteLeases {
             this.deadlineMillis = deadlineMillis;
         }
 
-        /** Why item {@code it} cannot be accepted next, or null if it can. Caller holds the lease's monitor. */
+        /** Why item {@code it} cannot be accepted next, or null if it can. */
         @GuardedBy("this")
         String misfit(CommitItem it) {
             long region = ObjectLayout.regionLength(it.key().length, it.valueLength());
@@ -252,7 +253,8 @@ final class WriteLeases {
             }
             int tick = eviction.accessTick();
             int segId = l.segment.id;
-            index.forEachKey(items, CommitItem::key, (shard, i, key, hash) -> {
+            @SuppressWarnings("GuardedBy") // ObjectIndex runs it under the shard's lock, out of the checker's sight
+            ObjectIndex.KeyVisitor store = (shard, i, key, hash) -> {
                 if (!fits[i]) {
                     // a COMMIT sent again (its reply was lost) finds its own objects: answered OK again
                     if (shard.holds(key, hash, items.get(i).generation())) {
@@ -279,7 +281,8 @@ final class WriteLeases {
                     upserted.add(key);
                 }
                 out[i] = ResultCode.OK;
-            });
+            };
+            index.forEachKey(items, CommitItem::key, store);
             committed.addAndGet(countOk(out));
         }
         return Arrays.asList(out);

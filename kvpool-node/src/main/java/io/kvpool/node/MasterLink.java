@@ -1,5 +1,6 @@
 package io.kvpool.node;
 
+import com.google.errorprone.annotations.concurrent.GuardedBy;
 import io.kvpool.config.Durations;
 import io.kvpool.etcd.LeaderRecord;
 import io.kvpool.etcd.MasterLocator;
@@ -86,7 +87,8 @@ final class MasterLink implements AutoCloseable {
     private volatile FrameConnection conn;
     private int segmentId = -1;
     private boolean outageLogged;
-    /** Guarded by {@code lock}: a wake that came while the loop was not sleeping. */
+    /** A wake that came while the loop was not sleeping. */
+    @GuardedBy("lock")
     private boolean wakeRequested;
 
     MasterLink(LocalSegment node, DiskTier disk, NodeConfig config, MasterLocator masters) {

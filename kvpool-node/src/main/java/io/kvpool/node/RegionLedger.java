@@ -1,5 +1,6 @@
 package io.kvpool.node;
 
+import com.google.errorprone.annotations.concurrent.GuardedBy;
 import io.kvpool.protocol.ObjectLayout;
 import io.kvpool.protocol.ResultCode;
 
@@ -90,9 +91,13 @@ final class RegionLedger {
     private final MemorySegment memory;
     private final ReentrantLock lock = new ReentrantLock();
     private final Condition changed = lock.newCondition();
+    @GuardedBy("lock")
     private final TreeMap<Long, Region> regions = new TreeMap<>();
+    @GuardedBy("lock")
     private long epoch;
+    @GuardedBy("lock")
     private long completeCount;
+    @GuardedBy("lock")
     private long completeBytes;
 
     RegionLedger(MemorySegment memory) {
@@ -403,7 +408,8 @@ final class RegionLedger {
         }
     }
 
-    /** Regions intersecting [start, end). Caller holds the lock. */
+    /** Regions intersecting [start, end). */
+    @GuardedBy("lock")
     private List<Region> overlapping(long start, long end) {
         List<Region> out = new ArrayList<>(2);
         Map.Entry<Long, Region> before = regions.floorEntry(start);
@@ -419,8 +425,9 @@ final class RegionLedger {
 
     /**
      * Makes a region unreadable: marks its header dead, and removes it unless a transfer still needs
-     * it (then it leaves when the transfer ends). Caller holds the lock.
+     * it (then it leaves when the transfer ends).
      */
+    @GuardedBy("lock")
     private void drop(Region r) {
         if (r.complete) {
             r.complete = false;

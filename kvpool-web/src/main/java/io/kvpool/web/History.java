@@ -3,6 +3,7 @@ package io.kvpool.web;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import com.google.errorprone.annotations.concurrent.GuardedBy;
 
 import java.util.ArrayList;
 import java.util.List;
@@ -47,13 +48,19 @@ public final class History {
 
     private final List<Chart> charts;
     private final int capacity;
+    @GuardedBy("this")
     private final long[] times;
     /** values[series index][slot]; NaN where a rate is unknown. */
+    @GuardedBy("this")
     private final double[][] values;
     /** The last raw reading of each series, for rates. */
+    @GuardedBy("this")
     private final double[] last;
+    @GuardedBy("this")
     private long lastTime = Long.MIN_VALUE;
+    @GuardedBy("this")
     private int head;
+    @GuardedBy("this")
     private int size;
     private final int seriesCount;
 

@@ -1,5 +1,6 @@
 package io.kvpool.bench.soak;
 
+import com.google.errorprone.annotations.concurrent.GuardedBy;
 import io.kvpool.etcd.EtcdTarget;
 import io.kvpool.etcd.LeaderRecord;
 import io.kvpool.etcd.LeaderWatch;
@@ -83,6 +84,7 @@ final class LocalPool implements AutoCloseable {
     private final String etcdUrl;
     private final Path logDir;
     private final SoakConfig config;
+    @GuardedBy("children")
     private final List<Process> children = new ArrayList<>();
     final Map<String, Master> masters = new LinkedHashMap<>();
     final List<Node> nodes = new ArrayList<>();

@@ -1,5 +1,7 @@
 package io.kvpool.bench.soak;
 
+import com.google.errorprone.annotations.concurrent.GuardedBy;
+
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
@@ -31,6 +33,7 @@ final class SoakStats {
     /** Keys of wrong and missed reads (a sample, for the report). */
     final ConcurrentSkipListSet<String> wrongSamples = new ConcurrentSkipListSet<>();
     final ConcurrentSkipListSet<String> missSamples = new ConcurrentSkipListSet<>();
+    @GuardedBy("this")
     final List<ChaosEvent> events = new ArrayList<>();
     /** When traffic started: the origin of every time in the report. */
     volatile long startNanos = System.nanoTime();

@@ -1,5 +1,6 @@
 package io.kvpool.node.disk;
 
+import com.google.errorprone.annotations.concurrent.GuardedBy;
 import io.kvpool.protocol.ObjectLayout;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -50,14 +51,21 @@ final class AppendWriter {
     private final ByteBuffer deadByte = ByteBuffer.allocateDirect(1).put(0, ObjectLayout.STATE_DEAD);
     private final Thread thread;
 
-    // ---- guarded by index.lock ----
+    @GuardedBy("index.lock")
     private long passStarted;
+    @GuardedBy("index.lock")
     private long passDone;
+    @GuardedBy("index.lock")
     private boolean done;
 
     /** False once the writer thread has ended (closed, or stopped by an error: spills are refused). */
     boolean running() {
-        return index.locked(() -> !done);
+        index.lock.lock();
+        try {
+            return !done;
+        } finally {
+            index.lock.unlock();
+        }
     }
 
     AppendWriter(DiskIndex index, LogFiles files, Staging staging, RunWriter runWriter, Compactor compactor,
@@ -153,10 +161,13 @@ final class AppendWriter {
             log.error("disk tier {}: the writer stopped; spills are refused from now on", dir, t);
             index.withLock(staging::stop); // refuse offers; reads keep working
         } finally {
-            index.withLock(() -> {
+            index.lock.lock();
+            try {
                 done = true;
                 index.progress.signalAll();
-            });
+            } finally {
+                index.lock.unlock();
+            }
         }
     }
 
@@ -172,7 +183,12 @@ final class AppendWriter {
                     continue;
                 }
                 if (!compactor.ensureRoom(p.recordLength + ioBlock, evicted)) {
-                    index.withLock(() -> index.drops++);
+                    index.lock.lock();
+                    try {
+                        index.drops++;
+                    } finally {
+                        index.lock.unlock();
+                    }
                     continue;
                 }
                 DataFile f = files.appendTarget(p.recordLength);
@@ -201,8 +217,12 @@ final class AppendWriter {
             for (DataFile f : touched) {
                 f.force();
             }
-            long total = written;
-            index.withLock(() -> index.bytesWritten += total);
+            index.lock.lock();
+            try {
+                index.bytesWritten += written;
+            } finally {
+                index.lock.unlock();
+            }
         } catch (IOException e) {
             log.warn("disk tier {}: writing {} records failed, they are dropped: {}", dir, placed, e.toString());
             failed = true;
@@ -273,10 +293,13 @@ final class AppendWriter {
         writeTombstones(marks);
         evicted.addAll(reports);
         reportDropped(evicted); // before the pass counts as done: after flush() the listener knows
-        index.withLock(() -> {
+        index.lock.lock();
+        try {
             passDone = pass;
             index.progress.signalAll();
-        });
+        } finally {
+            index.lock.unlock();
+        }
     }
 
     private void writeTombstones(List<DiskIndex.Tomb> marks) {

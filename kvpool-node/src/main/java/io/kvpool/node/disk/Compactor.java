@@ -219,10 +219,13 @@ final class Compactor {
         } catch (IOException e) {
             log.warn("disk tier {}: compaction of {} failed to force its copies, leaving it as it is: {}", dir, f,
                     e.toString());
-            index.withLock(() -> {
+            index.lock.lock();
+            try {
                 f.noCompact = true; // copies not known durable: the slots stay where they are
                 index.bytesWritten += written;
-            });
+            } finally {
+                index.lock.unlock();
+            }
             return;
         }
         if (failure != null) {

@@ -1,5 +1,6 @@
 package io.kvpool.node.disk;
 
+import com.google.errorprone.annotations.concurrent.GuardedBy;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -52,7 +53,8 @@ final class DataFile {
     private volatile FileChannel channel;
     /** The O_DIRECT channel for appends and large reads, opened on first use. */
     private volatile FileChannel directChannel;
-    private boolean closedOnPurpose; // guarded by this
+    @GuardedBy("this")
+    private boolean closedOnPurpose;
 
     /** Bytes appended so far (positions handed out, whether or not their write finished). */
     long size;

@@ -1,5 +1,6 @@
 package io.kvpool.node.disk;
 
+import com.google.errorprone.annotations.concurrent.GuardedBy;
 import io.kvpool.protocol.ObjectLayout;
 
 import java.nio.charset.StandardCharsets;
@@ -55,32 +56,51 @@ final class DiskIndex {
     final Condition progress = lock.newCondition();
 
     // ---- guarded by lock ----
+    @GuardedBy("lock")
     private final Map<Long, Slot> index = new HashMap<>();
+    @GuardedBy("lock")
     private final Map<String, Slot> byKey = new HashMap<>();
     /** Eviction order: never-read objects first, oldest first; then read ones, least recently read first. */
+    @GuardedBy("lock")
     private final ColdList neverRead = new ColdList();
+    @GuardedBy("lock")
     private final ColdList readOnce = new ColdList();
+    @GuardedBy("lock")
     private long liveBytes;
+    @GuardedBy("lock")
     private List<Tomb> tombs = new ArrayList<>();
     /** Slots dropped by readers (checksum failures), reported to the listener by the writer. */
+    @GuardedBy("lock")
     private List<Slot> dropReports = new ArrayList<>();
     /** Asks the writer for a housekeeping pass. */
+    @GuardedBy("lock")
     boolean housekeepingWanted;
     /** Spills from epochs before this are refused (the last {@link DiskStore#reset}). */
+    @GuardedBy("lock")
     long fenceEpoch = Long.MIN_VALUE;
     /** The store closed: reads find nothing. */
+    @GuardedBy("lock")
     boolean closed;
 
     // ---- counters, for DiskStore.Stats; guarded by lock ----
+    @GuardedBy("lock")
     long hits;
+    @GuardedBy("lock")
     long bytesRead;
+    @GuardedBy("lock")
     long bytesWritten;
+    @GuardedBy("lock")
     long drops;
     /** Write batches that failed with an I/O error (their records are among the drops). */
+    @GuardedBy("lock")
     long writeErrors;
+    @GuardedBy("lock")
     long evictions;
+    @GuardedBy("lock")
     long compactions;
+    @GuardedBy("lock")
     long checksumFailures;
+    @GuardedBy("lock")
     long skippedRecords;
 
     /** Runs {@code body} under the lock. */
@@ -107,23 +127,28 @@ final class DiskIndex {
     // queries (under lock)
     // ------------------------------------------------------------------------------------------------
 
+    @GuardedBy("lock")
     Slot get(long generation) {
         return index.get(generation);
     }
 
     /** The slot of the newest generation of {@code key} (bytes as Latin-1), or null. */
+    @GuardedBy("lock")
     Slot newest(String key) {
         return byKey.get(key);
     }
 
+    @GuardedBy("lock")
     int size() {
         return index.size();
     }
 
+    @GuardedBy("lock")
     long liveBytes() {
         return liveBytes;
     }
 
+    @GuardedBy("lock")
     List<DiskStore.Entry> entries() {
         List<DiskStore.Entry> out = new ArrayList<>(index.size());
         for (Slot s : index.values()) {
@@ -136,6 +161,7 @@ final class DiskIndex {
     // changes (under lock)
     // ------------------------------------------------------------------------------------------------
 
+    @GuardedBy("lock")
     private void addSlot(Slot s, DataFile f, long offset) {
         linkToFile(s, f, offset);
         liveBytes += s.recordLength;
@@ -163,6 +189,7 @@ final class DiskIndex {
     }
 
     /** Removes a live slot from the index; with {@code tomb}, queues the DEAD mark of its record. */
+    @GuardedBy("lock")
     private void dropSlot(Slot s, boolean tomb) {
         s.live = false;
         s.list.remove(s);
@@ -176,22 +203,26 @@ final class DiskIndex {
     }
 
     /** Moves a slot's record to {@code to} at {@code offset} (a later copy of the same bytes). */
+    @GuardedBy("lock")
     void relocate(Slot s, DataFile to, long offset) {
         unlinkFromFile(s);
         linkToFile(s, to, offset);
     }
 
     /** Queues the DEAD mark of the record at {@code offset} of {@code f}, for the writer's next pass. */
+    @GuardedBy("lock")
     void tomb(DataFile f, long offset) {
         tombs.add(new Tomb(f, offset));
         housekeepingWanted = true;
     }
 
+    @GuardedBy("lock")
     boolean hasTombs() {
         return !tombs.isEmpty();
     }
 
     /** The tombstones queued so far, for the writer to write; the queue starts empty again. */
+    @GuardedBy("lock")
     List<Tomb> takeTombs() {
         List<Tomb> marks = tombs;
         tombs = new ArrayList<>();
@@ -199,6 +230,7 @@ final class DiskIndex {
     }
 
     /** The slots readers dropped so far, for the writer to report; the list starts empty again. */
+    @GuardedBy("lock")
     List<Slot> takeDropReports() {
         List<Slot> reports = dropReports;
         dropReports = new ArrayList<>();
@@ -211,6 +243,7 @@ final class DiskIndex {
      * by a crash during compaction: same generation, same bytes), which is marked dead. Of two
      * generations of a key, the newer one is kept.
      */
+    @GuardedBy("lock")
     void admitScanned(DataFile f, long offset, ObjectLayout.Header h) {
         Slot earlier = index.get(h.generation());
         if (earlier != null) {
@@ -231,6 +264,7 @@ final class DiskIndex {
     }
 
     /** A tombstone found by the scan: the last record of its generation, it kills the copies before it. */
+    @GuardedBy("lock")
     void deadScanned(ObjectLayout.Header h) {
         Slot earlier = index.get(h.generation());
         if (earlier != null) {
@@ -242,6 +276,7 @@ final class DiskIndex {
      * Indexes a record the writer wrote and forced: {@code stored} gets its entry, {@code superseded}
      * the older generation of its key it replaced. A record older than what is here is marked dead.
      */
+    @GuardedBy("lock")
     void commit(Staging.Pending p, List<DiskStore.Entry> stored, List<Slot> superseded) {
         Slot existing = index.get(p.generation);
         if (existing != null) {
@@ -267,6 +302,7 @@ final class DiskIndex {
     }
 
     /** Drops a live object at the caller's request (not reported) and wakes the writer. Whether it was here. */
+    @GuardedBy("lock")
     boolean remove(long generation) {
         Slot s = index.get(generation);
         if (s == null) {
@@ -278,6 +314,7 @@ final class DiskIndex {
     }
 
     /** Refuses epochs before {@code epoch} from now on and drops their objects. Returns how many. */
+    @GuardedBy("lock")
     long dropOlderThan(long epoch) {
         fenceEpoch = Math.max(fenceEpoch, epoch);
         List<Slot> old = new ArrayList<>();
@@ -297,6 +334,7 @@ final class DiskIndex {
      * them. Returns how many went. O(1) per object: the coldness lists are kept in order as objects are
      * stored and read.
      */
+    @GuardedBy("lock")
     int evictDownTo(long target, List<Slot> evicted) {
         int n = 0;
         while (liveBytes > target) {
@@ -313,6 +351,7 @@ final class DiskIndex {
     }
 
     /** A read of {@code s} returned its value: counted, and {@code s} is now the most recently read. */
+    @GuardedBy("lock")
     void readOk(Slot s) {
         hits++;
         bytesRead += s.valueLength;
@@ -326,6 +365,7 @@ final class DiskIndex {
     }
 
     /** A read of {@code s} found its bytes damaged: counted, and {@code s} dropped and reported by the writer. */
+    @GuardedBy("lock")
     void readCorrupt(Slot s) {
         checksumFailures++;
         if (s.live) {

@@ -1,5 +1,6 @@
 package io.kvpool.node.disk;
 
+import com.google.errorprone.annotations.concurrent.GuardedBy;
 import io.kvpool.config.Size;
 import io.kvpool.protocol.Keys;
 import io.kvpool.protocol.ObjectLayout;
@@ -268,7 +269,8 @@ public final class DiskStore implements AutoCloseable {
     private final int ioBlock;
     /** Whether appends bypass the page cache (O_DIRECT); false where the file system refuses it. */
     private final boolean directIo;
-    private boolean closeCalled; // guarded by index.lock
+    @GuardedBy("index.lock")
+    private boolean closeCalled;
 
     /**
      * Opens the tier in {@code config.dir()}, creating the directory if missing, and rebuilds the index
@@ -362,10 +364,13 @@ public final class DiskStore implements AutoCloseable {
 
     /** The live object with this generation, or null (also while it is only queued). */
     public Entry lookup(long generation) {
-        return index.locked(() -> {
+        index.lock.lock();
+        try {
             Slot s = index.get(generation);
             return s == null ? null : s.entry();
-        });
+        } finally {
+            index.lock.unlock();
+        }
     }
 
     /**
@@ -373,7 +378,12 @@ public final class DiskStore implements AutoCloseable {
      * the writer shortly after ({@link #flush} waits for that). Returns false if it was not here.
      */
     public boolean remove(long generation) {
-        return index.locked(() -> index.remove(generation) || staging.cancel(generation));
+        index.lock.lock();
+        try {
+            return index.remove(generation) || staging.cancel(generation);
+        } finally {
+            index.lock.unlock();
+        }
     }
 
     /**
@@ -382,17 +392,25 @@ public final class DiskStore implements AutoCloseable {
      * ({@link #flush} waits for that). Returns how many objects and queued spills were dropped.
      */
     public long reset(long epoch) {
-        return index.locked(() -> {
+        index.lock.lock();
+        try {
             long n = index.dropOlderThan(epoch) + staging.cancelOlderThan(epoch);
             index.housekeepingWanted = true;
             index.work.signal();
             return n;
-        });
+        } finally {
+            index.lock.unlock();
+        }
     }
 
     /** The live objects, for registering with the master. */
     public List<Entry> entries() {
-        return index.locked(index::entries);
+        index.lock.lock();
+        try {
+            return index.entries();
+        } finally {
+            index.lock.unlock();
+        }
     }
 
     /** Whether appends bypass the page cache (O_DIRECT), as probed when the store opened. */
@@ -406,10 +424,15 @@ public final class DiskStore implements AutoCloseable {
     }
 
     public Stats stats() {
-        return index.locked(() -> new Stats(config.capacityBytes(), files.usedBytes, index.liveBytes(), index.size(),
-                index.hits, index.bytesRead, index.bytesWritten, staging.usedBytes(), staging.items(), index.drops,
-                index.evictions, index.compactions, index.checksumFailures, index.skippedRecords, index.writeErrors,
-                writer.running()));
+        index.lock.lock();
+        try {
+            return new Stats(config.capacityBytes(), files.usedBytes, index.liveBytes(), index.size(), index.hits,
+                    index.bytesRead, index.bytesWritten, staging.usedBytes(), staging.items(), index.drops,
+                    index.evictions, index.compactions, index.checksumFailures, index.skippedRecords, index.writeErrors,
+                    writer.running());
+        } finally {
+            index.lock.unlock();
+        }
     }
 
     public Config config() {
@@ -432,17 +455,16 @@ public final class DiskStore implements AutoCloseable {
     @Override
     public void close() {
         writer.checkNotWriter("close");
-        boolean first = index.locked(() -> {
+        index.lock.lock();
+        try {
             if (closeCalled) {
-                return false;
+                return;
             }
             closeCalled = true;
             staging.stop();
             index.work.signalAll();
-            return true;
-        });
-        if (!first) {
-            return;
+        } finally {
+            index.lock.unlock();
         }
         boolean interrupted = writer.join();
         List<DataFile> toClose;
@@ -471,9 +493,12 @@ public final class DiskStore implements AutoCloseable {
 
     /** For tests: where the record of a live generation is, or null. */
     Location locate(long generation) {
-        return index.locked(() -> {
+        index.lock.lock();
+        try {
             Slot s = index.get(generation);
             return s == null ? null : new Location(s.file.path, s.offset, s.valuePosition(), s.recordLength);
-        });
+        } finally {
+            index.lock.unlock();
+        }
     }
 }

@@ -35,6 +35,7 @@ final class Recovery {
     }
 
     /** Scans {@code dir} into {@code index} and {@code files}, using {@code buf} (at least 1 MiB) to read. */
+    @SuppressWarnings("GuardedBy") // runs before the store is shared: no other thread can see the index yet
     static void open(Path dir, long fileBytes, DiskIndex index, LogFiles files, MemorySegment buf) throws IOException {
         List<Path> found = new ArrayList<>();
         try (Stream<Path> s = Files.list(dir)) {
