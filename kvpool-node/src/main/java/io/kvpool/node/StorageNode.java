@@ -520,7 +520,10 @@ public final class StorageNode implements AutoCloseable {
         }
         try {
             server.close();
-            ledger.awaitIdle(Duration.ofSeconds(2));
+            // transfers in flight get half a second to finish (a loopback transfer takes milliseconds); a
+            // process stopping on SIGTERM must be gone within a second, and clients in the same process
+            // keep the ledger busy until it halts
+            ledger.awaitIdle(Duration.ofMillis(500));
         } catch (IOException e) {
             log.warn("node {}: error stopping server: {}", name, e.toString());
         } catch (InterruptedException e) {
