@@ -467,6 +467,14 @@ final class LaunchCommand implements Callable<Integer> {
     }
 
     void awaitRegistered(String master, int nodes) throws Exception {
+        awaitRegistered(master, nodes, null);
+    }
+
+    /**
+     * Waits until {@code nodes} segments are registered and active, {@code segment} (a node's
+     * {@code HOST:PORT}; null for any) among them.
+     */
+    void awaitRegistered(String master, int nodes, String segment) throws Exception {
         Duration timeout = readyTimeout;
         long deadline = System.nanoTime() + timeout.toNanos();
         try (KvPoolClient c = KvPoolClient.connect(ClientConfig.forMaster(master))) {
@@ -474,7 +482,8 @@ final class LaunchCommand implements Callable<Integer> {
                 checkAlive();
                 List<PoolStats.SegmentStats> segs = c.stats().segments();
                 long active = segs.stream().filter(PoolStats.SegmentStats::active).count();
-                if (active >= nodes) {
+                if (active >= nodes && (segment == null
+                        || segs.stream().anyMatch(s -> s.active() && s.name().equals(segment)))) {
                     return;
                 }
                 if (System.nanoTime() > deadline) {

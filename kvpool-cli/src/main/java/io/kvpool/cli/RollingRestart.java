@@ -1,8 +1,5 @@
 package io.kvpool.cli;
 
-import io.kvpool.client.ClientConfig;
-import io.kvpool.client.KvPoolClient;
-import io.kvpool.client.PoolStats;
 import io.kvpool.etcd.MasterAddress;
 import io.kvpool.etcd.MasterLocator;
 import org.slf4j.Logger;
@@ -150,7 +147,9 @@ final class RollingRestart {
                 throw new LaunchCommand.LaunchFailure(n.name() + " came back without its objects (it did not adopt its"
                         + " segment file; its log " + n.log() + " says why); stopping the rolling restart here");
             }
-            awaitBack(address, n, nodes.size());
+            // its segment by name (HOST:PORT, the identity it adopted its file under), active again with every other
+            launch.awaitRegistered(address, nodes.size(), n.args().get(n.args().indexOf("--advertise-host") + 1)
+                    + ":" + n.args().get(n.args().indexOf("--port") + 1));
             steps.add(step(n, t0));
         }
     }
@@ -210,29 +209,6 @@ final class RollingRestart {
         if (keepSegment && p.exitValue() != 0) {
             throw new LaunchCommand.LaunchFailure(s.name() + " (pid " + p.pid() + ") exited with code " + p.exitValue()
                     + " instead of stopping for a restart; see " + s.log());
-        }
-    }
-
-    /** Waits until the restarted node's segment is registered and active again, with every other node's. */
-    private void awaitBack(String address, LaunchCommand.Supervised node, int nodes) throws Exception {
-        int i = node.args().indexOf("--port");
-        String name = node.args().get(node.args().indexOf("--advertise-host") + 1) + ":" + node.args().get(i + 1);
-        long deadline = System.nanoTime() + STEP_TIMEOUT.toNanos();
-        try (KvPoolClient c = KvPoolClient.connect(ClientConfig.forMaster(address))) {
-            while (true) {
-                launch.checkAlive();
-                List<PoolStats.SegmentStats> segs = c.stats().segments();
-                long active = segs.stream().filter(PoolStats.SegmentStats::active).count();
-                boolean back = segs.stream().anyMatch(s -> s.active() && s.name().equals(name));
-                if (back && active >= nodes) {
-                    return;
-                }
-                if (System.nanoTime() > deadline) {
-                    throw new LaunchCommand.LaunchFailure(node.name() + " (" + name + ") did not register again within "
-                            + STEP_TIMEOUT.toSeconds() + " s; see " + node.log());
-                }
-                Thread.sleep(100);
-            }
         }
     }
 
