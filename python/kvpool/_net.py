@@ -72,6 +72,7 @@ class Connection:
         self.next_id = 1
         self.broken = False
         self.pending_payload = 0  # reply payload bytes not read yet
+        self.master_run = -1  # to a master: the client's master run its HELLO met (Client._hello)
         self.pid = os.getpid()
         self._hdr = bytearray(p.HEADER_BYTES)
 

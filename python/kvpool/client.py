@@ -130,7 +130,14 @@ class Client:
         self.epoch = 0
         #: Copies a put makes when it does not say (the master's ``--replicas``), from its HELLO.
         self.default_replicas = 1
+        # Segment ids are per master run: a new master (a restart, a failover) numbers the segments in the
+        # order their nodes register again. Every master connection remembers the run its HELLO met, an
+        # answer naming segments is valid in the run of the connection that carried it, and the table is
+        # tagged with the run it came from: regions of an old master are never resolved in a new table,
+        # where they would send bytes to another node (docs/architecture.md, "Master runs").
+        self._master_run = 0
         self._segments: dict[int, SegmentStats] = {}
+        self._table_run = 0
         self._table_at = 0.0
         self._shm = SharedSegments(shared_memory)
         self._nodes: dict[tuple[str, int], ConnectionPool] = {}
@@ -181,10 +188,13 @@ class Client:
         r = p.decode_hello_reply(body)
         with self._lock:
             if self._incarnation is not None and self._incarnation != r.incarnation:
-                # segment ids are per master run: the old table means nothing now
+                # a new master run: the old table means nothing now
+                self._master_run += 1
                 self._segments = {}
+                self._table_run = self._master_run
                 self._table_at = 0.0
             self._incarnation = r.incarnation
+            c.master_run = self._master_run
             self._heard = time.monotonic()
             self.max_value_bytes = min(r.max_value_bytes, p.DEFAULT_MAX_PAYLOAD_BYTES)
             self.epoch = r.epoch
@@ -193,6 +203,10 @@ class Client:
     def _call_master(self, opcode: Opcode, body: bytes, decode: Callable[[bytes], T]) -> T:
         """One master exchange; a pooled connection that turns out dead is replaced once, and with elected
         masters the call moves to the next leader until ``timeout``."""
+        return self._call_master_in_run(opcode, body, decode)[0]
+
+    def _call_master_in_run(self, opcode: Opcode, body: bytes, decode: Callable[[bytes], T]) -> tuple[T, int]:
+        """``_call_master``, with the master run of the connection that answered (see ``__init__``)."""
         if self._closed:
             raise KvPoolError("client is closed")
         deadline = time.monotonic() + self.timeout
@@ -211,7 +225,7 @@ class Client:
                         or not self._relocate(time.monotonic() + self.timeout):
                     raise
 
-    def _call_master_once(self, opcode: Opcode, body: bytes, decode: Callable[[bytes], T]) -> T:
+    def _call_master_once(self, opcode: Opcode, body: bytes, decode: Callable[[bytes], T]) -> tuple[T, int]:
         for attempt in (0, 1):
             c = self._master.borrow(self.timeout)
             fresh = c.next_id <= 2  # HELLO was its only exchange
@@ -221,7 +235,7 @@ class Client:
                     self.epoch = p.decode_i64(c.call(Opcode.PING, p.encode_ping(self._id), self.timeout)[0], "PING reply")
                     self._heard = time.monotonic()
                 reply, _ = c.call(opcode, body, self.timeout)
-                return decode(reply)
+                return decode(reply), c.master_run
             except (ConnectionError, BrokenPipeError) as e:
                 if attempt == 0 and not fresh:
                     continue  # the master closed an idle connection (restart): try a new one
@@ -264,23 +278,36 @@ class Client:
             f.result()
 
     def refresh(self) -> PoolStats:
-        """Asks the master for the cluster's state (CLUSTER_STATS) and takes its segment table."""
-        stats = self._call_master(Opcode.CLUSTER_STATS, b"", p.decode_cluster_stats)
-        with self._lock:
-            self._segments = {s.id: s for s in stats.segments}
-            self._table_at = time.monotonic()
-            self.epoch = stats.epoch
+        """Asks the master for the cluster's state (CLUSTER_STATS) and takes its segment table (unless a newer
+        master answered meanwhile: then it asks once more, the answer was the old master's)."""
+        for attempt in (0, 1):
+            stats, run = self._call_master_in_run(Opcode.CLUSTER_STATS, b"", p.decode_cluster_stats)
+            with self._lock:
+                if run == self._master_run:
+                    self._segments = {s.id: s for s in stats.segments}
+                    self._table_run = run
+                    self._table_at = time.monotonic()
+                    self.epoch = stats.epoch
+                    break
         self._shm.retain({s.shm_path for s in self._segments.values() if s.shm_path})
         return stats
 
-    def _segment(self, sid: int) -> SegmentStats | None:
-        seg = self._segments.get(sid)
+    def _segment(self, sid: int, run: int | None = None) -> SegmentStats | None:
+        """The segment with this id, refreshing the table once if it is unknown. Given the master ``run`` an
+        answer came in, None unless the table held is that run's (see ``__init__``)."""
+        def lookup() -> SegmentStats | None:
+            if run is not None and (run != self._master_run or self._table_run != run):
+                return None
+            return self._segments.get(sid)
+        if run is not None and run != self._master_run:
+            return None
+        seg = lookup()
         if seg is None:
             try:
                 self.refresh()
             except KvPoolError:
                 return None
-            seg = self._segments.get(sid)
+            seg = lookup()
         return seg
 
     def _local_first(self, replicas: tuple[p.Replica, ...]) -> tuple[p.Replica, ...]:
@@ -395,9 +422,10 @@ class Client:
                      pin_seconds: int, preferred: str, batch: bool, status: list[PutStatus], copies: list[int],
                      pinned: list[bool]) -> None:
         items = [(kb[i], views[i].nbytes) for i in range(lo, hi)]
-        epoch, term, results = self._call_master(Opcode.BATCH_PUT_START if batch else Opcode.PUT_START,
-                                           p.encode_put_start(upsert, replicas, preferred, items, pin_seconds),
-                                           p.decode_put_start_reply)
+        # the regions are valid in the master run that answered, and void once that changed (see __init__)
+        (epoch, term, results), master_run = self._call_master_in_run(
+            Opcode.BATCH_PUT_START if batch else Opcode.PUT_START,
+            p.encode_put_start(upsert, replicas, preferred, items, pin_seconds), p.decode_put_start_reply)
         if len(results) != hi - lo:
             raise p.ProtocolError(f"PUT_START reply has {len(results)} results for {hi - lo} items")
         too_large = [lo + j for j, r in enumerate(results) if r.code == ResultCode.TOO_LARGE]
@@ -430,7 +458,7 @@ class Client:
 
         def task(sid: int, slots: list[tuple[int, int, p.WriteItem]]) -> Callable[[], None]:
             def run() -> None:
-                codes = self._write_segment(sid, epoch, term, slots, [views[lo + s[0]] for s in slots])
+                codes = self._write_segment(sid, master_run, epoch, term, slots, [views[lo + s[0]] for s in slots])
                 with guard:
                     for (j, rep_no, _), code in zip(slots, codes):
                         if code != ResultCode.OK:
@@ -467,11 +495,12 @@ class Client:
                 status[i] = PutStatus.OK if code == ResultCode.OK else \
                     PutStatus.FENCED if code == ResultCode.FENCED else PutStatus.FAILED
 
-    def _write_segment(self, sid: int, epoch: int, term: int, slots: list[tuple[int, int, p.WriteItem]],
+    def _write_segment(self, sid: int, run: int, epoch: int, term: int, slots: list[tuple[int, int, p.WriteItem]],
                        values: list[memoryview]) -> list[ResultCode]:
-        """Writes the slots' values to one segment; a code per slot. Never raises for node failures."""
+        """Writes the slots' values to one segment of master run ``run``; a code per slot. Never raises for node
+        failures."""
         codes = [ResultCode.FAILED] * len(slots)
-        seg = self._segment(sid)
+        seg = self._segment(sid, run)
         if seg is None:
             return codes
         pool = self._node_pool(seg)

@@ -56,6 +56,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def remove_segment_files(pid: int) -> None:
+    """Removes the /dev/shm segment file of a node process killed with SIGKILL that will not be restarted
+    (a node leaves it for its restart to adopt; a test run must not leave gigabytes behind)."""
+    for f in Path("/dev/shm").glob(f"kvpool-*-{pid}.seg"):
+        f.unlink(missing_ok=True)
+
+
 class Pool:
     """A running embedded pool (master and one node in one JVM)."""
 
@@ -106,6 +113,7 @@ class Pool:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
+                remove_segment_files(self.proc.pid)
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def kvpool_cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -131,6 +139,7 @@ class Cluster:
         self.port = free_port()
         self.master = f"127.0.0.1:{self.port}"
         self.dir = Path(tempfile.mkdtemp(prefix="kvpool-pytest-cluster-"))
+        self.node_ttl = node_ttl
         self.master_proc = self._spawn("master", ["master", "--host", "127.0.0.1", "--port", str(self.port),
                                                   "--http-port", "-1", "--node-ttl", node_ttl])
         self.node_ports: list[int] = []
@@ -162,8 +171,17 @@ class Cluster:
         raise RuntimeError(f"cluster at {self.master} did not reach {n} active segments in {timeout}s")
 
     def kill_node(self, i: int) -> None:
+        """SIGKILL, and its segment file removed: the node is not coming back for it."""
         os.killpg(self.node_procs[i].pid, signal.SIGKILL)
         self.node_procs[i].wait()
+        remove_segment_files(self.node_procs[i].pid)
+
+    def restart_master(self) -> None:
+        """Stops the master (SIGTERM) and starts a new one on its port: the nodes register with it again."""
+        os.killpg(self.master_proc.pid, signal.SIGTERM)
+        self.master_proc.wait(20)
+        self.master_proc = self._spawn("master-again", ["master", "--host", "127.0.0.1", "--port", str(self.port),
+                                                        "--http-port", "-1", "--node-ttl", self.node_ttl])
 
     def stop(self) -> None:
         for p in [*self.node_procs, self.master_proc]:
@@ -175,12 +193,16 @@ class Cluster:
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
+                remove_segment_files(p.pid)
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> Cluster:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if exc[0] is not None:  # the processes' own account of a failed test, before stop() removes it
+            for log in sorted(self.dir.glob("*.log")):
+                print(f"--- {log.name} (last 4000 characters)\n{log.read_text(errors='replace')[-4000:]}")
         self.stop()
 
 

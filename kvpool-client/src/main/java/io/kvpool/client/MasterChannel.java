@@ -18,7 +18,11 @@ import org.slf4j.LoggerFactory;
 import java.io.IOException;
 import java.net.SocketTimeoutException;
 import java.time.Duration;
+import java.util.Collections;
+import java.util.Map;
 import java.util.UUID;
+import java.util.WeakHashMap;
+import java.util.concurrent.atomic.AtomicInteger;
 import java.util.function.Function;
 
 /**
@@ -38,6 +42,14 @@ import java.util.function.Function;
  * master incarnation, so {@code onRestart} runs as after a restart. A call is sent again only when its
  * connection failed; what the old leader did with it before failing is answered by the new one as any
  * retry is (a PUT_END it never saw is EXPIRED, a COMMIT of a lease it never granted is EXPIRED).
+ *
+ * <h2>Master runs</h2>
+ * Each new master incarnation met (a restart, a new leader) moves {@link #run}, before
+ * {@code onRestart} runs. Every connection remembers the run it greeted its master in, and
+ * {@link #callInRun} hands it back with the answer: an answer naming segment ids and offsets is
+ * valid only in that run (see SegmentAccess). The run is the answering connection's, not the one
+ * read before the call: a call retried on a new master's connection is answered in the new run, and
+ * an answer from a connection to a deposed leader carries the old one.
  */
 final class MasterChannel implements AutoCloseable {
 
@@ -55,9 +67,18 @@ final class MasterChannel implements AutoCloseable {
     private volatile int defaultReplicas;
     private volatile long term;
     private volatile boolean closed;
+    /** Master runs met (see the class comment); moved under {@link #runLock}. */
+    private final AtomicInteger run = new AtomicInteger();
+    private final Object runLock = new Object();
+    /** The run each open connection greeted its master in (weak: the pools close and drop connections). */
+    private final Map<FrameConnection, Integer> greetedIn = Collections.synchronizedMap(new WeakHashMap<>());
 
     /** One master's connections. */
     private record Current(MasterLocator.Leader leader, ConnectionPool pool) {
+    }
+
+    /** A master's answer and the master run of the connection that carried it. */
+    record Answer<T>(T value, int run) {
     }
 
     MasterChannel(ClientConfig config, UUID clientId, Runnable onRestart) {
@@ -122,12 +143,21 @@ final class MasterChannel implements AutoCloseable {
         maxValueBytes = r.maxValueBytes();
         defaultReplicas = r.defaultReplicas();
         term = r.term();
-        if (incarnation != 0 && incarnation != r.incarnation()) {
-            log.info("master {} {}; refreshing the segment table and forgetting remembered locations",
-                    config.master(), masters.elected() ? "is a new leader (term " + r.term() + ")" : "restarted");
-            onRestart.run();
+        synchronized (runLock) {
+            if (incarnation != 0 && incarnation != r.incarnation()) {
+                log.info("master {} {}; refreshing the segment table and forgetting remembered locations",
+                        config.master(), masters.elected() ? "is a new leader (term " + r.term() + ")" : "restarted");
+                run.incrementAndGet();
+                onRestart.run();
+            }
+            incarnation = r.incarnation();
+            greetedIn.put(c, run.get());
         }
-        incarnation = r.incarnation();
+    }
+
+    /** How many master changes this client has met (see the class comment). */
+    int run() {
+        return run.get();
     }
 
     /** The current master's pool, locating the master first if there is none yet. */
@@ -206,6 +236,15 @@ final class MasterChannel implements AutoCloseable {
 
     /** {@link #call} with its own bound on the exchange (and on waiting for a free connection). */
     <T> T call(Opcode op, BodyWriter body, Function<BodyReader, T> parse, Duration timeout) {
+        return callInRun(op, body, parse, timeout).value();
+    }
+
+    /** {@link #call}, with the master run the answer belongs to (see the class comment). */
+    <T> Answer<T> callInRun(Opcode op, BodyWriter body, Function<BodyReader, T> parse) {
+        return callInRun(op, body, parse, config.requestTimeout());
+    }
+
+    private <T> Answer<T> callInRun(Opcode op, BodyWriter body, Function<BodyReader, T> parse, Duration timeout) {
         if (closed) {
             throw new IllegalStateException("client is closed");
         }
@@ -217,7 +256,8 @@ final class MasterChannel implements AutoCloseable {
             try {
                 c = cur.pool().borrow(timeout);
                 FrameConnection.Reply reply = c.call(op, body, timeout);
-                return parse.apply(reply.body());
+                Integer in = greetedIn.get(c);
+                return new Answer<>(parse.apply(reply.body()), in == null ? -1 : in);
             } catch (RemoteException e) {
                 if (e.status() == FrameStatus.BAD_REQUEST) {
                     throw new IllegalArgumentException(e.getMessage(), e);

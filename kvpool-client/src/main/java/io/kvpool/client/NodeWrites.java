@@ -67,7 +67,7 @@ final class NodeWrites {
         final int from;
         final long epoch;
         final long term;
-        /** The master run the reservation was made in ({@link SegmentAccess#run}). */
+        /** The master run the reservation was made in ({@link MasterChannel#run}). */
         final int run;
         final boolean parallelOk;
         /** 0: not computed yet; else 1 << 32 | crc. */

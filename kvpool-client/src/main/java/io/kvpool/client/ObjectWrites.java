@@ -246,9 +246,11 @@ final class ObjectWrites {
         }
         BodyWriter w = new BodyWriter(64 + items.size() * 64);
         new MasterMessages.PutStart(upsert, replicas, preferred == null ? "" : preferred, pinSeconds, items).write(w);
-        int run = segments.run(); // before the master is asked: its regions are void once it changed
-        MasterMessages.PutStartReply reply = master.call(batch ? Opcode.BATCH_PUT_START : Opcode.PUT_START, w,
-                MasterMessages.PutStartReply::read);
+        // its regions are valid in the master run that answered, and void once that changed (SegmentAccess)
+        MasterChannel.Answer<MasterMessages.PutStartReply> answer = master.callInRun(
+                batch ? Opcode.BATCH_PUT_START : Opcode.PUT_START, w, MasterMessages.PutStartReply::read);
+        MasterMessages.PutStartReply reply = answer.value();
+        int run = answer.run();
 
         // group replica writes by segment
         Map<Integer, List<NodeWrites.Slot>> bySegment = new LinkedHashMap<>();

@@ -12,7 +12,6 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.atomic.AtomicInteger;
 
 /**
  * How the client reaches segments: its copy of the segment table (refreshed from the master when a
@@ -25,10 +24,9 @@ import java.util.concurrent.atomic.AtomicInteger;
  * another node's id 3 now. A master's answer naming segments (a write lease, a PUT_START's regions)
  * may still be in a thread's hands when this client meets the new master; resolved in the new table,
  * it would send the old master's offsets to another node, where the bytes land on live objects (on
- * the same-machine path before any node sees them). So the client counts the master runs it has met
- * ({@link #run}, moved by {@link #clear} when the master changed): a writer reads the count before
- * asking the master, and {@link #resolve(int, int)} answers null once it moved. A table fetched
- * across a change is not kept either (it may be the old master's).
+ * the same-machine path before any node sees them). So every such answer carries the master run of
+ * the connection that brought it ({@link MasterChannel#callInRun}), the segment table carries the run
+ * it came from, and {@link #resolve(int, int)} answers null unless both are the run met last.
  */
 final class SegmentAccess implements AutoCloseable {
 
@@ -40,8 +38,6 @@ final class SegmentAccess implements AutoCloseable {
     private final SegmentDirectory directory = new SegmentDirectory();
     private final SharedSegments shared;
     private final Map<HostPort, ConnectionPool> nodes = new ConcurrentHashMap<>();
-    /** Master runs met so far (see the class comment). */
-    private final AtomicInteger run = new AtomicInteger();
 
     SegmentAccess(ClientConfig config, MasterChannel master) {
         this.config = config;
@@ -50,14 +46,14 @@ final class SegmentAccess implements AutoCloseable {
     }
 
     /**
-     * Asks the master for the cluster's state (CLUSTER_STATS) and takes its segment table, unless the
-     * master changed during the call (then it asks once more: the answer may be the old master's).
+     * Asks the master for the cluster's state (CLUSTER_STATS) and takes its segment table, unless a
+     * newer master answered meanwhile (then it asks once more: the answer was the old master's).
      */
     PoolStats refresh() {
         for (int attempt = 0; ; attempt++) {
-            int before = run.get();
-            MasterMessages.ClusterStats s = master.call(Opcode.CLUSTER_STATS, new BodyWriter(0),
-                    MasterMessages.ClusterStats::read);
+            MasterChannel.Answer<MasterMessages.ClusterStats> a = master.callInRun(Opcode.CLUSTER_STATS,
+                    new BodyWriter(0), MasterMessages.ClusterStats::read);
+            MasterMessages.ClusterStats s = a.value();
             List<PoolStats.SegmentStats> segs = new ArrayList<>(s.segments().size());
             for (MasterMessages.SegmentInfo i : s.segments()) {
                 segs.add(new PoolStats.SegmentStats(i.id(), i.name(), i.host(), i.port(), i.capacity(), i.used(),
@@ -66,37 +62,45 @@ final class SegmentAccess implements AutoCloseable {
             }
             PoolStats stats = new PoolStats(s.epoch(), s.keys(), s.pendingPuts(), s.allocatedBytes(),
                     s.capacityBytes(), s.activeClients(), List.copyOf(segs));
-            synchronized (this) {
-                if (run.get() == before) {
-                    directory.replace(segs);
-                    shared.retain(directory.shmPaths());
-                    return stats;
-                }
+            if (a.run() == master.run()) {
+                directory.replace(segs, a.run());
+                shared.retain(directory.shmPaths());
+                return stats;
             }
             if (attempt > 0) {
-                return stats; // the master keeps changing: the caller gets its answer, the table stays empty
+                return stats; // the master keeps changing: the caller gets its answer, the table stays as it was
             }
         }
     }
 
     /** The master changed (restarted, or another one leads now): its segment ids are void. */
-    synchronized void clear() {
-        run.incrementAndGet();
-        directory.clear();
+    void clear() {
+        directory.clear(master.run());
     }
 
-    /** How many master changes this client has met: read it before asking the master for regions. */
+    /** How many master changes this client has met ({@link MasterChannel#run}). */
     int run() {
-        return run.get();
+        return master.run();
     }
 
     /**
-     * {@link #resolve(int)} for an id the master gave while {@link #run} was {@code run}: null once the
-     * master changed since (the id may name another node now).
+     * The segment with this id in master run {@code run}'s table (refreshed once if it is not there):
+     * null once the master changed since (the id may name another node now), or if still unknown.
      */
     SegmentDirectory.Entry resolve(int segmentId, int run) {
-        SegmentDirectory.Entry e = resolve(segmentId);
-        return this.run.get() == run ? e : null;
+        if (run != master.run()) {
+            return null;
+        }
+        SegmentDirectory.Entry e = directory.get(segmentId, run);
+        if (e == null) {
+            try {
+                refresh();
+            } catch (KvPoolException ex) {
+                return null;
+            }
+            e = directory.get(segmentId, run);
+        }
+        return e;
     }
 
     /** The segment with this id, refreshing the table once if it is unknown; null if still unknown or unreachable. */

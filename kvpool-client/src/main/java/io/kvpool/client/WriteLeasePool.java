@@ -65,7 +65,7 @@ final class WriteLeasePool implements AutoCloseable {
         /** The pool's era when granted: a lease of an earlier era is never used again. */
         final int era;
         /**
-         * The master run it was asked for in ({@link SegmentAccess#run}): once the master changed, its
+         * The master run that granted it ({@link MasterChannel#callInRun}): once the master changed, its
          * segment id may name another node, so it is neither written to nor kept.
          */
         final int run;
@@ -111,7 +111,7 @@ final class WriteLeasePool implements AutoCloseable {
     private final LongSupplier nanos;
     /** Whether this client's read lease is valid now: only then does a removeAll wait for it (see above). */
     private final BooleanSupplier heard;
-    /** The master run now ({@link SegmentAccess#run}). */
+    /** The master run now ({@link MasterChannel#run}). */
     private final IntSupplier run;
     @GuardedBy("this")
     private final Map<String, ArrayDeque<Lease>> idle = new HashMap<>();
@@ -134,7 +134,7 @@ final class WriteLeasePool implements AutoCloseable {
     Lease take(String preference, long firstRegion, long wantedBytes, int generations, ResultCode[] refusal) {
         long now = nanos.getAsLong();
         int currentEra = era.get();
-        int currentRun = run.getAsInt(); // before the master is asked (see SegmentAccess)
+        int currentRun = run.getAsInt();
         List<Lease> stale = new ArrayList<>();
         Lease found = null;
         boolean reuse = heard.getAsBoolean();
@@ -156,12 +156,15 @@ final class WriteLeasePool implements AutoCloseable {
         BodyWriter w = new BodyWriter(64);
         new WriteLeaseMessages.Grant(preference, firstRegion, Math.max(WANTED_BYTES, wantedBytes),
                 Math.max(WANTED_GENERATIONS, generations)).write(w);
-        WriteLeaseMessages.Granted g = master.call(Opcode.WRITE_LEASE, w, WriteLeaseMessages.Granted::read);
+        // the grant names a segment of the master run that answered (see SegmentAccess)
+        MasterChannel.Answer<WriteLeaseMessages.Granted> a = master.callInRun(Opcode.WRITE_LEASE, w,
+                WriteLeaseMessages.Granted::read);
+        WriteLeaseMessages.Granted g = a.value();
         if (g.code() != ResultCode.OK) {
             refusal[0] = g.code();
             return null;
         }
-        return new Lease(g, preference, currentEra, currentRun, now);
+        return new Lease(g, preference, currentEra, a.run(), now);
     }
 
     /** Back after a commit: kept while it has room, time and generations left, else released. */

@@ -7,7 +7,6 @@ import org.junit.jupiter.api.Timeout;
 
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
-import java.nio.file.DirectoryStream;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
@@ -28,7 +27,7 @@ import static org.junit.jupiter.api.Assumptions.assumeTrue;
 @Timeout(value = 300, unit = TimeUnit.SECONDS)
 class CliProcessIT {
 
-    private static final Path SHM = Path.of("/dev/shm");
+    private static final Path SHM = SegmentFiles.SHM;
     private static final Path LOGS = Path.of("target", "it-logs", "CliProcessIT");
     private static final Duration EXIT_DEADLINE = Duration.ofSeconds(60);
 
@@ -52,15 +51,8 @@ class CliProcessIT {
         return Files.readString(LOGS.resolve(name + ".log"), StandardCharsets.UTF_8);
     }
 
-    /** The segment files process {@code pid} created: {@code kvpool-<name>-<pid>.seg}. */
     private static List<Path> segmentFilesOf(long pid) {
-        List<Path> files = new ArrayList<>();
-        try (DirectoryStream<Path> ds = Files.newDirectoryStream(SHM, "kvpool-*-" + pid + ".seg")) {
-            ds.forEach(files::add);
-        } catch (IOException e) {
-            throw new IllegalStateException(e);
-        }
-        return files;
+        return SegmentFiles.of(SHM, pid);
     }
 
     /**
@@ -129,8 +121,6 @@ class CliProcessIT {
     private static void killAndClean(Process p) throws Exception {
         p.destroyForcibly();
         p.waitFor(30, TimeUnit.SECONDS);
-        for (Path f : segmentFilesOf(p.pid())) {
-            Files.deleteIfExists(f);
-        }
+        SegmentFiles.remove(SHM, p.pid());
     }
 }

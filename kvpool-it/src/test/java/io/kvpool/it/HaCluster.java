@@ -137,7 +137,7 @@ final class HaCluster implements AutoCloseable {
         watch.close();
         // SIGKILL ends a stopped (frozen) process too
         for (ProcessCluster.Managed n : nodes) {
-            n.kill9();
+            n.kill9AndRemoveSegment();
         }
         for (ProcessCluster.Managed m : masters.values()) {
             m.kill9();

@@ -165,6 +165,7 @@ class LaunchIT {
             long victim = l.pidOf("node-1");
             ProcessHandle.of(victim).orElseThrow().destroyForcibly();
             awaitPrinted(l, "node lost: node-1 (pid " + victim + ")");
+            SegmentFiles.remove(SegmentFiles.SHM, victim); // it is not coming back
             assertThat(l.process().isAlive()).as("the pool goes on").isTrue();
             String master = new ObjectMapper().readTree(dir.resolve("client.json").toFile()).path("master").asText();
             try (KvPoolClient c = KvPoolClient.connect(master)) {

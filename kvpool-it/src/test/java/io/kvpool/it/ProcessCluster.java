@@ -41,10 +41,13 @@ final class ProcessCluster implements AutoCloseable {
     static final class Managed {
         final Process process;
         final String name;
+        /** Where a node keeps its segment file; null for a master, or a node on anonymous memory. */
+        final Path shmDir;
 
-        Managed(Process process, String name) {
+        Managed(Process process, String name, Path shmDir) {
             this.process = process;
             this.name = name;
+            this.shmDir = shmDir;
         }
 
         long pid() {
@@ -67,6 +70,14 @@ final class ProcessCluster implements AutoCloseable {
                 process.waitFor(30, TimeUnit.SECONDS);
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
+            }
+        }
+
+        /** SIGKILL, and the segment file it leaves removed: for a node that will not be restarted. */
+        void kill9AndRemoveSegment() {
+            kill9();
+            if (shmDir != null && !process.isAlive()) {
+                SegmentFiles.remove(shmDir, pid());
             }
         }
     }
@@ -202,7 +213,7 @@ final class ProcessCluster implements AutoCloseable {
         Process p = pb.start();
         String line = ProcessOutput.follow(p, log, ready, role).get(60, TimeUnit.SECONDS);
         Matcher m = NODE_LINE.matcher(line);
-        return new Managed(p, m.find() ? m.group(1) : role);
+        return new Managed(p, m.find() ? m.group(1) : role, "node".equals(role) ? SegmentFiles.dirOf(args) : null);
     }
 
     /** Polls the cluster's stats until {@code condition} holds (a condition, not a timing assumption). */
@@ -223,10 +234,11 @@ final class ProcessCluster implements AutoCloseable {
         throw new AssertionError("timed out waiting until " + what + "; last stats: " + last);
     }
 
+    /** Kills everything; the segment files of every node ever started (restarts adopt their file, keeping its name) go too. */
     @Override
     public void close() {
         for (Managed n : nodes) {
-            n.kill9();
+            n.kill9AndRemoveSegment();
         }
         if (master != null) {
             master.kill9();
