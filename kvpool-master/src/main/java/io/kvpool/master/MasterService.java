@@ -155,12 +155,12 @@ public final class MasterService {
         this.epoch = new Epoch(index, segments, spills);
         this.eviction = new Eviction(config, clock, startMillis, random, index, segments, spills, nodes);
         this.repair = new Repair(clock, epoch, index, segments, nodes, random);
-        this.membership = new Membership(config, clock, epoch, index, segments, spills, leases, nodes, generations,
-                eviction::accessTick, repair::markDirty);
-        this.probes = new Probes(index);
-        this.resets = new RecentResets(clock);
         this.grants = WriteGrants.of(config.secrets());
         this.writeLeases = new WriteLeases(config, clock, epoch, index, segments, eviction, nodes, generations, grants);
+        this.membership = new Membership(config, clock, epoch, index, segments, spills, leases, nodes, generations,
+                eviction::accessTick, repair::markDirty, writeLeases::carryOver);
+        this.probes = new Probes(index);
+        this.resets = new RecentResets(clock);
     }
 
     /** The master as a server runs it: leases on the monotonic clock, with the start grace. */

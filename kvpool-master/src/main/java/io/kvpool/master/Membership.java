@@ -20,6 +20,7 @@ import java.time.InstantSource;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.function.BiConsumer;
 import java.util.function.Consumer;
 import java.util.function.Function;
 import java.util.function.IntSupplier;
@@ -74,11 +75,17 @@ public final class Membership {
 
     /** Told when objects lost copies or a segment joined: the repair has work, or room for it. */
     private final Runnable copiesChanged;
+    /**
+     * Told when a node registered again, both registrations with a segment file (the new one may be the
+     * old one, adopted): the old segment, then the new one.
+     */
+    private final BiConsumer<Segment, Segment> fileMayBeBack;
 
     Membership(MasterConfig config, InstantSource clock, Epoch epoch, ObjectIndex index, Segments segments,
                SpillLedger spills, ReadLeases leases, NodeNotifier nodes, AtomicLong generations, IntSupplier accessTick,
-               Runnable copiesChanged) {
+               Runnable copiesChanged, BiConsumer<Segment, Segment> fileMayBeBack) {
         this.copiesChanged = copiesChanged;
+        this.fileMayBeBack = fileMayBeBack;
         this.config = config;
         this.clock = clock;
         this.epoch = epoch;
@@ -106,10 +113,16 @@ public final class Membership {
         boolean keep;
         epoch.exclusive().lock();
         try {
+            Segment sharedFile = null;
             for (Segment existing : new ArrayList<>(segments.all())) {
                 if (existing.name.equals(r.name())) {
                     drop(existing, existing.nodeIncarnation == r.nodeIncarnation()
                             ? "it registered again" : "its node restarted");
+                    // a restarted node that adopted its file renames it to its own pid: the path does not
+                    // tell, so any file of the old segment may be the new one's
+                    if (!r.shmPath().isEmpty() && !existing.shmPath.isEmpty()) {
+                        sharedFile = existing;
+                    }
                 }
             }
             long ours = epoch.current();
@@ -124,6 +137,9 @@ public final class Membership {
             keep = r.epoch() == newEpoch && !nodes.mustComeBackEmpty(r.name());
             seg = segments.add(r.name(), address, r.capacity(), r.nodeIncarnation(), r.shmPath(), r.controlToken(),
                     clock.millis());
+            if (sharedFile != null && toReset.isEmpty()) {
+                fileMayBeBack.accept(sharedFile, seg);
+            }
         } finally {
             epoch.exclusive().unlock();
         }

@@ -46,6 +46,16 @@ import java.util.concurrent.atomic.AtomicLong;
  * every COMMIT to it is FENCED and it is dropped without freeing anything. A lease whose segment left
  * (its node was lost or registered again, under a new id) is dropped the same way.
  *
+ * <h2>A node that comes back with its segment file</h2>
+ * A writer on the node's machine copies values into its lease's range through the shared file
+ * before the node hears of them. When the node registers again with a segment file that may be the
+ * same (it restarted and adopted it under a new name, or was dropped for silence), the writer may not
+ * know yet and copy once more into the old range. So the unused part of each live lease of the old
+ * segment is held on the new one ({@link #carryOver}), at the same offsets and until that lease's
+ * deadline, as a lease no writer knows the id of: nothing else is placed there while a stale copy
+ * could land in it. (A node that came back with a fresh file loses that room for at most the put
+ * timeout: the master cannot tell the two apart.)
+ *
  * <h2>Locks</h2>
  * Callers hold the epoch read lock. A lease's monitor is taken before any shard's lock and the
  * allocator's monitor, never the other way round.
@@ -300,6 +310,44 @@ final class WriteLeases {
         if (to > from) {
             s.allocator.freePart(from, to - from);
         }
+    }
+
+    /**
+     * Segment {@code old} was replaced by {@code now}, which may map the same file (see the class comment):
+     * the unused range of each live lease of {@code old} is reserved on {@code now} until that lease's
+     * deadline. Returns the bytes held. Caller holds the epoch write lock, before {@code now} takes its
+     * inventory (its allocator is empty, so every range fits).
+     */
+    long carryOver(Segment old, Segment now) {
+        long held = 0;
+        for (Lease l : live.values()) {
+            if (l.segment != old) {
+                continue;
+            }
+            long from;
+            long deadline;
+            synchronized (l) {
+                if (l.closed || l.next >= l.end) {
+                    continue;
+                }
+                from = l.next;
+                deadline = l.deadlineMillis;
+            }
+            if (!now.allocator.reserve(from, l.end - from)) {
+                log.warn("{}: the unused range [{}, {}) of a lease on its previous registration could not be held",
+                        now, from, l.end);
+                continue;
+            }
+            now.allocator.recount(-1); // the range is no object
+            Lease held0 = new Lease(ids.incrementAndGet(), now, from, l.end, epoch.current(), 0, 0, deadline);
+            live.put(held0.id, held0);
+            held += l.end - from;
+        }
+        if (held > 0) {
+            log.info("{}: {} bytes of its previous registration's write leases held until those leases' deadlines"
+                    + " (a writer on its machine may still copy into them)", now, held);
+        }
+        return held;
     }
 
     /** Whether the lease's range is still its own: same epoch, and its segment still registered. */

@@ -4,6 +4,10 @@ import io.kvpool.protocol.ObjectLayout;
 import io.kvpool.protocol.ResultCode;
 import io.kvpool.protocol.msg.ControlToken;
 import io.kvpool.protocol.msg.MasterMessages.Inventory;
+import io.kvpool.protocol.msg.MasterMessages.InventoryItem;
+import io.kvpool.protocol.msg.MasterMessages.PutStart;
+import io.kvpool.protocol.msg.MasterMessages.PutStartItem;
+import io.kvpool.protocol.msg.MasterMessages.PutStartResult;
 import io.kvpool.protocol.msg.MasterMessages.RegisterNode;
 import io.kvpool.protocol.msg.MasterMessages.RegisterReply;
 import io.kvpool.protocol.msg.MasterMessages.ReplicaList;
@@ -196,6 +200,79 @@ class WriteLeasesTest {
         assertThat(svc.segmentInfos()).isEmpty();
         assertThat(commit(g, false, "key-01", g.offset(), g.firstGeneration())).isEqualTo(ResultCode.EXPIRED);
         assertThat(svc.keyCount()).isZero();
+    }
+
+    /**
+     * A node that restarted and adopted its segment file registers again: a writer on its machine that
+     * has not heard of it may still copy into its lease's range through the file, before any node sees
+     * the copy. That range must stay out of placement on the new segment until the lease's deadline
+     * (before, it was free at once, and puts placed there had their bytes overwritten).
+     */
+    @Test
+    void theUnusedRangeOfALeaseOutlivesItsNodesRestartWithTheSameFile() {
+        RegisterReply first = svc.membership().registerNode(new RegisterNode("b:1", "10.0.1.1", 50052, 1 << 20,
+                svc.epoch(), 100, 0, "/dev/shm/kvpool-b_1-7.seg", ControlToken.random()));
+        svc.membership().inventory(new Inventory(first.segmentId(), 100, true, List.of()));
+        Granted g = svc.writeLease(new Grant("b:1", REGION, 64 << 10, 8));
+        assertThat(g.code()).isEqualTo(ResultCode.OK);
+        assertThat(commit(g, false, "key-01", g.offset(), g.firstGeneration())).isEqualTo(ResultCode.OK);
+        long from = g.offset() + REGION;
+        long to = g.offset() + g.length();
+
+        // the node restarts and comes back with its file (adopted, so renamed to its new pid) and its one object
+        RegisterReply again = svc.membership().registerNode(new RegisterNode("b:1", "10.0.1.1", 50052, 1 << 20,
+                svc.epoch(), 101, 1, "/dev/shm/kvpool-b_1-8.seg", ControlToken.random()));
+        svc.membership().inventory(new Inventory(again.segmentId(), 101, true, List.of(new InventoryItem(g.offset(),
+                g.firstGeneration(), svc.epoch(), k("key-01"), VALUE))));
+        assertThat(commit(g, false, "key-02", from, g.firstGeneration() + 1)).isEqualTo(ResultCode.EXPIRED);
+        assertThat(usedOn("b:1")).isEqualTo(REGION + (to - from));
+        // fill the segment: no put lands in the old lease's unused range
+        List<Long> offsets = fill("b:1");
+        assertThat(offsets).isNotEmpty().allSatisfy(o -> assertThat(o + REGION <= from || o >= to)
+                .as("a put at %d inside the held range [%d, %d)", o, from, to).isTrue());
+
+        // past the lease's deadline (and the fill's puts' timeout) the range is free again
+        for (long s = 0; s <= MasterConfig.DEFAULT_PUT_TIMEOUT.toSeconds(); s++) {
+            clock.advance(Duration.ofSeconds(1));
+            svc.membership().heartbeat(again.segmentId(), 101); // the node is alive
+            svc.tick();
+        }
+        assertThat(fill("b:1")).isNotEmpty().anySatisfy(o -> assertThat(o >= from && o < to).isTrue());
+    }
+
+    @Test
+    void aNodeThatComesBackOnAnonymousMemoryHoldsNothingOfItsOldLeases() {
+        RegisterReply first = svc.membership().registerNode(new RegisterNode("b:1", "10.0.1.1", 50052, 1 << 20,
+                svc.epoch(), 100, 0, "/dev/shm/kvpool-b_1-7.seg", ControlToken.random()));
+        svc.membership().inventory(new Inventory(first.segmentId(), 100, true, List.of()));
+        assertThat(svc.writeLease(new Grant("b:1", REGION, 64 << 10, 8)).code()).isEqualTo(ResultCode.OK);
+        // no file: a stale copy into the old one reaches nothing this segment holds
+        RegisterReply again = svc.membership().registerNode(new RegisterNode("b:1", "10.0.1.1", 50052, 1 << 20,
+                svc.epoch(), 101, 0, "", ControlToken.random()));
+        svc.membership().inventory(new Inventory(again.segmentId(), 101, true, List.of()));
+        assertThat(usedOn("b:1")).isZero();
+    }
+
+    private long usedOn(String name) {
+        return svc.segmentInfos().stream().filter(i -> i.name().equals(name)).findFirst().orElseThrow().used();
+    }
+
+    /** Offsets of single-copy puts on segment {@code name} of a 1000-byte value each, until it is full. */
+    private List<Long> fill(String name) {
+        List<Long> offsets = new ArrayList<>();
+        for (int i = 0; ; i++) {
+            PutStartResult r = svc.putStart(new PutStart(false, 1, name, 0,
+                    List.of(new PutStartItem(k("fill-" + offsets.size() + "-" + i + "-" + clock.millis()), VALUE))))
+                    .results().getFirst();
+            if (r.code() != ResultCode.OK || r.replicas().getFirst().segmentId() != segmentIdOf(name)) {
+                return offsets;
+            }
+            offsets.add(r.replicas().getFirst().offset());
+        }
+    }
+
+    private int segmentIdOf(String name) {
+        return svc.segmentInfos().stream().filter(i -> i.name().equals(name)).findFirst().orElseThrow().id();
     }
 
     @Test
