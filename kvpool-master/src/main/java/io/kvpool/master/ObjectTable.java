@@ -9,9 +9,10 @@ import java.util.concurrent.atomic.AtomicLong;
 
 /**
  * One shard's complete objects, stored without an object per entry: primitive arrays whose size
- * depends only on the number of objects and their key bytes. Per object: a 48-byte record, the key
- * bytes, and 4 to 8 bytes of hash table; at 10 million objects under 81-byte keys the master's heap
- * grows by about 138 bytes per object (with a {@code HashMap} of entry objects it was about 255).
+ * depends only on the number of objects and their key bytes. Per object: a 56-byte record, the key
+ * bytes ({@link KeySlabs}), and 4 to 8 bytes of hash table; at 10 million objects under 81-byte keys
+ * the master's heap grew by about 137 bytes per object with 48-byte records (with a {@code HashMap}
+ * of entry objects it was about 255); the digest word adds 8.
  * Not thread-safe: the owning {@link ObjectIndex.Shard}'s lock guards every call.
  *
  * <h2>Layout</h2>
@@ -22,7 +23,7 @@ import java.util.concurrent.atomic.AtomicLong;
  *  +--------------+--------------------------+   so a probe rarely reads a record it does not want
  *         |
  *         v
- *  records: pages of 1024 records, 6 longs (48 bytes) each, slots 0 .. size-1 all live (dense)
+ *  records: pages of 1024 records, 7 longs (56 bytes) each, slots 0 .. size-1 all live (dense)
  *  +------+--------------------------------------------------------------------+
  *  | word | content                                                            |
  *  +------+--------------------------------------------------------------------+
@@ -32,15 +33,15 @@ import java.util.concurrent.atomic.AtomicLong;
  *  |  3   | generation                                                         |
  *  |  4   | copies wanted (bits 40-47) | replica count (bits 32-39) | segment id of replica 0 (low 32) |
  *  |  5   | region offset of replica 0                                         |
+ *  |  6   | hi: the high half of the key's 128-bit digest (KeyDigest)          |
  *  +------+--------------------------------------------------------------------+
  *  replicas 1..n-1 (rare): extras.get(slot) = {segment 1, offset 1, segment 2, offset 2, ...}
- *  pinned objects (rare):  pins.get(slot) = the pin's deadline (epoch millis; Long.MAX_VALUE: no end)
- *
- *  key address (one long):                 key bytes: byte[] slabs of at most 256 KiB, appended to
- *  +--------------+-------------+--------+ +-----------------------------------+-------+-------+
- *  | slab (30)    | offset (18) | len(16)| | key a | key b | (garbage) | key c | ...   | free  |
- *  +--------------+-------------+--------+ +-----------------------------------+-------+-------+
+ *  pinned objects (rare):  SlotPins, slot to the pin's deadline
+ *  key address: where the key's bytes are in the shard's KeySlabs (drawn there)
  * </pre>
+ * The key hash is the low half of the key's digest's {@code lo}, so with word 6 a record holds 96 of
+ * the digest's 128 bits: a lookup by digest ({@link #findDigest}) compares those and never reads the
+ * key (it used to digest the stored key for every candidate, most of a 1,024-key prefix match).
  *
  * <h2>Invariants</h2>
  * <ul>
@@ -58,7 +59,7 @@ import java.util.concurrent.atomic.AtomicLong;
  * </ul>
  * Lookups allocate nothing: keys are compared against the slab in place
  * ({@link Arrays#equals(byte[], int, int, byte[], int, int)}). The arrays that grow with the number
- * of objects are at most 256 KiB each (record pages 48 KiB, table pages 128 KiB, slabs 256 KiB), so
+ * of objects are at most 256 KiB each (record pages 56 KiB, table pages 128 KiB, slabs 256 KiB), so
  * none is a G1 humongous object, which would waste the rest of its heap regions.
  *
  * <p>Limits: {@value #MAX_SIZE} objects per table (a billion over 64 shards), keys of at most
@@ -73,7 +74,8 @@ final class ObjectTable {
     private static final int GEN = 3;
     private static final int SEG = 4;
     private static final int OFFSET = 5;
-    private static final int WORDS = 6;
+    private static final int DIGEST_HI = 6;
+    private static final int WORDS = 7;
 
     private static final int PAGE_SHIFT = 10;
     private static final int PAGE_RECORDS = 1 << PAGE_SHIFT;
@@ -95,14 +97,8 @@ final class ObjectTable {
     private static final int CELL_PAGE_MASK = CELL_PAGE - 1;
     private static final float MAX_LOAD = 0.7f;
 
-    // key slabs and addresses
-    private static final int SLAB_BITS = 18;
-    static final int MAX_SLAB = 1 << SLAB_BITS;
-    private static final int MIN_SLAB = 1024;
     /** Longest key the table stores (the wire allows {@value io.kvpool.protocol.Keys#MAX_KEY_BYTES}). */
-    static final int MAX_KEY = 0xFFFF;
-    /** Below this many slab bytes a shard's garbage is not worth a compaction. */
-    private static final long MIN_COMPACT = 16 * 1024;
+    static final int MAX_KEY = KeySlabs.MAX_KEY;
 
     /** The hash table, in pages of {@link #CELL_PAGE} cells (one page when smaller): no humongous array. */
     private int[][] cells = newCells(MIN_TABLE);
@@ -112,32 +108,19 @@ final class ObjectTable {
     private int size;
     /** Replicas after the first, for the few objects that have more than one. */
     private final HashMap<Integer, long[]> extras = new HashMap<>();
-    /** Pinned objects: slot to the pin's deadline (epoch millis). Few: pins are capped ({@link Pins}). */
-    private final HashMap<Integer, Long> pins = new HashMap<>();
-    /** Region bytes of the pinned objects, times their wanted copies: what the pins hold back from eviction. */
-    private long pinnedBytes;
-    /** The pool's pinned bytes, over every table that shares it (the index's shards). */
-    private final AtomicLong poolPinned;
+    private final SlotPins pins;
 
     ObjectTable() {
         this(new AtomicLong());
     }
 
     ObjectTable(AtomicLong poolPinned) {
-        this.poolPinned = poolPinned;
+        this.pins = new SlotPins(poolPinned);
     }
 
-    private void addPinned(long delta) {
-        pinnedBytes += delta;
-        poolPinned.addAndGet(delta);
-    }
-
-    private byte[][] slabs = new byte[4][];
-    private int slabCount;
-    private int slabPos;
-    private int nextSlab = MIN_SLAB;
-    private long slabBytes;
-    private long liveKeyBytes;
+    private KeySlabs keys = new KeySlabs();
+    /** Scratch for {@link #insert}'s digest (the table is used under one lock at a time). */
+    private final long[] digest = new long[2];
     /** Set during {@link #removeIf}: shrink and compaction wait until the scan is over. */
     private boolean scanning;
 
@@ -152,20 +135,20 @@ final class ObjectTable {
         if (key.length > MAX_KEY) {
             return -1;
         }
-        return probe(hash, keyAddr -> keyEquals(keyAddr, key));
+        return probe(hash, (page, r) -> keys.equals(page[r + KEY], key));
     }
 
-    /** Decides whether the key stored at a candidate's key address is the one looked for. */
+    /** Decides whether a candidate record ({@code page}, from index {@code r}) is the one looked for. */
     @FunctionalInterface
-    private interface KeyMatch {
-        boolean matches(long keyAddr);
+    private interface RecordMatch {
+        boolean matches(long[] page, int r);
     }
 
     /**
      * Walks {@code hash}'s run of cells and returns the first slot whose record has this hash and
      * whose stored key {@code match} accepts, or -1 at the first empty cell.
      */
-    private int probe(int hash, KeyMatch match) {
+    private int probe(int hash, RecordMatch match) {
         int[][] t = cells;
         int mask = capacity - 1;
         int tag = tag(hash);
@@ -178,7 +161,7 @@ final class ObjectTable {
                 int slot = (c & SLOT_MASK) - 1;
                 long[] page = pages[slot >>> PAGE_SHIFT];
                 int r = (slot & PAGE_MASK) * WORDS;
-                if ((int) (page[r + META] >>> 32) == hash && match.matches(page[r + KEY])) {
+                if ((int) (page[r + META] >>> 32) == hash && match.matches(page, r)) {
                     return slot;
                 }
             }
@@ -224,7 +207,7 @@ final class ObjectTable {
                 // the record's last word may be on the next cache line: a read of the object will want it
                 sink += page[r + OFFSET];
                 if ((int) (page[r + META] >>> 32) != hashes[order[j]]
-                        || addrLength(page[r + KEY]) != keys[order[j]].length) {
+                        || KeySlabs.length(page[r + KEY]) != keys[order[j]].length) {
                     slots[j] = -2;
                 }
             }
@@ -233,20 +216,14 @@ final class ObjectTable {
         for (int j = from; j < to; j++) {
             int slot = slots[j];
             if (slot >= 0) {
-                long addr = word(slot, KEY);
-                int len = addrLength(addr);
-                if (len > 0) {
-                    byte[] slab = slabs[addrSlab(addr)];
-                    int off = addrOffset(addr);
-                    sink += slab[off] + slab[off + len - 1];
-                }
+                sink += this.keys.touch(word(slot, KEY));
             }
         }
         touchSink = sink;
         for (int j = from; j < to; j++) {
             int slot = slots[j];
             byte[] key = keys[order[j]];
-            if (slot == -2 || (slot >= 0 && !keyEquals(word(slot, KEY), key))) {
+            if (slot == -2 || (slot >= 0 && !this.keys.equals(word(slot, KEY), key))) {
                 slots[j] = find(key, hashes[order[j]]);
             }
         }
@@ -254,30 +231,17 @@ final class ObjectTable {
 
     /**
      * The slot of the object whose key has the digest {@code (lo, hi)}, or -1. {@code hash} is the
-     * index's hash of that key ({@code (int) lo}, masked as the index masks it). A candidate with the
-     * same hash is confirmed against the key stored with it: its full 128-bit digest is computed and
-     * compared, so a 32-bit hash collision is never taken for a match.
+     * index's hash of that key ({@code (int) lo}, masked as the index masks it). A candidate matches
+     * when its stored hash and its stored {@code hi} are the digest's: 96 of its 128 bits, so a 32-bit
+     * hash collision is never taken for a match, and the key bytes are not read.
      */
     int findDigest(long lo, long hi, int hash) {
-        long[] d = new long[2];
-        return probe(hash, keyAddr -> {
-            KeyDigest.digest(slabs[addrSlab(keyAddr)], addrOffset(keyAddr), addrLength(keyAddr), d, 0);
-            return d[0] == lo && d[1] == hi;
-        });
+        return probe(hash, (page, r) -> page[r + DIGEST_HI] == hi);
     }
 
     /** Written by {@link #findAll}, so the JIT cannot drop loads made only to fill the cache. */
     @SuppressWarnings("unused")
     private long touchSink;
-
-    private boolean keyEquals(long addr, byte[] key) {
-        int len = addrLength(addr);
-        if (len != key.length) {
-            return false;
-        }
-        int off = addrOffset(addr);
-        return Arrays.equals(slabs[addrSlab(addr)], off, off + len, key, 0, len);
-    }
 
     // ================================================================== fields
 
@@ -312,24 +276,16 @@ final class ObjectTable {
     }
 
     int keyLength(int slot) {
-        return addrLength(word(slot, KEY));
+        return KeySlabs.length(word(slot, KEY));
     }
 
     /** A copy of the key (for tests and rare paths; lookups never need one). */
     byte[] key(int slot) {
-        long addr = word(slot, KEY);
-        int off = addrOffset(addr);
-        return Arrays.copyOfRange(slabs[addrSlab(addr)], off, off + addrLength(addr));
+        return keys.copy(word(slot, KEY));
     }
 
     boolean keyStartsWith(int slot, byte[] prefix) {
-        long addr = word(slot, KEY);
-        int len = addrLength(addr);
-        if (prefix.length > len) {
-            return false;
-        }
-        int off = addrOffset(addr);
-        return Arrays.equals(slabs[addrSlab(addr)], off, off + prefix.length, prefix, 0, prefix.length);
+        return keys.startsWith(word(slot, KEY), prefix);
     }
 
     int replicas(int slot) {
@@ -349,8 +305,7 @@ final class ObjectTable {
         if (wanted < 1 || wanted > 0xFF) {
             throw new IllegalArgumentException("copies wanted " + wanted);
         }
-        long pinned = pins.containsKey(slot) ? regionLength(slot) : 0;
-        addPinned(pinned * (wanted - wanted(slot)));
+        pins.reweigh(slot, regionLength(slot) * (wanted - wanted(slot)));
         setWord(slot, SEG, (word(slot, SEG) & ~(0xFFL << 40)) | ((long) wanted << 40));
     }
 
@@ -359,58 +314,39 @@ final class ObjectTable {
         return replicas(slot) < wanted(slot);
     }
 
-    // ================================================================== pins
+    // ================================================================== pins (SlotPins)
 
     /** Whether the object is pinned with a deadline after {@code nowMillis}. */
     boolean pinned(int slot, long nowMillis) {
-        if (pins.isEmpty()) {
-            return false;
-        }
-        Long until = pins.get(slot);
-        return until != null && until > nowMillis;
+        return pins.pinned(slot, nowMillis);
     }
 
     /** The pin's deadline, or 0 when the object is not pinned. */
     long pinnedUntil(int slot) {
-        Long until = pins.get(slot);
-        return until == null ? 0 : until;
+        return pins.until(slot);
     }
 
     /** Pins the object until {@code untilMillis} (Long.MAX_VALUE: until removed), or unpins it with 0. */
     void pin(int slot, long untilMillis) {
-        long weight = regionLength(slot) * wanted(slot);
-        Long was = untilMillis > 0 ? pins.put(slot, untilMillis) : pins.remove(slot);
-        if (was == null && untilMillis > 0) {
-            addPinned(weight);
-        } else if (was != null && untilMillis <= 0) {
-            addPinned(-weight);
-        }
+        pins.set(slot, untilMillis, pinWeight(slot));
+    }
+
+    private long pinWeight(int slot) {
+        return regionLength(slot) * wanted(slot);
     }
 
     /** Region bytes held by pins (each pinned object's region times its wanted copies), expired pins included. */
     long pinnedBytes() {
-        return pinnedBytes;
+        return pins.bytes();
     }
 
     int pinCount() {
-        return pins.size();
+        return pins.count();
     }
 
     /** Drops the pins whose deadline passed; returns how many. */
     int expirePins(long nowMillis) {
-        if (pins.isEmpty()) {
-            return 0;
-        }
-        int[] n = {0};
-        pins.entrySet().removeIf(e -> {
-            if (e.getValue() > nowMillis) {
-                return false;
-            }
-            addPinned(-regionLength(e.getKey()) * wanted(e.getKey()));
-            n[0]++;
-            return true;
-        });
-        return n[0];
+        return pins.expire(nowMillis, this::pinWeight);
     }
 
     int segment(int slot, int replica) {
@@ -488,8 +424,10 @@ final class ObjectTable {
         ensureRecord(slot);
         long[] page = pages[slot >>> PAGE_SHIFT];
         int r = (slot & PAGE_MASK) * WORDS;
-        page[r + KEY] = appendKey(key, 0, key.length);
+        page[r + KEY] = keys.append(key, 0, key.length);
         page[r + META] = ((long) hash << 32) | (tick & 0xFFFF_FFFFL);
+        KeyDigest.digest(key, 0, key.length, digest, 0);
+        page[r + DIGEST_HI] = digest[1];
         size++;
         setVersion(slot, valueLength, generation, segs, offs, n);
         placeCell(hash, slot);
@@ -580,7 +518,7 @@ final class ObjectTable {
         }
         deleteCell(cellOf(slot));
         pin(slot, 0);
-        liveKeyBytes -= keyLength(slot);
+        keys.release(word(slot, KEY));
         if (replicas(slot) > 1) {
             extras.remove(slot);
         }
@@ -593,10 +531,7 @@ final class ObjectTable {
             if (replicas(slot) > 1) {
                 extras.put(slot, extras.remove(last));
             }
-            Long pin = pins.isEmpty() ? null : pins.remove(last);
-            if (pin != null) {
-                pins.put(slot, pin);
-            }
+            pins.moved(last, slot);
         }
         size = last;
         if (size == 0) {
@@ -652,13 +587,7 @@ final class ObjectTable {
         size = 0;
         extras.clear();
         pins.clear();
-        addPinned(-pinnedBytes);
-        slabs = new byte[4][];
-        slabCount = 0;
-        slabPos = 0;
-        nextSlab = MIN_SLAB;
-        slabBytes = 0;
-        liveKeyBytes = 0;
+        keys = new KeySlabs();
     }
 
     /** After removals: a smaller table when it is mostly empty, a key compaction when mostly garbage. */
@@ -666,8 +595,7 @@ final class ObjectTable {
         if (capacity > MIN_TABLE && size < capacity * MAX_LOAD / 8) {
             rehash(tableFor(size));
         }
-        long garbage = slabBytes - liveKeyBytes - (slabCount == 0 ? 0 : slabs[slabCount - 1].length - slabPos);
-        if (slabBytes >= MIN_COMPACT && 2 * garbage > slabBytes) {
+        if (keys.wantsCompaction()) {
             compactKeys();
         }
     }
@@ -779,70 +707,24 @@ final class ObjectTable {
 
     // ================================================================== key slabs
 
-    private static int addrSlab(long addr) {
-        return (int) (addr >>> (SLAB_BITS + 16));
-    }
-
-    private static int addrOffset(long addr) {
-        return (int) (addr >>> 16) & (MAX_SLAB - 1);
-    }
-
-    private static int addrLength(long addr) {
-        return (int) addr & 0xFFFF;
-    }
-
-    private long appendKey(byte[] src, int from, int len) {
-        byte[] cur = slabCount == 0 ? null : slabs[slabCount - 1];
-        if (cur == null || slabPos + len > cur.length) {
-            cur = newSlab(len);
-        }
-        System.arraycopy(src, from, cur, slabPos, len);
-        long addr = ((long) (slabCount - 1) << (SLAB_BITS + 16)) | ((long) slabPos << 16) | len;
-        slabPos += len;
-        liveKeyBytes += len;
-        return addr;
-    }
-
-    private byte[] newSlab(int atLeast) {
-        int n = Math.max(atLeast, nextSlab);
-        nextSlab = Math.min(MAX_SLAB, n * 2);
-        if (slabCount == slabs.length) {
-            slabs = Arrays.copyOf(slabs, slabCount * 2);
-        }
-        byte[] slab = new byte[n];
-        slabs[slabCount++] = slab;
-        slabPos = 0;
-        slabBytes += n;
-        return slab;
-    }
-
     /** Copies the live keys to fresh slabs, dropping the garbage. Also a test hook. */
     void compactKeys() {
-        byte[][] old = slabs;
-        long live = liveKeyBytes;
-        slabs = new byte[4][];
-        slabCount = 0;
-        slabPos = 0;
-        slabBytes = 0;
-        liveKeyBytes = 0;
-        // the first new slab about fits what is live; later ones double up to the maximum
-        long fit = live <= 1 ? 1 : Long.highestOneBit(live - 1) << 1;
-        nextSlab = (int) Math.min(MAX_SLAB, Math.max(MIN_SLAB, fit));
+        KeySlabs fresh = keys.fresh();
         for (int s = 0; s < size; s++) {
-            long addr = word(s, KEY);
-            setWord(s, KEY, appendKey(old[addrSlab(addr)], addrOffset(addr), addrLength(addr)));
+            setWord(s, KEY, keys.compactInto(fresh, word(s, KEY)));
         }
+        keys = fresh;
     }
 
     // ================================================================== for tests and gauges
 
     /** Bytes written to key slabs (live and garbage) and still free in the current one. */
     long slabBytes() {
-        return slabBytes;
+        return keys.slabBytes();
     }
 
     long liveKeyBytes() {
-        return liveKeyBytes;
+        return keys.liveBytes();
     }
 
     int tableCapacity() {
@@ -896,21 +778,12 @@ final class ObjectTable {
                 }
             }
         }
-        long pinned = 0;
-        for (var e : pins.entrySet()) {
-            if (e.getKey() < 0 || e.getKey() >= size) {
-                throw new IllegalStateException("pin of slot " + e.getKey() + " (size " + size + ")");
-            }
-            pinned += regionLength(e.getKey()) * wanted(e.getKey());
-        }
-        if (pinned != pinnedBytes) {
-            throw new IllegalStateException("pinned bytes " + pinnedBytes + ", counted " + pinned);
-        }
+        pins.check(size, this::pinWeight);
         if (multi != extras.size()) {
             throw new IllegalStateException(extras.size() + " extras for " + multi + " multi-replica objects");
         }
-        if (live != liveKeyBytes) {
-            throw new IllegalStateException("live key bytes " + liveKeyBytes + ", counted " + live);
+        if (live != keys.liveBytes()) {
+            throw new IllegalStateException("live key bytes " + keys.liveBytes() + ", counted " + live);
         }
     }
 }

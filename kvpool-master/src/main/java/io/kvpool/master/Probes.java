@@ -59,12 +59,12 @@ public final class Probes {
     }
 
     /**
-     * The number of leading present keys of {@code n}, looked up in chunks that double in size (16,
-     * 32, 64 ... 4096), stopping after the chunk with the first miss: a cold chain costs a few
-     * lookups, a long warm one few lock rounds.
+     * The number of leading present keys of {@code n}, looked up in chunks that grow fourfold (32,
+     * 128, 512 ... 4096), stopping after the chunk with the first miss: a cold chain costs a few
+     * lookups, a long warm one few lock rounds (1,024 keys take four).
      */
     private static int leading(int n, Chunk chunkLookup) {
-        for (int from = 0, chunk = 16; from < n; from += chunk, chunk = Math.min(chunk * 2, 4096)) {
+        for (int from = 0, chunk = 32; from < n; from += chunk, chunk = Math.min(chunk * 4, 4096)) {
             int to = Math.min(n, from + chunk);
             boolean[] present = new boolean[to - from];
             chunkLookup.lookup(from, to, present);

@@ -1,5 +1,6 @@
 package io.kvpool.master;
 
+import io.kvpool.protocol.KeyDigest;
 import io.kvpool.protocol.ObjectLayout;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
@@ -397,7 +398,7 @@ class ObjectTableTest {
             // space is given back: few slab bytes beyond the live keys, a table sized to its contents
             long live = table.liveKeyBytes();
             assertThat(table.slabBytes()).as("slab bytes against %d live, %s", live, at())
-                    .isLessThanOrEqualTo(Math.max(64 * 1024, 2 * live + 2 * ObjectTable.MAX_SLAB));
+                    .isLessThanOrEqualTo(Math.max(64 * 1024, 2 * live + 2 * KeySlabs.MAX_SLAB));
             assertThat(table.tableCapacity()).as("table capacity for %d objects, %s", table.size(), at())
                     .isLessThanOrEqualTo(Math.max(64, 16 * table.size()));
         }
@@ -429,6 +430,41 @@ class ObjectTableTest {
             assertThat(t.generation(slot)).isEqualTo(i);
             assertThat(t.offset(slot, 0)).isEqualTo(64L * i);
         }
+    }
+
+    /**
+     * A lookup by digest compares the stored hash and the stored high half, never the key: keys made
+     * to share one table hash (so one probe run) are each found by their own digest, a digest of an
+     * absent key with that hash is not found, and the answers survive swap-removes and a compaction
+     * that move records and keys.
+     */
+    @Test
+    void aLookupByDigestFindsEachKeyAmongKeysOfTheSameHashAndNoOther() {
+        ObjectTable t = new ObjectTable();
+        int hash = 0x1234_5678;
+        List<byte[]> keys = new ArrayList<>();
+        for (int i = 0; i < 300; i++) {
+            byte[] k = ("model/w1/tp0/" + "%064x".formatted(i * 7919L)).getBytes(StandardCharsets.UTF_8);
+            keys.add(k);
+            t.insert(k, hash, i, i, 0, new int[]{1}, new long[]{64L * i}, 1);
+        }
+        for (int i = 0; i < 300; i += 3) {
+            t.remove(t.find(keys.get(i), hash));
+        }
+        t.compactKeys();
+        t.checkInvariants();
+        for (int i = 0; i < 300; i++) {
+            long[] d = KeyDigest.of(keys.get(i));
+            int slot = t.findDigest(d[0], d[1], hash);
+            if (i % 3 == 0) {
+                assertThat(slot).as("removed key %d", i).isEqualTo(-1);
+            } else {
+                assertThat(slot).as("key %d", i).isNotNegative();
+                assertThat(t.key(slot)).isEqualTo(keys.get(i));
+            }
+        }
+        long[] absent = KeyDigest.of("model/w1/tp0/absent".getBytes(StandardCharsets.UTF_8));
+        assertThat(t.findDigest(absent[0], absent[1], hash)).isEqualTo(-1);
     }
 
     @Test

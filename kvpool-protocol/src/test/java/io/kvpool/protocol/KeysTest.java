@@ -82,6 +82,25 @@ class KeysTest {
         assertThatThrownBy(() -> Keys.encode("a\uD800")).isInstanceOf(IllegalArgumentException.class);
     }
 
+    /**
+     * An unpaired surrogate in an otherwise ASCII key encodes to one '?' byte, which the eight-bytes-
+     * at-a-time scan must find wherever it falls (inside a word, in the tail, at either end); a real
+     * '?' anywhere is a valid key.
+     */
+    @Test
+    void aLoneSurrogateIsFoundAtEveryPositionAndARealQuestionMarkIsKept() {
+        for (int len = 1; len <= 40; len++) {
+            for (int at = 0; at < len; at++) {
+                String lone = "k".repeat(at) + '\uD800' + "k".repeat(len - at - 1);
+                assertThatThrownBy(() -> Keys.encode(lone)).as("length %d, surrogate at %d", len, at)
+                        .isInstanceOf(IllegalArgumentException.class).hasMessageContaining("unpaired surrogate");
+                String question = "k".repeat(at) + '?' + "k".repeat(len - at - 1);
+                assertThat(Keys.encode(question)).as("length %d, '?' at %d", len, at)
+                        .isEqualTo(question.getBytes(StandardCharsets.UTF_8));
+            }
+        }
+    }
+
     @Test
     void hasPrefixIsByteWise() {
         byte[] key = Keys.encode("abc/def");
