@@ -121,7 +121,8 @@ public final class Bench {
         int targets = 5;
         long steps = 0;
         if (o.sections.contains("store")) {
-            steps += (long) sizes().size() * clientCounts().size() * targets * 2 + 3L * clientCounts().size() + 2;
+            steps += (long) sizes().size() * clientCounts().size() * targets * 2 + 3L * clientCounts().size() + 2
+                    + SmallObjectBench.steps();
         }
         if (o.sections.contains("lookup")) {
             steps += 3;
@@ -239,6 +240,13 @@ public final class Bench {
                     }
                 },
                 MemcpyTarget::new);
+        // small objects against the wire, pipelined alike and measured interleaved (SmallObjectBench)
+        try (KvpoolTarget kv = new KvpoolTarget(pool.masterAddress(), false); RawTcpTarget raw = RawTcpTarget.start()) {
+            warm(kv);
+            warm(raw);
+            bar.setExtraMessage(" small objects: kvpool-tcp and raw-tcp interleaved");
+            SmallObjectBench.run(results, kv, raw, o.quick ? 3 : 5, warmup(), duration(), bar::step);
+        }
         // engines load a prompt's cached blocks together: batched gets, one master round trip per batch
         for (boolean shm : new boolean[]{false, true}) {
             KvpoolTarget t = new KvpoolTarget(pool.masterAddress(), shm);

@@ -122,14 +122,38 @@ public final class RawTcpTarget implements StoreTarget {
         return run(RawTcpServer.OP_GET, valueSize, clients, warmup, duration);
     }
 
+    /**
+     * Puts of {@code depth} values a call, pipelined: the client writes {@code depth} requests back to
+     * back in one gathering write, then reads the {@code depth} acknowledgements. What a store that
+     * takes a batch of small values in one frame and answers it once could at best do.
+     */
+    public Measurement putPipelined(int valueSize, int depth, int clients, Duration warmup, Duration duration)
+            throws Exception {
+        return run(RawTcpServer.OP_PUT, valueSize, depth, clients, warmup, duration);
+    }
+
+    /** Gets of {@code depth} values a call, pipelined: {@code depth} requests written at once, then the values read. */
+    public Measurement getPipelined(int valueSize, int depth, int clients, Duration warmup, Duration duration)
+            throws Exception {
+        return run(RawTcpServer.OP_GET, valueSize, depth, clients, warmup, duration);
+    }
+
     private Measurement run(int op, int valueSize, int clients, Duration warmup, Duration duration) throws Exception {
+        return run(op, valueSize, 1, clients, warmup, duration);
+    }
+
+    private Measurement run(int op, int valueSize, int depth, int clients, Duration warmup, Duration duration)
+            throws Exception {
         if (valueSize <= 0 || valueSize > RawTcpServer.MAX_LENGTH) {
             throw new IllegalArgumentException("value size must be in 1.." + RawTcpServer.MAX_LENGTH + ": " + valueSize);
         }
         if (!server.isAlive()) {
             throw new IllegalStateException("the raw TCP server (PID " + server.pid() + ") has exited");
         }
-        return Load.run(clients, warmup, duration, id -> new Connection(address, valueSize, id, op));
+        if (depth < 1) {
+            throw new IllegalArgumentException("pipelining depth must be at least 1: " + depth);
+        }
+        return Load.run(clients, warmup, duration, id -> new Connection(address, valueSize, id, op, depth));
     }
 
     /** One client: its own connection and direct buffers, reused for every operation. */
@@ -142,13 +166,21 @@ public final class RawTcpTarget implements StoreTarget {
         private final ByteBuffer[] request;
         private final int length;
         private final int op;
+        /** Requests written before the replies are read (1: one at a time). */
+        private final int depth;
+        /** With depth > 1: {@code depth} headers in one buffer, and the requests as {header i, value} pairs. */
+        private final ByteBuffer headers;
+        private final ByteBuffer[] pipelined;
 
-        Connection(InetSocketAddress address, int length, long seed, int op) throws IOException {
+        Connection(InetSocketAddress address, int length, long seed, int op, int depth) throws IOException {
             this.length = length;
             this.op = op;
+            this.depth = depth;
             try {
                 header = arena.allocate(RawTcpServer.HEADER_BYTES, 64).asByteBuffer();
-                reply = arena.allocate(1, 64).asByteBuffer();
+                reply = arena.allocate(depth, 64).asByteBuffer();
+                headers = arena.allocate((long) RawTcpServer.HEADER_BYTES * depth, 64).asByteBuffer();
+                pipelined = new ByteBuffer[2 * depth];
                 MemorySegment d = arena.allocate(length, 4096);
                 SplittableRandom rnd = new SplittableRandom(seed);
                 for (long i = 0; i + 8 <= length; i += 8) {
@@ -167,7 +199,49 @@ public final class RawTcpTarget implements StoreTarget {
 
         @Override
         public Load.Op op() {
+            if (depth > 1) {
+                return op == RawTcpServer.OP_PUT ? i -> putPipelined() : i -> getPipelined();
+            }
             return op == RawTcpServer.OP_PUT ? i -> put() : i -> get();
+        }
+
+        private void fillHeaders(int requestOp) {
+            headers.clear();
+            for (int i = 0; i < depth; i++) {
+                headers.putInt(requestOp).putInt(0).putLong(length);
+            }
+            headers.flip();
+        }
+
+        long putPipelined() throws IOException {
+            fillHeaders(RawTcpServer.OP_PUT);
+            long remaining = 0;
+            for (int i = 0; i < depth; i++) {
+                pipelined[2 * i] = headers.slice(i * RawTcpServer.HEADER_BYTES, RawTcpServer.HEADER_BYTES);
+                pipelined[2 * i + 1] = data.duplicate().clear();
+                remaining += RawTcpServer.HEADER_BYTES + (long) length;
+            }
+            while (remaining > 0) {
+                remaining -= ch.write(pipelined);
+            }
+            reply.clear().limit(depth);
+            RawTcpServer.readFully(ch, reply, false);
+            for (int i = 0; i < depth; i++) {
+                if (reply.get(i) != RawTcpServer.ACK) {
+                    throw new IOException("the raw TCP server rejected a pipelined put of " + length + " bytes");
+                }
+            }
+            return (long) length * depth;
+        }
+
+        long getPipelined() throws IOException {
+            fillHeaders(RawTcpServer.OP_GET);
+            RawTcpServer.writeFully(ch, headers);
+            for (int i = 0; i < depth; i++) {
+                data.clear();
+                RawTcpServer.readFully(ch, data, false);
+            }
+            return (long) length * depth;
         }
 
         long put() throws IOException {
