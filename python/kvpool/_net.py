@@ -153,7 +153,16 @@ class Connection:
             got += k
 
     def close(self) -> None:
+        """Closes the connection. In the process that opened it, shuts the socket down first: a copy of it that
+        a forked child still holds must not keep the peer's side open (a node keeps a write lease's range set
+        aside until the connection that set it aside ends), and a thread blocked reading it wakes up. A forked
+        child only closes its own copy, which leaves the parent's connection alone."""
         self.broken = True
+        if self.pid == os.getpid():
+            try:
+                self.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
         try:
             self.sock.close()
         except OSError:
@@ -252,6 +261,19 @@ class ConnectionPool:
             self._idle = []
             self._open = 0
             self._lock.notify_all()
+
+
+def connect(host: str, port: int, connect_timeout: float, secrets: Secrets, tls: ssl.SSLContext | None) -> Connection:
+    """A connection outside any pool (a write lease's to its node, the read lease's long poll), authenticated
+    when there are secrets; closed again if that fails."""
+    c = Connection(host, port, connect_timeout, tls=tls)
+    try:
+        if secrets.present:
+            authenticate(c, secrets, connect_timeout)
+    except BaseException:
+        c.close()
+        raise
+    return c
 
 
 def frame_end(lengths: Sequence[int], start: int, max_payload: int) -> int:

@@ -2,22 +2,25 @@
 
 Design notes
 ------------
-* **Two-phase puts** (docs/protocol.md 6.1): PUT_START reserves regions at the master, the values go
-  straight to the nodes (NODE_WRITE over TCP, or a memory copy into the node's shared segment between
-  NODE_SHM_WRITE_BEGIN and END on this host), and PUT_END makes them visible; an item whose every
-  replica write failed is revoked. The master never sees value bytes.
+* **Puts** (docs/protocol.md 6.1): a single-copy put without a pin goes under a **write lease**
+  (``kvpool.leased_puts``): its bytes go to the node at once, into a range of a segment the master leased
+  to this process, and one COMMIT makes them visible, so a small put is one node exchange and one COMMIT.
+  That needs the **read lease** (``kvpool.read_lease``), which is how a removeAll(force) reaches this
+  client before it returns. Other puts, and every put while no read lease can be held, are **two-phase**
+  (``kvpool.two_phase``): PUT_START, the node writes, PUT_END. The master never sees value bytes.
 * **Reads** ask the master where each key is (GET_REPLICA_LIST), then read from the replicas in
   rounds, local ones first: from the mapped segment with the check-copy-check of ``kvpool.shm``, or
   with NODE_READ straight into the caller's memory. A replica that misses or fails is followed by
   the next one; a key whose every replica missed is a miss.
-* **No location cache.** The Java client may remember locations under a read lease (LEASE, section
-  4.25). This client asks the master on every read, so it never holds a lease and removals never wait
-  for it; it never reads a location older than its own request.
+* **No location cache.** The Java client may remember locations under its read lease (LEASE, section
+  4.25). This client asks the master on every read, so it never reads a location older than its own
+  request; it holds a read lease only while it puts under write leases.
 * **Values, not exceptions**: a miss is ``None`` / ``MISS``, "already exists", "pool full", "fenced"
   are ``PutStatus`` values. Exceptions are for bad arguments (ValueError naming the key or buffer) and
   for failed requests (``KvPoolError``; ``MasterUnreachable`` names the master).
 * **Threads and processes**: every method may be called from any thread; connections are pooled per
-  peer. After ``fork()`` the child opens its own connections (``kvpool._net``).
+  peer. After ``fork()`` the child opens its own connections (``kvpool._net``) and takes its own read and
+  write leases (``_leasing_here``); it never uses its parent's.
 """
 
 from __future__ import annotations
@@ -34,13 +37,15 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence, TypeVar
 
 from . import protocol as p
+from . import two_phase
 from ._net import Connection, ConnectionPool, frame_end, parse_host_port
 from .auth import Secrets
 from .tls import from_environment as tls_from_environment
 from .buffers import Buffer, as_memoryview
 from .config import master_from_environment
-from .crc import crc32c
+from .codec import signed64
 from .etcd import LeaderInfo, LeaderWatch, parse_etcd_url
+from .leased_puts import Leasing
 from .errors import KvPoolError, MasterTimeout, MasterUnreachable
 from .protocol import Opcode, PoolStats, ResultCode, SegmentStats
 from .results import MISS, TOO_SMALL, PutResult, PutStatus
@@ -62,8 +67,7 @@ PING_INTERVAL = 4.0
 SHM_WRITE_MIN_BYTES = 512 << 10
 
 
-def _signed64(v: int) -> int:
-    return v - (1 << 64) if v >= 1 << 63 else v
+_signed64 = signed64
 
 
 class Client:
@@ -78,6 +82,7 @@ class Client:
 
     ``timeout`` bounds every network wait of a call (seconds); ``connect_timeout`` each connect.
     ``shared_memory=False`` turns the same-machine path off (every byte over TCP).
+    ``write_leases=False`` makes every put two-phase (PUT_START, node write, PUT_END), as before write leases.
     ``max_connections`` caps the pooled connections per peer (master, each node).
     ``secrets`` (``kvpool.Secrets``) are proven on every connection to a secured pool; by default they
     come from ``KVPOOL_SECRET_FILE`` / ``KVPOOL_ADMIN_SECRET_FILE`` (docs/security.md). A wrong or
@@ -89,7 +94,7 @@ class Client:
 
     def __init__(self, master: str | None = None, *, timeout: float = 10.0, connect_timeout: float = 3.0,
                  shared_memory: bool = True, max_connections: int = 8, secrets: Secrets | None = None,
-                 tls: ssl.SSLContext | None = None) -> None:
+                 tls: ssl.SSLContext | None = None, write_leases: bool = True) -> None:
         if master is None:
             master = master_from_environment()
         #: What this client proves to a secured pool (docs/security.md); by default the environment's.
@@ -98,6 +103,8 @@ class Client:
         self.tls = tls_from_environment() if tls is None else tls
         #: Node frames with fewer value bytes go over TCP even to a mapped segment (``SHM_WRITE_MIN_BYTES``).
         self.shm_write_min_bytes = SHM_WRITE_MIN_BYTES
+        #: Single-copy puts go under write leases while a read lease is held (else two-phase).
+        self.write_leases = write_leases
         if not timeout > 0 or not connect_timeout > 0:
             raise ValueError(f"timeouts must be positive, got timeout={timeout}, connect_timeout={connect_timeout}")
         if max_connections < 1:
@@ -142,12 +149,14 @@ class Client:
         self._shm = SharedSegments(shared_memory)
         self._nodes: dict[tuple[str, int], ConnectionPool] = {}
         self._executor: ThreadPoolExecutor | None = None
+        self._leasing: Leasing | None = None  # this process's read and write leases, made at its first leased put
         self._executor_pid = 0
         self._closed = False
-        #: Counters since the client was made: bytes moved per path, and reads the shared-memory check
-        #: sent to TCP because the object changed under the copy.
+        #: Counters since the client was made: bytes moved per path, reads the shared-memory check sent to TCP
+        #: because the object changed under the copy, write leases granted and objects committed under them.
         self.counters: dict[str, int] = dict.fromkeys(
-            ("bytes_written_shm", "bytes_written_tcp", "bytes_read_shm", "bytes_read_tcp", "shm_read_retries"), 0)
+            ("bytes_written_shm", "bytes_written_tcp", "bytes_read_shm", "bytes_read_tcp", "shm_read_retries",
+             "write_leases", "objects_leased"), 0)
         self._master = self._master_pool(host, port)
         self.refresh()
 
@@ -405,10 +414,16 @@ class Client:
         copies = [0] * len(keys)
         pinned = [False] * len(keys)
         pref = self._preferred(preferred)
-        for start in range(0, len(keys), p.MAX_KEYS_PER_FRAME):
-            self._write_chunk(kb, views, start, min(len(keys), start + p.MAX_KEYS_PER_FRAME), upsert, replicas,
-                              pin_seconds, pref, batch, status, copies, pinned)
         wanted = replicas or self.default_replicas
+        leasing = self._leasing_here() if wanted == 1 and pin_seconds == 0 and self.write_leases and keys else None
+        for start in range(0, len(keys), p.MAX_KEYS_PER_FRAME):
+            end = min(len(keys), start + p.MAX_KEYS_PER_FRAME)
+            if leasing is not None and leasing.ready():
+                leasing.put(kb, views, start, end, pref, upsert, status)
+                copies[start:end] = [1] * (end - start)
+            else:
+                two_phase.write_chunk(self, kb, views, start, end, upsert, replicas, pin_seconds, pref, batch, status,
+                                      copies, pinned)
         out = []
         for i, st in enumerate(status):
             ok = st == PutStatus.OK
@@ -418,133 +433,17 @@ class Client:
                           p.abbreviate(kb[i]), copies[i], wanted)
         return out
 
-    def _write_chunk(self, kb: list[bytes], views: list[memoryview], lo: int, hi: int, upsert: bool, replicas: int,
-                     pin_seconds: int, preferred: str, batch: bool, status: list[PutStatus], copies: list[int],
-                     pinned: list[bool]) -> None:
-        items = [(kb[i], views[i].nbytes) for i in range(lo, hi)]
-        # the regions are valid in the master run that answered, and void once that changed (see __init__)
-        (epoch, term, results), master_run = self._call_master_in_run(
-            Opcode.BATCH_PUT_START if batch else Opcode.PUT_START,
-            p.encode_put_start(upsert, replicas, preferred, items, pin_seconds), p.decode_put_start_reply)
-        if len(results) != hi - lo:
-            raise p.ProtocolError(f"PUT_START reply has {len(results)} results for {hi - lo} items")
-        too_large = [lo + j for j, r in enumerate(results) if r.code == ResultCode.TOO_LARGE]
-        if too_large:
-            # the master's limit is below what its HELLO said: give back this chunk's reservations first
-            revoke = [(kb[lo + j], r.generation, 0) for j, r in enumerate(results) if r.code == ResultCode.OK]
-            if revoke:
-                self._call_master(Opcode.BATCH_PUT_REVOKE, p.encode_put_end(revoke),
-                                  lambda b: p.decode_codes(b, "PUT_REVOKE reply"))
-            i = too_large[0]
-            raise ValueError(f"value for key {p.abbreviate(kb[i])!r} of {views[i].nbytes} bytes exceeds the "
-                             "master's max value size")
-        by_segment: dict[int, list[tuple[int, int, p.WriteItem]]] = {}
-        for j, r in enumerate(results):
-            i = lo + j
-            if r.code == ResultCode.OK:
-                crc = crc32c(views[i])
-                region = p.region_length(len(kb[i]), views[i].nbytes)
-                for rep_no, rep in enumerate(r.replicas):
-                    by_segment.setdefault(rep.segment_id, []).append((j, rep_no, p.WriteItem(
-                        rep.offset, r.generation, kb[i], views[i].nbytes, crc, r.grant(rep_no, region))))
-            else:
-                status[i] = {ResultCode.ALREADY_EXISTS: PutStatus.ALREADY_EXISTS, ResultCode.POOL_FULL:
-                             PutStatus.POOL_FULL, ResultCode.NO_SEGMENT: PutStatus.NO_SEGMENT}.get(r.code, PutStatus.FAILED)
-        if not by_segment:
-            return
-        failed = [0] * (hi - lo)
-        fenced = [False] * (hi - lo)
-        guard = threading.Lock()
-
-        def task(sid: int, slots: list[tuple[int, int, p.WriteItem]]) -> Callable[[], None]:
-            def run() -> None:
-                codes = self._write_segment(sid, master_run, epoch, term, slots, [views[lo + s[0]] for s in slots])
-                with guard:
-                    for (j, rep_no, _), code in zip(slots, codes):
-                        if code != ResultCode.OK:
-                            failed[j] |= 1 << rep_no
-                            fenced[j] |= code == ResultCode.FENCED
-            return run
-
-        self._run([task(sid, slots) for sid, slots in by_segment.items()])
-        ends: list[tuple[bytes, int, int]] = []
-        end_idx: list[int] = []
-        revokes: list[tuple[bytes, int, int]] = []
-        for j, r in enumerate(results):
-            if r.code != ResultCode.OK:
-                continue
-            everything = (1 << len(r.replicas)) - 1
-            if failed[j] & everything == everything:
-                revokes.append((kb[lo + j], r.generation, 0))
-                status[lo + j] = PutStatus.FENCED if fenced[j] else PutStatus.FAILED
-            else:
-                ends.append((kb[lo + j], r.generation, _signed64(failed[j] & ((1 << 64) - 1))))
-                end_idx.append(lo + j)
-                copies[lo + j] = len(r.replicas) - bin(failed[j] & everything).count("1")
-                pinned[lo + j] = r.pinned
-        if revokes:
-            try:
-                self._call_master(Opcode.BATCH_PUT_REVOKE if batch or len(revokes) > 1 else Opcode.PUT_REVOKE,
-                                  p.encode_put_end(revokes), lambda b: p.decode_codes(b, "PUT_REVOKE reply"))
-            except KvPoolError as e:
-                log.debug("kvpool: revoke failed; the master reclaims the space at its put timeout: %s", e)
-        if ends:
-            codes = self._call_master(Opcode.BATCH_PUT_END if batch or len(ends) > 1 else Opcode.PUT_END,
-                                      p.encode_put_end(ends), lambda b: p.decode_codes(b, "PUT_END reply"))
-            for i, code in zip(end_idx, codes):
-                status[i] = PutStatus.OK if code == ResultCode.OK else \
-                    PutStatus.FENCED if code == ResultCode.FENCED else PutStatus.FAILED
-
-    def _write_segment(self, sid: int, run: int, epoch: int, term: int, slots: list[tuple[int, int, p.WriteItem]],
-                       values: list[memoryview]) -> list[ResultCode]:
-        """Writes the slots' values to one segment of master run ``run``; a code per slot. Never raises for node
-        failures."""
-        codes = [ResultCode.FAILED] * len(slots)
-        seg = self._segment(sid, run)
-        if seg is None:
-            return codes
-        pool = self._node_pool(seg)
-        mapping = self._shm.mapping(seg)
-        start = 0
-        while start < len(slots):
-            end = frame_end([v.nbytes for v in values], start, p.DEFAULT_MAX_PAYLOAD_BYTES)
-            items = [s[2] for s in slots[start:end]]
-            shm = mapping is not None and mapping.writable and \
-                sum(v.nbytes for v in values[start:end]) >= self.shm_write_min_bytes
-            try:
-                c = pool.borrow(self.timeout)
-            except KvPoolError as e:
-                log.debug("kvpool: write to %s failed: %s", seg.name, e)
-                return codes
-            try:
-                body = p.encode_node_write(epoch, term, items)
-                if shm:
-                    assert mapping is not None
-                    reply, _ = c.call(Opcode.NODE_SHM_WRITE_BEGIN, body, self.timeout)
-                    begun = p.decode_codes(reply, "NODE_SHM_WRITE_BEGIN reply")
-                    done = []
-                    for k, code in enumerate(begun):
-                        if code == ResultCode.OK:
-                            mapping.write_value(items[k].offset, len(items[k].key), values[start + k])
-                            done.append((items[k].offset, items[k].generation, True))
-                    ended = iter(p.decode_codes(c.call(Opcode.NODE_SHM_WRITE_END, p.encode_shm_write_end(done),
-                                                       self.timeout)[0], "NODE_SHM_WRITE_END reply") if done else [])
-                    for k, code in enumerate(begun):
-                        codes[start + k] = next(ended) if code == ResultCode.OK else code
-                    self._count("bytes_written_shm", sum(values[start + k].nbytes for k, code in enumerate(begun)
-                                                         if code == ResultCode.OK))
-                else:
-                    reply, _ = c.call(Opcode.NODE_WRITE, body, self.timeout, values[start:end])
-                    for k, code in enumerate(p.decode_codes(reply, "NODE_WRITE reply")):
-                        codes[start + k] = code
-                    self._count("bytes_written_tcp", sum(v.nbytes for v in values[start:end]))
-            except (OSError, KvPoolError, ValueError) as e:
-                c.close()  # begun shared-memory writes die with the connection
-                log.debug("kvpool: write to %s failed: %s", seg.name, e)
-            finally:
-                pool.release(c)
-            start = end
-        return codes
+    def _leasing_here(self) -> Leasing:
+        """This process's leases: a forked child forgets its parent's (without touching them) and makes its own."""
+        leasing = self._leasing
+        if leasing is None or leasing.pid != os.getpid():
+            with self._lock:
+                leasing = self._leasing
+                if leasing is None or leasing.pid != os.getpid():
+                    if leasing is not None:
+                        leasing.abandon()
+                    leasing = self._leasing = Leasing(self)
+        return leasing
 
     # ---------------------------------------------------------------------------------- reads
 
@@ -806,6 +705,9 @@ class Client:
         """Closes every connection and mapping. The client cannot be used afterwards."""
         if self._closed:
             return
+        leasing = self._leasing
+        if leasing is not None and leasing.pid == os.getpid():
+            leasing.close()  # first, while the master is there: ends the read lease, gives back unused space
         self._closed = True
         if self._leaders is not None:
             self._leaders.close()

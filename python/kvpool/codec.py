@@ -38,6 +38,11 @@ def encode_keys_checked(keys: Sequence[str | bytes]) -> list[bytes]:
     return kb
 
 
+def signed64(v: int) -> int:
+    """An unsigned 64-bit value as the signed i64 the wire carries."""
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
 def abbreviate(key: str | bytes, limit: int = 80) -> str:
     """A key shortened for messages."""
     s = key if isinstance(key, str) else bytes(key).decode("utf-8", "replace")

@@ -358,8 +358,73 @@ def encode_put_end(items: Sequence[tuple[bytes, int, int]]) -> bytes:
 _CODES = list(ResultCode)
 
 
-# Write leases (version 5, section 4.27). This client keeps the two-phase put; the codecs are here so
-# that the wire vectors check both languages agree on the frames, and for a client that adopts them.
+# Read leases (version 3, section 4.25): the renewal that also acknowledges the invalidations applied.
+
+#: LEASE request flag: the client is done with its lease; the master stops counting on it.
+LEASE_FLAG_END = 0x01
+#: LEASE reply flag: the client must drop everything it derived from earlier replies (RESYNC).
+LEASE_FLAG_RESYNC = 0x01
+#: Invalidation kinds in a LEASE reply.
+INVALIDATE_KEYS = 1
+INVALIDATE_PREFIX = 2
+INVALIDATE_ALL = 3
+
+
+def encode_lease(session: tuple[int, int], incarnation: int, applied_seq: int, hold_millis: int,
+                 end: bool = False) -> bytes:
+    """LEASE: session id (two i64, most significant first), the position applied, the hold, END."""
+    if hold_millis < 0:
+        raise ValueError(f"hold_millis must be >= 0, got {hold_millis}")
+    return (BodyWriter().i64(session[0]).i64(session[1]).i64(incarnation).i64(applied_seq).i32(hold_millis)
+            .u8(LEASE_FLAG_END if end else 0)).bytes()
+
+
+@dataclass(frozen=True, slots=True)
+class Invalidation:
+    """One record of a LEASE reply: what it covers (``keys`` for KEYS, ``prefix`` for PREFIX, ALL: all)."""
+
+    seq: int
+    kind: int
+    keys: tuple[bytes, ...] = ()
+    prefix: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseReply:
+    """A LEASE reply: the master's incarnation, where the client stands once it applied the records (or
+    resynchronised), and the lease granted, counted from when the request was sent."""
+
+    incarnation: int
+    seq: int
+    lease_millis: int
+    resync: bool
+    records: tuple[Invalidation, ...] = ()
+
+
+def decode_lease_reply(body: bytes) -> LeaseReply:
+    r = BodyReader(body, "LEASE reply")
+    incarnation, seq, millis = r.i64("master incarnation"), r.i64("sequence"), r.i32("lease millis")
+    flags = r.u8("flags")
+    if flags & ~LEASE_FLAG_RESYNC:
+        raise ProtocolError(f"LEASE reply: unknown flags 0x{flags:02x}")
+    records = []
+    for _ in range(r.count("record count", 9)):
+        rec_seq = r.i64("invalidation sequence")
+        kind = r.u8("invalidation kind")
+        if kind == INVALIDATE_KEYS:
+            records.append(Invalidation(rec_seq, kind, tuple(r.bstr("key") for _ in range(r.count("key count", 2)))))
+        elif kind == INVALIDATE_PREFIX:
+            records.append(Invalidation(rec_seq, kind, prefix=r.bstr("prefix")))
+        elif kind == INVALIDATE_ALL:
+            records.append(Invalidation(rec_seq, kind))
+        else:
+            raise ProtocolError(f"LEASE reply: unknown invalidation kind {kind}")
+    r.done()
+    return LeaseReply(incarnation, seq, millis, bool(flags & LEASE_FLAG_RESYNC), tuple(records))
+
+
+# Write leases (version 5, section 4.27): single-copy puts without a master exchange before the bytes move
+# (``kvpool.leased_puts``).
 
 
 def encode_write_lease(preferred: str, least_bytes: int, wanted_bytes: int, generations: int) -> bytes:

@@ -50,6 +50,24 @@ def wait_until(cond: Callable[[], object], what: str, timeout: float = 30.0, int
         time.sleep(interval)
 
 
+def in_forked_child(fn: Callable[[], bool]) -> bool:
+    """Runs ``fn`` in a forked child; True if it returned True there (without raising)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            code = 0 if fn() else 2
+        finally:
+            os.write(w, bytes([code]))
+            os._exit(0)
+    os.close(w)
+    status = os.read(r, 1)
+    os.close(r)
+    os.waitpid(pid, 0)
+    return status == b"\x00"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -142,15 +160,19 @@ class Cluster:
         self.node_ttl = node_ttl
         self.master_proc = self._spawn("master", ["master", "--host", "127.0.0.1", "--port", str(self.port),
                                                   "--http-port", "-1", "--node-ttl", node_ttl])
+        self.segment_size = segment_size
         self.node_ports: list[int] = []
         self.node_procs: list[subprocess.Popen[bytes]] = []
         for i in range(nodes):
             port = free_port()
             self.node_ports.append(port)
-            self.node_procs.append(self._spawn(f"node{i}", [
-                "node", "--master", self.master, "--host", "127.0.0.1", "--advertise-host", "127.0.0.1",
-                "--port", str(port), "--segment-size", segment_size, "--no-prefault", "--heartbeat-interval", "200ms"]))
+            self.node_procs.append(self._spawn_node(f"node{i}", port))
         self.wait_active(nodes)
+
+    def _spawn_node(self, name: str, port: int) -> subprocess.Popen[bytes]:
+        return self._spawn(name, ["node", "--master", self.master, "--host", "127.0.0.1", "--advertise-host",
+                                  "127.0.0.1", "--port", str(port), "--segment-size", self.segment_size,
+                                  "--no-prefault", "--heartbeat-interval", "200ms"])
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
         return subprocess.Popen([str(self.java), "--enable-native-access=ALL-UNNAMED", "-Xmx256m", "-jar", str(JAR),
@@ -175,6 +197,13 @@ class Cluster:
         os.killpg(self.node_procs[i].pid, signal.SIGKILL)
         self.node_procs[i].wait()
         remove_segment_files(self.node_procs[i].pid)
+
+    def restart_node(self, i: int) -> None:
+        """SIGKILL, then a new node process on the same port: it adopts the segment file the killed one left
+        (renaming it to its own pid) and registers again, under a new segment id."""
+        os.killpg(self.node_procs[i].pid, signal.SIGKILL)
+        self.node_procs[i].wait()
+        self.node_procs[i] = self._spawn_node(f"node{i}-again", self.node_ports[i])
 
     def restart_master(self) -> None:
         """Stops the master (SIGTERM) and starts a new one on its port: the nodes register with it again."""

@@ -117,6 +117,8 @@ def test_request_bodies_equal_java(java_vectors: dict[str, str]) -> None:
     assert p.encode_release(0x0102030405) == vec(java_vectors, "release")
     assert p.encode_shm_lease(7, 0x0A0B0C0D, 4096, 64 << 20, p.WriteGrant(4096, 64 << 20, 5000, 16, MAC1)) == \
         vec(java_vectors, "shm_lease")
+    assert p.encode_lease(ID, 77, 12, 500) == vec(java_vectors, "lease")
+    assert p.encode_lease(ID, 77, 15, 0, end=True) == vec(java_vectors, "lease_end")
     # frames only masters send, checked so the documented layouts stay the ones Java writes; each carries
     # the control token of the node's registration (version 10), here bytes C0..CF
     token = bytes(range(0xC0, 0xD0))
@@ -134,6 +136,10 @@ def test_reply_bodies_decode(java_vectors: dict[str, str]) -> None:
     assert p.decode_write_lease(vec(java_vectors, "write_lease_reply")) == p.WriteLease(
         p.ResultCode.OK, 0x0102030405, 7, 0x0A0B0C0D, 3, 4096, 64 << 20, 5000, 16, 30_000, MAC1)
     assert p.decode_write_lease(vec(java_vectors, "write_lease_refused")) == p.WriteLease(p.ResultCode.POOL_FULL)
+    assert p.decode_lease_reply(vec(java_vectors, "lease_reply")) == p.LeaseReply(77, 15, 2000, False, (
+        p.Invalidation(13, p.INVALIDATE_KEYS, (K1, K2)), p.Invalidation(14, p.INVALIDATE_PREFIX, prefix=K2),
+        p.Invalidation(15, p.INVALIDATE_ALL)))
+    assert p.decode_lease_reply(vec(java_vectors, "lease_reply_resync")) == p.LeaseReply(78, 20, 2000, True)
     epoch, term, results = p.decode_put_start_reply(vec(java_vectors, "put_start_reply"))
     assert (epoch, term) == (9, 0x0A0B0C0D)
     assert results == [p.PutStartResult(p.ResultCode.OK, 1234, (p.Replica(1, 0, 4096), p.Replica(2, 1, 0)), True,
@@ -163,6 +169,7 @@ def test_reply_bodies_decode(java_vectors: dict[str, str]) -> None:
     ("cluster_stats", p.decode_cluster_stats),
     ("sizes", p.decode_sizes),
     ("write_lease_reply", p.decode_write_lease),
+    ("lease_reply", p.decode_lease_reply),
 ])
 def test_truncated_and_padded_bodies_are_rejected(java_vectors: dict[str, str], name: str, decode) -> None:  # type: ignore[no-untyped-def]
     good = vec(java_vectors, name)

@@ -3,6 +3,7 @@ package io.kvpool.protocol;
 import io.kvpool.protocol.msg.ControlToken;
 import io.kvpool.protocol.msg.DigestList;
 import io.kvpool.protocol.msg.KeyList;
+import io.kvpool.protocol.msg.LeaseMessages;
 import io.kvpool.protocol.msg.MasterMessages;
 import io.kvpool.protocol.msg.NodeMessages;
 import io.kvpool.protocol.msg.Replica;
@@ -72,6 +73,12 @@ public final class WireVectors {
         out.put("shm_lease", body(w -> new NodeMessages.ShmLease(7, 0x0A0B0C0DL, 4096, 64L << 20,
                 new WriteGrant(4096, 64L << 20, 5000, 16, mac1)).write(w)));
         out.put("release", body(w -> new WriteLeaseMessages.Release(0x0102030405L).write(w)));
+        out.put("lease", body(w -> new LeaseMessages.LeaseRequest(id, 77, 12, 500, false).write(w)));
+        out.put("lease_end", body(w -> new LeaseMessages.LeaseRequest(id, 77, 15, 0, true).write(w)));
+        out.put("lease_reply", body(w -> new LeaseMessages.LeaseReply(77, 15, 2000, false, List.of(
+                LeaseMessages.Invalidation.keys(13, List.of(k1, k2)), LeaseMessages.Invalidation.prefix(14, k2),
+                LeaseMessages.Invalidation.all(15))).write(w)));
+        out.put("lease_reply_resync", body(w -> new LeaseMessages.LeaseReply(78, 20, 2000, true, List.of()).write(w)));
         out.put("codes", body(w -> new MasterMessages.Codes(List.of(ResultCode.values())).write(w)));
         out.put("keys", body(w -> new KeyList(List.of(k1, k2)).write(w)));
         out.put("replica_lists", body(w -> new MasterMessages.ReplicaListReply(List.of(
