@@ -169,7 +169,7 @@ final class WriteLeases {
      */
     Granted grant(Grant req) {
         long least = ObjectLayout.align(Math.max(1, req.leastBytes()));
-        long spare = segments.capacity() / UNUSED_FRACTION - unusedBytes();
+        long spare = segments.capacity() / UNUSED_FRACTION - unusedBytes(false);
         long cap = Math.min(averageSegment() / SEGMENT_FRACTION, Math.max(0, spare));
         long length = Math.max(least, Math.min(ObjectLayout.align(req.wantedBytes()), cap & -ObjectLayout.ALIGNMENT));
         // a lease holds many objects, so placement decides per lease: without a preference each goes to the
@@ -341,6 +341,7 @@ final class WriteLeases {
             now.allocator.recount(-1); // the range is no object
             Lease held0 = new Lease(ids.incrementAndGet(), now, from, l.end, epoch.current(), 0, 0, deadline);
             live.put(held0.id, held0);
+            close(l, false); // void now: its segment left, and its range is held0's
             held += l.end - from;
         }
         if (held > 0) {
@@ -412,8 +413,21 @@ final class WriteLeases {
 
     /** Bytes held by live leases and not committed yet. */
     long unusedBytes() {
+        return unusedBytes(true);
+    }
+
+    /**
+     * {@link #unusedBytes()}; without {@code held}, leaving out the ranges held for a node that came
+     * back ({@link #carryOver}): no writer can use them, so they do not count against the room live
+     * leases may take (before, a restarted node's held ranges left every new lease at its least bytes
+     * until they expired).
+     */
+    long unusedBytes(boolean held) {
         long n = 0;
         for (Lease l : live.values()) {
+            if (!held && l.generationCount == 0) {
+                continue;
+            }
             synchronized (l) {
                 n += l.end - l.next;
             }

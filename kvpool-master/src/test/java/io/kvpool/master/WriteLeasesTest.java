@@ -240,6 +240,33 @@ class WriteLeasesTest {
         assertThat(fill("b:1")).isNotEmpty().anySatisfy(o -> assertThat(o >= from && o < to).isTrue());
     }
 
+    /**
+     * Ranges held for a node that came back are no leases any writer can use: they must not count
+     * against the room live leases may take (before, a restarted node's held ranges left every new
+     * lease at its first object's bytes until they expired).
+     */
+    @Test
+    void rangesHeldForANodeThatCameBackDoNotShrinkNewLeases() {
+        RegisterReply first = svc.membership().registerNode(new RegisterNode("b:1", "10.0.1.1", 50052, 8 << 20,
+                svc.epoch(), 100, 0, "/dev/shm/kvpool-b_1-7.seg", ControlToken.random()));
+        svc.membership().inventory(new Inventory(first.segmentId(), 100, true, List.of()));
+        // leases until live leases hold the most the pool allows unwritten (an eighth of 16 MiB)
+        long held = 0;
+        while (held < (16L << 20) / WriteLeases.UNUSED_FRACTION) {
+            Granted g = svc.writeLease(new Grant("b:1", REGION, 1 << 20, 8));
+            assertThat(g.code()).isEqualTo(ResultCode.OK);
+            assertThat(g.length()).as("room beyond the first object while under the bound").isGreaterThan(REGION);
+            held += g.length();
+        }
+        RegisterReply again = svc.membership().registerNode(new RegisterNode("b:1", "10.0.1.1", 50052, 8 << 20,
+                svc.epoch(), 101, 0, "/dev/shm/kvpool-b_1-8.seg", ControlToken.random()));
+        svc.membership().inventory(new Inventory(again.segmentId(), 101, true, List.of()));
+        assertThat(usedOn("b:1")).isEqualTo(held);
+        Granted fresh = svc.writeLease(new Grant("b:1", REGION, 1 << 20, 8));
+        assertThat(fresh.code()).isEqualTo(ResultCode.OK);
+        assertThat(fresh.length()).as("a new lease's room").isGreaterThan(REGION);
+    }
+
     @Test
     void aNodeThatComesBackOnAnonymousMemoryHoldsNothingOfItsOldLeases() {
         RegisterReply first = svc.membership().registerNode(new RegisterNode("b:1", "10.0.1.1", 50052, 1 << 20,
