@@ -25,7 +25,7 @@ import java.util.concurrent.locks.ReentrantLock;
 /**
  * The node side of a put in parts ({@link PutInParts}): one connection per segment, held from the
  * begin to the end, because the node ties the writes begun with NODE_PART_BEGIN to the connection
- * that began them (docs/protocol.md, section 4.34). Parts for a segment on this host are copied into
+ * that began them (docs/protocol.md, section 4.35). Parts for a segment on this host are copied into
  * the mapped segment at once, by the calling thread; parts for other segments go as NODE_PART_WRITE
  * frames on that connection, from the caller's memory (no staging copy), one frame per call and node
  * (split at the payload and item limits), one call at a time per node.

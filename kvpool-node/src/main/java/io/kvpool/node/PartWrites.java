@@ -20,7 +20,7 @@ import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 
 /**
- * Writes whose values arrive in parts (protocol version 11; docs/protocol.md, section 4.34): the
+ * Writes whose values arrive in parts (protocol version 11; docs/protocol.md, section 4.35): the
  * primitive of a layer-by-layer save, where each layer of a block is written as soon as it is
  * computed, in any order, and the block becomes readable once all of it is there.
  *
