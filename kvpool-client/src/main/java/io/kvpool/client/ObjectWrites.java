@@ -129,7 +129,7 @@ final class ObjectWrites {
         PartReservation r = leases != null && wanted == 1 && pinSeconds == 0
                 ? PartReservation.leased(this, master, leases, k, lengths, preferred)
                 : PartReservation.twoPhase(this, master, k, lengths, preferred, replicas, pinSeconds);
-        PartCopies copies = new PartCopies(config, segments, tasks);
+        PartCopies copies = new PartCopies(config, segments, tasks, nodes);
         try {
             copies.begin(r.copies);
         } catch (RuntimeException e) {

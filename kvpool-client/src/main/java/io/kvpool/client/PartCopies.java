@@ -30,6 +30,13 @@ import java.util.concurrent.locks.ReentrantLock;
  * frames on that connection, from the caller's memory (no staging copy), one frame per call and node
  * (split at the payload and item limits), one call at a time per node.
  *
+ * <h2>Same-machine copies under a write lease</h2>
+ * A copy placed in a write lease on a segment mapped here goes without any part frame: the lease's
+ * unwritten range is set aside on the node for the lease's own connection (NODE_SHM_LEASE, once per
+ * lease, as for whole puts; {@link NodeWrites#holdLeaseRange}), parts are copied into it, and the end
+ * records the complete objects with their checksums (NODE_SHM_LEASE_WRITE). So a put in parts on the
+ * same machine costs no node exchange per part, and one at the end.
+ *
  * <h2>Copies into a mapped segment</h2>
  * Before each copy the object's header must still say WRITING with this copy's generation: the node
  * stamped it so at the begin, and marks it DEAD when it drops the write (a reset, or the connection
@@ -58,14 +65,18 @@ final class PartCopies {
         final WriteGrant grant;
         final byte[] key;
         final long valueLength;
+        /** The write lease the copy is placed in, or null (a PUT_START reservation). */
+        final WriteLeasePool.Lease lease;
         Session session;
+        /** Set when the copy goes into its lease's range held on a mapped segment (no part frames). */
+        LeaseHold hold;
         /** Whether the node began this write on the session's connection (it must be ended there). */
         boolean begun;
         /** OK while the write stands; the first refusal or failure otherwise. FAILED until begun. */
         volatile ResultCode outcome = ResultCode.FAILED;
 
         Copy(int item, int replica, int segmentId, int run, long epoch, long term, long offset, long generation,
-             WriteGrant grant, byte[] key, long valueLength) {
+             WriteGrant grant, byte[] key, long valueLength, WriteLeasePool.Lease lease) {
             this.item = item;
             this.replica = replica;
             this.segmentId = segmentId;
@@ -77,6 +88,7 @@ final class PartCopies {
             this.grant = grant;
             this.key = key;
             this.valueLength = valueLength;
+            this.lease = lease;
         }
 
         boolean alive() {
@@ -115,15 +127,29 @@ final class PartCopies {
         }
     }
 
+    /** A same-machine lease's range held on its node, and the copies placed in it, in order. */
+    static final class LeaseHold {
+        final WriteLeasePool.Lease lease;
+        final List<Copy> copies = new ArrayList<>();
+        final ReentrantLock lock = new ReentrantLock();
+
+        LeaseHold(WriteLeasePool.Lease lease) {
+            this.lease = lease;
+        }
+    }
+
     private final ClientConfig config;
     private final SegmentAccess segments;
     private final PerSegment tasks;
+    private final NodeWrites nodes;
     private final Map<Integer, Session> sessions = new LinkedHashMap<>();
+    private final Map<Long, LeaseHold> holds = new LinkedHashMap<>();
 
-    PartCopies(ClientConfig config, SegmentAccess segments, PerSegment tasks) {
+    PartCopies(ClientConfig config, SegmentAccess segments, PerSegment tasks, NodeWrites nodes) {
         this.config = config;
         this.segments = segments;
         this.tasks = tasks;
+        this.nodes = nodes;
     }
 
     /**
@@ -142,13 +168,40 @@ final class PartCopies {
                 continue; // the master changed since the reservation: those copies fail
             }
             Session s = new Session(seg, segments.pool(seg.address()), segments.mapping(seg));
-            s.copies.addAll(e.getValue());
             for (Copy c : e.getValue()) {
                 c.session = s;
+                if (c.lease != null && s.shm != null) {
+                    c.hold = holds.computeIfAbsent(c.lease.id, id -> new LeaseHold(c.lease));
+                    c.hold.copies.add(c);
+                } else {
+                    s.copies.add(c);
+                }
             }
-            sessions.put(e.getKey(), s);
+            if (!s.copies.isEmpty()) {
+                sessions.put(e.getKey(), s);
+            }
         }
         tasks.run(new LinkedHashMap<>(sessionsBySegment()), true, (segId, one) -> beginOn(one.getFirst()));
+        for (LeaseHold h : holds.values()) {
+            hold(h);
+        }
+    }
+
+    /** Sets the lease's unwritten range aside on its node for the copies placed in it (from the first). */
+    private void hold(LeaseHold h) {
+        Copy first = h.copies.getFirst();
+        ResultCode code;
+        try {
+            code = nodes.holdLeaseRange(first.session.segment, h.lease, first.offset);
+        } catch (IOException | RemoteException e) {
+            log.debug("put in parts: setting lease {} aside on {} failed: {}", h.lease.id, first.session.segment.name(),
+                    e.getMessage());
+            WriteLeasePool.closeNode(h.lease);
+            code = ResultCode.FAILED;
+        }
+        for (Copy c : h.copies) {
+            c.outcome = code;
+        }
     }
 
     private Map<Integer, List<Session>> sessionsBySegment() {
@@ -194,31 +247,50 @@ final class PartCopies {
     }
 
     /**
-     * Writes parts: on a mapped segment copied at once by this thread; otherwise one NODE_PART_WRITE
-     * per session (or more, at the payload and item limits), sessions in parallel when the caller's
-     * memory allows it. Parts of copies that are not alive are skipped.
+     * Writes part k ({@code srcs.get(k)} at {@code offsets[k]}) to each of {@code targets.get(k)} and
+     * returns each part's CRC32C: the parts are checksummed, and copied into segments mapped here, by
+     * up to {@link NodeWrites#MAX_LANES} threads when the caller's memory allows it (each lane reads a
+     * part once for both); then the parts for other nodes go as one NODE_PART_WRITE per session (or
+     * more, at the payload and item limits), sessions in parallel. Copies that are not alive are skipped.
      */
-    void write(List<Part> parts, boolean parallelOk) {
+    int[] write(long[] offsets, List<MemorySegment> srcs, List<List<Copy>> targets, boolean parallelOk) {
+        int n = srcs.size();
+        int[] crcs = new int[n];
         Map<Integer, List<Part>> overTcp = new LinkedHashMap<>();
-        for (Part p : parts) {
-            Copy c = p.copy;
-            if (!c.alive() || p.src.byteSize() == 0) {
-                continue;
-            }
-            Session s = c.session;
-            if (s.shm != null) {
-                if (stillOurs(s.shm, c)) {
-                    SharedSegments.write(s.shm, c.valueAt() + p.rangeOffset, p.src);
-                } else {
-                    c.fail(ResultCode.FENCED);
+        for (int k = 0; k < n; k++) {
+            for (Copy c : targets.get(k)) {
+                if (c.alive() && srcs.get(k).byteSize() > 0 && c.session.shm == null) {
+                    overTcp.computeIfAbsent(c.segmentId, x -> new ArrayList<>()).add(new Part(c, offsets[k], srcs.get(k)));
                 }
-            } else {
-                overTcp.computeIfAbsent(c.segmentId, x -> new ArrayList<>()).add(p);
             }
         }
+        int lanes = parallelOk ? Math.min(NodeWrites.MAX_LANES, config.maxConnections()) : 1;
+        int chunks = Math.min(n, 4 * lanes);
+        tasks.runParts(chunks, lanes, chunk -> {
+            for (int k = (int) ((long) n * chunk / chunks); k < (long) n * (chunk + 1) / chunks; k++) {
+                MemorySegment src = srcs.get(k);
+                crcs[k] = src.byteSize() == 0 ? 0 : ObjectLayout.valueCrc(src);
+                for (Copy c : targets.get(k)) {
+                    if (c.alive() && src.byteSize() > 0 && c.session.shm != null) {
+                        copy(c, offsets[k], src);
+                    }
+                }
+            }
+        });
         if (!overTcp.isEmpty()) {
             tasks.run(overTcp, parallelOk, (segId, list) -> sendParts(sessions.get(segId), list));
         }
+        return crcs;
+    }
+
+    /** A part into a segment mapped here: into the lease's held range, or a region begun and still ours. */
+    private static void copy(Copy c, long rangeOffset, MemorySegment src) {
+        MemorySegment shm = c.session.shm;
+        if (c.hold == null && !stillOurs(shm, c)) {
+            c.fail(ResultCode.FENCED);
+            return;
+        }
+        SharedSegments.write(shm, c.valueAt() + rangeOffset, src);
     }
 
     /** Whether the header of the copy's region still says that this write is in progress there. */
@@ -270,6 +342,50 @@ final class PartCopies {
      */
     void end(int[] crcs, boolean[] complete) {
         tasks.run(sessionsBySegment(), true, (segId, one) -> endOn(one.getFirst(), crcs, complete));
+        for (LeaseHold h : holds.values()) {
+            record(h, crcs, complete);
+        }
+    }
+
+    /**
+     * Records the complete copies placed in a held lease range (NODE_SHM_LEASE_WRITE, in placement
+     * order); an incomplete one is left out, and fails.
+     */
+    private void record(LeaseHold h, int[] crcs, boolean[] complete) {
+        h.lock.lock();
+        try {
+            List<Copy> done = new ArrayList<>();
+            for (Copy c : h.copies) {
+                if (c.alive() && complete[c.item]) {
+                    done.add(c);
+                } else {
+                    c.fail(ResultCode.FAILED);
+                }
+            }
+            for (int start = 0; start < done.size() && h.lease.node != null;
+                 start += PerSegment.MAX_ITEMS_PER_NODE_FRAME) {
+                int end = Math.min(done.size(), start + PerSegment.MAX_ITEMS_PER_NODE_FRAME);
+                List<NodeMessages.WriteItem> items = new ArrayList<>(end - start);
+                for (Copy c : done.subList(start, end)) {
+                    items.add(new NodeMessages.WriteItem(c.offset, c.generation, c.key, c.valueLength, crcs[c.item],
+                            c.grant));
+                }
+                List<ResultCode> codes = nodes.recordLeased(h.lease,
+                        new NodeMessages.Write(h.lease.epoch, h.lease.term, items));
+                for (int i = start; i < end; i++) {
+                    done.get(i).outcome = codes.get(i - start);
+                }
+            }
+            if (h.lease.node == null) {
+                done.forEach(c -> c.fail(ResultCode.FAILED));
+            }
+        } catch (IOException | RemoteException e) {
+            log.debug("put in parts: recording lease {} failed: {}", h.lease.id, e.getMessage());
+            WriteLeasePool.closeNode(h.lease);
+            h.copies.forEach(c -> c.fail(ResultCode.FAILED));
+        } finally {
+            h.lock.unlock();
+        }
     }
 
     private void endOn(Session s, int[] crcs, boolean[] complete) {

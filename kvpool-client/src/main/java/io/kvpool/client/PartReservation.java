@@ -22,9 +22,9 @@ import java.util.List;
  *   <li><b>under write leases</b> (single copies, when the client holds a read lease): each object
  *       takes the next region and generation of a lease, with no master exchange while a kept lease
  *       has room; one COMMIT per lease makes what landed visible ({@link ObjectWrites#commitLanded}).
- *       A lease is this put's from the begin to the end (one put at a time per lease). Its range
- *       set aside on a node for same-machine puts (NODE_SHM_LEASE) is let go first: the begin of the
- *       parts admits each region there itself.</li>
+ *       A lease is this put's from the begin to the end (one put at a time per lease). On a segment
+ *       mapped into this process the parts go into the lease's range set aside on the node
+ *       ({@link PartCopies}), as a whole put's values do.</li>
  * </ul>
  * Either way the reservation lasts the master's put timeout ({@code --put-timeout}, 30 s by default):
  * a put in parts finished later is refused at its end (FAILED), as a two-phase put would be.
@@ -94,7 +94,7 @@ final class PartReservation {
                 for (int rep = 0; rep < res.replicas().size(); rep++) {
                     Replica replica = res.replicas().get(rep);
                     r.copies.add(new PartCopies.Copy(i, rep, replica.segmentId(), a.run(), reply.epoch(), reply.term(),
-                            replica.offset(), res.generation(), res.grant(rep, region), keys[i], lengths[i]));
+                            replica.offset(), res.generation(), res.grant(rep, region), keys[i], lengths[i], null));
                 }
             }
         }
@@ -123,13 +123,12 @@ final class PartReservation {
                 }
                 break;
             }
-            WriteLeasePool.closeNode(lease); // the parts' begin admits each region on the node itself
             Leased l = new Leased(lease, new ArrayList<>(), new ArrayList<>());
             while (i < n && lease.fits(region[i])) {
                 NodeWrites.Slot slot = new NodeWrites.Slot(i, 0, lease.next, lease.nextGeneration++, lease.grant);
                 l.slots.add(slot);
                 l.copies.add(new PartCopies.Copy(i, 0, lease.segmentId, lease.run, lease.epoch, lease.term,
-                        slot.offset(), slot.generation(), lease.grant, keys[i], lengths[i]));
+                        slot.offset(), slot.generation(), lease.grant, keys[i], lengths[i], lease));
                 lease.next += region[i];
                 remaining -= region[i];
                 i++;

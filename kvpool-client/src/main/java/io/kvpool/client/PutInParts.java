@@ -2,7 +2,6 @@ package io.kvpool.client;
 
 import io.kvpool.protocol.Crc32cCombine;
 import io.kvpool.protocol.Keys;
-import io.kvpool.protocol.ObjectLayout;
 import io.kvpool.protocol.ResultCode;
 
 import java.lang.foreign.MemorySegment;
@@ -153,24 +152,25 @@ public final class PutInParts implements AutoCloseable {
             for (int k = 0; k < items.length; k++) {
                 check(items[k], rangeOffsets[k], srcs.get(k).byteSize());
             }
-            int recorded = 0;
+            long[][] recorded = new long[items.length][];
             try {
-                for (; recorded < items.length; recorded++) {
-                    record(items[recorded], rangeOffsets[recorded], srcs.get(recorded));
+                for (int k = 0; k < items.length; k++) {
+                    recorded[k] = record(items[k], rangeOffsets[k], srcs.get(k).byteSize());
                 }
             } catch (IllegalArgumentException overlap) {
-                for (int k = 0; k < recorded; k++) {
+                for (int k = 0; k < items.length && recorded[k] != null; k++) {
                     unrecord(items[k], rangeOffsets[k], srcs.get(k).byteSize());
                 }
                 throw overlap;
             }
-            List<PartCopies.Part> parts = new ArrayList<>(items.length);
-            for (int k = 0; k < items.length; k++) {
-                for (PartCopies.Copy c : byItem.get(items[k])) {
-                    parts.add(new PartCopies.Part(c, rangeOffsets[k], srcs.get(k)));
-                }
+            List<List<PartCopies.Copy>> targets = new ArrayList<>(items.length);
+            for (int item : items) {
+                targets.add(byItem.get(item));
             }
-            copies.write(parts, PerSegment.shareable(srcs));
+            int[] crcs = copies.write(rangeOffsets, srcs, targets, PerSegment.shareable(srcs));
+            for (int k = 0; k < items.length; k++) {
+                recorded[k][1] = crcs[k] & 0xFFFF_FFFFL; // the parts' checksums, read by finish under the gate
+            }
             boolean[] out = new boolean[items.length];
             for (int k = 0; k < items.length; k++) {
                 out[k] = status(items[k]) == null;
@@ -191,13 +191,15 @@ public final class PutInParts implements AutoCloseable {
         }
     }
 
-    /** Notes a part (its checksum computed here, by the writing thread); refuses one overlapping another. */
-    private void record(int item, long offset, MemorySegment src) {
-        long n = src.byteSize();
+    /**
+     * Notes a part's range, refusing one that overlaps another; returns its entry {end, crc}, whose
+     * checksum the caller fills in once the part was checksummed ({@link PartCopies#write}).
+     */
+    private long[] record(int item, long offset, long n) {
+        long[] entry = new long[]{offset + n, 0};
         if (n == 0) {
-            return;
+            return entry;
         }
-        long crc = ObjectLayout.valueCrc(src) & 0xFFFF_FFFFL;
         TreeMap<Long, long[]> parts = written.get(item);
         synchronized (parts) {
             Map.Entry<Long, long[]> before = parts.floorEntry(offset);
@@ -209,8 +211,9 @@ public final class PutInParts implements AutoCloseable {
                         + Keys.abbreviate(keys.get(item)) + "' overlaps the range [" + hit.getKey() + ", "
                         + hit.getValue()[0] + ") written before");
             }
-            parts.put(offset, new long[]{offset + n, crc});
+            parts.put(offset, entry);
         }
+        return entry;
     }
 
     private void unrecord(int item, long offset, long n) {
