@@ -111,14 +111,23 @@ def test_ranges_of_objects_in_the_ssd_tier() -> None:
         with start_pool(segment_size="8MiB", extra=["--disk-dir", str(disk), "--disk-size", "128MiB",
                                                     "--promote-after", "0"]) as p, kvpool.Client(p.master) as c:
             layer = 32 << 10
-            keys, values = blocks("ssd/", 40, LAYERS * layer)  # 40 x 256 KiB into 8 MiB: the older ones spill
-            for k, v in zip(keys, values):
+            keys, values = blocks("ssd/", 64, LAYERS * layer)  # 64 x 256 KiB into 8 MiB: most spill
+            early = None
+            for n, (k, v) in enumerate(zip(keys, values)):
                 assert c.put(k, v) is PutStatus.OK
-
-            def spilled() -> bool:
-                locs = c.replica_locations(keys)
-                return all(locs) and any(t == TIER_DISK for loc in locs if loc for _, t, _ in loc[2])
-            wait_until(spilled, "objects in the SSD tier, every one listed")
+                if n == 15:
+                    early = c.locate(keys[:16])  # located in memory, most read after they moved to disk
+            assert early is not None
+            # no put evicts anything now: wait for the spills in flight to be listed again
+            wait_until(lambda: all(c.replica_locations(keys[:16])), "the oldest objects listed again")
+            moved = [i for i, loc in enumerate(c.replica_locations(keys[:16])) if loc and loc[2][0][1] == TIER_DISK]
+            assert moved, "no object reached the SSD tier"
+            # the versions located in memory are found again by one lookup and read from the disk tier
+            offsets = [(i % LAYERS) * layer for i in range(16)]
+            bufs = [bytearray(layer) for _ in range(16)]
+            assert c.get_ranges_into(early, offsets, bufs) == [layer] * 16
+            assert [bytes(b) for b in bufs] == [values[i][offsets[i]:offsets[i] + layer] for i in range(16)]
+            wait_until(lambda: all(c.replica_locations(keys)), "every object listed again")  # 64 MiB of staging
             got = read_layerwise(c, c.locate(keys), layer)
             assert [bytes(b) for b in got] == values
     finally:

@@ -11,7 +11,10 @@ import io.kvpool.protocol.FrameStatus;
 import io.kvpool.protocol.Limits;
 import io.kvpool.protocol.Opcode;
 import io.kvpool.protocol.RemoteException;
+import io.kvpool.protocol.ResultCode;
 import io.kvpool.protocol.Tier;
+import io.kvpool.protocol.msg.KeyList;
+import io.kvpool.protocol.msg.MasterMessages;
 import io.kvpool.protocol.msg.NodeMessages;
 import io.kvpool.config.HostPort;
 import io.kvpool.node.StorageNode;
@@ -23,6 +26,7 @@ import org.junit.jupiter.params.provider.ValueSource;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
+import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -194,19 +198,48 @@ class RangedReadsIT {
         }
     }
 
+    /** How many of {@code keys} the master lists with their first copy in the SSD tier. */
+    private static long onDisk(InProcessCluster cluster, List<String> keys) {
+        try (FrameConnection m = FrameConnection.connect(new HostPort("127.0.0.1", cluster.master.port()),
+                Duration.ofSeconds(5), Limits.DEFAULT)) {
+            BodyWriter w = new BodyWriter(256);
+            new KeyList(keys.stream().map(k -> k.getBytes(StandardCharsets.UTF_8)).toList()).write(w);
+            List<MasterMessages.ReplicaList> where = MasterMessages.ReplicaListReply.read(
+                    m.call(Opcode.BATCH_GET_REPLICA_LIST, w, Duration.ofSeconds(5)).body()).items();
+            return where.stream().filter(r -> r.code() == ResultCode.OK && r.replicas().getFirst().onDisk()).count();
+        } catch (Exception e) {
+            throw new IllegalStateException(e);
+        }
+    }
+
     @Test
     void rangesOfObjectsInTheSsdTierAreByteExact(@TempDir Path disk) throws Exception {
         try (InProcessCluster cluster = new InProcessCluster(1, Size.ofMiB(8), m -> m,
                 n -> n.withDisk(disk, Size.ofMiB(128)).withPromoteAfter(0));
              KvPoolClient c = cluster.client()) {
-            List<String> keys = Payloads.keys("disk/", 48);
+            List<String> keys = Payloads.keys("disk/", 64);
             List<byte[]> values = new ArrayList<>();
-            for (String k : keys) { // 48 x 256 KiB into 8 MiB of memory: most spill
+            Located early = null;
+            for (String k : keys) { // 64 x 256 KiB into 8 MiB of memory: most spill
                 values.add(Payloads.make(k, 1, LAYERS * (32 << 10)));
                 assertThat(c.put(k, values.getLast())).isEqualTo(PutStatus.OK);
+                if (values.size() == 16) {
+                    early = c.locate(keys.subList(0, 16)); // located in memory, most read after they moved to disk
+                }
             }
-            Await.until("every object is listed again (memory or disk)", () -> c.stats().keys() == keys.size());
-            assertThat(c.stats().segments().getFirst().diskObjects()).isPositive();
+            // no put evicts anything now: the spills in flight are listed again (64 MiB of staging: none dropped)
+            Await.until("every object is listed again", () -> c.stats().keys() == keys.size());
+            assertThat(onDisk(cluster, keys.subList(0, 16))).as("objects moved to the SSD tier").isPositive();
+            // the versions located in memory: found again by one lookup, read from the disk tier
+            byte[][] moved = new byte[16][32 << 10];
+            long[] at16 = new long[16];
+            Arrays.setAll(at16, i -> (long) (i % LAYERS) * (32 << 10));
+            long[] gotMoved = c.getRangesInto(early, at16, Arrays.stream(moved).map(MemorySegment::ofArray).toList());
+            for (int i = 0; i < 16; i++) {
+                assertThat(gotMoved[i]).isEqualTo(32 << 10);
+                assertThat(moved[i]).isEqualTo(Arrays.copyOfRange(values.get(i), (int) at16[i],
+                        (int) at16[i] + (32 << 10)));
+            }
             Located at = c.locate(keys);
             int layer = 32 << 10;
             for (int l = 0; l < LAYERS; l += 3) {
