@@ -16,7 +16,7 @@ from typing import Iterator
 import pytest
 
 import kvpool
-from conftest import Pool, start_pool, wait_until
+from conftest import Cluster, Pool, start_pool, wait_until
 from kvpool import MISS, PutStatus
 from kvpool.crc import crc32c, crc32c_combine
 from kvpool.protocol import TIER_DISK
@@ -201,6 +201,25 @@ def test_a_forced_remove_all_between_begin_and_finish_fences(either: kvpool.Clie
         write_layers(parts, values, list(range(LAYERS)))
         assert parts.finish() == [PutStatus.OK] * 4
     assert c.get_batch(keys) == values
+
+
+def test_a_new_master_between_begin_and_finish_fences() -> None:
+    with Cluster(nodes=1) as cl, kvpool.Client(cl.master, timeout=10, connect_timeout=1) as c:
+        keys, values = blocks("newmaster/", 4)
+        parts = c.begin_put(keys, [len(v) for v in values])
+        write_layers(parts, values, [0, 1, 2, 3])
+        cl.restart_master()
+
+        def back() -> bool:
+            try:
+                with kvpool.Client(cl.master, timeout=5, connect_timeout=1) as probe:
+                    return any(s.active for s in probe.status().segments)
+            except kvpool.KvPoolError:
+                return False
+        wait_until(back, "the node registered with the new master", timeout=60, interval=0.1)
+        write_layers(parts, values, [4, 5, 6, 7])
+        assert PutStatus.OK not in parts.finish()
+        assert c.get_batch(keys) == [None] * 4 and c.batch_exists(keys) == [False] * 4
 
 
 def test_an_abandoned_put_leaves_nothing(either: kvpool.Client) -> None:
