@@ -11,9 +11,12 @@ from .errors import AuthenticationError, KvPoolError, MasterTimeout, MasterUnrea
 from .protocol import PIN_FOREVER
 from .protocol import VERSION as PROTOCOL_VERSION
 from .protocol import PoolStats, ProtocolError, SegmentStats
+from .parts import PutInParts
+from .ranged import Located
 
 __all__ = [
     "Client", "PutStatus", "PutResult", "PIN_FOREVER", "MISS", "TOO_SMALL", "RawBuffer", "as_memoryview", "KvPoolError", "MasterUnreachable", "MasterTimeout",
     "ProtocolError", "PoolStats", "SegmentStats", "PROTOCOL_VERSION", "etcd", "Secrets", "AuthenticationError",
+    "Located", "PutInParts",
 ]
 __version__ = "0.1.0"

@@ -25,7 +25,6 @@ Design notes
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import socket
@@ -48,6 +47,7 @@ from .etcd import LeaderInfo, LeaderWatch, parse_etcd_url
 from .leased_puts import Leasing
 from .errors import KvPoolError, MasterTimeout, MasterUnreachable
 from .protocol import Opcode, PoolStats, ResultCode, SegmentStats
+from .ranged import RangedIO, read_copies
 from .results import MISS, TOO_SMALL, PutResult, PutStatus
 from .shm import SharedSegments
 
@@ -67,11 +67,13 @@ PING_INTERVAL = 4.0
 SHM_WRITE_MIN_BYTES = 512 << 10
 
 
+_EMPTY = memoryview(b"")
 _signed64 = signed64
 
 
-class Client:
-    """A connection to a kvpool pool: puts, gets, probes and removals against its master and nodes.
+class Client(RangedIO):
+    """A connection to a kvpool pool: puts, gets, probes and removals against its master and nodes; ranged
+    reads and puts in parts (``locate``, ``get_ranges_into``, ``begin_put``: ``kvpool.ranged``).
 
     ``master`` is ``host:port``, or ``etcd://host:port[,host:port...][/cluster]`` for masters elected
     through etcd (the client then talks to the leader that etcd names once it is ready, and moves to
@@ -505,92 +507,25 @@ class Client:
 
     def _read(self, keys: Sequence[str], dst: Callable[[int, int], memoryview | None], batch: bool) -> list[int]:
         """Reads ``keys`` into the views ``dst(i, length)`` gives (None: the key's value does not fit,
-        ``TOO_SMALL``)."""
+        ``TOO_SMALL``), copies in rounds, local ones first (``kvpool.ranged.read_copies``)."""
         kb = p.encode_keys_checked(keys)
         lengths = [MISS] * len(keys)
         if not kb:
             return lengths
-        where = self._lookup(kb, batch)
-        dsts: list[memoryview | None] = [None] * len(keys)
-        order: list[tuple[p.Replica, ...]] = []
+        where: list[p.ReplicaList | None] = list(self._lookup(kb, batch))
+        views: list[memoryview] = [_EMPTY] * len(keys)
+        items = []
         for i, w in enumerate(where):
-            if w.code == ResultCode.OK and w.replicas:
-                dsts[i] = dst(i, w.value_length)
-                if dsts[i] is None:
+            if w is not None and w.code == ResultCode.OK and w.replicas:
+                d = dst(i, w.value_length)
+                if d is None:
                     lengths[i] = TOO_SMALL
-                    order.append(())
                 else:
-                    order.append(self._local_first(w.replicas))
-            else:
-                order.append(())
-        for attempt in range(max(len(o) for o in order)):
-            by_segment: dict[int, list[tuple[int, p.Replica]]] = {}
-            for i, o in enumerate(order):
-                if lengths[i] == MISS and attempt < len(o):
-                    by_segment.setdefault(o[attempt].segment_id, []).append((i, o[attempt]))
-            if not by_segment:
-                break
-            self._run([functools.partial(self._read_segment, sid, slots, where, dsts, lengths)
-                       for sid, slots in by_segment.items()])
+                    views[i] = d
+                    items.append(i)
+        if items:
+            read_copies(self, where, None, views, lengths, items)
         return lengths
-
-    def _read_segment(self, sid: int, slots: list[tuple[int, p.Replica]], where: list[p.ReplicaList],
-                      dsts: list[memoryview | None], lengths: list[int]) -> None:
-        seg = self._segment(sid)
-        if seg is None:
-            return
-        mapping = self._shm.mapping(seg)
-        tcp: list[tuple[int, p.Replica]] = []
-        shm_bytes = retries = 0
-        for i, rep in slots:
-            w = where[i]
-            d = dsts[i]
-            assert d is not None
-            if rep.tier == p.TIER_MEMORY and mapping is not None:
-                if mapping.read(rep.offset, w.generation, w.value_length, d):
-                    lengths[i] = w.value_length
-                    shm_bytes += w.value_length
-                    continue
-                retries += 1
-            tcp.append((i, rep))  # another host, the disk tier, or changed under the copy: the node pins it
-        if shm_bytes or retries:
-            with self._lock:
-                self.counters["bytes_read_shm"] += shm_bytes
-                self.counters["shm_read_retries"] += retries
-        if not tcp:
-            return
-        pool = self._node_pool(seg)
-        start = 0
-        while start < len(tcp):
-            end = frame_end([where[i].value_length for i, _ in tcp], start, p.DEFAULT_MAX_PAYLOAD_BYTES)
-            part = tcp[start:end]
-            try:
-                c = pool.borrow(self.timeout)
-            except KvPoolError as e:
-                log.debug("kvpool: read from %s failed: %s", seg.name, e)
-                return
-            try:
-                reply, _ = c.call(Opcode.NODE_READ, p.encode_node_read(
-                    [(rep.offset, where[i].generation, where[i].value_length, rep.tier) for i, rep in part]),
-                    self.timeout)
-                codes = p.decode_codes(reply, "NODE_READ reply")
-                if len(codes) != len(part):
-                    raise p.ProtocolError(f"NODE_READ reply has {len(codes)} results for {len(part)} items")
-                got = 0
-                for (i, _), code in zip(part, codes):
-                    if code == ResultCode.OK:
-                        d = dsts[i]
-                        assert d is not None
-                        c.read_payload_into(d)
-                        lengths[i] = where[i].value_length
-                        got += lengths[i]
-                self._count("bytes_read_tcp", got)
-            except (OSError, KvPoolError, ValueError) as e:
-                c.close()
-                log.debug("kvpool: read from %s failed: %s", seg.name, e)
-            finally:
-                pool.release(c)
-            start = end
 
     # --------------------------------------------------------------------------------- probes
 

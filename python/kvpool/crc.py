@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import logging
 import os
 from typing import Callable
@@ -109,3 +110,63 @@ def crc32c(data: bytes | bytearray | memoryview) -> int:
         log.warning("kvpool: checksumming values in pure Python (slow); install Debian's libisal2 "
                     "(or python3-crc32c) for hardware CRC32C")
     return _impl(data)
+
+
+# ------------------------------------------------------------------------------------- combining
+# crc(A || B) = crc(A) * x^(8 |B|) mod P  xor  crc(B): CRC32C's preset and final inversion (both all ones)
+# cancel out, so the checksum of a value written in parts, in any order, follows from the parts' checksums
+# and lengths without their bytes (the Java ``Crc32cCombine`` does the same). Polynomials are bit-reflected
+# as in the CRC register: x^0 is bit 31.
+
+_ONE = 0x80000000
+
+
+def _multiply(a: int, b: int) -> int:
+    """``a * b mod P``, reflected."""
+    product = 0
+    bit = _ONE
+    while bit:
+        if a & bit:
+            product ^= b
+        b = (b >> 1) ^ _POLY if b & 1 else b >> 1
+        bit >>= 1
+    return product
+
+
+def _x_power_of_bytes(n: int) -> int:
+    """``x^(8 n) mod P``: the shift of appending n bytes."""
+    p = _ONE
+    square = _multiply(_ONE >> 1, _ONE >> 1)  # x^2
+    square = _multiply(square, square)  # x^4
+    square = _multiply(square, square)  # x^8
+    while n:
+        if n & 1:
+            p = _multiply(square, p)
+        n >>= 1
+        square = _multiply(square, square)
+    return p
+
+
+@functools.lru_cache(maxsize=64)
+def _shift_tables(length: int) -> tuple[list[int], list[int], list[int], list[int]]:
+    """Byte tables of the linear map ``c -> c * x^(8 length) mod P``: values written in parts of a few
+    sizes (a model's layers) combine with four lookups per part."""
+    op = _x_power_of_bytes(length)
+    basis = [_multiply(op, 1 << bit) for bit in range(32)]
+    tables = []
+    for k in range(4):
+        t = [0] * 256
+        for v in range(1, 256):
+            low = v & -v
+            t[v] = t[v ^ low] ^ basis[8 * k + low.bit_length() - 1]
+        tables.append(t)
+    return tables[0], tables[1], tables[2], tables[3]
+
+
+def crc32c_combine(crc_a: int, crc_b: int, length_b: int) -> int:
+    """CRC32C of ``A || B`` from ``crc32c(A)``, ``crc32c(B)`` and ``len(B)``."""
+    if length_b < 0:
+        raise ValueError(f"length {length_b} is negative")
+    t0, t1, t2, t3 = _shift_tables(length_b)
+    a = crc_a & 0xFFFFFFFF
+    return t0[a & 0xFF] ^ t1[(a >> 8) & 0xFF] ^ t2[(a >> 16) & 0xFF] ^ t3[a >> 24] ^ (crc_b & 0xFFFFFFFF)

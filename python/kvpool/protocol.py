@@ -1,4 +1,4 @@
-"""kvpool's wire protocol, version 10, as docs/protocol.md draws it.
+"""kvpool's wire protocol, version 11, as docs/protocol.md draws it.
 
 This module is the Python side of the contract: the 32-byte frame header, the body primitives, the
 opcode, result-code and frame-status tables, and an encoder or decoder for every body the client
@@ -8,7 +8,7 @@ drifts from the document fails loudly here instead of being misread.
 
 Frame header (section 2.1)::
 
-     0  magic u16 = 0x504B ("KP" on the wire) | version u8 = 10 | opcode u8
+     0  magic u16 = 0x504B ("KP" on the wire) | version u8 = 11 | opcode u8
      4  flags u8 (bit 0 reply) | reserved u8 = 0 | status u16
      8  request id u64
     16  body length u32
@@ -31,7 +31,7 @@ from .codec import (  # noqa: F401 - the body primitives, re-exported: kvpool.pr
     encode_keys_checked,
 )
 
-VERSION = 10
+VERSION = 11
 MAGIC = 0x504B
 HEADER = struct.Struct("<HBBBBHQIIQ")
 HEADER_BYTES = HEADER.size  # 32
@@ -118,6 +118,10 @@ class Opcode(enum.IntEnum):
     NODE_SHM_WRITE_END = 0x85
     NODE_SHM_LEASE = 0x86
     NODE_SHM_LEASE_WRITE = 0x87
+    NODE_READ_RANGE = 0x89  # version 11: ranges of values (section 4.34)
+    NODE_PART_BEGIN = 0x8A  # version 11: writes in parts (section 4.35)
+    NODE_PART_WRITE = 0x8B
+    NODE_PART_END = 0x8C
 
 
 class ResultCode(enum.IntEnum):
@@ -713,6 +717,39 @@ def encode_node_read(items: Sequence[tuple[int, int, int, int]]) -> bytes:
     out = bytearray(struct.pack("<i", len(items)))
     for it in items:
         out += _READ_ITEM.pack(*it)
+    return bytes(out)
+
+
+_RANGE_ITEM = struct.Struct("<qqqBqq")
+_PART_ITEM = struct.Struct("<qqqq")
+_PART_END_ITEM = struct.Struct("<qqI?")
+
+
+def encode_node_read_range(items: Sequence[tuple[int, int, int, int, int, int]]) -> bytes:
+    """NODE_READ_RANGE (version 11, section 4.34): (region offset, generation, value length, tier, range
+    offset, range length), 41 bytes each; the reply is NODE_READ's, its payload the OK items' ranges."""
+    out = bytearray(struct.pack("<i", len(items)))
+    for it in items:
+        out += _RANGE_ITEM.pack(*it)
+    return bytes(out)
+
+
+def encode_part_write(items: Sequence[tuple[int, int, int, int]]) -> bytes:
+    """NODE_PART_WRITE (version 11, section 4.35): (region offset, generation, range offset, range length),
+    32 bytes each; the payload is the parts in item order. NODE_PART_BEGIN's body is NODE_WRITE's
+    (:func:`encode_node_write`, checksums 0)."""
+    out = bytearray(struct.pack("<i", len(items)))
+    for it in items:
+        out += _PART_ITEM.pack(*it)
+    return bytes(out)
+
+
+def encode_part_end(items: Sequence[tuple[int, int, int, bool]]) -> bytes:
+    """NODE_PART_END (version 11, section 4.35): (region offset, generation, value CRC32C, complete), 21 bytes
+    each."""
+    out = bytearray(struct.pack("<i", len(items)))
+    for off, gen, crc, complete in items:
+        out += _PART_END_ITEM.pack(off, gen, crc & 0xFFFFFFFF, complete)
     return bytes(out)
 
 

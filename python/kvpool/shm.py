@@ -109,6 +109,11 @@ class Mapping:
 
     def read(self, offset: int, generation: int, length: int, dst: memoryview) -> bool:
         """Copies the object into ``dst[:length]``; False if it is not there or changed during the copy."""
+        return self.read_range(offset, generation, length, 0, dst[:length])
+
+    def read_range(self, offset: int, generation: int, length: int, range_offset: int, dst: memoryview) -> bool:
+        """Copies ``dst.nbytes`` bytes from ``range_offset`` of the object's value into ``dst`` (the caller
+        checked the range is inside the value), with ``read``'s checks; False if not there or changed."""
         if offset < 0 or offset + p.OBJECT_KEY_OFFSET > self.size:
             return False
         magic, version, state, key_len, value_len, gen = p.OBJECT_HEAD.unpack_from(self.mm, offset)
@@ -118,11 +123,26 @@ class Mapping:
         at = offset + p.value_offset(key_len)
         if at + length > self.size:
             return False
-        if self._populate and length:
-            self._prefault(at, at + length)
-        dst[:length] = self.view[at:at + length]
+        n = dst.nbytes
+        at += range_offset
+        if self._populate and n:
+            self._prefault(at, at + n)
+        dst[:] = self.view[at:at + n]
         _, _, state, _, _, gen = p.OBJECT_HEAD.unpack_from(self.mm, offset)
         return state == p.OBJECT_STATE_COMPLETE and gen == generation
+
+    def write_part(self, offset: int, generation: int, key_len: int, range_offset: int, part: memoryview) -> bool:
+        """Copies ``part`` to ``range_offset`` of the value of a write begun with NODE_PART_BEGIN, if the
+        header still says that write is in progress there (the node marks it dead when it drops the write,
+        after which it may admit another writer there); False, copying nothing, otherwise."""
+        _, _, state, _, _, gen = p.OBJECT_HEAD.unpack_from(self.mm, offset)
+        if state != p.OBJECT_STATE_WRITING or gen != generation:
+            return False
+        at = offset + p.value_offset(key_len) + range_offset
+        if self._populate and part.nbytes:
+            self._prefault(at, at + part.nbytes)
+        self.view[at:at + part.nbytes] = part
+        return True
 
     def write_value(self, offset: int, key_len: int, value: memoryview) -> None:
         at = offset + p.value_offset(key_len)

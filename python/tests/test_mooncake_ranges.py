@@ -205,38 +205,26 @@ def test_get_into_ranges_checks_host_memory(store: MooncakeDistributedStore) -> 
         conftest.munmap_raw(ro, size)
 
 
-def test_get_into_ranges_reads_each_object_once_per_call(store: MooncakeDistributedStore,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_get_into_ranges_locates_once_and_moves_only_the_ranges(store: MooncakeDistributedStore,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """One lookup per call, however many ranges and objects; only the ranges' bytes are read (ranged reads,
+    protocol version 11), never whole objects."""
     for k in ("a", "b"):
-        assert store.put(k, bytes(100)) == OK
-    calls: list[list[str]] = []
-    real = store._client.get_batch
-    monkeypatch.setattr(store._client, "get_batch", lambda keys: calls.append(list(keys)) or real(keys))
+        assert store.put(k, bytes(range(100)) * 1000) == OK
+    client = store._client
+    lookups: list[list[str]] = []
+    real = client.locate
+    monkeypatch.setattr(client, "locate", lambda keys: lookups.append(list(keys)) or real(keys))
+    monkeypatch.setattr(client, "get_batch", lambda keys: pytest.fail("an object was read whole"))
+    before = client.counters["bytes_read_shm"] + client.counters["bytes_read_tcp"]
     buf = np.zeros(64, np.uint8)
-    got = store.get_into_ranges([addr(buf), addr(buf)], [["a", "b", "a"], ["b"]],
-                                [[[0, 1], [2], [3]], [[4]]], [[[0, 1], [2], [3]], [[4]]], [[[1, 1], [1], [1]], [[1]]])
-    assert got == [[[1, 1], [1], [1]], [[1]]]
-    assert sorted(k for c in calls for k in c) == ["a", "b"]
-
-
-def test_get_into_ranges_reads_in_windows(store: MooncakeDistributedStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Objects are read a window of ``STAGING_BATCH_BYTES`` at a time (one larger object alone), so a call
-    over many objects holds one window, not all of them."""
-    monkeypatch.setattr(transfer, "STAGING_BATCH_BYTES", 250)
-    sizes = {"a": 100, "b": 100, "c": 100, "big": 1000, "d": 100}
-    for k, n in sizes.items():
-        assert store.put(k, bytes([len(k)]) * n) == OK
-    calls: list[list[str]] = []
-    real = store._client.get_batch
-    monkeypatch.setattr(store._client, "get_batch", lambda keys: calls.append(list(keys)) or real(keys))
-    buf = np.zeros(16, np.uint8)
-    names = list(sizes) + ["gone"]
-    got = store.get_into_ranges([addr(buf)], [names], [[[i] for i in range(len(names))]],
-                                [[[99]] * len(names)], [[[1]] * len(names)])
-    assert got == [[[1]] * len(sizes) + [[NOT_FOUND]]]
-    assert sorted(k for c in calls for k in c) == sorted(sizes)  # a missing key is not read at all
-    assert all(sum(sizes[k] for k in c) <= 250 or len(c) == 1 for c in calls), calls
-    assert calls == [["a", "b"], ["c"], ["big"], ["d"]]
+    got = store.get_into_ranges([addr(buf), addr(buf)], [["a", "b", "a", "gone"], ["b"]],
+                                [[[0, 1], [2], [3], [30]], [[20]]], [[[0, 1], [2], [99_990], [0]], [[4]]],
+                                [[[1, 1], [1], [10], [1]], [[1]]])
+    assert got == [[[1, 1], [1], [10], [NOT_FOUND]], [[1]]]
+    assert lookups == [["a", "b", "gone"]]
+    assert client.counters["bytes_read_shm"] + client.counters["bytes_read_tcp"] - before == 14
+    assert list(buf[:3]) == [0, 1, 2] and list(buf[3:13]) == list(range(90, 100)) and buf[20] == 4
 
 
 # ---------------------------------------------------------------------------------- put sessions

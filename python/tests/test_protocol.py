@@ -111,6 +111,11 @@ def test_request_bodies_equal_java(java_vectors: dict[str, str]) -> None:
         p.WriteItem(0, 1, K2, 0, 0, p.NO_GRANT)]) == vec(java_vectors, "node_write")
     assert p.encode_node_read([(4096, 1234, 1 << 20, 0), (0, 7, 9, 1)]) == vec(java_vectors, "node_read")
     assert p.encode_shm_write_end([(4096, 1234, True), (64, 5, False)]) == vec(java_vectors, "shm_write_end")
+    # version 11: ranged reads and writes in parts
+    assert p.encode_node_read_range([(4096, 1234, 1 << 21, p.TIER_MEMORY, 1 << 16, 1 << 16),
+                                     (0, 7, 9, p.TIER_DISK, 9, 0)]) == vec(java_vectors, "node_read_range")
+    assert p.encode_part_write([(4096, 1234, 31 << 16, 1 << 16), (64, 5, 0, 3)]) == vec(java_vectors, "part_write")
+    assert p.encode_part_end([(4096, 1234, 0xE3069283, True), (64, 5, 7, False)]) == vec(java_vectors, "part_end")
     assert p.encode_write_lease("127.0.0.1:50052", 1 << 20, 64 << 20, 16) == vec(java_vectors, "write_lease")
     assert p.encode_commit(0x0102030405, True, [(K1, 4096, 1 << 20, 5000), (K2, 4096 + (2 << 20), 0, 5001)]) \
         == vec(java_vectors, "commit")

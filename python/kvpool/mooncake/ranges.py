@@ -14,15 +14,16 @@ memory owned by the store object:
   call: the layerwise caller (vLLM's connector) reads one layer's slice of every object per call, one call
   per layer, so whole-object reads per call would move the data once per layer; reading lazily on the
   first ranged get costs the same memory and would make ``start`` a bare existence check.
-* ``get_into_ranges`` (no session, as in Mooncake): reads the distinct objects the call names, whole, in
-  windows of ``STAGING_BATCH_BYTES`` (sizes from one ``batch_size``), and copies the ranges out.
+* ``get_into_ranges`` (no session, as in Mooncake): locates every object the call names once (one master
+  round trip) and reads each range straight into its destination (``Client.get_ranges_into``: a copy out of
+  the node's shared segment, or NODE_READ_RANGE), so only the ranges' bytes move and nothing is staged.
 
 Memory. A store holds the declared sizes of its open put sessions plus the sizes of the objects in its open
 get sessions, until each ends or is revoked, or the store is closed (``_drop_sessions``). A caller bounds
 it by how many keys it keeps in sessions at once (a layerwise connector: the blocks it is loading or
 saving, ended after their last layer); ``SESSION_BYTES_LIMIT`` (None: no limit) caps the total per store:
 a start beyond it gives -200 (NO_AVAILABLE_HANDLE), as Mooncake's does when the pool has no room.
-``get_into_ranges`` holds one window (or one larger object) at a time.
+``get_into_ranges`` holds nothing.
 
 Threads. One lock per store guards its session tables; copies run outside it (``ctypes.memmove`` releases
 the GIL). A put session counts its ranged copies in flight; end and revoke first seal it (later ranged
@@ -35,7 +36,7 @@ import ctypes
 import threading
 from typing import Any, Optional, Protocol, Sequence
 
-from . import transfer
+from ..buffers import RawBuffer
 from .args import Pieces, _buffer_address, _key_ok, _keys_arg, _memmove, _pieces_ok, _uint
 from .codes import (_EXISTS, _INTERNAL, _INVALID, _NO_SPACE, _NOT_FOUND, _OK, ErrorCode, _code_for, _put_code,
                     _warn_once, log)
@@ -219,53 +220,22 @@ def _registered_room(store: _Store, ptr: int) -> Optional[int]:
     return None
 
 
-def _windows(op: str, client: Any, keys: list[str], failed: dict[str, int]) -> list[list[str]]:
-    """``keys`` in groups of at most ``STAGING_BATCH_BYTES`` (a larger object alone); a missing key goes to
-    ``failed`` (-704), and every key when the sizes cannot be read."""
-    if len(keys) <= 1:
-        return [keys] if keys else []
-    try:
-        lengths = client.batch_size(keys)
-    except Exception as e:  # noqa: BLE001
-        c = _code_for(e, data=False)
-        log.error("kvpool.mooncake %s: sizing %d object(s) failed (%d): %s", op, len(keys), c, e)
-        failed.update((k, c) for k in keys)
-        return []
-    windows: list[list[str]] = []
-    window: list[str] = []
-    total = 0
-    for k, n in zip(keys, lengths):
-        if n is None or n < 0:
-            failed[k] = _NOT_FOUND
-            continue
-        if window and total + n > transfer.STAGING_BATCH_BYTES:  # read at each call: callers may change it
-            windows.append(window)
-            window, total = [], 0
-        window.append(k)
-        total += n
-    if window:
-        windows.append(window)
-    return windows
-
-
-def _scatter(op: str, key: str, data: bytes, base: int, ptr: int, room: Optional[int], dsts: list[int],
-             srcs: list[int], sizes: list[int], row: list[int]) -> None:
-    """Copies one key's ranges out of its bytes into one buffer, filling ``row`` (-600 stays for a range
-    that cannot be copied)."""
-    total = len(data)
-    for k, (d, s, n) in enumerate(zip(dsts, srcs, sizes)):
+def _ranges_ok(op: str, key: str, total: int, ptr: int, room: Optional[int], dsts: list[int], srcs: list[int],
+               sizes: list[int]) -> list[bool]:
+    """Which of one key's ranges can be read into one buffer (each refused one logged: it stays -600)."""
+    ok = []
+    for d, s, n in zip(dsts, srcs, sizes):
         if room is not None and (d > room or n > room - d):
             log.error("kvpool.mooncake %s: range [%d, +%d) of key %r overflows its registered buffer (%d bytes "
                       "from 0x%x)", op, d, n, key[:80], room, ptr)
-            continue
-        if _overflows(s, n, total):
+            ok.append(False)
+        elif _overflows(s, n, total):
             log.error("kvpool.mooncake %s: range overflow: src_offset=%d + size=%d > %d bytes of key %r", op,
                       s, n, total, key[:80])
-            continue
-        if n and not _pieces_ok([(ptr + d, n)], True, op, key):
-            continue
-        _memmove(ptr + d, base + s, n)
-        row[k] = n
+            ok.append(False)
+        else:
+            ok.append(not n or _pieces_ok([(ptr + d, n)], True, op, key))
+    return ok
 
 
 def _store_staged(op: str, client: Any, sessions: dict[str, _PutSession]) -> dict[str, int]:
@@ -292,6 +262,39 @@ def _store_staged(op: str, client: Any, sessions: dict[str, _PutSession]) -> dic
             log.error("kvpool.mooncake %s: key %r was stored by another writer during the session; the staged "
                       "bytes were discarded", op, k[:80])
     return codes
+
+
+def _read_ranges(op: str, client: Any, todo: list[str], wanted: dict[str, list[tuple[int, int]]], ptrs: list[int],
+                 rooms: list[Optional[int]], dsts: list[list[list[int]]], srcs: list[list[list[int]]],
+                 sizes: list[list[list[int]]], out: list[list[list[int]]], failed: dict[str, int]) -> None:
+    """Locates ``todo`` once and reads every range of theirs that fits into its destination, in one
+    ``get_ranges_into``: fills ``out`` with the bytes read, ``failed`` with the keys missing (-704)."""
+    located = client.locate(todo)
+    slots: list[tuple[str, int, int, int]] = []  # key, buffer, key row, range
+    offsets: list[int] = []
+    targets: list[RawBuffer | bytearray] = []
+    for n_key, k in enumerate(todo):
+        total = located.value_length(n_key)
+        if total < 0:
+            failed[k] = _NOT_FOUND
+            continue
+        for i, j in wanted[k]:
+            fits = _ranges_ok(op, k, total, ptrs[i], rooms[i], dsts[i][j], srcs[i][j], sizes[i][j])
+            for r, ok in enumerate(fits):
+                if ok:
+                    n = sizes[i][j][r]
+                    slots.append((k, i, j, r))
+                    offsets.append(srcs[i][j][r])
+                    targets.append(RawBuffer(ptrs[i] + dsts[i][j][r], n) if n else bytearray(0))
+    if not slots:
+        return
+    index = {k: n_key for n_key, k in enumerate(todo)}
+    got = client.get_ranges_into(located.pick([index[k] for k, _, _, _ in slots]), offsets, targets)
+    for (k, i, j, r), n in zip(slots, got):
+        if n < 0:
+            failed[k] = _NOT_FOUND
+        else:
+            out[i][j][r] = n
 
 
 # ------------------------------------------------------------------------------------ the mixin
@@ -331,8 +334,8 @@ class _RangeMethods:
         for a range outside the object or outside its registered buffer, for a null buffer, and everywhere
         the list shapes differ (shaped by ``buffer_ptrs``, ``all_keys`` and ``all_dst_offsets``).
 
-        Each distinct object named is read whole (kvpool has no ranged reads), a window of objects at a time.
-        Buffers need no ``register_buffer`` here; a registered one bounds its ranges."""
+        The objects are located once and each range read straight into its destination (a ranged read: only
+        its bytes move). Buffers need no ``register_buffer`` here; a registered one bounds its ranges."""
         op = "get_into_ranges"
         ptrs = _uints(buffer_ptrs, "buffer_ptrs")
         keys = [_keys_arg(ks, "all_keys[i]") for ks in _seq(all_keys, "all_keys")]
@@ -378,21 +381,12 @@ class _RangeMethods:
                 failed[k] = _NOT_FOUND
             else:
                 todo.append(k)
-        for window in _windows(op, client, todo, failed):
-            try:
-                got = client.get_batch(window)
-            except Exception as e:  # noqa: BLE001
-                c = _code_for(e, data=True)
-                log.error("kvpool.mooncake %s: reading %d object(s) failed (%d): %s", op, len(window), c, e)
-                failed.update((k, c) for k in window)
-                continue
-            for k, data in zip(window, got):
-                if data is None:
-                    failed[k] = _NOT_FOUND
-                    continue
-                base = _bytes_address(data) if data else 0
-                for i, j in wanted[k]:
-                    _scatter(op, k, data, base, ptrs[i], rooms[i], dsts[i][j], srcs[i][j], sizes[i][j], out[i][j])
+        try:
+            _read_ranges(op, client, todo, wanted, ptrs, rooms, dsts, srcs, sizes, out, failed)
+        except Exception as e:  # noqa: BLE001
+            c = _code_for(e, data=True)
+            log.error("kvpool.mooncake %s: reading %d object(s) failed (%d): %s", op, len(todo), c, e)
+            failed.update((k, c) for k in todo)
         for k, c in failed.items():
             for i, j in wanted[k]:
                 out[i][j] = [c] * len(out[i][j])

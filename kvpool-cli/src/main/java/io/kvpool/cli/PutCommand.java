@@ -1,6 +1,8 @@
 package io.kvpool.cli;
 
 import io.kvpool.client.KvPoolClient;
+import io.kvpool.client.PutInParts;
+import io.kvpool.client.PutOptions;
 import io.kvpool.client.PutStatus;
 import io.kvpool.config.Size;
 import picocli.CommandLine;
@@ -10,9 +12,11 @@ import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
 import picocli.CommandLine.Parameters;
 
+import java.lang.foreign.MemorySegment;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.List;
 import java.util.concurrent.Callable;
 import java.util.concurrent.ThreadLocalRandom;
 
@@ -40,6 +44,10 @@ final class PutCommand implements Callable<Integer> {
 
     @Option(names = "--upsert", description = "Replace the object if the key is present.")
     boolean upsert;
+
+    @Option(names = "--parts", paramLabel = "N", description = "Write the value in N parts of equal size (the last one"
+            + " takes the rest), last part first, as a put in parts: what a layer-by-layer save does.")
+    int parts;
 
     /** The largest byte array the JVM can allocate (a few bytes under Integer.MAX_VALUE). */
     static final long MAX_RANDOM_BYTES = Integer.MAX_VALUE - 8;
@@ -71,9 +79,24 @@ final class PutCommand implements Callable<Integer> {
                 value = new byte[(int) source.random.bytes()];
                 ThreadLocalRandom.current().nextBytes(value);
             }
-            PutStatus st = upsert ? c.upsert(key, value) : c.put(key, value);
+            PutStatus st = parts > 0 ? putInParts(c, value) : upsert ? c.upsert(key, value) : c.put(key, value);
             System.out.println(st + " " + key + " (" + value.length + " bytes)");
             return st == PutStatus.OK ? 0 : 1;
+        }
+    }
+
+    private PutStatus putInParts(KvPoolClient c, byte[] value) {
+        if (upsert) {
+            throw new CommandLine.ParameterException(spec.commandLine(), "--parts writes a new object; it cannot upsert");
+        }
+        long size = value.length / parts;
+        try (PutInParts put = c.beginPut(List.of(key), new long[]{value.length}, PutOptions.DEFAULT)) {
+            for (int p = parts - 1; p >= 0; p--) {
+                long from = p * size;
+                long to = p == parts - 1 ? value.length : from + size;
+                put.write(0, from, MemorySegment.ofArray(value).asSlice(from, to - from));
+            }
+            return put.finish().getFirst();
         }
     }
 

@@ -68,6 +68,7 @@ public final class KvPoolClient implements AutoCloseable {
     /** Keeps the read lease under which remembered locations may be used; null when the cache is off. */
     private final LeaseKeeper lease;
     private final ObjectReads reads;
+    private final RangeReads ranges;
     private final ObjectWrites writes;
     /** Write leases this client holds between puts; null when puts are two-phase only. */
     private final WriteLeasePool writeLeases;
@@ -84,6 +85,7 @@ public final class KvPoolClient implements AutoCloseable {
         this.segments = new SegmentAccess(config, master);
         this.lease = locations.enabled() ? new LeaseKeeper(config, locations, clientId, master) : null;
         this.reads = new ObjectReads(config, master, segments, tasks, locations, lease);
+        this.ranges = new RangeReads(reads, locations);
         // write leases need the read lease: it is how a removeAll reaches this client before it returns
         this.writeLeases = lease != null && config.writeLeases() ? new WriteLeasePool(master,
                 System::nanoTime, () -> locations.leaseValid(System.nanoTime()), segments::run) : null;
@@ -276,6 +278,47 @@ public final class KvPoolClient implements AutoCloseable {
             }
             return d.asSlice(0, len);
         });
+    }
+
+    // ================================================================== ranges and parts
+
+    /**
+     * Looks {@code keys} up once (remembered locations under the read lease, the rest in one master
+     * round trip), for {@link #getRangesInto} to read ranges of them as often as needed. Does not
+     * count as a read for eviction; the ranged reads do.
+     */
+    public Located locate(List<String> keys) {
+        return ranges.locate(keys);
+    }
+
+    /**
+     * Reads, for each located object i, {@code dsts.get(i).byteSize()} bytes from {@code rangeOffsets[i]}
+     * of its value into {@code dsts.get(i)}: element i of the result is the bytes read, or {@link #MISS}
+     * (missing when located, removed or replaced since, or its node unreachable; never other bytes).
+     * Same-machine objects are copied from the node's shared memory; the rest take one
+     * NODE_READ_RANGE per node.
+     *
+     * @throws IllegalArgumentException when a range lies outside its object's value (naming the key)
+     *                                  or the lists' sizes differ
+     */
+    public long[] getRangesInto(Located objects, long[] rangeOffsets, List<MemorySegment> dsts) {
+        return ranges.read(objects, rangeOffsets, dsts);
+    }
+
+    /** {@link #getRangesInto} of one key, located first: the bytes read into {@code dst}, or {@link #MISS}. */
+    public long getRangeInto(String key, long rangeOffset, MemorySegment dst) {
+        return ranges.read(ranges.locate(List.of(key)), new long[]{rangeOffset}, List.of(dst))[0];
+    }
+
+    /**
+     * Begins a put whose values are written in parts ({@link PutInParts}): reserves an object of
+     * {@code valueLengths[i]} bytes under each key, written with {@link PutInParts#write} and made
+     * visible by {@link PutInParts#finish}. A key that is taken is refused at once
+     * ({@link PutInParts#status} ALREADY_EXISTS).
+     */
+    public PutInParts beginPut(List<String> keys, long[] valueLengths, PutOptions options) {
+        int replicas = options.replicas() > 0 ? options.replicas() : config.replicas();
+        return writes.beginParts(keys, valueLengths, preferredSegment(options), replicas, options.pinSeconds());
     }
 
     // ================================================================== probes

@@ -184,20 +184,10 @@ final class NodeWrites {
             return writeToSegment(lease.segmentId, slots, b);
         }
         try {
-            if (lease.node == null) {
-                FrameConnection c = FrameConnection.connect(seg.address(), config.connectTimeout(), config.limits(),
-                        config.secrets());
-                lease.node = c;
-                long from = slots.getFirst().offset;
-                BodyWriter w = new BodyWriter(32);
-                new NodeMessages.ShmLease(b.epoch, b.term, from, lease.end - from, lease.grant).write(w);
-                ResultCode set = MasterMessages.Codes.read(c.call(Opcode.NODE_SHM_LEASE, w, config.requestTimeout())
-                        .body()).codes().getFirst();
-                if (set != ResultCode.OK) {
-                    WriteLeasePool.closeNode(lease);
-                    Arrays.fill(codes, set);
-                    return codes;
-                }
+            ResultCode set = holdLeaseRange(seg, lease, slots.getFirst().offset);
+            if (set != ResultCode.OK) {
+                Arrays.fill(codes, set);
+                return codes;
             }
             List<int[]> frames = new ArrayList<>();
             long part = Math.max(MIN_PART_BYTES, totalBytes(slots, b) / (2L * MAX_LANES) + 1);
@@ -216,10 +206,7 @@ final class NodeWrites {
             });
             for (int start = 0; start < slots.size(); start += PerSegment.MAX_ITEMS_PER_NODE_FRAME) {
                 int end = Math.min(slots.size(), start + PerSegment.MAX_ITEMS_PER_NODE_FRAME);
-                BodyWriter w = new BodyWriter(16 + (end - start) * 64);
-                frame(slots, start, end, b).write(w);
-                List<ResultCode> got = MasterMessages.Codes.read(lease.node.call(Opcode.NODE_SHM_LEASE_WRITE, w,
-                        config.requestTimeout()).body()).codes();
+                List<ResultCode> got = recordLeased(lease, frame(slots, start, end, b));
                 for (int s = start; s < end; s++) {
                     codes[s] = got.get(s - start);
                 }
@@ -229,6 +216,39 @@ final class NodeWrites {
             WriteLeasePool.closeNode(lease);
         }
         return codes;
+    }
+
+    /**
+     * Sets the unwritten range of a same-machine lease aside on its node, from {@code from} to the
+     * lease's end (NODE_SHM_LEASE, on a connection of the lease's own), unless the lease holds its
+     * range already. OK, or the node's refusal (the connection then closed).
+     */
+    ResultCode holdLeaseRange(SegmentDirectory.Entry seg, WriteLeasePool.Lease lease, long from) throws IOException {
+        if (lease.node != null) {
+            return ResultCode.OK;
+        }
+        FrameConnection c = FrameConnection.connect(seg.address(), config.connectTimeout(), config.limits(),
+                config.secrets());
+        lease.node = c;
+        BodyWriter w = new BodyWriter(32);
+        new NodeMessages.ShmLease(lease.epoch, lease.term, from, lease.end - from, lease.grant).write(w);
+        ResultCode set = MasterMessages.Codes.read(c.call(Opcode.NODE_SHM_LEASE, w, config.requestTimeout())
+                .body()).codes().getFirst();
+        if (set != ResultCode.OK) {
+            WriteLeasePool.closeNode(lease);
+        }
+        return set;
+    }
+
+    /**
+     * Records objects copied into a lease's range on its node (NODE_SHM_LEASE_WRITE on the lease's
+     * connection; at most {@link PerSegment#MAX_ITEMS_PER_NODE_FRAME} items): a code per item.
+     */
+    List<ResultCode> recordLeased(WriteLeasePool.Lease lease, NodeMessages.Write items) throws IOException {
+        BodyWriter w = new BodyWriter(16 + items.items().size() * 64);
+        items.write(w);
+        return MasterMessages.Codes.read(lease.node.call(Opcode.NODE_SHM_LEASE_WRITE, w, config.requestTimeout())
+                .body()).codes();
     }
 
     private static long totalBytes(List<Slot> slots, Batch b) {

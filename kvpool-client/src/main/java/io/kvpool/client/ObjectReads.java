@@ -70,8 +70,15 @@ final class ObjectReads {
         MemorySegment of(int item, long len);
     }
 
-    /** One object read: which item, from which replica, how long. */
-    private record ReadSlot(int item, long offset, long generation, long length, Tier tier) {
+    /**
+     * One object read: which item, from which replica, how long, and which range of its value (the
+     * whole value unless the caller asked for a range, {@link RangeReads}).
+     */
+    private record ReadSlot(int item, long offset, long generation, long length, Tier tier, long rangeOffset,
+                            long rangeLength) {
+        boolean whole() {
+            return rangeOffset == 0 && rangeLength == length;
+        }
     }
 
     /**
@@ -88,28 +95,15 @@ final class ObjectReads {
         List<byte[]> k = Keys.encodeAll(keys);
         MasterMessages.ReplicaList[] where = new MasterMessages.ReplicaList[n];
         MemorySegment[] dsts = new MemorySegment[n];
-        // locations remembered from earlier reads skip the master, under the read lease (LocationCache);
-        // the rest are asked for in one batch
-        boolean leased = lease != null && lease.ensure();
-        long snapshot = locations.snapshot(); // before any location is read or asked for
         boolean[] cached = new boolean[n];
-        List<Integer> ask = new ArrayList<>();
-        for (int i = 0; i < n; i++) {
-            where[i] = leased ? locations.get(keys.get(i)) : null;
-            if (where[i] != null) {
-                cached[i] = true;
-            } else {
-                ask.add(i);
-            }
-        }
-        lookup(keys, k, ask, batch, where, snapshot);
+        long snapshot = locate(keys, k, batch, where, cached);
         for (int i = 0; i < n; i++) {
             // destinations are fixed before any byte moves, so a too-small one fails before I/O
             if (where[i].code() == ResultCode.OK && !where[i].replicas().isEmpty()) {
                 dsts[i] = dest.of(i, where[i].valueLength());
             }
         }
-        readRound(where, dsts, lengths, all(n));
+        readRound(where, null, dsts, lengths, all(n));
         // a copy from a remembered location counts only if the lease still runs and nothing removed
         // or replaced the key meanwhile; a remembered location that missed: the object moved or went.
         // Either way, ask the master once more
@@ -139,12 +133,34 @@ final class ObjectReads {
                     again.add(i);
                 }
             }
-            readRound(where, dsts, lengths, again);
+            readRound(where, null, dsts, lengths, again);
         }
         if (config.tierLog()) {
             logTiers(where, lengths);
         }
         return lengths;
+    }
+
+    /**
+     * Where each key is: remembered locations skip the master, under the read lease
+     * ({@link LocationCache}); the rest are asked for in one batch. Fills {@code where} and marks the
+     * remembered ones in {@code cached}; returns the cache snapshot taken before anything was looked up.
+     */
+    long locate(List<String> keys, List<byte[]> k, boolean batch, MasterMessages.ReplicaList[] where,
+                boolean[] cached) {
+        boolean leased = lease != null && lease.ensure();
+        long snapshot = locations.snapshot(); // before any location is read or asked for
+        List<Integer> ask = new ArrayList<>();
+        for (int i = 0; i < keys.size(); i++) {
+            where[i] = leased ? locations.get(keys.get(i)) : null;
+            if (where[i] != null) {
+                cached[i] = true;
+            } else {
+                ask.add(i);
+            }
+        }
+        lookup(keys, k, ask, batch, where, snapshot);
+        return snapshot;
     }
 
     private static final Logger tierLog = LoggerFactory.getLogger("io.kvpool.client.tiers");
@@ -205,7 +221,7 @@ final class ObjectReads {
      * Asks the master where the given items are (one round trip per frame's worth of keys) and
      * remembers it, unless an invalidation applied since {@code snapshot} covers the key.
      */
-    private void lookup(List<String> keys, List<byte[]> k, List<Integer> items, boolean batch,
+    void lookup(List<String> keys, List<byte[]> k, List<Integer> items, boolean batch,
                         MasterMessages.ReplicaList[] where, long snapshot) {
         for (int from = 0; from < items.size(); from += KvPoolClient.MAX_KEYS_PER_FRAME) {
             int to = Math.min(items.size(), from + KvPoolClient.MAX_KEYS_PER_FRAME);
@@ -227,19 +243,27 @@ final class ObjectReads {
         }
     }
 
-    /** Reads the given items, trying their replicas in order (local first); sets lengths[item] for each hit. */
-    private void readRound(MasterMessages.ReplicaList[] where, MemorySegment[] dsts, long[] lengths, List<Integer> items) {
+    /**
+     * Reads the given items, trying their replicas in order (local first); sets lengths[item] for each
+     * hit. With {@code ranges} null each whole value is read into dsts[item]; otherwise the
+     * {@code dsts[item].byteSize()} bytes from {@code ranges[item]} of it (the caller checked the range).
+     */
+    void readRound(MasterMessages.ReplicaList[] where, long[] ranges, MemorySegment[] dsts, long[] lengths,
+                   List<Integer> items) {
         List<List<Replica>> order = new ArrayList<>(where.length);
         for (int i = 0; i < where.length; i++) {
-            order.add(where[i].code() == ResultCode.OK ? segments.localFirst(where[i].replicas()) : List.of());
+            order.add(where[i] != null && where[i].code() == ResultCode.OK ? segments.localFirst(where[i].replicas())
+                    : List.of());
         }
         for (int attempt = 0; ; attempt++) {
             Map<Integer, List<ReadSlot>> bySegment = new LinkedHashMap<>();
             for (int i : items) {
                 if (lengths[i] == KvPoolClient.MISS && attempt < order.get(i).size()) {
                     Replica rep = order.get(i).get(attempt);
-                    bySegment.computeIfAbsent(rep.segmentId(), x -> new ArrayList<>())
-                            .add(new ReadSlot(i, rep.offset(), where[i].generation(), where[i].valueLength(), rep.tier()));
+                    long length = where[i].valueLength();
+                    bySegment.computeIfAbsent(rep.segmentId(), x -> new ArrayList<>()).add(new ReadSlot(i,
+                            rep.offset(), where[i].generation(), length, rep.tier(), ranges == null ? 0 : ranges[i],
+                            ranges == null ? length : dsts[i].byteSize()));
                 }
             }
             if (bySegment.isEmpty()) {
@@ -262,12 +286,12 @@ final class ObjectReads {
         for (ReadSlot slot : slots) {
             if (slot.tier == Tier.DISK) {
                 disk.add(slot);
-            } else if (shm == null
-                    || !SharedSegments.read(shm, slot.offset, slot.generation, slot.length, dsts[slot.item])) {
+            } else if (shm == null || !SharedSegments.readRange(shm, slot.offset, slot.generation, slot.length,
+                    slot.rangeOffset, dsts[slot.item])) {
                 // same machine: copied straight from the node's memory above; what changed under the copy goes over TCP
                 memory.add(slot);
             } else {
-                lengths[slot.item] = slot.length;
+                lengths[slot.item] = slot.rangeLength;
             }
         }
         ConnectionPool pool = segments.pool(seg.address());
@@ -296,14 +320,28 @@ final class ObjectReads {
         boolean disk = !slots.isEmpty() && slots.getFirst().tier == Tier.DISK;
         int start = 0;
         while (start < slots.size()) {
-            int end = PerSegment.frameEnd(slots, start, slot -> slot.length, maxBytes);
+            int end = PerSegment.frameEnd(slots, start, slot -> disk ? slot.length : slot.rangeLength, maxBytes);
+            // whole values as NODE_READ; a frame with any range as NODE_READ_RANGE (version 11)
+            boolean whole = true;
+            for (int s = start; s < end; s++) {
+                whole &= slots.get(s).whole();
+            }
             List<NodeMessages.ReadItem> items = new ArrayList<>(end - start);
+            List<NodeMessages.RangeItem> ranges = new ArrayList<>(whole ? 0 : end - start);
             for (int s = start; s < end; s++) {
                 ReadSlot slot = slots.get(s);
                 items.add(new NodeMessages.ReadItem(slot.offset, slot.generation, slot.length, slot.tier));
+                if (!whole) {
+                    ranges.add(new NodeMessages.RangeItem(items.getLast(), slot.rangeOffset, slot.rangeLength));
+                }
             }
-            BodyWriter w = new BodyWriter(16 + items.size() * 24);
-            new NodeMessages.Read(items).write(w);
+            Opcode op = whole ? Opcode.NODE_READ : Opcode.NODE_READ_RANGE;
+            BodyWriter w = new BodyWriter(16 + items.size() * (whole ? 25 : NodeMessages.ReadRange.ITEM_BYTES));
+            if (whole) {
+                new NodeMessages.Read(items).write(w);
+            } else {
+                new NodeMessages.ReadRange(ranges).write(w);
+            }
             FrameConnection c = null;
             int permits = 0;
             try {
@@ -320,7 +358,7 @@ final class ObjectReads {
                 c = pool.borrow(config.requestTimeout());
                 MasterMessages.Codes codes;
                 try {
-                    codes = MasterMessages.Codes.read(c.call(Opcode.NODE_READ, w, config.requestTimeout()).body());
+                    codes = MasterMessages.Codes.read(c.call(op, w, config.requestTimeout()).body());
                 } catch (IOException stale) {
                     if (stale instanceof SocketTimeoutException) {
                         throw stale; // a node that does not answer: not asked twice
@@ -331,13 +369,13 @@ final class ObjectReads {
                     c = null;
                     pool.drainIdle();
                     c = pool.borrow(config.requestTimeout());
-                    codes = MasterMessages.Codes.read(c.call(Opcode.NODE_READ, w, config.requestTimeout()).body());
+                    codes = MasterMessages.Codes.read(c.call(op, w, config.requestTimeout()).body());
                 }
                 for (int s = start; s < end; s++) {
                     ReadSlot slot = slots.get(s);
                     if (codes.codes().get(s - start) == ResultCode.OK) {
                         c.readPayload(dsts[slot.item], config.requestTimeout());
-                        lengths[slot.item] = slot.length;
+                        lengths[slot.item] = slot.rangeLength;
                     }
                 }
             } catch (IOException | RemoteException e) {

@@ -17,6 +17,8 @@ import java.util.Arrays;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.function.IntFunction;
+import java.util.function.IntToLongFunction;
 
 /**
  * The put path. A single-copy put goes under a write lease ({@link #putLeased}): the bytes go to the
@@ -34,6 +36,7 @@ final class ObjectWrites {
 
     private static final Logger log = LoggerFactory.getLogger(ObjectWrites.class);
 
+    private final ClientConfig config;
     private final MasterChannel master;
     private final PerSegment tasks;
     private final LocationCache locations;
@@ -44,6 +47,7 @@ final class ObjectWrites {
 
     ObjectWrites(ClientConfig config, MasterChannel master, SegmentAccess segments, PerSegment tasks,
                  LocationCache locations, WriteLeasePool leases) {
+        this.config = config;
         this.master = master;
         this.tasks = tasks;
         this.locations = locations;
@@ -98,6 +102,42 @@ final class ObjectWrites {
             }
         }
         return out;
+    }
+
+    /**
+     * Begins a put in parts ({@link PutInParts}): reserves every object as a whole put would (under
+     * write leases for single copies when this client uses them, else PUT_START) and has the nodes
+     * admit every copy. Keys and lengths checked first, naming the key at fault.
+     */
+    PutInParts beginParts(List<String> keys, long[] lengths, String preferred, int replicas, int pinSeconds) {
+        if (keys.size() != lengths.length) {
+            throw new IllegalArgumentException(keys.size() + " keys but " + lengths.length + " value lengths");
+        }
+        byte[][] k = new byte[keys.size()][];
+        for (int i = 0; i < k.length; i++) {
+            k[i] = Keys.encode(keys.get(i));
+            if (lengths[i] < 0 || lengths[i] > master.maxValueBytes()) {
+                throw new IllegalArgumentException("value length " + lengths[i] + " for key '"
+                        + Keys.abbreviate(keys.get(i)) + "' is outside 0.." + master.maxValueBytes()
+                        + " (the pool's largest value)");
+            }
+        }
+        for (String key : keys) {
+            locations.invalidate(key);
+        }
+        int wanted = replicas == 0 ? master.defaultReplicas() : replicas;
+        PartReservation r = leases != null && wanted == 1 && pinSeconds == 0
+                ? PartReservation.leased(this, master, leases, k, lengths, preferred)
+                : PartReservation.twoPhase(this, master, k, lengths, preferred, replicas, pinSeconds);
+        PartCopies copies = new PartCopies(config, segments, tasks, nodes);
+        try {
+            copies.begin(r.copies);
+        } catch (RuntimeException e) {
+            copies.abandon();
+            r.abandon();
+            throw e;
+        }
+        return new PutInParts(keys, lengths, r, copies);
     }
 
     /**
@@ -178,16 +218,28 @@ final class ObjectWrites {
     private void writeAndCommit(WriteLeasePool.Lease lease, List<NodeWrites.Slot> slots, NodeWrites.Batch b, boolean upsert,
                                 PutStatus[] status, List<Integer> expired) {
         ResultCode[] written = nodes.writeLeased(lease, slots, b);
+        commitLanded(lease, slots, written, b::key, item -> b.value(item).byteSize(), b.from, upsert, status, expired);
+    }
+
+    /**
+     * Commits the slots of one lease whose node writes landed ({@code written[s]} OK) and sets the
+     * status of every slot's item ({@code status[from + item]}); adds to {@code expired} the items to
+     * write once more under a fresh lease. Gives the lease back, releases it or drops it. Shared by
+     * whole puts and puts in parts ({@link PutInParts}).
+     */
+    void commitLanded(WriteLeasePool.Lease lease, List<NodeWrites.Slot> slots, ResultCode[] written,
+                      IntFunction<byte[]> key, IntToLongFunction valueLength, int from, boolean upsert,
+                      PutStatus[] status, List<Integer> expired) {
         List<WriteLeaseMessages.CommitItem> items = new ArrayList<>(slots.size());
         int[] itemOf = new int[slots.size()];
         for (int s = 0; s < slots.size(); s++) {
             NodeWrites.Slot slot = slots.get(s);
             if (written[s] == ResultCode.OK) {
                 itemOf[items.size()] = slot.item();
-                items.add(new WriteLeaseMessages.CommitItem(b.key(slot.item()), slot.offset(),
-                        b.value(slot.item()).byteSize(), slot.generation()));
+                items.add(new WriteLeaseMessages.CommitItem(key.apply(slot.item()), slot.offset(),
+                        valueLength.applyAsLong(slot.item()), slot.generation()));
             } else {
-                status[b.from + slot.item()] = written[s] == ResultCode.FENCED ? PutStatus.FENCED : PutStatus.FAILED;
+                status[from + slot.item()] = written[s] == ResultCode.FENCED ? PutStatus.FENCED : PutStatus.FAILED;
             }
         }
         boolean deposed = false;
@@ -223,7 +275,7 @@ final class ObjectWrites {
             if (code == ResultCode.EXPIRED) {
                 expired.add(itemOf[c]);
             }
-            status[b.from + itemOf[c]] = switch (code) {
+            status[from + itemOf[c]] = switch (code) {
                 case OK -> PutStatus.OK;
                 case ALREADY_EXISTS -> PutStatus.ALREADY_EXISTS;
                 case FENCED -> PutStatus.FENCED;
@@ -294,6 +346,16 @@ final class ObjectWrites {
                 }
             }
         });
+        endOrRevoke(k, from, results, failed, fenced, batch, status, copies, pinned);
+    }
+
+    /**
+     * The last phase of a two-phase put of items [from, from + results.size()): PUT_END for what
+     * landed at least once ({@code failed[j]} has a bit per replica that did not), PUT_REVOKE for what
+     * landed nowhere; sets status, copies and pinned of each. Shared by whole puts and puts in parts.
+     */
+    void endOrRevoke(byte[][] k, int from, List<MasterMessages.PutStartResult> results, long[] failed,
+                     boolean[] fenced, boolean batch, PutStatus[] status, int[] copies, boolean[] pinned) {
         // complete what landed at least once; revoke what landed nowhere
         List<MasterMessages.PutEndItem> ends = new ArrayList<>();
         List<Integer> endIdx = new ArrayList<>();

@@ -200,6 +200,16 @@ final class SharedSegments {
      * false if the object is not there or changed during the copy; {@code dst} then holds garbage.
      */
     static boolean read(MemorySegment seg, long offset, long generation, long length, MemorySegment dst) {
+        return readRange(seg, offset, generation, length, 0, dst.asSlice(0, length));
+    }
+
+    /**
+     * Copies {@code dst.byteSize()} bytes from {@code rangeOffset} of the value of the object (offset,
+     * generation, length) into {@code dst}, with the same checks before and after as {@link #read}.
+     * The caller checked that the range lies inside the value.
+     */
+    static boolean readRange(MemorySegment seg, long offset, long generation, long length, long rangeOffset,
+                             MemorySegment dst) {
         if (offset < 0 || offset + ObjectLayout.KEY_OFFSET > seg.byteSize()
                 || !ObjectLayout.hasMagic(seg, offset) || !current(seg, offset, generation)
                 || ObjectLayout.valueLength(seg, offset) != length) {
@@ -209,12 +219,13 @@ final class SharedSegments {
         if (valueAt + length > seg.byteSize()) {
             return false;
         }
+        long n = dst.byteSize();
         Prefault.Windows w = windows(seg);
         if (w != null) {
-            w.populate(valueAt, length);
+            w.populate(valueAt + rangeOffset, n);
         }
         VarHandle.acquireFence();
-        MemorySegment.copy(seg, valueAt, dst, 0, length);
+        MemorySegment.copy(seg, valueAt + rangeOffset, dst, 0, n);
         VarHandle.acquireFence();
         return current(seg, offset, generation);
     }

@@ -3,6 +3,8 @@ package io.kvpool.it;
 import io.kvpool.client.KvPoolClient;
 import io.kvpool.client.KvPoolException;
 import io.kvpool.client.PoolStats;
+import io.kvpool.client.PutInParts;
+import io.kvpool.client.PutOptions;
 import io.kvpool.client.PutStatus;
 import io.kvpool.config.HostPort;
 import io.kvpool.config.Size;
@@ -215,6 +217,45 @@ class SecuredPoolIT {
         assertThat(admin.get("victim")).hasValueSatisfying(b -> assertThat(b).isEqualTo(victim));
         // the five forged writes are counted on the node's own /metrics (the genuine one is not)
         assertThat(nodeMetric("node_write_grants_refused_total")).isGreaterThanOrEqualTo(grantsRefusedBefore + 5);
+    }
+
+    /**
+     * Puts in parts and ranged reads with the cluster secret alone, on both paths and both put
+     * protocols: NODE_PART_BEGIN is admitted by the master's grants like NODE_WRITE; one over the
+     * victim's region without a grant is refused before anything is held, and the victim is intact.
+     */
+    @Test
+    void theClusterSecretWritesInPartsWhatTheMasterGrantedAndReadsRanges() throws Exception {
+        for (boolean shm : new boolean[]{true, false}) {
+            for (boolean leases : new boolean[]{true, false}) {
+                try (KvPoolClient c = cluster.client(cfg -> cfg.withSecrets(DATA_ONLY).withSharedMemory(shm)
+                        .withWriteLeases(leases))) {
+                    String key = "parts/" + shm + "/" + leases;
+                    byte[] v = Payloads.make(key, 1, 64 << 10);
+                    try (PutInParts parts = c.beginPut(List.of(key), new long[]{v.length}, PutOptions.DEFAULT)) {
+                        parts.write(0, 32 << 10, MemorySegment.ofArray(v).asSlice(32 << 10, 32 << 10));
+                        parts.write(0, 0, MemorySegment.ofArray(v).asSlice(0, 32 << 10));
+                        assertThat(parts.finish()).as(key).containsExactly(PutStatus.OK);
+                    }
+                    byte[] half = new byte[32 << 10];
+                    assertThat(c.getRangeInto(key, 32 << 10, MemorySegment.ofArray(half))).isEqualTo(32 << 10);
+                    assertThat(half).isEqualTo(Arrays.copyOfRange(v, 32 << 10, 64 << 10));
+                }
+            }
+        }
+        byte[] victim = Payloads.make("victim-of-parts", 3, 4096);
+        assertThat(admin.put("victim-of-parts", victim)).isEqualTo(PutStatus.OK);
+        try (FrameConnection m = FrameConnection.connect(master(), CALL, Limits.DEFAULT, DATA_ONLY)) {
+            MasterMessages.ReplicaList where = MasterMessages.ReplicaListReply.read(m.call(Opcode.GET_REPLICA_LIST,
+                    new BodyWriter().i32(1).bytes("victim-of-parts".getBytes()), CALL).body()).items().getFirst();
+            BodyWriter w = new BodyWriter();
+            new NodeMessages.Write(admin.stats().epoch(), 0, List.of(new NodeMessages.WriteItem(
+                    where.replicas().getFirst().offset(), where.generation(), "victim-of-parts".getBytes(), 4096, 0,
+                    WriteGrant.none()))).write(w);
+            assertThat(refused(node(), DATA_ONLY, Opcode.NODE_PART_BEGIN, w).getMessage())
+                    .contains("refuses a write without the admin secret");
+        }
+        assertThat(admin.get("victim-of-parts")).hasValueSatisfying(b -> assertThat(b).isEqualTo(victim));
     }
 
     @Test

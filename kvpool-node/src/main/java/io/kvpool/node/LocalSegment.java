@@ -4,6 +4,7 @@ import io.kvpool.protocol.Access;
 import io.kvpool.protocol.BadRequestException;
 import io.kvpool.protocol.Handshake;
 import io.kvpool.protocol.ObjectLayout;
+import io.kvpool.protocol.ResultCode;
 import io.kvpool.protocol.WriteGrants;
 import io.kvpool.protocol.msg.ControlToken;
 import io.kvpool.protocol.msg.NodeMessages;
@@ -12,7 +13,10 @@ import io.kvpool.protocol.msg.WriteGrant;
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.function.BiConsumer;
 
 /**
  * This node's segment as the node's parts see it: its memory and {@link RegionLedger}, its name and
@@ -64,6 +68,13 @@ final class LocalSegment {
     private final AtomicLong refusedWrites = new AtomicLong();
     private final AtomicLong refusedGrants = new AtomicLong();
     private final AtomicLong memoryReads = new AtomicLong();
+    /** Items of NODE_READ_RANGE frames served (hits and misses). */
+    private final AtomicLong rangedReads = new AtomicLong();
+    /** Items of NODE_PART_WRITE frames received, and their bytes stored. */
+    private final AtomicLong partsWritten = new AtomicLong();
+    private final AtomicLong partBytes = new AtomicLong();
+    /** Objects written in parts that NODE_PART_END made readable. */
+    private final AtomicLong partObjects = new AtomicLong();
     private final AtomicLong term = new AtomicLong();
     /** Administration frames refused (no control token of this registration, or another term). */
     private final AtomicLong refusedAdmin = new AtomicLong();
@@ -256,6 +267,30 @@ final class LocalSegment {
     }
 
     /**
+     * Admits every item of a write whose bytes arrive later (NODE_SHM_WRITE_BEGIN, NODE_PART_BEGIN):
+     * as NODE_WRITE admits them, all waits of the frame under one bound of the region wait; stamps
+     * each admitted object's header WRITING and hands its region to {@code held}. One code per item.
+     */
+    List<ResultCode> admitHeld(NodeMessages.Write w, BiConsumer<NodeMessages.WriteItem, RegionLedger.Region> held)
+            throws IOException {
+        List<ResultCode> codes = new ArrayList<>(w.items().size());
+        long waitDeadline = System.nanoTime() + config.regionWait().toNanos();
+        for (NodeMessages.WriteItem it : w.items()) {
+            RegionLedger.WriteAdmission adm = admit(it, w.epoch(), waitDeadline);
+            if (adm.region() == null) {
+                refusedWrite();
+                codes.add(adm.refusal());
+                continue;
+            }
+            ObjectLayout.writeHeader(segment, it.offset(), ObjectLayout.STATE_WRITING, it.key(), it.valueLength(),
+                    it.generation(), w.epoch(), it.valueCrc());
+            held.accept(it, adm.region());
+            codes.add(ResultCode.OK);
+        }
+        return codes;
+    }
+
+    /**
      * Writes an object into this segment (a promotion from the disk tier), with the same admission as
      * a client's write. Returns true once it is readable.
      */
@@ -300,6 +335,38 @@ final class LocalSegment {
     void served(long valueBytes, int objects) {
         bytesRead.addAndGet(valueBytes);
         memoryReads.addAndGet(objects);
+    }
+
+    /** Items of a NODE_READ_RANGE frame answered. */
+    void servedRanges(int items) {
+        rangedReads.addAndGet(items);
+    }
+
+    /** A NODE_PART_WRITE frame: its items, and the bytes stored (refused items' bytes not counted). */
+    void partsWritten(int items, long bytes) {
+        partsWritten.addAndGet(items);
+        partBytes.addAndGet(bytes);
+    }
+
+    /** An object written in parts became readable. */
+    void partObjectDone() {
+        partObjects.incrementAndGet();
+    }
+
+    long rangedReads() {
+        return rangedReads.get();
+    }
+
+    long partsWritten() {
+        return partsWritten.get();
+    }
+
+    long partBytes() {
+        return partBytes.get();
+    }
+
+    long partObjects() {
+        return partObjects.get();
     }
 
     long bytesWritten() {

@@ -46,6 +46,14 @@ final class NodeMetrics {
         Series.counter(registry, "node_admin_refused_total", "Frees, resets and copies refused because they did not come"
                 + " from the master the node registered with (no control token of that registration) or came from a"
                 + " master of an older term", local::refusedAdmin);
+        Series.counter(registry, "node_ranged_reads_total", "Items of NODE_READ_RANGE frames answered (hits and misses):"
+                + " ranges of objects read, as a layer-by-layer load reads one layer of a block", local::rangedReads);
+        Series.counter(registry, "node_parts_written_total", "Items of NODE_PART_WRITE frames received: parts of values"
+                + " written over TCP, as a layer-by-layer save writes one layer of a block", local::partsWritten);
+        Series.counter(registry, "node_part_bytes_written_total", "Bytes of NODE_PART_WRITE parts stored (refused parts"
+                + " not counted)", local::partBytes);
+        Series.counter(registry, "node_part_objects_total", "Objects written in parts (NODE_PART_BEGIN to NODE_PART_END)"
+                + " that became readable, over TCP and the same-machine path", local::partObjects);
         Series.gauge(registry, "node_master_connected", "1 while the node is registered with the master and its heartbeats"
                 + " are answered, else 0", () -> link.isRegistered() ? 1 : 0);
         if (disk != null) {

@@ -202,6 +202,20 @@ final class RegionLedger {
     }
 
     /**
+     * Whether a region admitted for writing would still become readable if its write ended now: not
+     * freed or reset since its admission. A writer that takes parts over time asks before each part,
+     * so that bytes for a fenced write are not moved at all ({@link #endWrite} decides in the end).
+     */
+    boolean stillWritable(Region r) {
+        lock.lock();
+        try {
+            return r.writing && !r.dead && r.epoch >= epoch && regions.get(r.offset) == r;
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    /**
      * Sets a same-machine writer's lease range aside: admitted as a write is (waiting for readers and
      * writers of the space, dropping what overlaps, fencing old epochs), then held as one region being
      * written that no read can name (generation -1). Objects are carved from its front with

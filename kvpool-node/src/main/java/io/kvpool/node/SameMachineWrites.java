@@ -77,24 +77,12 @@ final class SameMachineWrites {
         }
         beginTerms.put(req.peer(), w.term());
         Map<Long, RegionLedger.Region> open = begun.computeIfAbsent(req.peer(), p -> new ConcurrentHashMap<>());
-        List<ResultCode> codes = new ArrayList<>(w.items().size());
-        long waitDeadline = System.nanoTime() + config.regionWait().toNanos();
-        for (NodeMessages.WriteItem it : w.items()) {
-            RegionLedger.WriteAdmission adm = node.admit(it, w.epoch(), waitDeadline);
-            if (adm.region() == null) {
-                node.refusedWrite();
-                codes.add(adm.refusal());
-                continue;
-            }
-            ObjectLayout.writeHeader(segment, it.offset(), ObjectLayout.STATE_WRITING, it.key(), it.valueLength(),
-                    it.generation(), w.epoch(), it.valueCrc());
-            RegionLedger.Region previous = open.put(it.generation(), adm.region());
+        reply(req, node.admitHeld(w, (it, region) -> {
+            RegionLedger.Region previous = open.put(it.generation(), region);
             if (previous != null) {
                 ledger.endWrite(previous, false);
             }
-            codes.add(ResultCode.OK);
-        }
-        reply(req, codes);
+        }));
     }
 
     /** NODE_SHM_WRITE_END: completes (or abandons) writes this connection began. */

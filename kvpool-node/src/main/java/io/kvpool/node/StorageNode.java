@@ -7,7 +7,6 @@ import io.kvpool.etcd.MasterLocator;
 import io.kvpool.protocol.BadRequestException;
 import io.kvpool.protocol.BodyReader;
 import io.kvpool.protocol.BodyWriter;
-import io.kvpool.protocol.Channels;
 import io.kvpool.protocol.FrameServer;
 import io.kvpool.protocol.FrameStatus;
 import io.kvpool.protocol.Keys;
@@ -30,7 +29,6 @@ import org.slf4j.LoggerFactory;
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
 import java.net.InetSocketAddress;
-import java.nio.ByteBuffer;
 import java.time.Duration;
 import java.time.InstantSource;
 import java.util.ArrayList;
@@ -72,6 +70,10 @@ public final class StorageNode implements AutoCloseable {
     private final DiskTier disk;
     /** Writes by clients on this machine, which copy the values themselves. */
     private final SameMachineWrites sameMachine;
+    /** Writes whose values arrive in parts (NODE_PART_BEGIN, WRITE, END). */
+    private final PartWrites parts;
+    /** NODE_READ and NODE_READ_RANGE. */
+    private final NodeReads reads;
     /** Copies to other nodes that the master's repair asks for. */
     private final Replication replication;
     /** Dead nodes' segment files in the shared-memory directory (null without one), and who reclaims them. */
@@ -123,6 +125,8 @@ public final class StorageNode implements AutoCloseable {
             throw e;
         }
         this.disk = d;
+        this.parts = new PartWrites(local, config);
+        this.reads = new NodeReads(local, disk, config.limits().maxPayloadBytes());
         this.replication = new Replication(name, local, ledger, segment, disk, config.limits(), config.secrets());
         this.link = new MasterLink(local, disk, config, masters);
         this.shmKeeper = orphans == null ? null : new ShmKeeper(orphans, config.shmDir().sweepInterval(), true);
@@ -230,13 +234,17 @@ public final class StorageNode implements AutoCloseable {
         @Override
         public void handle(Request req) throws IOException {
             awaitStarted(req);
-            if (req.opcode() != Opcode.NODE_WRITE && req.payloadLength() != 0) {
+            if (req.opcode() != Opcode.NODE_WRITE && req.opcode() != Opcode.NODE_PART_WRITE && req.payloadLength() != 0) {
                 throw new MalformedFrameException(FrameStatus.MALFORMED_FRAME, req.requestId(), req.opcode().metricName
                         + " carries " + req.payloadLength() + " payload bytes but takes none");
             }
             switch (req.opcode()) {
                 case NODE_WRITE -> write(req);
-                case NODE_READ -> read(req);
+                case NODE_READ -> reads.read(req);
+                case NODE_READ_RANGE -> reads.readRange(req);
+                case NODE_PART_BEGIN -> parts.begin(req);
+                case NODE_PART_WRITE -> parts.write(req);
+                case NODE_PART_END -> parts.end(req);
                 case NODE_FREE -> free(req);
                 case NODE_RESET -> reset(req);
                 case NODE_SHM_WRITE_BEGIN -> sameMachine.begin(req);
@@ -254,6 +262,9 @@ public final class StorageNode implements AutoCloseable {
             // a same-machine writer that went away leaves its begun writes: they never become readable
             if (started.getCount() == 0 && sameMachine != null) {
                 sameMachine.connectionClosed(peer);
+            }
+            if (started.getCount() == 0 && parts != null) {
+                parts.connectionClosed(peer);
             }
         }
     }
@@ -332,71 +343,6 @@ public final class StorageNode implements AutoCloseable {
             return ResultCode.OK;
         }
         return ledger.epoch() > epoch ? ResultCode.FENCED : ResultCode.FAILED;
-    }
-
-    private void read(Request req) throws IOException {
-        BodyReader body = req.body();
-        NodeMessages.Read rd = NodeMessages.Read.read(body);
-        body.end("node_read");
-        List<RegionLedger.Region> pinned = new ArrayList<>(rd.items().size());
-        List<DiskTier.Staged> staged = new ArrayList<>();
-        try {
-            List<ResultCode> codes = new ArrayList<>(rd.items().size());
-            List<ByteBuffer> views = new ArrayList<>(rd.items().size());
-            long total = 0;
-            long fromDisk = 0;
-            for (NodeMessages.ReadItem it : rd.items()) {
-                if (it.tier() == Tier.DISK) {
-                    DiskTier.Staged st = disk == null ? null : disk.read(it.generation(), it.valueLength());
-                    if (st == null) {
-                        codes.add(ResultCode.NOT_FOUND);
-                        continue;
-                    }
-                    staged.add(st);
-                    if (total + it.valueLength() > config.limits().maxPayloadBytes()) {
-                        throw new BadRequestException("node_read of " + rd.items().size() + " items exceeds the "
-                                + config.limits().maxPayloadBytes() + "-byte payload limit of segment " + name
-                                + "; split the batch");
-                    }
-                    total += it.valueLength();
-                    fromDisk += it.valueLength();
-                    codes.add(ResultCode.OK);
-                    Channels.addViews(views, st.value);
-                    continue;
-                }
-                RegionLedger.Region r = ledger.beginRead(it.offset(), it.generation());
-                if (r == null) {
-                    codes.add(ResultCode.NOT_FOUND);
-                    continue;
-                }
-                pinned.add(r);
-                if (r.valueLength != it.valueLength()) {
-                    // generation matches but length does not: the request is wrong, not the data
-                    throw new BadRequestException("node_read of offset " + it.offset() + " generation "
-                            + it.generation() + " on segment " + name + " asks for " + it.valueLength()
-                            + " bytes; the object has " + r.valueLength);
-                }
-                if (total + r.valueLength > config.limits().maxPayloadBytes()) {
-                    throw new BadRequestException("node_read of " + rd.items().size() + " items exceeds the "
-                            + config.limits().maxPayloadBytes() + "-byte payload limit of segment " + name
-                            + "; split the batch");
-                }
-                total += r.valueLength;
-                codes.add(ResultCode.OK);
-                Channels.addViews(views, segment.asSlice(r.valueOffset(), r.valueLength));
-            }
-            BodyWriter out = new BodyWriter(8 + codes.size());
-            new Codes(codes).write(out);
-            req.reply(out, views.toArray(ByteBuffer[]::new));
-            local.served(total - fromDisk, pinned.size());
-        } finally {
-            for (RegionLedger.Region r : pinned) {
-                ledger.endRead(r);
-            }
-            for (DiskTier.Staged st : staged) {
-                st.close();
-            }
-        }
     }
 
     private void free(Request req) throws IOException {

@@ -63,9 +63,11 @@ public final class FrameHeader {
      * reserves, in the PUT_START and WRITE_LEASE replies and relayed in every node write item and
      * NODE_SHM_LEASE ({@link WriteGrants}); 10 node control tokens: a node takes NODE_FREE,
      * NODE_RESET and NODE_REPLICATE only from the master it registered with, which presents the token
-     * the node sent in REGISTER_NODE ({@link io.kvpool.protocol.msg.ControlToken}).
+     * the node sent in REGISTER_NODE ({@link io.kvpool.protocol.msg.ControlToken}); 11 ranged reads
+     * and writes in parts (NODE_READ_RANGE, NODE_PART_BEGIN, NODE_PART_WRITE, NODE_PART_END), which
+     * layer-by-layer loads and saves use.
      */
-    public static final byte VERSION = 10;
+    public static final byte VERSION = 11;
     public static final byte FLAG_REPLY = 0x01;
 
     public static final int MAGIC_OFFSET = 0;

@@ -85,7 +85,22 @@ public enum Opcode {
      * The master asks a node holding a copy to write it to another node (a repair of an object below
      * its copies). Body: {@code NodeMessages.Replicate}; reply: one result code per item.
      */
-    NODE_REPLICATE(0x88, "node_replicate");
+    NODE_REPLICATE(0x88, "node_replicate"),
+    /**
+     * (version 11) A byte range of each object's value, the object named as in NODE_READ. Body:
+     * {@code NodeMessages.ReadRange}; reply: result codes and the OK items' ranges as payload.
+     */
+    NODE_READ_RANGE(0x89, "node_read_range"),
+    /**
+     * (version 11) Admits writes whose values arrive in parts: NODE_WRITE's body without payload (the
+     * checksums come with the end). The regions stay being written for this connection until
+     * NODE_PART_END. Reply: result codes.
+     */
+    NODE_PART_BEGIN(0x8A, "node_part_begin"),
+    /** (version 11) Byte ranges of values begun on this connection. Body: {@code NodeMessages.PartWrite} + payload. */
+    NODE_PART_WRITE(0x8B, "node_part_write"),
+    /** (version 11) Ends writes begun on this connection: each value's CRC32C, readable or dropped. Body: {@code NodeMessages.PartEnd}. */
+    NODE_PART_END(0x8C, "node_part_end");
 
     private static final Opcode[] BY_CODE = new Opcode[256];
 

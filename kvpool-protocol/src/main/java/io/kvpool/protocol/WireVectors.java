@@ -112,6 +112,16 @@ public final class WireVectors {
         out.put("node_read", body(w -> new NodeMessages.Read(List.of(
                 new NodeMessages.ReadItem(4096, 1234, 1 << 20, Tier.MEMORY),
                 new NodeMessages.ReadItem(0, 7, 9, Tier.DISK))).write(w)));
+        // version 11: ranged reads and writes in parts (NODE_PART_BEGIN's body is node_write's)
+        out.put("node_read_range", body(w -> new NodeMessages.ReadRange(List.of(
+                new NodeMessages.RangeItem(new NodeMessages.ReadItem(4096, 1234, 1 << 21, Tier.MEMORY), 1 << 16, 1 << 16),
+                new NodeMessages.RangeItem(new NodeMessages.ReadItem(0, 7, 9, Tier.DISK), 9, 0))).write(w)));
+        out.put("part_write", body(w -> new NodeMessages.PartWrite(List.of(
+                new NodeMessages.PartItem(4096, 1234, 31L << 16, 1 << 16), new NodeMessages.PartItem(64, 5, 0, 3)))
+                .write(w)));
+        out.put("part_end", body(w -> new NodeMessages.PartEnd(List.of(
+                new NodeMessages.PartEndItem(4096, 1234, 0xE3069283, true), new NodeMessages.PartEndItem(64, 5, 7, false)))
+                .write(w)));
         out.put("shm_write_end", body(w -> new NodeMessages.ShmWriteEnd(List.of(
                 new NodeMessages.ShmWriteEndItem(4096, 1234, true), new NodeMessages.ShmWriteEndItem(64, 5, false)))
                 .write(w)));

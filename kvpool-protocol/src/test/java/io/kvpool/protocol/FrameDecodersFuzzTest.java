@@ -39,7 +39,8 @@ class FrameDecodersFuzzTest {
             MasterMessages.HeartbeatReply::read, MasterMessages.Inventory::read,
             NodeMessages.Write::read, NodeMessages.Read::read, NodeMessages.ShmWriteEnd::read,
             NodeMessages.ShmLease::read, NodeMessages.Free::read, NodeMessages.Reset::read,
-            NodeMessages.Replicate::read,
+            NodeMessages.Replicate::read, NodeMessages.ReadRange::read, NodeMessages.PartWrite::read,
+            NodeMessages.PartEnd::read,
             WriteLeaseMessages.Grant::read, WriteLeaseMessages.Granted::read, WriteLeaseMessages.Commit::read,
             WriteLeaseMessages.Release::read, LeaseMessages.LeaseRequest::read, LeaseMessages.LeaseReply::read,
             KeyList::read, DigestList::read);

@@ -86,6 +86,114 @@ public final class NodeMessages {
         }
     }
 
+    /**
+     * One item of a NODE_READ_RANGE (version 11): the object, named exactly as in NODE_READ, and the
+     * range {@code [rangeOffset, rangeOffset + rangeLength)} of its value. The node answers a range
+     * outside {@code [0, value length]} BAD_REQUEST; so the offsets are read as plain i64 here and
+     * checked there, where the message can name the item.
+     */
+    public record RangeItem(ReadItem object, long rangeOffset, long rangeLength) {
+    }
+
+    /**
+     * NODE_READ_RANGE: byte ranges of objects' values. The reply body is {@link MasterMessages.Codes};
+     * its payload is the ranges of the OK items, in item order.
+     */
+    public record ReadRange(List<RangeItem> items) {
+        /** Bytes of one item on the wire. */
+        public static final int ITEM_BYTES = 41;
+
+        public void write(BodyWriter w) {
+            w.i32(items.size());
+            for (RangeItem it : items) {
+                ReadItem o = it.object;
+                w.i64(o.offset).i64(o.generation).i64(o.valueLength).u8(o.tier.code).i64(it.rangeOffset)
+                        .i64(it.rangeLength);
+            }
+        }
+
+        public static ReadRange read(BodyReader r) {
+            int n = r.count("item count", ITEM_BYTES);
+            List<RangeItem> items = new ArrayList<>(n);
+            for (int i = 0; i < n; i++) {
+                ReadItem o = new ReadItem(r.length("offset"), r.i64("generation"), r.length("value length"),
+                        Tier.of(r.u8("tier")));
+                items.add(new RangeItem(o, r.i64("range offset"), r.i64("range length")));
+            }
+            return new ReadRange(items);
+        }
+    }
+
+    /**
+     * One item of a NODE_PART_WRITE (version 11): {@code rangeLength} bytes of the payload go to
+     * {@code [rangeOffset, rangeOffset + rangeLength)} of the value of the write begun on this
+     * connection at {@code offset} with {@code generation}.
+     */
+    public record PartItem(long offset, long generation, long rangeOffset, long rangeLength) {
+    }
+
+    /** NODE_PART_WRITE: parts of values begun with NODE_PART_BEGIN; the payload is the parts in item order. */
+    public record PartWrite(List<PartItem> items) {
+        /** Bytes of one item on the wire. */
+        public static final int ITEM_BYTES = 32;
+
+        public void write(BodyWriter w) {
+            w.i32(items.size());
+            for (PartItem it : items) {
+                w.i64(it.offset).i64(it.generation).i64(it.rangeOffset).i64(it.rangeLength);
+            }
+        }
+
+        public static PartWrite read(BodyReader r) {
+            int n = r.count("item count", ITEM_BYTES);
+            List<PartItem> items = new ArrayList<>(n);
+            for (int i = 0; i < n; i++) {
+                items.add(new PartItem(r.length("offset"), r.i64("generation"), r.i64("range offset"),
+                        r.i64("range length")));
+            }
+            return new PartWrite(items);
+        }
+
+        /** The payload the items announce; a negative length (answered BAD_REQUEST by the node) counts as 0. */
+        public long payloadLength() {
+            long n = 0;
+            for (PartItem it : items) {
+                n += Math.max(0, it.rangeLength);
+            }
+            return n;
+        }
+    }
+
+    /**
+     * One item of NODE_PART_END (version 11): the write begun on this connection at {@code offset}
+     * with {@code generation}, the CRC32C of its whole value, and whether the writer wrote all of it.
+     */
+    public record PartEndItem(long offset, long generation, int valueCrc, boolean complete) {
+    }
+
+    /** NODE_PART_END: ends writes begun with NODE_PART_BEGIN. Reply: {@link MasterMessages.Codes}. */
+    public record PartEnd(List<PartEndItem> items) {
+        /** Bytes of one item on the wire. */
+        public static final int ITEM_BYTES = 21;
+
+        public void write(BodyWriter w) {
+            w.i32(items.size());
+            for (PartEndItem it : items) {
+                w.i64(it.offset).i64(it.generation).i32(it.valueCrc).bool(it.complete);
+            }
+        }
+
+        public static PartEnd read(BodyReader r) {
+            int n = r.count("item count", ITEM_BYTES);
+            List<PartEndItem> items = new ArrayList<>(n);
+            for (int i = 0; i < n; i++) {
+                items.add(new PartEndItem(r.length("offset"), r.i64("generation"), r.i32("value crc"),
+                        r.bool("complete")));
+            }
+            return new PartEnd(items);
+        }
+    }
+
     /** One item of NODE_SHM_WRITE_END: whether the client copied the value of this write in full. */
     public record ShmWriteEndItem(long offset, long generation, boolean copied) {
     }
