@@ -172,6 +172,10 @@ public final class RawTcpTarget implements StoreTarget {
         private final ByteBuffer headers;
         private final ByteBuffer[] pipelined;
 
+        Connection(InetSocketAddress address, int length, long seed, int op) throws IOException {
+            this(address, length, seed, op, 1);
+        }
+
         Connection(InetSocketAddress address, int length, long seed, int op, int depth) throws IOException {
             this.length = length;
             this.op = op;
@@ -253,7 +257,7 @@ public final class RawTcpTarget implements StoreTarget {
             while (remaining > 0) {
                 remaining -= ch.write(request);
             }
-            reply.clear();
+            reply.clear().limit(1); // one acknowledgement (the buffer holds a pipelined call's)
             RawTcpServer.readFully(ch, reply, false);
             byte ack = reply.get(0);
             if (ack != RawTcpServer.ACK) {

@@ -52,6 +52,20 @@ class RawTcpTargetTest {
     }
 
     @Test
+    void pipelinedCallsMoveDepthValuesEachAndLeaveTheConnectionInStep() throws Exception {
+        try (RawTcpTarget.Connection put = new RawTcpTarget.Connection(target.address(), 4096, 1, RawTcpServer.OP_PUT, 8);
+             RawTcpTarget.Connection get = new RawTcpTarget.Connection(target.address(), 4096, 2, RawTcpServer.OP_GET, 8)) {
+            for (int i = 0; i < 3; i++) {
+                assertThat(put.putPipelined()).isEqualTo(8 * 4096);
+                assertThat(get.getPipelined()).isEqualTo(8 * 4096);
+            }
+            // after pipelined calls, a single exchange on the same connection still pairs request and reply
+            assertThat(put.put()).isEqualTo(4096);
+            assertThat(get.get()).isEqualTo(4096);
+        }
+    }
+
+    @Test
     void aGrowingValueSizeOnOneConnectionWorks() throws Exception {
         try (RawTcpTarget.Connection small = new RawTcpTarget.Connection(target.address(), 10, 1, RawTcpServer.OP_GET);
                 RawTcpTarget.Connection big = new RawTcpTarget.Connection(target.address(), 5 << 20, 1, RawTcpServer.OP_PUT)) {
