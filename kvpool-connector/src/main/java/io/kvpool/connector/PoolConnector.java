@@ -11,6 +11,7 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 import java.lang.foreign.MemorySegment;
+import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.HashMap;
@@ -143,6 +144,18 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
     private final Set<String> doneSaving = new HashSet<>();
     @GuardedBy("saveLock")
     private final List<Future<?>> saving = new ArrayList<>();
+    /** BLOCK: steps' saves waiting for the saver, in order. */
+    @GuardedBy("saveLock")
+    private final ArrayDeque<SaveJob> queued = new ArrayDeque<>();
+    @GuardedBy("saveLock")
+    private boolean saverRunning;
+
+    /** BLOCK: one step's saves, and what completes when they are stored (or dropped). */
+    private record SaveJob(List<ConnectorMeta.Save> saves, long planned, PagedKv kv, CompletableFuture<Void> done) {
+    }
+
+    /** Most bytes one coalesced save ({@link #saverLoop}) stores in one putBatch. */
+    static final long SAVE_BATCH_BYTES = 64L << 20;
 
     private final LongAdder lookups = new LongAdder();
     private final LongAdder matchedTokens = new LongAdder();
@@ -470,12 +483,57 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
         if (saves.isEmpty()) {
             return;
         }
+        SaveJob job = new SaveJob(saves, meta.generation(), kv, new CompletableFuture<>());
         synchronized (saveLock) {
             for (ConnectorMeta.Save s : saves) {
                 pendingSaves.merge(s.requestId(), 1, Integer::sum);
             }
             saving.removeIf(Future::isDone);
-            saving.add(io.submit(() -> save(saves, meta.generation(), kv)));
+            saving.add(job.done());
+            queued.add(job);
+            if (!saverRunning) {
+                saverRunning = true;
+                io.submit(this::saverLoop);
+            }
+        }
+    }
+
+    /**
+     * BLOCK: stores the queued steps' saves, one at a time, each putBatch taking every step queued
+     * behind the first of the same generation and cache (up to {@link #SAVE_BATCH_BYTES}). While one
+     * putBatch runs the next steps queue up and go together: a save costs a pool round trip per batch,
+     * not per step (one task per step, each under its own write lease, made a 32 KiB-block save 0.27x
+     * the restore rate).
+     */
+    private void saverLoop() {
+        while (true) {
+            List<SaveJob> batch = new ArrayList<>();
+            synchronized (saveLock) {
+                SaveJob first = queued.poll();
+                if (first == null) {
+                    saverRunning = false;
+                    return;
+                }
+                batch.add(first);
+                long bytes = first.saves().size() * first.kv().blockBytes();
+                while (!queued.isEmpty() && queued.peek().planned() == first.planned() && queued.peek().kv() == first.kv()
+                        && bytes + queued.peek().saves().size() * first.kv().blockBytes() <= SAVE_BATCH_BYTES) {
+                    SaveJob next = queued.poll();
+                    bytes += next.saves().size() * first.kv().blockBytes();
+                    batch.add(next);
+                }
+            }
+            List<ConnectorMeta.Save> all = new ArrayList<>();
+            for (SaveJob j : batch) {
+                all.addAll(j.saves());
+            }
+            try {
+                save(all, batch.getFirst().planned(), batch.getFirst().kv());
+            } finally {
+                for (SaveJob j : batch) {
+                    j.done().complete(null);
+                }
+            }
         }
     }
 
