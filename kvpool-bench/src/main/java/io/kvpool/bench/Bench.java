@@ -530,6 +530,9 @@ public final class Bench {
         results.ratioOps("KV restore vs prefill (reference engine, 2048-token prompts)",
                 results.find("restore", "kvpool", "restore reference", ref.kvBytesPerToken() * 16, 1),
                 results.find("restore", "engine", "prefill (recompute)", ref.kvBytesPerToken() * 16, 1), 1.0, "tokens/s");
+        results.ratioOps("KV save vs restore, reference engine geometry",
+                results.find("restore", "kvpool", "save reference", ref.kvBytesPerToken() * 16, 1),
+                results.find("restore", "kvpool", "restore reference", ref.kvBytesPerToken() * 16, 1), 0.5, "tokens/s");
         results.ratioOps("KV save vs restore, Llama-3-8B geometry",
                 results.find("restore", "kvpool", "save llama3-8b", 128 * 1024 * 16, 1),
                 results.find("restore", "kvpool", "restore llama3-8b", 128 * 1024 * 16, 1), 0.5, "tokens/s");
