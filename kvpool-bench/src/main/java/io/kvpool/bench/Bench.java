@@ -137,7 +137,7 @@ public final class Bench {
             steps += 1;
         }
         if (o.sections.contains("restore")) {
-            steps += 6;
+            steps += 6 + 3; // and the layer timings
         }
         if (o.sections.contains("python")) {
             steps += PythonBench.steps();
@@ -527,6 +527,7 @@ public final class Bench {
              KvPoolClient c = KvPoolClient.connect(pool.masterAddress())) {
             restoreAndSave(c, pool, "reference", "engine geometry", ref.kvBytesPerToken(), ref.nLayers(), 8, 64, prompt, seconds);
             restoreAndSave(c, pool, "llama3-8b", "Llama-3-8B geometry", 128 * 1024, 32, 4, 8, prompt, seconds);
+            layerTiming(c, pool, ref);
             bar.setExtraMessage(" save: putBatch alone");
             double raw = SaveBench.rawPutBatch(c, "llama3-8b", 128 * 1024, 4, prompt, seconds / 2);
             results.add(new Results.Row("restore", "kvpool", "putBatch llama3-8b", 128 * 1024 * 16, 1, raw / 1e9,
@@ -537,9 +538,43 @@ public final class Bench {
         results.ratioOps("KV restore vs prefill (reference engine, 2048-token prompts)",
                 results.find("restore", "kvpool", "restore reference", ref.kvBytesPerToken() * 16, 1),
                 results.find("restore", "engine", "prefill (recompute)", ref.kvBytesPerToken() * 16, 1), 1.0, "tokens/s");
+        results.ratioOps("KV save vs restore, reference engine geometry",
+                results.find("restore", "kvpool", "save reference", ref.kvBytesPerToken() * 16, 1),
+                results.find("restore", "kvpool", "restore reference", ref.kvBytesPerToken() * 16, 1), 0.5, "tokens/s");
         results.ratioOps("KV save vs restore, Llama-3-8B geometry",
                 results.find("restore", "kvpool", "save llama3-8b", 128 * 1024 * 16, 1),
                 results.find("restore", "kvpool", "restore llama3-8b", 128 * 1024 * 16, 1), 0.5, "tokens/s");
+    }
+
+    /**
+     * Whole blocks against layer by layer ({@link LayerTimingBench}): when layer 0 and when every layer
+     * of a step's loads is in, at both geometries, and the reference engine's time to first token.
+     */
+    private void layerTiming(KvPoolClient c, PoolProcess pool, ModelConfig ref) throws Exception {
+        int rounds = o.quick ? 3 : 5;
+        for (Object[] g : new Object[][]{{"reference", ref.kvBytesPerToken(), ref.nLayers(), 8},
+                {"llama3-8b", 128L * 1024, 32, 2}}) {
+            bar.setExtraMessage(" layers: loads, " + g[0]);
+            LayerTimingBench.Loads l = LayerTimingBench.loads(c, pool, (String) g[0] + "-layers", (Long) g[1],
+                    (Integer) g[2], (Integer) g[3], 2048, rounds);
+            for (var e : l.micros().entrySet()) {
+                results.add(new Results.Row("layers", "kvpool", "load " + e.getKey().name().toLowerCase(Locale.ROOT)
+                        + " " + g[0], (Long) g[1] * 16, 1, Double.NaN, Double.NaN, e.getValue()[0], e.getValue()[1],
+                        String.format(Locale.ROOT, "2048-token prompts, %d layers, %d blocks: p50 column = median until"
+                                + " layer 0 is in (%.0f us), p99 column = median until every layer is in (%.0f us)",
+                                l.layers(), l.blocks(), e.getValue()[0], e.getValue()[1])));
+            }
+            bar.step();
+        }
+        bar.setExtraMessage(" layers: time to first token");
+        LayerTimingBench.Ttft t = LayerTimingBench.ttft(c, ref, o.quick ? 4 : 8, 2048, 16, rounds);
+        for (var e : t.millis().entrySet()) {
+            results.add(new Results.Row("layers", "engine", "TTFT " + e.getKey().name().toLowerCase(Locale.ROOT),
+                    ref.kvBytesPerToken() * 16, 1, Double.NaN, Double.NaN, e.getValue() * 1e3, Double.NaN,
+                    String.format(Locale.ROOT, "reference engine, %d tokens in the pool + %d new: median TTFT %.2f ms",
+                            t.cachedTokens(), t.newTokens(), e.getValue())));
+        }
+        bar.step();
     }
 
     /** Restore and save slices, alternating. */

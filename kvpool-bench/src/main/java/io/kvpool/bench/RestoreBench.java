@@ -114,6 +114,11 @@ final class RestoreBench {
             return bytesPerToken * hasher.blockSize();
         }
 
+        /** The engine cache the prompts were written from (and are loaded into). */
+        MemorySegment cache() {
+            return cache;
+        }
+
         int blocks() {
             return promptTokens / hasher.blockSize();
         }

@@ -104,6 +104,37 @@ class PoolConnectorTest {
                 .saves().stream().map(ConnectorMeta.Save::key).toList();
     }
 
+    /**
+     * Steps whose saves queue up behind one that is running go to the pool together: one putBatch for
+     * all of them, not one each (a save costs a round trip per batch, not per step).
+     */
+    @Test
+    void savesQueuedBehindARunningOneGoInOnePutBatch() {
+        ConnectorRequest a = new ConnectorRequest("a", tokens(8, 1));
+        CountDownLatch entered = new CountDownLatch(1);
+        holdPutsOf("a", entered, keysOf(a));
+        AtomicInteger puts = new AtomicInteger();
+        var hold = store.beforePut;
+        store.beforePut = k -> {
+            puts.incrementAndGet();
+            hold.accept(k);
+        };
+        step(a, new int[]{0, 1}, 0, 8);
+        await(entered, "a's save to reach the store");
+        for (int r = 2; r <= 4; r++) {
+            step(new ConnectorRequest("r" + r, tokens(8, r)), new int[]{2 * r, 2 * r + 1}, 0, 8);
+        }
+        release.countDown();
+        c.waitForSave();
+        assertThat(puts.get()).as("putBatch calls: a's, then the three queued behind it together").isEqualTo(2);
+        for (int r = 1; r <= 4; r++) {
+            for (String k : keysOf(new ConnectorRequest(r == 1 ? "a" : "r" + r, tokens(8, r)))) {
+                assertThat(store.get(k)).as("saved %s", k).isNotNull();
+            }
+        }
+        assertThat(c.stats().savedBlocks()).isEqualTo(8);
+    }
+
     @Test
     void aFinishedRequestKeepsItsBlocksUntilItsSaveIsDone() {
         ConnectorRequest a = new ConnectorRequest("a", tokens(8, 1));

@@ -1,0 +1,156 @@
+package io.kvpool.bench;
+
+import io.kvpool.client.KvPoolClient;
+import io.kvpool.connector.ConnectorMeta;
+import io.kvpool.connector.ConnectorRequest;
+import io.kvpool.connector.Match;
+import io.kvpool.connector.PagedKv;
+import io.kvpool.connector.PoolConnector;
+import io.kvpool.connector.PoolConnector.Granularity;
+import io.kvpool.connector.hash.BlockHasher;
+import io.kvpool.connector.hash.KeyFormat;
+import io.kvpool.engine.Completion;
+import io.kvpool.engine.Engine;
+import io.kvpool.engine.EngineConfig;
+import io.kvpool.engine.SamplingParams;
+import io.kvpool.engine.llama.ModelConfig;
+import io.kvpool.engine.llama.Weights;
+
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.EnumMap;
+import java.util.List;
+import java.util.Map;
+import java.util.SplittableRandom;
+
+/**
+ * Whole blocks against layer by layer (issue 26), measured interleaved in one run:
+ * <ul>
+ *   <li>{@link #loads}: for stored prompts of a geometry, the time from a step's {@code startLoadKv} until
+ *       layer 0 is in (when the engine may start computing) and until every layer is in, per mode.
+ *       Whole blocks: both are the whole load. Layer by layer: the first is one layer's reads.</li>
+ *   <li>{@link #ttft}: the reference engine's time to first token for a prompt whose first
+ *       {@code cached} tokens are in the pool and whose last block is new, per mode: the loads and the
+ *       model's compute together, with layer l+1 arriving while layer l computes in layer mode.</li>
+ * </ul>
+ * Rounds alternate the modes, so a drift of the machine hits both.
+ */
+final class LayerTimingBench {
+
+    private LayerTimingBench() {
+    }
+
+    /** Medians, in microseconds, per mode: until layer 0 is in, and until every layer is in. */
+    record Loads(String geometry, int layers, int blocks, Map<Granularity, double[]> micros) {
+    }
+
+    /** Median time to first token per mode, in milliseconds, and the prompt it was measured on. */
+    record Ttft(int cachedTokens, int newTokens, Map<Granularity, Double> millis) {
+    }
+
+    static Loads loads(KvPoolClient client, PoolProcess pool, String geometry, long bytesPerToken, int layers,
+                       int prompts, int promptTokens, int rounds) {
+        try (RestoreBench.Stored s = RestoreBench.store(client, geometry, bytesPerToken, prompts, promptTokens)) {
+            int bs = s.hasher.blockSize();
+            int blocks = s.blocks();
+            PagedKv kv = RestoreBench.contiguous(s.cache(), bs, layers, s.blockBytes());
+            int[] table = new int[blocks];
+            for (int i = 0; i < blocks; i++) {
+                table[i] = i;
+            }
+            Map<Granularity, List<long[]>> got = new EnumMap<>(Granularity.class);
+            int req = 0;
+            for (int r = 0; r < rounds; r++) {
+                for (Granularity g : Granularity.values()) {
+                    try (PoolConnector conn = new PoolConnector(client, s.hasher, s.keys, PoolConnector.ResetScope.MODEL, g)) {
+                        for (int p = 0; p < s.prompts.size(); p++) {
+                            ConnectorRequest request = new ConnectorRequest("t" + req++, s.prompts.get(p));
+                            Match m = conn.getNumNewMatchedTokens(request, 0);
+                            if (m.tokens() != blocks * bs) {
+                                throw new IllegalStateException("layer timing: the pool has " + m.tokens() + " of "
+                                        + blocks * bs + " tokens of a stored prompt: " + pool.whyMissing(client, s.keysOf(p)));
+                            }
+                            conn.updateStateAfterAlloc(request, table, m.tokens());
+                            ConnectorMeta meta = conn.buildConnectorMeta(List.of());
+                            long t0 = System.nanoTime();
+                            conn.startLoadKv(meta, kv);
+                            conn.waitForLayerLoad(0);
+                            long first = System.nanoTime() - t0;
+                            conn.waitForLayerLoad(layers - 1);
+                            long all = System.nanoTime() - t0;
+                            if (!conn.blockIdsWithLoadErrors().isEmpty()) {
+                                throw new IllegalStateException("layer timing: loads failed in " + g + " mode");
+                            }
+                            conn.requestFinished(request, table);
+                            got.computeIfAbsent(g, x -> new ArrayList<>()).add(new long[]{first, all});
+                        }
+                    }
+                }
+            }
+            client.removeByPrefix(KeyFormat.modelPrefix("bench-" + geometry));
+            Map<Granularity, double[]> out = new EnumMap<>(Granularity.class);
+            got.forEach((g, l) -> out.put(g, new double[]{median(l, 0) / 1e3, median(l, 1) / 1e3}));
+            return new Loads(geometry, layers, blocks, out);
+        }
+    }
+
+    /**
+     * The reference engine's time to first token: {@code prompts} prompts of {@code cached} tokens saved
+     * to the pool by one engine, then, per round and mode, a fresh engine (an empty local cache) asked
+     * for one token of each prompt with a new last block of {@code newTokens} tokens.
+     */
+    static Ttft ttft(KvPoolClient client, ModelConfig mc, int prompts, int cached, int newTokens, int rounds)
+            throws Exception {
+        int bs = BlockHasher.DEFAULT_BLOCK_SIZE;
+        EngineConfig ec = EngineConfig.defaults().withNumBlocks((cached + newTokens) / bs + 8).withModelName("bench-ttft");
+        SplittableRandom r = new SplittableRandom(11);
+        List<int[]> base = new ArrayList<>();
+        for (int p = 0; p < prompts; p++) {
+            int[] t = new int[cached];
+            for (int i = 0; i < t.length; i++) {
+                t[i] = r.nextInt(mc.vocabSize());
+            }
+            base.add(t);
+        }
+        Weights w = Weights.random(mc, 1);
+        try (Engine writer = new Engine(ec, mc, w, "w", connector(client, ec, Granularity.BLOCK))) {
+            for (int[] t : base) {
+                writer.generate(t, SamplingParams.greedy(1), null).get();
+            }
+            writer.connector().waitForSave();
+        }
+        Map<Granularity, List<Long>> got = new EnumMap<>(Granularity.class);
+        for (int round = 0; round < rounds; round++) {
+            for (Granularity g : Granularity.values()) {
+                try (Engine reader = new Engine(ec, mc, w, "w", connector(client, ec, g))) {
+                    for (int[] t : base) {
+                        int[] prompt = Arrays.copyOf(t, cached + newTokens);
+                        for (int i = cached; i < prompt.length; i++) {
+                            prompt[i] = r.nextInt(mc.vocabSize());
+                        }
+                        Completion c = reader.generate(prompt, SamplingParams.greedy(1), null).get();
+                        if (!c.ok() || c.externalHitTokens() != cached) {
+                            throw new IllegalStateException("ttft: " + g + " loaded " + c.externalHitTokens() + " of "
+                                    + cached + " cached tokens (" + c.error() + ")");
+                        }
+                        got.computeIfAbsent(g, x -> new ArrayList<>()).add(c.ttftNanos());
+                    }
+                }
+            }
+        }
+        client.removeByPrefix(KeyFormat.modelPrefix("bench-ttft"));
+        Map<Granularity, Double> out = new EnumMap<>(Granularity.class);
+        got.forEach((g, l) -> out.put(g, median(l.stream().map(x -> new long[]{x}).toList(), 0) / 1e6));
+        return new Ttft(cached, newTokens, out);
+    }
+
+    private static PoolConnector connector(KvPoolClient client, EngineConfig ec, Granularity g) {
+        return new PoolConnector(client, new BlockHasher(ec.blockSize(), ec.hashSeed()),
+                KeyFormat.of(ec.modelName(), "w", "f32"), PoolConnector.ResetScope.MODEL, g);
+    }
+
+    private static double median(List<long[]> samples, int field) {
+        long[] v = samples.stream().mapToLong(x -> x[field]).sorted().toArray();
+        return v.length == 0 ? Double.NaN : v[v.length / 2];
+    }
+}
