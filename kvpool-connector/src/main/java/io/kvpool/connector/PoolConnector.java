@@ -54,11 +54,21 @@ import java.util.concurrent.locks.ReentrantReadWriteLock;
  * </ol>
  *
  * <h2>Granularity</h2>
- * A block moves as one object with all its layers, so the first {@link #waitForLayerLoad} waits for
- * the whole step's loads and the last {@link #saveKvLayer} starts the step's saves. (Per-layer
- * objects would let layer 0 compute while later layers load, at the price of one pool object per
- * block per layer; with the pool's loads running at memory or network speed, the whole-block form
- * costs less in metadata and round trips.)
+ * A block is one pool object holding all its layers, layer-major, so layer l of a block is the range
+ * {@code [l * layerBytes, (l + 1) * layerBytes)} of its value, and the keys and bytes are the same
+ * whichever way they move ({@link Granularity}):
+ * <ul>
+ *   <li>{@link Granularity#BLOCK}: one {@code getIntoBatch} of the step's blocks, so the first
+ *       {@link #waitForLayerLoad} waits for the whole step's loads, and one {@code putBatch} once
+ *       the last layer is saved.</li>
+ *   <li>{@link Granularity#LAYER}: the step's blocks are located once, then read a layer at a time
+ *       in order, each layer of every block in one ranged read, so {@link #waitForLayerLoad}(l) waits
+ *       for layer l only and layer 0 computes while later layers arrive; the step's saves are
+ *       reserved at the first {@link #saveKvLayer} and each layer is written as it is computed
+ *       ({@code PutInParts}), made visible after the last.</li>
+ * </ul>
+ * docs/architecture.md ("Layer by layer") says why the object stays one block and when each mode is
+ * faster.
  *
  * <h2>A failed load voids what was computed over it</h2>
  * A block's KV depends on every block before it. When a request's load of block i fails, the blocks
@@ -76,6 +86,9 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
 
     private static final Logger log = LoggerFactory.getLogger(PoolConnector.class);
 
+    /** How a step's KV moves: whole blocks, or layer by layer (see the class comment). */
+    public enum Granularity { BLOCK, LAYER }
+
     /** What to remove on {@link #resetCache()}. */
     public enum ResetScope {
         /** {@code removeAll(force)}: everything in the pool, with puts in flight fenced. The RL default. */
@@ -88,6 +101,7 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
     private final BlockHasher hasher;
     private final Planner planner;
     private final ResetScope resetScope;
+    private final Granularity granularity;
     private volatile KeyFormat keys;
 
     /** Loads and saves hold the read side while they run; resets and weight switches take the write side. */
@@ -110,6 +124,10 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
     private Future<?> currentLoad = CompletableFuture.completedFuture(null);
     private boolean loadAwaited = true;
     private boolean savesStarted = true;
+    /** LAYER: layer l's loads are in (or failed) once {@code layerLoaded[l]} completes. */
+    private CompletableFuture<?>[] layerLoaded = new CompletableFuture<?>[0];
+    /** LAYER: the step's saves in parts, and the next layer they take (-1: not begun). */
+    private LayerSaves stepSaves;
     /** Blocks whose load failed, until the engine asks ({@link #blockIdsWithLoadErrors}). */
     private final Set<Integer> loadErrors = ConcurrentHashMap.newKeySet();
     /** Blocks whose load failed in the current step (kept after the engine asks: the saves need it). */
@@ -145,11 +163,22 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
      * @param resetScope what {@link #resetCache()} removes
      */
     public PoolConnector(KvPoolClient client, BlockHasher hasher, KeyFormat keys, ResetScope resetScope) {
-        this(PoolStore.of(Objects.requireNonNull(client, "client")), hasher, keys, resetScope);
+        this(client, hasher, keys, resetScope, Granularity.BLOCK);
+    }
+
+    /** The same, moving KV at {@code granularity}. */
+    public PoolConnector(KvPoolClient client, BlockHasher hasher, KeyFormat keys, ResetScope resetScope,
+                         Granularity granularity) {
+        this(PoolStore.of(Objects.requireNonNull(client, "client")), hasher, keys, resetScope, granularity);
     }
 
     /** Over any store: the contract tests' in-memory one. */
     PoolConnector(PoolStore store, BlockHasher hasher, KeyFormat keys, ResetScope resetScope) {
+        this(store, hasher, keys, resetScope, Granularity.BLOCK);
+    }
+
+    PoolConnector(PoolStore store, BlockHasher hasher, KeyFormat keys, ResetScope resetScope, Granularity granularity) {
+        this.granularity = Objects.requireNonNull(granularity, "granularity");
         this.store = Objects.requireNonNull(store, "store");
         this.hasher = Objects.requireNonNull(hasher, "hasher");
         this.planner = new Planner(hasher);
@@ -159,6 +188,10 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
 
     public KeyFormat keys() {
         return keys;
+    }
+
+    public Granularity granularity() {
+        return granularity;
     }
 
     public long generation() {
@@ -296,17 +329,89 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
     @Override
     public void startLoadKv(ConnectorMeta meta, PagedKv kv) {
         settleLoad(); // the previous step's load, if the engine never waited for it
+        if (stepSaves != null && stepSaves.chain != null) {
+            stepSaves.finish(stepSaves.keep()); // the engine never saved the last layer: what is unwritten fails
+        }
         current = meta;
         loadErrors.clear();
         stepLoadErrors.clear();
         savesStarted = false;
+        stepSaves = null;
         fail(meta.voidLoads()); // accepted before a reset: the KV they name is gone or stale
         if (meta.loads().isEmpty()) {
             currentLoad = CompletableFuture.completedFuture(null);
+            layerLoaded = new CompletableFuture<?>[0];
+        } else if (granularity == Granularity.LAYER) {
+            CompletableFuture<?>[] layers = new CompletableFuture<?>[kv.numLayers()];
+            for (int l = 0; l < layers.length; l++) {
+                layers[l] = new CompletableFuture<Void>();
+            }
+            layerLoaded = layers;
+            currentLoad = io.submit(() -> loadByLayer(meta, kv, layers));
         } else {
             currentLoad = io.submit(() -> load(meta, kv));
         }
         loadAwaited = false;
+    }
+
+    /**
+     * LAYER: locates the step's blocks, then reads layer 0 of every block, then layer 1, ... each in
+     * one ranged read, completing {@code layers[l]} as layer l is in. A block missing, of another size,
+     * or whose range misses, is a failed load (the engine recomputes it).
+     */
+    private void loadByLayer(ConnectorMeta meta, PagedKv kv, CompletableFuture<?>[] layers) {
+        fence.readLock().lock();
+        try {
+            if (meta.generation() != generation) {
+                fail(meta.loads());
+                return;
+            }
+            List<ConnectorMeta.Load> loads = meta.loads();
+            int n = loads.size();
+            List<String> k = new ArrayList<>(n);
+            for (ConnectorMeta.Load l : loads) {
+                k.add(l.key());
+            }
+            long layerBytes = kv.blockBytes() / kv.numLayers();
+            boolean[] failed = new boolean[n];
+            try {
+                PoolStore.Ranges at = store.locate(k);
+                for (int i = 0; i < n; i++) {
+                    failed[i] = at.valueLength(i) != kv.blockBytes();
+                }
+                for (int layer = 0; layer < layers.length; layer++) {
+                    long[] offsets = new long[n];
+                    List<MemorySegment> dst = new ArrayList<>(n);
+                    for (int i = 0; i < n; i++) {
+                        offsets[i] = failed[i] ? 0 : layer * layerBytes;
+                        dst.add(kv.block(loads.get(i).blockId()).asSlice(layer * layerBytes, failed[i] ? 0 : layerBytes));
+                    }
+                    long[] got = at.read(offsets, dst);
+                    for (int i = 0; i < n; i++) {
+                        failed[i] |= got[i] != dst.get(i).byteSize() || dst.get(i).byteSize() == 0;
+                    }
+                    ((CompletableFuture<?>) layers[layer]).complete(null);
+                }
+            } catch (RuntimeException e) {
+                log.warn("kvpool layer-by-layer load of {} blocks failed: {}", n, e.toString());
+                Arrays.fill(failed, true);
+            }
+            List<ConnectorMeta.Load> bad = new ArrayList<>();
+            for (int i = 0; i < n; i++) {
+                if (failed[i]) {
+                    bad.add(loads.get(i));
+                } else {
+                    loadedBlocks.increment();
+                    loadedBytes.add(kv.blockBytes());
+                }
+            }
+            fail(bad);
+        } finally {
+            fence.readLock().unlock();
+            for (CompletableFuture<?> f : layers) {
+                f.complete(null); // a load that stopped early releases every layer's waiter
+            }
+        }
     }
 
     private void load(ConnectorMeta meta, PagedKv kv) {
@@ -353,7 +458,22 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
 
     @Override
     public void waitForLayerLoad(int layer) {
-        settleLoad();
+        CompletableFuture<?>[] layers = layerLoaded;
+        if (loadAwaited || layers.length == 0) {
+            settleLoad();
+            return;
+        }
+        try {
+            layers[Math.max(0, Math.min(layer, layers.length - 1))].get();
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            settleLoad();
+        } catch (ExecutionException e) {
+            settleLoad(); // the load itself reports what failed
+        }
+        if (layer >= layers.length - 1) {
+            settleLoad();
+        }
     }
 
     /** Waits for the step's loads (a block holds all its layers: the first layer waits for them all). */
@@ -375,6 +495,10 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
 
     @Override
     public void saveKvLayer(int layer, PagedKv kv) {
+        if (granularity == Granularity.LAYER) {
+            saveLayer(layer, kv);
+            return;
+        }
         if (layer != kv.numLayers() - 1 || savesStarted) {
             return;
         }
@@ -395,6 +519,172 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
         }
     }
 
+    /**
+     * LAYER: the step's saves, reserved at the first {@link #saveKvLayer} and written a layer at a time
+     * on the connector's threads, in layer order (each task runs after the previous one), then made
+     * visible after the last layer. Blocks of a request whose load failed are not written from then on,
+     * so they fail at the finish and nothing of them becomes visible (a failed load voids what was
+     * computed over it).
+     */
+    private final class LayerSaves {
+        final List<ConnectorMeta.Save> saves;
+        final long planned;
+        final PagedKv kv;
+        final long layerBytes;
+        /** Completes when the finish (or abandon) is done: what {@link #waitForSave} waits for. */
+        final CompletableFuture<Void> done = new CompletableFuture<>();
+        /** The begin, then each layer's write, chained in order; null once finished. */
+        CompletableFuture<PoolStore.Parts> chain;
+        int nextLayer;
+
+        LayerSaves(List<ConnectorMeta.Save> saves, long planned, PagedKv kv) {
+            this.saves = saves;
+            this.planned = planned;
+            this.kv = kv;
+            this.layerBytes = kv.blockBytes() / kv.numLayers();
+            List<String> k = new ArrayList<>(saves.size());
+            for (ConnectorMeta.Save sv : saves) {
+                k.add(sv.key());
+            }
+            long[] lengths = new long[saves.size()];
+            Arrays.fill(lengths, kv.blockBytes());
+            chain = CompletableFuture.supplyAsync(() -> planned == generation ? store.beginPut(k, lengths) : null, io);
+        }
+
+        /** Which saves are still worth writing, given the load errors known now (worker thread). */
+        boolean[] keep() {
+            Set<ConnectorMeta.Save> ok = Set.copyOf(current.savesNotOverFailedLoads(Set.copyOf(stepLoadErrors)));
+            boolean[] keep = new boolean[saves.size()];
+            for (int i = 0; i < keep.length; i++) {
+                keep[i] = ok.contains(saves.get(i));
+            }
+            return keep;
+        }
+
+        /** Queues layer {@code layer}'s write of the kept saves. */
+        void write(int layer, boolean[] keep) {
+            chain = chain.thenApplyAsync(parts -> {
+                if (parts == null) {
+                    return null;
+                }
+                int n = 0;
+                for (boolean b : keep) {
+                    n += b ? 1 : 0;
+                }
+                int[] items = new int[n];
+                long[] offsets = new long[n];
+                List<MemorySegment> src = new ArrayList<>(n);
+                for (int i = 0, j = 0; i < keep.length; i++) {
+                    if (keep[i]) {
+                        items[j] = i;
+                        offsets[j++] = layer * layerBytes;
+                        src.add(kv.block(saves.get(i).blockId()).asSlice(layer * layerBytes, layerBytes));
+                    }
+                }
+                parts.write(items, offsets, src);
+                return parts;
+            }, io);
+        }
+
+        /** Queues the finish: visible if the generation held, else abandoned; then the bookkeeping. */
+        void finish(boolean[] keep) {
+            chain.thenAcceptAsync(parts -> {
+                if (parts == null) {
+                    droppedSaves.add(saves.size());
+                    return;
+                }
+                fence.readLock().lock();
+                try {
+                    if (planned != generation) {
+                        parts.abandon();
+                        droppedSaves.add(saves.size());
+                        return;
+                    }
+                    List<PutStatus> st = parts.finish();
+                    for (int i = 0; i < st.size(); i++) {
+                        count(keep[i] ? st.get(i) : PutStatus.FAILED, kv);
+                    }
+                } finally {
+                    fence.readLock().unlock();
+                }
+            }, io).whenComplete((v, e) -> {
+                if (e != null) {
+                    log.warn("kvpool layer-by-layer save of {} blocks failed: {}", saves.size(), e.toString());
+                    droppedSaves.add(saves.size());
+                }
+                saveDone(saves);
+                done.complete(null);
+            });
+            chain = null;
+        }
+    }
+
+    /** LAYER: layer {@code layer} of the step was computed: reserve the saves at the first call, write it. */
+    private void saveLayer(int layer, PagedKv kv) {
+        if (stepSaves == null) {
+            if (savesStarted) {
+                return; // this step's saves were planned already (and there were none)
+            }
+            savesStarted = true;
+            ConnectorMeta meta = current;
+            List<ConnectorMeta.Save> saves = meta.savesNotOverFailedLoads(Set.copyOf(stepLoadErrors));
+            droppedSaves.add(meta.saves().size() - saves.size());
+            if (saves.isEmpty()) {
+                return;
+            }
+            LayerSaves ls = new LayerSaves(saves, meta.generation(), kv);
+            synchronized (saveLock) {
+                for (ConnectorMeta.Save sv : saves) {
+                    pendingSaves.merge(sv.requestId(), 1, Integer::sum);
+                }
+                saving.removeIf(Future::isDone);
+                saving.add(ls.done);
+            }
+            stepSaves = ls;
+        }
+        LayerSaves ls = stepSaves;
+        if (ls.chain == null) {
+            return; // finished: a repeated call for a layer already saved
+        }
+        int last = kv.numLayers() - 1;
+        if (layer >= last) {
+            settleLoad(); // every load of the step is in: the final word on which saves stand
+        }
+        boolean[] keep = ls.keep();
+        for (; ls.nextLayer <= Math.min(layer, last); ls.nextLayer++) {
+            ls.write(ls.nextLayer, keep);
+        }
+        if (ls.nextLayer > last) {
+            ls.finish(keep);
+        }
+    }
+
+    /** Counts one save's outcome. */
+    private void count(PutStatus p, PagedKv kv) {
+        switch (p) {
+            case OK -> {
+                savedBlocks.increment();
+                savedBytes.add(kv.blockBytes());
+            }
+            case ALREADY_EXISTS, POOL_FULL, NO_SEGMENT -> skippedSaves.increment();
+            case FENCED, FAILED -> droppedSaves.increment();
+        }
+    }
+
+    /** These saves are over: their requests may be reported finished. */
+    private void saveDone(List<ConnectorMeta.Save> saves) {
+        synchronized (saveLock) {
+            for (ConnectorMeta.Save s : saves) {
+                if (pendingSaves.merge(s.requestId(), -1, Integer::sum) == 0) {
+                    pendingSaves.remove(s.requestId());
+                    if (finishedWithSaves.remove(s.requestId())) {
+                        doneSaving.add(s.requestId());
+                    }
+                }
+            }
+        }
+    }
+
     private void save(List<ConnectorMeta.Save> saves, long planned, PagedKv kv) {
         try {
             fence.readLock().lock();
@@ -409,16 +699,8 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
                     k.add(s.key());
                     src.add(kv.block(s.blockId()));
                 }
-                List<PutStatus> st = store.putBatch(k, src);
-                for (PutStatus p : st) {
-                    switch (p) {
-                        case OK -> {
-                            savedBlocks.increment();
-                            savedBytes.add(kv.blockBytes());
-                        }
-                        case ALREADY_EXISTS, POOL_FULL, NO_SEGMENT -> skippedSaves.increment();
-                        case FENCED, FAILED -> droppedSaves.increment();
-                    }
+                for (PutStatus p : store.putBatch(k, src)) {
+                    count(p, kv);
                 }
             } finally {
                 fence.readLock().unlock();
@@ -427,16 +709,7 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
             log.warn("kvpool save of {} blocks failed: {}", saves.size(), e.toString());
             droppedSaves.add(saves.size());
         } finally {
-            synchronized (saveLock) {
-                for (ConnectorMeta.Save s : saves) {
-                    if (pendingSaves.merge(s.requestId(), -1, Integer::sum) == 0) {
-                        pendingSaves.remove(s.requestId());
-                        if (finishedWithSaves.remove(s.requestId())) {
-                            doneSaving.add(s.requestId());
-                        }
-                    }
-                }
-            }
+            saveDone(saves);
         }
     }
 

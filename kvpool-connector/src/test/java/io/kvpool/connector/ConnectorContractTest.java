@@ -41,7 +41,8 @@ class ConnectorContractTest {
 
     private static final JsonNode DOC = load();
     private static final JsonNode DEFAULTS = DOC.get("defaults");
-    private static final List<String> JAVA = List.of("java-pool", "java-local");
+    /** java-pool-layers: the pool connector moving KV layer by layer; it shares java-pool's skips. */
+    private static final List<String> JAVA = List.of("java-pool", "java-pool-layers", "java-local");
 
     private static JsonNode load() {
         try (InputStream in = ConnectorContractTest.class.getResourceAsStream("/connector-contract-vectors.json")) {
@@ -69,7 +70,7 @@ class ConnectorContractTest {
             List<DynamicTest> impls = new ArrayList<>();
             for (String impl : JAVA) {
                 impls.add(DynamicTest.dynamicTest(impl, () -> {
-                    String why = s.path("skip").path(impl).textValue();
+                    String why = s.path("skip").path(impl.equals("java-pool-layers") ? "java-pool" : impl).textValue();
                     Assumptions.assumeTrue(why == null, why);
                     try (Subject subject = Subject.of(impl, intOr(s, "blockSize"))) {
                         new Run(s, subject).all();
@@ -155,7 +156,8 @@ class ConnectorContractTest {
                     DEFAULTS.get("dtype").textValue());
             long bytes = DEFAULTS.get("blockBytes").longValue();
             return switch (impl) {
-                case "java-pool" -> new PoolSubject(new MemoryStore(), hasher, keys);
+                case "java-pool" -> new PoolSubject(new MemoryStore(), hasher, keys, PoolConnector.Granularity.BLOCK);
+                case "java-pool-layers" -> new PoolSubject(new MemoryStore(), hasher, keys, PoolConnector.Granularity.LAYER);
                 case "java-local" -> new LocalSubject(new LocalOffloadConnector(hasher, keys, bytes, 64 * bytes, null, 0));
                 default -> throw new IllegalArgumentException(impl);
             };
@@ -163,8 +165,8 @@ class ConnectorContractTest {
     }
 
     record PoolSubject(MemoryStore store, PoolConnector connector) implements Subject {
-        PoolSubject(MemoryStore store, BlockHasher hasher, KeyFormat keys) {
-            this(store, new PoolConnector(store, hasher, keys, PoolConnector.ResetScope.ALL_FENCED));
+        PoolSubject(MemoryStore store, BlockHasher hasher, KeyFormat keys, PoolConnector.Granularity granularity) {
+            this(store, new PoolConnector(store, hasher, keys, PoolConnector.ResetScope.ALL_FENCED, granularity));
         }
 
         public void evict(String key) {

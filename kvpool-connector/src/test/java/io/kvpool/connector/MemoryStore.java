@@ -139,6 +139,89 @@ final class MemoryStore implements PoolStore {
         return out;
     }
 
+    /** Ranged reads of what was stored when located (a later removal makes them miss, as in the pool). */
+    @Override
+    public Ranges locate(List<String> keys) {
+        beforeGet.accept(keys);
+        maybeFail(Call.LOAD);
+        byte[][] at = new byte[keys.size()][];
+        for (int i = 0; i < at.length; i++) {
+            at[i] = objects.get(keys.get(i));
+        }
+        return new Ranges() {
+            @Override
+            public long valueLength(int i) {
+                return at[i] == null ? KvPoolClient.MISS : at[i].length;
+            }
+
+            @Override
+            public long[] read(long[] offsets, List<MemorySegment> dsts) {
+                long[] got = new long[at.length];
+                for (int i = 0; i < at.length; i++) {
+                    String k = keys.get(i);
+                    long n = dsts.get(i).byteSize();
+                    boolean shortened = shortReads.contains(k) && offsets[i] + n > at[i].length / 2;
+                    if (at[i] == null || objects.get(k) != at[i] || shortened) {
+                        got[i] = KvPoolClient.MISS;
+                        continue;
+                    }
+                    MemorySegment.copy(MemorySegment.ofArray(at[i]), offsets[i], dsts.get(i), 0, n);
+                    got[i] = n;
+                }
+                return got;
+            }
+        };
+    }
+
+    /** A put in parts: each item's bytes gathered, stored at the finish only if every byte was written. */
+    @Override
+    public Parts beginPut(List<String> keys, long[] valueLengths) {
+        beforePut.accept(keys);
+        maybeFail(Call.SAVE);
+        byte[][] values = new byte[keys.size()][];
+        long[] written = new long[keys.size()];
+        for (int i = 0; i < values.length; i++) {
+            values[i] = new byte[Math.toIntExact(valueLengths[i])];
+        }
+        return new Parts() {
+            @Override
+            public synchronized boolean[] write(int[] items, long[] offsets, List<MemorySegment> srcs) {
+                boolean[] ok = new boolean[items.length];
+                for (int j = 0; j < items.length; j++) {
+                    MemorySegment.copy(srcs.get(j), 0, MemorySegment.ofArray(values[items[j]]), offsets[j],
+                            srcs.get(j).byteSize());
+                    written[items[j]] += srcs.get(j).byteSize();
+                    ok[j] = true;
+                }
+                return ok;
+            }
+
+            @Override
+            public synchronized List<PutStatus> finish() {
+                List<PutStatus> out = new ArrayList<>(values.length);
+                for (int i = 0; i < values.length; i++) {
+                    String k = keys.get(i);
+                    PutStatus told = putAnswers.get(k);
+                    if (told != null) {
+                        out.add(told);
+                    } else if (written[i] != values[i].length) {
+                        out.add(PutStatus.FAILED);
+                    } else if (objects.putIfAbsent(k, values[i]) == null) {
+                        byDigest.put(Digest.of(k), k);
+                        out.add(PutStatus.OK);
+                    } else {
+                        out.add(PutStatus.ALREADY_EXISTS);
+                    }
+                }
+                return out;
+            }
+
+            @Override
+            public void abandon() {
+            }
+        };
+    }
+
     @Override
     public long removeAll(boolean force) {
         maybeFail(Call.RESET);

@@ -437,17 +437,33 @@ public final class Engine implements AutoCloseable {
                 connector.waitForLayerLoad(layer);
             }
         };
+        // the batch's last sequence computes layer l last: then layer l of the whole step is done and
+        // can be saved while the later layers compute (a connector that saves whole blocks waits for
+        // the last layer)
+        LayerHook lastHook = connector == null ? LayerHook.NONE : new LayerHook() {
+            @Override
+            public void beforeLayer(int layer) {
+                connector.waitForLayerLoad(layer);
+            }
+
+            @Override
+            public void afterLayer(int layer) {
+                connector.saveKvLayer(layer, paged);
+            }
+        };
         long t0 = System.nanoTime();
         Map<Sequence, float[]> logits = new HashMap<>();
-        for (Sequence s : batch) {
-            logits.put(s, model.forward(s.tokens, s.computed, s.stepTokens, s.table(), kv, hook, false));
+        for (int i = 0; i < batch.size(); i++) {
+            Sequence s = batch.get(i);
+            logits.put(s, model.forward(s.tokens, s.computed, s.stepTokens, s.table(), kv,
+                    i == batch.size() - 1 ? lastHook : hook, false));
         }
         metrics.computedTokens.add(batch.stream().mapToLong(s -> s.stepTokens).sum());
         metrics.stepNanos.add(System.nanoTime() - t0);
         if (connector != null) {
             connector.waitForLayerLoad(0); // a step whose model never ran a layer still settles its loads
             for (int l = 0; l < modelConfig.nLayers(); l++) {
-                connector.saveKvLayer(l, paged);
+                connector.saveKvLayer(l, paged); // the layers the hook saved already are not saved twice
             }
         }
         Set<Integer> failed = connector == null ? Set.of() : connector.blockIdsWithLoadErrors();

@@ -48,8 +48,14 @@ class EngineIT {
                 c.modelName(), c.versionedKeys());
     }
 
-    private static PoolConnector connector(KvPoolClient c, String weights, PoolConnector.ResetScope scope) {
-        return new PoolConnector(c, new BlockHasher(BS, "0"), KeyFormat.of("tiny", weights, "f32"), scope);
+    /** How the connectors of these tests move KV; {@link EngineLayerwiseIT} runs every test layer by layer. */
+    PoolConnector.Granularity granularity() {
+        return PoolConnector.Granularity.BLOCK;
+    }
+
+    private PoolConnector connector(KvPoolClient c, String weights, PoolConnector.ResetScope scope) {
+        return new PoolConnector(c, new BlockHasher(BS, "0"), KeyFormat.of("tiny", weights, "f32"), scope,
+                granularity());
     }
 
     /** A fresh engine with no external cache and a cache too small to keep anything between requests. */
@@ -89,6 +95,8 @@ class EngineIT {
                     connector(c, "w1", PoolConnector.ResetScope.ALL_FENCED))) {
                 assertThat(writer.generate(longest, SamplingParams.greedy(6), null).get().ok()).isTrue();
                 writer.connector().waitForSave();
+                assertThat(writer.connector().stats().savedBlocks()).as("blocks saved").isGreaterThanOrEqualTo(70 / BS);
+                assertThat(writer.connector().stats().droppedSaves()).as("saves dropped").isZero();
             }
             // prefixes of many lengths (partial last blocks, exact blocks, the whole saved prompt) on a
             // second engine whose own cache is empty
@@ -102,6 +110,9 @@ class EngineIT {
                     assertThat(want.externalHitTokens()).isZero();
                     int expectHit = Math.min((len - 1) / BS, 70 / BS) * BS;
                     assertThat(got.externalHitTokens()).as("loaded tokens of a %d-token prompt", len).isEqualTo(expectHit);
+                    // loaded, not recomputed after a failed load (which would give the same output)
+                    assertThat(reader.connector().stats().failedLoads()).as("failed loads").isZero();
+                    assertThat(reader.connector().stats().loadedBlocks()).as("blocks loaded").isEqualTo(expectHit / BS);
                     assertSameOutput(got, want, len + " tokens");
                 }
             }
