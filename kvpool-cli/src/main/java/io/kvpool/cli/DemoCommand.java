@@ -75,6 +75,7 @@ final class DemoCommand implements Callable<Integer> {
     public Integer call() throws Exception {
         Bounds.range("--conversations", conversations, 1, MAX_REQUESTS, null);
         Bounds.range("--turns", turns, 1, MAX_REQUESTS, null);
+        engine.granularity(); // a bad --kv-granularity before anything starts
         Bounds.productAtMost("--conversations", conversations, "--turns", turns, MAX_REQUESTS, "requests",
                 "every completion is kept to compare the two runs");
         Bounds.range("--concurrency", concurrency, 1, MAX_CONCURRENCY, "a thread each");
@@ -114,7 +115,7 @@ final class DemoCommand implements Callable<Integer> {
             try (KvPoolClient client = KvPoolClient.connect(pool.masterAddress());
                  Engine e = new Engine(ec, mc, weights, engine.weightsVersion, new PoolConnector(client,
                          new BlockHasher(ec.blockSize(), ec.hashSeed()), KeyFormat.of(ec.modelName(),
-                         engine.weightsVersion, "f32"), PoolConnector.ResetScope.ALL_FENCED))) {
+                         engine.weightsVersion, "f32"), PoolConnector.ResetScope.ALL_FENCED, engine.granularity()))) {
                 with = run("with kvpool", e, w);
                 e.connector().waitForSave();
             }

@@ -79,6 +79,7 @@ final class EngineCommand implements Callable<Integer> {
     @Override
     public Integer call() throws Exception {
         Bounds.port("--port", port, false);
+        engine.granularity(); // a bad --kv-granularity before anything starts
         if (requestTimeout != null) {
             Durations.requirePositive("--request-timeout", requestTimeout);
         }
@@ -105,7 +106,7 @@ final class EngineCommand implements Callable<Integer> {
         if (master != null) {
             client = KvPoolClient.connect(clientConfig(master));
             connector = new PoolConnector(client, new BlockHasher(ec.blockSize(), ec.hashSeed()),
-                    KeyFormat.of(ec.modelName(), engine.weightsVersion, "f32"), scope);
+                    KeyFormat.of(ec.modelName(), engine.weightsVersion, "f32"), scope, engine.granularity());
             external = "kvpool at " + master;
         } else if (cfgFile != null) {
             var loaded = io.kvpool.connector.config.OffloadConfigs.load(cfgFile);

@@ -48,9 +48,25 @@ final class EngineOptions {
             description = "Block hash seed (vLLM: PYTHONHASHSEED); engines sharing a pool must agree (default: ${DEFAULT-VALUE}).")
     String hashSeed = EngineConfig.defaults().hashSeed();
 
+    @Option(names = "--kv-granularity", paramLabel = "block|layer",
+            description = "How KV moves to and from the pool: block (a step's blocks whole, one batch) or layer (a"
+                    + " layer of every block at a time, so loading layer i+1 overlaps computing layer i and each layer"
+                    + " is saved as soon as it is computed). Keys and bytes are the same either way (default: ${DEFAULT-VALUE}).")
+    String kvGranularity = "block";
+
     @Option(names = "--versioned-keys",
             description = "On a weight update, switch the key version (and reclaim the old one) instead of resetting the pool.")
     boolean versionedKeys;
+
+    /** The connector granularity the flag names; a bad value is a bad flag (exit 2). */
+    io.kvpool.connector.PoolConnector.Granularity granularity() {
+        return switch (kvGranularity) {
+            case "block" -> io.kvpool.connector.PoolConnector.Granularity.BLOCK;
+            case "layer" -> io.kvpool.connector.PoolConnector.Granularity.LAYER;
+            default -> throw new IllegalArgumentException("--kv-granularity must be block or layer, got '"
+                    + kvGranularity + "'");
+        };
+    }
 
     ModelConfig modelConfig() throws IOException {
         return switch (model) {

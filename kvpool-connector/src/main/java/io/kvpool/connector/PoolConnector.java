@@ -126,8 +126,8 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
     private boolean savesStarted = true;
     /** LAYER: layer l's loads are in (or failed) once {@code layerLoaded[l]} completes. */
     private CompletableFuture<?>[] layerLoaded = new CompletableFuture<?>[0];
-    /** LAYER: the step's saves in parts, and the next layer they take (-1: not begun). */
-    private LayerSaves stepSaves;
+    /** LAYER: the step's saves in parts (null until the first {@link #saveKvLayer} of a step). */
+    private LayerTransfers.Saves stepSaves;
     /** Blocks whose load failed, until the engine asks ({@link #blockIdsWithLoadErrors}). */
     private final Set<Integer> loadErrors = ConcurrentHashMap.newKeySet();
     /** Blocks whose load failed in the current step (kept after the engine asks: the saves need it). */
@@ -329,8 +329,8 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
     @Override
     public void startLoadKv(ConnectorMeta meta, PagedKv kv) {
         settleLoad(); // the previous step's load, if the engine never waited for it
-        if (stepSaves != null && stepSaves.chain != null) {
-            stepSaves.finish(stepSaves.keep()); // the engine never saved the last layer: what is unwritten fails
+        if (stepSaves != null) {
+            stepSaves.finishEarly(keep(stepSaves)); // the engine never saved the last layer: what is unwritten fails
         }
         current = meta;
         loadErrors.clear();
@@ -354,11 +354,7 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
         loadAwaited = false;
     }
 
-    /**
-     * LAYER: locates the step's blocks, then reads layer 0 of every block, then layer 1, ... each in
-     * one ranged read, completing {@code layers[l]} as layer l is in. A block missing, of another size,
-     * or whose range misses, is a failed load (the engine recomputes it).
-     */
+    /** LAYER: the step's loads, a layer at a time ({@link LayerTransfers#load}), under the fence. */
     private void loadByLayer(ConnectorMeta meta, PagedKv kv, CompletableFuture<?>[] layers) {
         fence.readLock().lock();
         try {
@@ -366,45 +362,9 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
                 fail(meta.loads());
                 return;
             }
-            List<ConnectorMeta.Load> loads = meta.loads();
-            int n = loads.size();
-            List<String> k = new ArrayList<>(n);
-            for (ConnectorMeta.Load l : loads) {
-                k.add(l.key());
-            }
-            long layerBytes = kv.blockBytes() / kv.numLayers();
-            boolean[] failed = new boolean[n];
-            try {
-                PoolStore.Ranges at = store.locate(k);
-                for (int i = 0; i < n; i++) {
-                    failed[i] = at.valueLength(i) != kv.blockBytes();
-                }
-                for (int layer = 0; layer < layers.length; layer++) {
-                    long[] offsets = new long[n];
-                    List<MemorySegment> dst = new ArrayList<>(n);
-                    for (int i = 0; i < n; i++) {
-                        offsets[i] = failed[i] ? 0 : layer * layerBytes;
-                        dst.add(kv.block(loads.get(i).blockId()).asSlice(layer * layerBytes, failed[i] ? 0 : layerBytes));
-                    }
-                    long[] got = at.read(offsets, dst);
-                    for (int i = 0; i < n; i++) {
-                        failed[i] |= got[i] != dst.get(i).byteSize() || dst.get(i).byteSize() == 0;
-                    }
-                    ((CompletableFuture<?>) layers[layer]).complete(null);
-                }
-            } catch (RuntimeException e) {
-                log.warn("kvpool layer-by-layer load of {} blocks failed: {}", n, e.toString());
-                Arrays.fill(failed, true);
-            }
-            List<ConnectorMeta.Load> bad = new ArrayList<>();
-            for (int i = 0; i < n; i++) {
-                if (failed[i]) {
-                    bad.add(loads.get(i));
-                } else {
-                    loadedBlocks.increment();
-                    loadedBytes.add(kv.blockBytes());
-                }
-            }
+            List<ConnectorMeta.Load> bad = LayerTransfers.load(store, meta.loads(), kv, layers);
+            loadedBlocks.add(meta.loads().size() - bad.size());
+            loadedBytes.add((meta.loads().size() - bad.size()) * kv.blockBytes());
             fail(bad);
         } finally {
             fence.readLock().unlock();
@@ -519,106 +479,6 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
         }
     }
 
-    /**
-     * LAYER: the step's saves, reserved at the first {@link #saveKvLayer} and written a layer at a time
-     * on the connector's threads, in layer order (each task runs after the previous one), then made
-     * visible after the last layer. Blocks of a request whose load failed are not written from then on,
-     * so they fail at the finish and nothing of them becomes visible (a failed load voids what was
-     * computed over it).
-     */
-    private final class LayerSaves {
-        final List<ConnectorMeta.Save> saves;
-        final long planned;
-        final PagedKv kv;
-        final long layerBytes;
-        /** Completes when the finish (or abandon) is done: what {@link #waitForSave} waits for. */
-        final CompletableFuture<Void> done = new CompletableFuture<>();
-        /** The begin, then each layer's write, chained in order; null once finished. */
-        CompletableFuture<PoolStore.Parts> chain;
-        int nextLayer;
-
-        LayerSaves(List<ConnectorMeta.Save> saves, long planned, PagedKv kv) {
-            this.saves = saves;
-            this.planned = planned;
-            this.kv = kv;
-            this.layerBytes = kv.blockBytes() / kv.numLayers();
-            List<String> k = new ArrayList<>(saves.size());
-            for (ConnectorMeta.Save sv : saves) {
-                k.add(sv.key());
-            }
-            long[] lengths = new long[saves.size()];
-            Arrays.fill(lengths, kv.blockBytes());
-            chain = CompletableFuture.supplyAsync(() -> planned == generation ? store.beginPut(k, lengths) : null, io);
-        }
-
-        /** Which saves are still worth writing, given the load errors known now (worker thread). */
-        boolean[] keep() {
-            Set<ConnectorMeta.Save> ok = Set.copyOf(current.savesNotOverFailedLoads(Set.copyOf(stepLoadErrors)));
-            boolean[] keep = new boolean[saves.size()];
-            for (int i = 0; i < keep.length; i++) {
-                keep[i] = ok.contains(saves.get(i));
-            }
-            return keep;
-        }
-
-        /** Queues layer {@code layer}'s write of the kept saves. */
-        void write(int layer, boolean[] keep) {
-            chain = chain.thenApplyAsync(parts -> {
-                if (parts == null) {
-                    return null;
-                }
-                int n = 0;
-                for (boolean b : keep) {
-                    n += b ? 1 : 0;
-                }
-                int[] items = new int[n];
-                long[] offsets = new long[n];
-                List<MemorySegment> src = new ArrayList<>(n);
-                for (int i = 0, j = 0; i < keep.length; i++) {
-                    if (keep[i]) {
-                        items[j] = i;
-                        offsets[j++] = layer * layerBytes;
-                        src.add(kv.block(saves.get(i).blockId()).asSlice(layer * layerBytes, layerBytes));
-                    }
-                }
-                parts.write(items, offsets, src);
-                return parts;
-            }, io);
-        }
-
-        /** Queues the finish: visible if the generation held, else abandoned; then the bookkeeping. */
-        void finish(boolean[] keep) {
-            chain.thenAcceptAsync(parts -> {
-                if (parts == null) {
-                    droppedSaves.add(saves.size());
-                    return;
-                }
-                fence.readLock().lock();
-                try {
-                    if (planned != generation) {
-                        parts.abandon();
-                        droppedSaves.add(saves.size());
-                        return;
-                    }
-                    List<PutStatus> st = parts.finish();
-                    for (int i = 0; i < st.size(); i++) {
-                        count(keep[i] ? st.get(i) : PutStatus.FAILED, kv);
-                    }
-                } finally {
-                    fence.readLock().unlock();
-                }
-            }, io).whenComplete((v, e) -> {
-                if (e != null) {
-                    log.warn("kvpool layer-by-layer save of {} blocks failed: {}", saves.size(), e.toString());
-                    droppedSaves.add(saves.size());
-                }
-                saveDone(saves);
-                done.complete(null);
-            });
-            chain = null;
-        }
-    }
-
     /** LAYER: layer {@code layer} of the step was computed: reserve the saves at the first call, write it. */
     private void saveLayer(int layer, PagedKv kv) {
         if (stepSaves == null) {
@@ -632,31 +492,47 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
             if (saves.isEmpty()) {
                 return;
             }
-            LayerSaves ls = new LayerSaves(saves, meta.generation(), kv);
+            LayerTransfers.Saves ls = new LayerTransfers.Saves(store, io, saves, kv, meta.generation(),
+                    () -> generation, fence, new LayerTransfers.Outcomes() {
+                        @Override
+                        public void counted(PutStatus p) {
+                            count(p, kv);
+                        }
+
+                        @Override
+                        public void dropped(int n) {
+                            droppedSaves.add(n);
+                        }
+
+                        @Override
+                        public void over() {
+                            saveDone(saves);
+                        }
+                    });
             synchronized (saveLock) {
                 for (ConnectorMeta.Save sv : saves) {
                     pendingSaves.merge(sv.requestId(), 1, Integer::sum);
                 }
                 saving.removeIf(Future::isDone);
-                saving.add(ls.done);
+                saving.add(ls.done());
             }
             stepSaves = ls;
-        }
-        LayerSaves ls = stepSaves;
-        if (ls.chain == null) {
-            return; // finished: a repeated call for a layer already saved
         }
         int last = kv.numLayers() - 1;
         if (layer >= last) {
             settleLoad(); // every load of the step is in: the final word on which saves stand
         }
-        boolean[] keep = ls.keep();
-        for (; ls.nextLayer <= Math.min(layer, last); ls.nextLayer++) {
-            ls.write(ls.nextLayer, keep);
+        stepSaves.through(Math.min(layer, last), keep(stepSaves));
+    }
+
+    /** Which of the step's saves are still worth writing, given the load errors known now. */
+    private boolean[] keep(LayerTransfers.Saves ls) {
+        Set<ConnectorMeta.Save> ok = Set.copyOf(current.savesNotOverFailedLoads(Set.copyOf(stepLoadErrors)));
+        boolean[] keep = new boolean[ls.saves().size()];
+        for (int i = 0; i < keep.length; i++) {
+            keep[i] = ok.contains(ls.saves().get(i));
         }
-        if (ls.nextLayer > last) {
-            ls.finish(keep);
-        }
+        return keep;
     }
 
     /** Counts one save's outcome. */

@@ -125,18 +125,22 @@ final class MemoryStore implements PoolStore {
         maybeFail(Call.SAVE);
         List<PutStatus> out = new ArrayList<>(keys.size());
         for (int i = 0; i < keys.size(); i++) {
-            String k = keys.get(i);
-            PutStatus told = putAnswers.get(k);
-            if (told != null) {
-                out.add(told);
-            } else if (objects.putIfAbsent(k, values.get(i).toArray(ValueLayout.JAVA_BYTE)) == null) {
-                byDigest.put(Digest.of(k), k);
-                out.add(PutStatus.OK);
-            } else {
-                out.add(PutStatus.ALREADY_EXISTS);
-            }
+            out.add(store(keys.get(i), values.get(i).toArray(ValueLayout.JAVA_BYTE)));
         }
         return out;
+    }
+
+    /** Stores {@code value} under {@code k} as the pool would (or answers what the test told it to). */
+    private PutStatus store(String k, byte[] value) {
+        PutStatus told = putAnswers.get(k);
+        if (told != null) {
+            return told;
+        }
+        if (objects.putIfAbsent(k, value) == null) {
+            byDigest.put(Digest.of(k), k);
+            return PutStatus.OK;
+        }
+        return PutStatus.ALREADY_EXISTS;
     }
 
     /** Ranged reads of what was stored when located (a later removal makes them miss, as in the pool). */
@@ -200,18 +204,8 @@ final class MemoryStore implements PoolStore {
             public synchronized List<PutStatus> finish() {
                 List<PutStatus> out = new ArrayList<>(values.length);
                 for (int i = 0; i < values.length; i++) {
-                    String k = keys.get(i);
-                    PutStatus told = putAnswers.get(k);
-                    if (told != null) {
-                        out.add(told);
-                    } else if (written[i] != values[i].length) {
-                        out.add(PutStatus.FAILED);
-                    } else if (objects.putIfAbsent(k, values[i]) == null) {
-                        byDigest.put(Digest.of(k), k);
-                        out.add(PutStatus.OK);
-                    } else {
-                        out.add(PutStatus.ALREADY_EXISTS);
-                    }
+                    boolean whole = written[i] == values[i].length || putAnswers.containsKey(keys.get(i));
+                    out.add(whole ? store(keys.get(i), values[i]) : PutStatus.FAILED);
                 }
                 return out;
             }

@@ -110,6 +110,7 @@ class CliIT {
         expectBad(run("demo", "--conversations", "1", "--turns", "1000000", "--user-tokens", "3000"),
                 "--turns 1000000", "does not fit the model's context");
         expectBad(run("demo", "--concurrency", "100000"), "--concurrency 100000 is out of range: 1 to 1024");
+        expectBad(run("demo", "--kv-granularity", "page"), "--kv-granularity must be block or layer, got 'page'");
         expectBad(run("pool-demo", "--turns", "1000", "--turn-blocks", "100"), "--turn-blocks 100",
                 "a last prompt of 100012 blocks, more than 4096");
         expectBad(run("soak", "--segment-size", "99999TiB"), "--segment-size 99999TiB for each of the 3 nodes",
