@@ -230,6 +230,17 @@ def client(pool: Pool) -> Iterator[kvpool.Client]:
         c.close()
 
 
+@pytest.fixture(params=[True, False], ids=["shm", "tcp"])
+def either(pool: Pool, request: pytest.FixtureRequest) -> Iterator[kvpool.Client]:
+    """A client on the same-machine path, then one forced onto TCP (the session's pool, emptied first)."""
+    c = kvpool.Client(pool.master, shared_memory=request.param)
+    c.remove_all(force=True)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
 def setup_mooncake_store(master: str) -> Any:
     """A ``kvpool.mooncake.MooncakeDistributedStore`` set up against ``master`` (close it)."""
     from kvpool.mooncake import MooncakeDistributedStore

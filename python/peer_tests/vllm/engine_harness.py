@@ -5,7 +5,7 @@ worker-side connector made by vLLM's ``KVConnectorFactory``, and KV caches laid 
 worker calls in the order vLLM's model runner makes them (``gpu_model_runner`` and
 ``KVConnectorModelRunnerMixin``: bind the metadata, ``handle_preemptions``, ``start_load_kv`` before
 the forward pass when the step has synchronous loads and after it otherwise, per layer
-``wait_for_layer_load`` then ``save_kv_layer``, ``wait_for_save``, ``get_transfer_results``,
+``wait_for_layer_load``, the layer's K and V of every scheduled request, then ``save_kv_layer``, ``wait_for_save``, ``get_transfer_results``,
 ``get_block_ids_with_load_errors``, clear the metadata) and hands the ``KVConnectorOutput`` back to
 ``Scheduler.update_from_output``.
 
@@ -136,28 +136,30 @@ class Engine:
         return self.tables[request_id]
 
     def _forward(self, so: SchedulerOutput) -> None:
+        """Layer by layer, as vLLM's attention layers run: ``wait_for_layer_load``, every scheduled
+        request's K and V of that layer, ``save_kv_layer``."""
         starts = {nr.req_id: nr.num_computed_tokens for nr in so.scheduled_new_reqs}
         cached = so.scheduled_cached_reqs
         starts.update(zip(cached.req_ids, cached.num_computed_tokens))
+        work = []
         for rid, n in so.num_scheduled_tokens.items():
             req = self.requests[rid]
-            start = starts[rid]
             table = self.block_table(rid)
-            tokens = req.all_token_ids
-            positions = list(range(start, start + n))
+            positions = list(range(starts[rid], starts[rid] + n))
             slots = torch.tensor([table[p // self.block_size] * self.block_size + p % self.block_size
                                   for p in positions], dtype=torch.int64)
-            for li, name in enumerate(self.layers):
-                self.worker.wait_for_layer_load(name)
+            work.append((req.all_token_ids, positions, slots))
+            self.written.setdefault(rid, set()).update(positions)
+        for li, name in enumerate(self.layers):
+            self.worker.wait_for_layer_load(name)
+            cache = self.caches[name]
+            nb, nh, bs, _ = cache.size()
+            key_cache, value_cache = cache.view((nb, nh, bs * 2, -1)).chunk(2, dim=2)
+            for tokens, positions, slots in work:
                 key = torch.stack([kv_value(tokens[p], p, li, 0) for p in positions])
                 value = torch.stack([kv_value(tokens[p], p, li, 1) for p in positions])
-                cache = self.caches[name]
-                nb, nh, bs, _ = cache.size()
-                key_cache, value_cache = cache.view((nb, nh, bs * 2, -1)).chunk(2, dim=2)
                 ops.cpu_attn_reshape_and_cache(key, value, key_cache, value_cache, slots, self.isa)
-            self.written.setdefault(rid, set()).update(positions)
-        for name in self.layers:
-            self.worker.save_kv_layer(name, self.caches[name], None)
+            self.worker.save_kv_layer(name, cache, None)
 
     # ------------------------------------------------------------------------------ checks
 

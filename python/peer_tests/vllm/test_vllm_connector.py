@@ -38,12 +38,14 @@ def client(kvpool_pool: Any) -> Any:
         yield c
 
 
-@pytest.fixture
-def engines(tiny_llama_dir: Any, kvpool_extra: dict, make_vllm_config: Any) -> Any:
+@pytest.fixture(params=[False, True], ids=["whole-blocks", "layerwise"])
+def engines(tiny_llama_dir: Any, kvpool_extra: dict, make_vllm_config: Any, request: pytest.FixtureRequest) -> Any:
+    """Engines whose connector moves KV whole blocks or (``layerwise: true``) layer by layer: every test
+    runs both ways."""
     made: list[Engine] = []
 
     def make(num_blocks: int = 64, **kw: Any) -> Engine:
-        extra = dict(kvpool_extra, **kw.pop("extra", {}))
+        extra = dict(kvpool_extra, layerwise=request.param, **kw.pop("extra", {}))
         e = Engine(make_vllm_config(tiny_llama_dir, extra=extra, **kw), num_blocks)
         made.append(e)
         return e
