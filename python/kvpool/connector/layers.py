@@ -13,6 +13,12 @@ mode (and as the Java engine's), so either mode reads what the other wrote.
   in parts, a layer at a time as the engine reports it computed (:meth:`StepSaves.through`), in layer
   order on the connector's save thread, then made visible after the last layer (``finish``).
 
+The GIL. On the same-machine path a layer's copies hold the interpreter lock, so an engine thread woken
+for layer ``l`` would wait for the interpreter's switch interval (5 ms by default) while layer ``l + 1``
+is copied; the load yields the lock (``time.sleep(0)``) after a layer an engine thread waits for
+(:class:`LayersIn`), which brought layer 0 from about the whole load's time to a fifth of it
+(scripts/bench-python-layers.py).
+
 Threads. :meth:`StepSaves.through` and :meth:`StepSaves.finish_early` are the engine thread's (they only
 record what was computed and never block on the pool); :meth:`StepSaves.run` is the save thread's: it
 waits for layers as they are reported, so a step's saves occupy the save thread from the step's first
@@ -33,6 +39,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 from ..results import PutStatus
@@ -40,13 +47,47 @@ from .fence import Fence
 from .paged import PagedKv
 from .values import Load, Save
 
-__all__ = ["load", "StepSaves", "Outcomes"]
+__all__ = ["LayersIn", "load", "StepSaves", "Outcomes"]
 
 log = logging.getLogger("kvpool.connector")
 
 
-def load(store: Any, loads: Sequence[Load], kv: PagedKv, layer_in: Sequence[threading.Event]) -> list[Load]:
-    """Reads ``loads`` into their blocks a layer at a time, setting ``layer_in[l]`` once layer ``l`` is in.
+class LayersIn:
+    """How many layers of a step's loads are in (or failed): raised by the load thread, waited for by the
+    engine thread. A layer that an engine thread waits for yields the GIL to it (see the module docstring)."""
+
+    def __init__(self, num_layers: int) -> None:
+        self.num_layers = num_layers
+        self._cond = threading.Condition()
+        self._in = 0  # layers 0 .. _in - 1 are in
+        self._waiting = 0
+
+    def through(self, layer: int) -> None:
+        """Layers up to ``layer`` are in."""
+        with self._cond:
+            self._in = max(self._in, min(layer + 1, self.num_layers))
+            self._cond.notify_all()
+            waiting = self._waiting
+        if waiting:
+            time.sleep(0)
+
+    def all(self) -> None:
+        """Every layer is in or failed: no waiter waits any longer (a load that stopped early)."""
+        self.through(self.num_layers - 1)
+
+    def wait(self, layer: int) -> None:
+        """Returns once layer ``layer`` (the last one, if beyond) is in."""
+        layer = max(0, min(layer, self.num_layers - 1))
+        with self._cond:
+            self._waiting += 1
+            try:
+                self._cond.wait_for(lambda: self._in > layer)
+            finally:
+                self._waiting -= 1
+
+
+def load(store: Any, loads: Sequence[Load], kv: PagedKv, layers_in: LayersIn) -> list[Load]:
+    """Reads ``loads`` into their blocks a layer at a time, raising ``layers_in`` as each layer is in.
     Returns the loads that failed: a block missing, of another size, or one of whose ranges missed (the
     engine recomputes it). Never raises: a failed call fails every load (and the caller releases the
     layers' waiters)."""
@@ -60,7 +101,7 @@ def load(store: Any, loads: Sequence[Load], kv: PagedKv, layer_in: Sequence[thre
             failed[i] = False
         if len(live) < n:
             located = located.pick(live)  # the rest read nothing more
-        for layer, done in enumerate(layer_in):
+        for layer in range(kv.num_layers):
             if live:
                 targets, commit = kv.layer_targets([loads[i].block_id for i in live], layer)
                 got = store.get_ranges_into(located, [layer * lb] * len(live), targets)
@@ -72,7 +113,7 @@ def load(store: Any, loads: Sequence[Load], kv: PagedKv, layer_in: Sequence[thre
                     still = [j for j, good in enumerate(ok) if good]
                     located = located.pick(still)
                     live = [live[j] for j in still]
-            done.set()
+            layers_in.through(layer)
     except Exception as e:  # noqa: BLE001 - reported as failed blocks, never raised into the engine
         log.warning("kvpool layer-by-layer load of %d blocks failed: %s", n, e)
         failed = [True] * n

@@ -139,7 +139,7 @@ class PoolConnector:
         self._errors_lock = threading.Lock()  # the load thread adds errors while the engine thread reads them
         self._load_errors: set[int] = set()  # until the engine asks
         self._step_load_errors: set[int] = set()  # this step's (the saves need them after the engine asked)
-        self._layer_in: list[threading.Event] = []  # "layer": layer l of the step's loads is in (or failed)
+        self._layers_in: Optional[layers.LayersIn] = None  # "layer": which layers of the step's loads are in
         self._step_saves: Optional[layers.StepSaves] = None  # "layer": the step's saves, from its first saved layer
         self._loader = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kvpool-load")
         self._saves_started_for: Optional[int] = None  # id() of the meta whose saves were queued
@@ -285,14 +285,14 @@ class PoolConnector:
             self._step_load_errors.clear()
         if meta.void_loads:
             self._fail(meta.void_loads)  # accepted before a reset: the KV they name is gone or stale
-        self._layer_in = []
+        self._layers_in = None
         if not meta.loads:
             self._current_load = None
             self._load_awaited = True
             return
         if self.granularity == "layer":
-            self._layer_in = [threading.Event() for _ in range(kv.num_layers)]
-            self._current_load = self._loader.submit(self._load_by_layer, meta, kv, self._layer_in)
+            self._layers_in = layers.LayersIn(kv.num_layers)
+            self._current_load = self._loader.submit(self._load_by_layer, meta, kv, self._layers_in)
         else:
             self._current_load = self._loader.submit(self._load, meta, kv)
         self._load_awaited = False
@@ -314,17 +314,16 @@ class PoolConnector:
                 return
             self._loaded(meta.loads, [l for l, good in zip(meta.loads, ok) if not good], kv)
 
-    def _load_by_layer(self, meta: ConnectorMeta, kv: PagedKv, layer_in: list[threading.Event]) -> None:
+    def _load_by_layer(self, meta: ConnectorMeta, kv: PagedKv, layers_in: layers.LayersIn) -> None:
         """Layer by layer: the step's loads, a layer at a time (:func:`layers.load`), under the fence."""
         try:
             with self.fence.shared() as gen:
                 if meta.generation != gen:
                     self._fail(meta.loads)
                     return
-                self._loaded(meta.loads, layers.load(self.client, meta.loads, kv, layer_in), kv)
+                self._loaded(meta.loads, layers.load(self.client, meta.loads, kv, layers_in), kv)
         finally:
-            for e in layer_in:
-                e.set()  # a load that stopped early releases every layer's waiter
+            layers_in.all()  # a load that stopped early releases every layer's waiter
 
     def _loaded(self, loads: Sequence[Load], bad: Sequence[Load], kv: PagedKv) -> None:
         n = len(loads) - len(bad)
@@ -358,12 +357,12 @@ class PoolConnector:
     def wait_for_layer_load(self, layer: int) -> None:
         """Returns once layer ``layer`` of the step's loads is in place or has failed. Whole blocks
         (``granularity="block"``): a block holds all its layers, so the first layer waits for everything."""
-        events = self._layer_in
-        if self._load_awaited or not events:
+        layers_in = self._layers_in
+        if self._load_awaited or layers_in is None:
             self._settle_load()
             return
-        events[max(0, min(layer, len(events) - 1))].wait()
-        if layer >= len(events) - 1:
+        layers_in.wait(layer)
+        if layer >= layers_in.num_layers - 1:
             self._settle_load()
 
     def save_kv_layer(self, layer: int, kv: PagedKv) -> None:
