@@ -14,8 +14,8 @@ from typing import Any, Callable, Optional
 
 import pytest
 
-import conftest
 import kvpool
+from conftest import LayerWrites
 from kvpool import vllm as kvvllm
 from kvpool.connector import BlockHasher, KeyFormat, PagedKvCache
 from kvpool.vllm import KVConnectorRole, KvPoolConnector, KvPoolConnectorMetadata
@@ -341,31 +341,11 @@ def test_layerwise_writes_each_layer_of_a_step_without_loads_during_its_forward_
     """vLLM starts a step without loads after its forward pass: the first layer hook starts it, so that
     layer i is in the pool's put before layer i + 1 is computed."""
     e = MiniVllm(vllm_config(pool.master, str(tmp_path / "fence"), layerwise=True))
-    written: list[int] = []  # the range offsets written, in order
-
-    class Parts:
-        def __init__(self, real: Any) -> None:
-            self.real = real
-
-        def write_many(self, items: Any, offsets: Any, srcs: Any) -> Any:
-            written.append(offsets[0])
-            return self.real.write_many(items, offsets, srcs)
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self.real, name)
-
-    real = e.worker.connector.client
-    e.worker.connector.client = SimpleNamespace(begin_put=lambda *a, **k: Parts(real.begin_put(*a, **k)))
-    layer_bytes = e.worker.kv.layer_bytes
-    seen: list[list[int]] = []
-
-    def after_layer(i: int) -> None:
-        conftest.wait_until(lambda: len(written) > i, f"layer {i} to be written")
-        seen.append(list(written))
+    writes = LayerWrites(e.worker.connector)
     try:
         a = Request("a", list(range(40)))
-        e.step([e.admit(a)], [], start_after_forward=True, after_layer=after_layer)
-        assert seen == [[i * layer_bytes for i in range(n + 1)] for n in range(LAYERS)]
+        e.step([e.admit(a)], [], start_after_forward=True, after_layer=writes.after_layer)
+        assert writes.each_before_the_next(e.worker.kv.layer_bytes, LAYERS)
         keys = KeyFormat("vllm-test", "v1", "f32").keys(BlockHasher(BS, "0").hashes(a.all_token_ids))
         assert client.prefix_match(keys) == 2 and e.worker.stats().saved_blocks == 2
     finally:

@@ -79,9 +79,10 @@ class Engine:
         self.metas.append(out.kv_connector_metadata)
         return out
 
-    def execute(self, so: SchedulerOutput, before_load: Optional[Any] = None) -> Any:
+    def execute(self, so: SchedulerOutput, before_load: Optional[Any] = None, after_layer: Optional[Any] = None) -> Any:
         """The worker's part of step ``so``, then ``update_from_output``. ``before_load()`` runs after the
-        metadata is bound and before any load starts (a test's chance to break something)."""
+        metadata is bound and before any load starts (a test's chance to break something);
+        ``after_layer(i)`` after layer i's ``save_kv_layer``."""
         w = self.worker
         w.bind_connector_metadata(so.kv_connector_metadata)
         w.handle_preemptions(so.kv_connector_metadata)
@@ -90,7 +91,7 @@ class Engine:
         with set_forward_context(None, self.config):
             if so.has_sync_kv_loads:
                 w.start_load_kv(get_forward_context())
-            self._forward(so)
+            self._forward(so, after_layer)
             if not so.has_sync_kv_loads:
                 w.start_load_kv(get_forward_context())
         w.wait_for_save()
@@ -111,9 +112,9 @@ class Engine:
                     self.outputs[o.request_id] = o
         return outs
 
-    def step(self, before_load: Optional[Any] = None) -> SchedulerOutput:
+    def step(self, before_load: Optional[Any] = None, after_layer: Optional[Any] = None) -> SchedulerOutput:
         so = self.schedule()
-        self.execute(so, before_load)
+        self.execute(so, before_load, after_layer)
         return so
 
     def run(self, max_steps: int = 200) -> int:
@@ -135,7 +136,7 @@ class Engine:
                 self.tables[request_id] = table
         return self.tables[request_id]
 
-    def _forward(self, so: SchedulerOutput) -> None:
+    def _forward(self, so: SchedulerOutput, after_layer: Optional[Any] = None) -> None:
         """Layer by layer, as vLLM's attention layers run: ``wait_for_layer_load``, every scheduled
         request's K and V of that layer, ``save_kv_layer``."""
         starts = {nr.req_id: nr.num_computed_tokens for nr in so.scheduled_new_reqs}
@@ -160,6 +161,8 @@ class Engine:
                 value = torch.stack([kv_value(tokens[p], p, li, 1) for p in positions])
                 ops.cpu_attn_reshape_and_cache(key, value, key_cache, value_cache, slots, self.isa)
             self.worker.save_kv_layer(name, cache, None)
+            if after_layer is not None:
+                after_layer(li)
 
     # ------------------------------------------------------------------------------ checks
 
