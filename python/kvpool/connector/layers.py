@@ -6,8 +6,8 @@ A block is one pool object, layer-major, so layer ``l`` of a block is the byte r
 mode (and as the Java engine's), so either mode reads what the other wrote.
 
 * :func:`load`: the step's blocks are located once (``locate``: one master round trip), then layer 0 of
-  every block is read in one ranged read (``get_ranges_into``), then layer 1, ...; the event of layer
-  ``l`` is set as soon as layer ``l`` is in, so the engine computes layer 0 while later layers arrive.
+  every block is read in one ranged read (``get_ranges_into``), then layer 1, ...; :class:`LayersIn`
+  says layer ``l`` is in as soon as it is, so the engine computes layer 0 while later layers arrive.
   A block that missed, or whose object has another size, reads nothing more and is reported failed.
 * :class:`StepSaves`: the step's saves are reserved at the first layer saved (``begin_put``) and written
   in parts, a layer at a time as the engine reports it computed (:meth:`StepSaves.through`), in layer
@@ -16,8 +16,8 @@ mode (and as the Java engine's), so either mode reads what the other wrote.
 The GIL. On the same-machine path a layer's copies hold the interpreter lock, so an engine thread woken
 for layer ``l`` would wait for the interpreter's switch interval (5 ms by default) while layer ``l + 1``
 is copied; the load yields the lock (``time.sleep(0)``) after a layer an engine thread waits for
-(:class:`LayersIn`), which brought layer 0 from about the whole load's time to a fifth of it
-(scripts/bench-python-layers.py).
+(:class:`LayersIn`), which brought layer 0 of 64 blocks of 32 layers from about the whole load's time
+to a fifth of it (scripts/bench-python-layers.py).
 
 Threads. :meth:`StepSaves.through` and :meth:`StepSaves.finish_early` are the engine thread's (they only
 record what was computed and never block on the pool); :meth:`StepSaves.run` is the save thread's: it
