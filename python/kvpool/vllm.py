@@ -27,6 +27,16 @@ H, D)`` (FlashAttention, NHD) per layer, or one cross-layer tensor; all of these
 way a pool object is the block in the reference layout ``[layer][K/V][token][head][dim]`` (see
 ``kvpool.connector.paged``), so engines with different backends share blocks.
 
+Layer by layer (``layerwise: true``). vLLM calls ``wait_for_layer_load(name)`` before each attention
+layer and ``save_kv_layer(name, ...)`` after it. Whole blocks (the default), the first wait waits for
+the step's loads and the saves start after the last layer. Layerwise, the step's blocks are located
+once and read a layer at a time in the background, so the wait for layer i ends when layer i is in
+while later layers are still arriving; each layer is written into the step's puts (reserved at its
+first layer) as soon as ``save_kv_layer`` is called for it, and the blocks become visible after the
+last. vLLM starts a step without loads only after its forward pass; the first layer hook starts it
+instead, so its layers are saved as they are computed too. A layer name stands for its place in the
+model (the number in the name), which is its place in a block.
+
 Configuration (``kv_connector_extra_config``):
     master            pool master ``host:port`` (default: ``$KVPOOL_CONFIG_PATH``'s, see ``kvpool.Client``)
     hash_seed         block hash seed (default ``$PYTHONHASHSEED``; one of the two is required)
@@ -37,7 +47,12 @@ Configuration (``kv_connector_extra_config``):
     kv_layout         how a layer's cache holds K and V (see above), ``HND`` (vLLM's CPU backend) or
                       ``NHD`` (FlashAttention); default HND on a CPU platform, else NHD
     cross_layer_blocks  ask vLLM for one cross-layer cache where vLLM offers it (older vLLM; default
-                      true: zero-copy when the backend lays blocks out as the pool does)
+                      true, but false with ``layerwise``: zero-copy when the backend lays blocks out
+                      as the pool does)
+    layerwise         move KV layer by layer (default false: whole blocks): layer i+1's bytes arrive
+                      while layer i computes, and each layer is written to the pool when
+                      ``save_kv_layer`` is called for it (``PoolConnector(granularity="layer")``); the
+                      same keys and bytes as whole blocks, so engines of either mode share them
     wait_for_save     block in ``wait_for_save`` until the step's saves are stored (default false:
                       saves run in the background; finished requests keep their blocks until stored)
     max_queued_saves  steps of saves waiting at most (default 64); more are dropped and counted
@@ -215,6 +230,15 @@ def _block_ids(blocks: Any) -> list[int]:
     return [int(b) for b in blocks]
 
 
+def _model_order(names: list[str]) -> list[str]:
+    """Layer names in the model's order: by the one number in each name (``model.layers.3.self_attn.attn``:
+    3, as vLLM's ``extract_layer_index``), or as given when a name has none or several."""
+    numbers = [[int(p) for p in n.split(".") if p.isdigit()] for n in names]
+    if any(len(x) != 1 for x in numbers):
+        return names
+    return [n for _, n in sorted(zip((x[0] for x in numbers), names), key=lambda e: e[0])]
+
+
 class KvPoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
     """vLLM's v1 KV connector over a kvpool (see the module docstring). One instance per role: the
     scheduler's plans lookups, loads and saves; each worker's carries them out on its KV caches
@@ -256,7 +280,9 @@ class KvPoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
                               pp_size=pp_size)
         self.kv_layout = self._layout(extra)
         self.sync_save = _bool(extra.get("wait_for_save", False))
-        self._cross_layer = _bool(extra.get("cross_layer_blocks", True))
+        self.layerwise = _bool(extra.get("layerwise", False))
+        # one cross-layer cache has no per-layer names to pipeline by: layerwise asks for per-layer caches
+        self._cross_layer = _bool(extra.get("cross_layer_blocks", True)) and not self.layerwise
 
         from .client import Client  # the core client; imported here so this module imports without it
         self.client = Client(extra.get("master"))
@@ -264,17 +290,20 @@ class KvPoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
         self.connector = PoolConnector(self.client, self.hasher, self.keys,
                                        reset_scope=str(extra.get("reset", "all")),
                                        max_queued_saves=int(extra.get("max_queued_saves", 64)),
-                                       fence=FileFence(fence_path))
+                                       fence=FileFence(fence_path),
+                                       granularity="layer" if self.layerwise else "block")
         # scheduler side
         self._requests: dict[str, Any] = {}
         self._block_tables: dict[str, list[int]] = {}
         self._reqs_with_saves: set[str] = set()
         # worker side
         self.kv: Optional[PagedKv] = None
-        self._layer_index: dict[str, int] = {}
+        self._layer_index: dict[str, int] = {}  # layer name -> the layer's place in a block (see register_kv_caches)
         self._layers_saved = 0
-        log.info("kvpool connector (%s): %s, block size %d, keys %s, fence %s", self._role_name(),
-                 self.client.master, self.block_size, self.keys, fence_path)
+        self._started: Optional[KvPoolConnectorMetadata] = None  # the metadata whose step was started
+        log.info("kvpool connector (%s): %s, block size %d, keys %s, %s, fence %s", self._role_name(),
+                 self.client.master, self.block_size, self.keys, "layer by layer" if self.layerwise else "whole blocks",
+                 fence_path)
 
     # -------------------------------------------------------------------------- configuration
 
@@ -326,7 +355,9 @@ class KvPoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
     @property
     def prefer_cross_layer_blocks(self) -> bool:
         """Ask vLLM for one cross-layer KV cache: with FlashAttention's NHD layout a block is then
-        one contiguous region laid out as the pool's objects are, and moves without copies."""
+        one contiguous region laid out as the pool's objects are, and moves without copies. Not with
+        ``layerwise``, which follows the layers by their names (a cross-layer cache registered anyway
+        moves whole: the first layer waits for every layer's load, and the saves go after the last)."""
         return self._cross_layer
 
     # -------------------------------------------------------------------------- scheduler side
@@ -441,17 +472,25 @@ class KvPoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
     def register_kv_caches(self, kv_caches: dict) -> None:
         """Per-layer CPU caches, as vLLM hands them: ``[B, H, N, C]`` views (vLLM 0.32; ``C`` is K then
         V as the ``kv_layout`` says) or, from older vLLM, ``(2, B, H, N, D)`` (HND) or ``(2, B, N, H, D)``
-        (NHD). Layers sharing one cache (vLLM's KV sharing) are registered once. Blocks move through
-        one staging copy each."""
+        (NHD). Blocks move through one staging copy each (per layer when ``layerwise``).
+
+        Layer ``i`` of a block in the pool is the ``i``-th layer in the model's order: the number in the
+        layer's name (vLLM's ``extract_layer_index``), or the order vLLM hands them in when a name has no
+        single number. That is also the order of the forward pass, which layerwise saves rely on. Layers
+        sharing one cache (vLLM's KV sharing) are registered once, and their names stand for that layer."""
         names: list[str] = []
-        seen: set[tuple] = set()
-        for n, t in kv_caches.items():
+        first: dict[tuple, str] = {}
+        alias: dict[str, str] = {}
+        for n in _model_order(list(kv_caches)):
+            t = kv_caches[n]
             ident = (t.data_ptr(), tuple(t.shape), tuple(t.stride()))
-            if ident in seen:  # a layer reusing another layer's KV cache: saved and loaded once
+            if ident in first:  # a layer reusing another layer's KV cache: saved and loaded once
+                alias[n] = first[ident]
                 continue
-            seen.add(ident)
+            first[ident] = n
             names.append(n)
         self._layer_index = {n: i for i, n in enumerate(names)}
+        self._layer_index.update({n: self._layer_index[a] for n, a in alias.items()})
         layers = [kv_caches[n] for n in names]
         if layers and layers[0].dim() == 4:
             self.kv = LayeredPagedKv([self._split_kv(t) for t in layers], self.block_size, NHD)
@@ -549,9 +588,14 @@ class KvPoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
                              meta.generation, list(meta.void_loads))
 
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
-        """Starts the step's loads (a background thread); the first ``wait_for_layer_load`` waits."""
+        """Starts the step's loads (a background thread). vLLM calls it before the forward pass when the
+        step has loads, and after it otherwise; the step is started at the first layer hook instead when
+        that comes first, so that its saves can begin with the layers (a second call does nothing)."""
         md = self._get_connector_metadata()
         assert isinstance(md, KvPoolConnectorMetadata), f"unexpected connector metadata {type(md).__name__}"
+        if md is self._started:
+            return
+        self._started = md
         meta = self._localize(md)
         self._layers_saved = 0
         if self.kv is None:
@@ -563,26 +607,44 @@ class KvPoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
             return
         self.connector.start_load_kv(meta, self.kv)
 
+    def _start_step(self) -> None:
+        """The bound metadata's step, started if vLLM has not started it yet (it starts steps without
+        loads after the forward pass, when the layers have been computed and saved already)."""
+        if self.has_connector_metadata() and self._get_connector_metadata() is not self._started:
+            self.start_load_kv(None)
+
     def wait_for_layer_load(self, layer_name: str) -> None:
-        """Blocks until the step's loads are in place (a block holds every layer, so the first layer
-        waits for all)."""
-        self.connector.wait_for_layer_load(self._layer_index.get(layer_name, 0))
+        """Blocks until the layer's loads are in place: whole blocks, the step's loads (a block holds
+        every layer, so the first layer waits for all); ``layerwise``, this layer's."""
+        self._start_step()
+        i = self._layer_index.get(layer_name)
+        if i is None:  # one cross-layer cache, or a name this worker has no cache of: every layer
+            i = self.kv.num_layers - 1 if self.kv is not None else 0
+        self.connector.wait_for_layer_load(i)
 
     def save_kv_layer(self, layer_name: str, kv_layer: Any, attn_metadata: Any, **kwargs: Any) -> None:
-        """After the last layer the step's saves are queued (they read whole blocks, all layers). When
-        vLLM starts the step's loads after the forward pass (a step without loads), the saves are
-        queued by ``wait_for_save`` instead: the metadata the connector holds here is the last step's,
-        whose saves were queued already."""
+        """The layer was computed. Whole blocks: after the last layer the step's saves are queued (they
+        read whole blocks). ``layerwise``: the layer is written to the pool now (in the background), and
+        the step's saves made visible after the last layer. A step vLLM had not started yet is started
+        here (see ``start_load_kv``)."""
+        self._start_step()
         if self.kv is None:
             return
-        self._layers_saved += 1
+        i = self._layer_index.get(layer_name)
+        if i is not None:
+            self.connector.save_kv_layer(i, self.kv)
+            return
+        if self._layer_index:
+            return  # not a layer this worker registered
+        self._layers_saved += 1  # one cross-layer cache: the layers are counted, not named
         if self._layers_saved >= self.kv.num_layers:
             self.connector.start_saves(self.kv)
 
     def wait_for_save(self) -> None:
-        """End of the forward pass: settles the loads, queues the step's saves if no layer did, and
-        with ``wait_for_save: true`` waits until they are stored."""
-        self.connector.wait_for_layer_load(0)
+        """End of the forward pass: settles the loads, queues (or, ``layerwise``, finishes) the step's
+        saves if no layer did, and with ``wait_for_save: true`` waits until they are stored."""
+        self._start_step()
+        self.connector.wait_for_layer_load(self.kv.num_layers - 1 if self.kv is not None else 0)
         if self.kv is not None:
             self.connector.start_saves(self.kv)
         if self.sync_save:

@@ -68,6 +68,45 @@ def in_forked_child(fn: Callable[[], bool]) -> bool:
     return status == b"\x00"
 
 
+class LayerWrites:
+    """Notes the range offset of each write a ``PoolConnector``'s puts in parts make, in order (layer by
+    layer: ``layer * layer_bytes``), by wrapping its client. ``after_layer(i)``, called by an engine after
+    layer i's ``save_kv_layer``, waits until layer i was written and notes the writes so far."""
+
+    def __init__(self, connector: Any) -> None:
+        self.written: list[int] = []
+        self.seen: list[list[int]] = []
+        written, real = self.written, connector.client
+
+        class Parts:
+            def __init__(self, parts: Any) -> None:
+                self.parts = parts
+
+            def write_many(self, items: Any, offsets: Any, srcs: Any) -> Any:
+                written.append(offsets[0])
+                return self.parts.write_many(items, offsets, srcs)
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(self.parts, name)
+
+        class Client:
+            def begin_put(self, *args: Any, **kw: Any) -> Parts:
+                return Parts(real.begin_put(*args, **kw))
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(real, name)
+
+        connector.client = Client()
+
+    def after_layer(self, i: int) -> None:
+        wait_until(lambda: len(self.written) > i, f"layer {i} to be written")
+        self.seen.append(list(self.written))
+
+    def each_before_the_next(self, layer_bytes: int, layers: int) -> bool:
+        """Whether, after each layer, exactly the layers so far had been written, in order."""
+        return self.seen == [[j * layer_bytes for j in range(i + 1)] for i in range(layers)]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -252,6 +291,17 @@ def pool() -> Iterator[Pool]:
 @pytest.fixture
 def client(pool: Pool) -> Iterator[kvpool.Client]:
     c = kvpool.Client(pool.master)
+    c.remove_all(force=True)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+@pytest.fixture(params=[True, False], ids=["shm", "tcp"])
+def either(pool: Pool, request: pytest.FixtureRequest) -> Iterator[kvpool.Client]:
+    """A client on the same-machine path, then one forced onto TCP (the session's pool, emptied first)."""
+    c = kvpool.Client(pool.master, shared_memory=request.param)
     c.remove_all(force=True)
     try:
         yield c

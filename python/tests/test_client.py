@@ -17,14 +17,6 @@ from conftest import Pool, in_forked_child, start_pool
 from kvpool import MISS, PutStatus, RawBuffer
 
 
-@pytest.fixture(params=[True, False], ids=["shm", "tcp"])
-def either(pool: Pool, request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
-    """A client on the same-machine path, then one forced onto TCP."""
-    c = kvpool.Client(pool.master, shared_memory=request.param)
-    c.remove_all(force=True)
-    yield c
-    c.close()
-
 
 def test_put_get_semantics(either: kvpool.Client) -> None:
     c = either

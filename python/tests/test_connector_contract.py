@@ -1,7 +1,9 @@
 """The connector contract (kvpool-connector/src/test/resources/connector-contract-vectors.json, the
 scenarios Java's ConnectorContractTest runs against PoolConnector and LocalOffloadConnector) run
-against the Python PoolConnector: over an in-memory store that can be told to fail, and over a real
-pool for the scenarios that need no store fault. Each op is checked as the vectors' about says."""
+against the Python PoolConnector, moving whole blocks (python-pool) and layer by layer
+(python-pool-layers, which shares python-pool's skips): over an in-memory store that can be told to
+fail, and over a real pool for the scenarios that need no store fault. Each op is checked as the
+vectors' about says."""
 
 from __future__ import annotations
 
@@ -40,6 +42,12 @@ class MemoryStore:
         self.short_reads: set[str] = set()
         self.put_answers: dict[str, kvpool.PutStatus] = {}
         self.probes: list[str] = []
+        self.used: set[str] = set()  # the load and save calls made
+
+    def __getattribute__(self, name: str) -> Any:
+        if name in ("get_into_batch", "put_batch", "locate", "begin_put"):
+            object.__getattribute__(self, "used").add(name)
+        return object.__getattribute__(self, name)
 
     def _maybe_fail(self, call: str) -> None:
         if call in self.fail_next:
@@ -71,16 +79,37 @@ class MemoryStore:
 
     def put_batch(self, keys: Sequence[str], values: Sequence[Any]) -> list[kvpool.PutStatus]:
         self._maybe_fail("save")
+        return [self.store(k, bytes(memoryview(v).cast("B"))) for k, v in zip(keys, values)]
+
+    def store(self, key: str, value: bytes) -> kvpool.PutStatus:
+        """Stores ``value`` under ``key`` as the pool would (or answers what the test told it to)."""
+        if key in self.put_answers:
+            return self.put_answers[key]
+        if key in self.objects:
+            return kvpool.PutStatus.ALREADY_EXISTS
+        self.objects[key] = value
+        return kvpool.PutStatus.OK
+
+    def locate(self, keys: Sequence[str]) -> "Located":
+        """Ranged reads of what is stored now (a later removal or replacement makes them miss, as in the pool)."""
+        self._maybe_fail("load")
+        return Located(list(keys), [self.objects.get(k) for k in keys])
+
+    def get_ranges_into(self, located: "Located", offsets: Sequence[int], buffers: Sequence[Any]) -> list[int]:
         out = []
-        for k, v in zip(keys, values):
-            if k in self.put_answers:
-                out.append(self.put_answers[k])
-            elif k in self.objects:
-                out.append(kvpool.PutStatus.ALREADY_EXISTS)
-            else:
-                self.objects[k] = bytes(memoryview(v).cast("B"))
-                out.append(kvpool.PutStatus.OK)
+        for k, v, off, b in zip(located.keys, located.values, offsets, buffers):
+            view = memoryview(b).cast("B")
+            n = view.nbytes
+            if v is None or self.objects.get(k) is not v or (k in self.short_reads and off + n > len(v) // 2):
+                out.append(kvpool.MISS)
+                continue
+            view[:] = v[off:off + n]
+            out.append(n)
         return out
+
+    def begin_put(self, keys: Sequence[str], value_lengths: Sequence[int]) -> "Parts":
+        self._maybe_fail("save")
+        return Parts(self, list(keys), value_lengths)
 
     def remove_all(self, force: bool = False) -> int:
         self._maybe_fail("reset")
@@ -103,14 +132,56 @@ class MemoryStore:
         return self.objects.get(key)
 
 
+class Located:
+    """What MemoryStore.locate found: each key's value then (None: missing)."""
+
+    def __init__(self, keys: list[str], values: list[Optional[bytes]]) -> None:
+        self.keys = keys
+        self.values = values
+
+    def value_length(self, i: int) -> int:
+        v = self.values[i]
+        return kvpool.MISS if v is None else len(v)
+
+    def pick(self, items: Sequence[int]) -> "Located":
+        return Located([self.keys[i] for i in items], [self.values[i] for i in items])
+
+
+class Parts:
+    """A put in parts into MemoryStore: each item's bytes gathered, stored at the finish only if every byte
+    was written (or the test told the store how to answer the key's put)."""
+
+    def __init__(self, store: MemoryStore, keys: list[str], value_lengths: Sequence[int]) -> None:
+        self.store = store
+        self.keys = keys
+        self.values = [bytearray(n) for n in value_lengths]
+        self.written = [0] * len(keys)
+
+    def write_many(self, items: Sequence[int], offsets: Sequence[int], srcs: Sequence[Any]) -> list[bool]:
+        for i, off, src in zip(items, offsets, srcs):
+            v = memoryview(src).cast("B")
+            self.values[i][off:off + v.nbytes] = v
+            self.written[i] += v.nbytes
+        return [True] * len(items)
+
+    def finish(self) -> list[kvpool.PutStatus]:
+        return [self.store.store(k, bytes(v)) if n == len(v) or k in self.store.put_answers
+                else kvpool.PutStatus.FAILED for k, v, n in zip(self.keys, self.values, self.written)]
+
+    def abandon(self) -> None:
+        pass
+
+
 class RecordingClient:
     """A real client whose lookups are recorded (the keys asked about)."""
 
     def __init__(self, real: kvpool.Client) -> None:
         self.real = real
         self.probes: list[str] = []
+        self.used: set[str] = set()  # the load and save calls made
 
     def __getattr__(self, name: str) -> Any:
+        self.used.add(name)
         return getattr(self.real, name)
 
     def prefix_match(self, keys: Sequence[str]) -> int:
@@ -141,14 +212,15 @@ def snake(name: str) -> str:
 class Run:
     """One scenario on one connector: the ops in order."""
 
-    def __init__(self, scenario: dict, store: Any, faults: bool) -> None:
+    def __init__(self, scenario: dict, store: Any, faults: bool, granularity: str = "block") -> None:
         self.s = scenario
         self.store = store
         self.faults = faults
         bs = scenario.get("blockSize", DEFAULTS["blockSize"])
         self.hasher = BlockHasher(bs, DEFAULTS["seed"])
         self.keys = KeyFormat(DEFAULTS["model"], DEFAULTS["weights"], DEFAULTS["dtype"])
-        self.pc = PoolConnector(store, self.hasher, self.keys)
+        self.pc = PoolConnector(store, self.hasher, self.keys, granularity=granularity)
+        self.granularity = granularity
         self.kv = Blocks(bs)
         self.label_keys: dict[str, str] = scenario["keys"]
         self.op_no = 0
@@ -197,6 +269,9 @@ class Run:
                 self.op(op, op.get("expect", {}))
         finally:
             self.pc.close()
+        # KV moved as the granularity says: whole blocks never by range, layers never whole
+        whole, ranged = {"get_into_batch", "put_batch"}, {"locate", "begin_put"}
+        assert not self.store.used & (ranged if self.granularity == "block" else whole), self.store.used
 
     def op(self, op: dict, expect: dict) -> None:
         kind = op["op"]
@@ -311,24 +386,40 @@ class Run:
                 b += 1
 
 
+GRANULARITIES = {"python-pool": "block", "python-pool-layers": "layer"}
+
+
+def skipped(scenario: dict, impls: Sequence[str]) -> Optional[str]:
+    """Why the scenario does not apply to any of ``impls`` (python-pool-layers shares python-pool's skips)."""
+    skip = scenario.get("skip", {})
+    for impl in impls:
+        why = skip.get("python-pool" if impl == "python-pool-layers" else impl)
+        if why:
+            return str(why)
+    return None
+
+
 def test_the_vectors_cover_the_python_connector_and_say_why_a_scenario_is_skipped() -> None:
-    assert "python-pool" in DOC["implementations"]
+    assert {"python-pool", "python-pool-layers"} <= set(DOC["implementations"])
     assert len(SCENARIOS) >= 25
     for s in SCENARIOS:
         for impl, why in s.get("skip", {}).items():
             assert why.strip(), f"{s['name']}: why {impl} is skipped"
 
 
+@pytest.mark.parametrize("impl", GRANULARITIES)
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[s["name"][:60] for s in SCENARIOS])
-def test_contract_over_an_in_memory_store(scenario: dict) -> None:
-    if "python-pool" in scenario.get("skip", {}):
-        pytest.skip(scenario["skip"]["python-pool"])
-    Run(scenario, MemoryStore(), faults=True).all()
+def test_contract_over_an_in_memory_store(scenario: dict, impl: str) -> None:
+    why = skipped(scenario, [impl])
+    if why:
+        pytest.skip(why)
+    Run(scenario, MemoryStore(), faults=True, granularity=GRANULARITIES[impl]).all()
 
 
+@pytest.mark.parametrize("impl", GRANULARITIES)
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[s["name"][:60] for s in SCENARIOS])
-def test_contract_on_a_real_pool(scenario: dict, client: kvpool.Client) -> None:
-    for impl in ("python-pool", "real-pool"):
-        if impl in scenario.get("skip", {}):
-            pytest.skip(scenario["skip"][impl])
-    Run(scenario, RecordingClient(client), faults=False).all()
+def test_contract_on_a_real_pool(scenario: dict, impl: str, client: kvpool.Client) -> None:
+    why = skipped(scenario, [impl, "real-pool"])
+    if why:
+        pytest.skip(why)
+    Run(scenario, RecordingClient(client), faults=False, granularity=GRANULARITIES[impl]).all()

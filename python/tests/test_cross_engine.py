@@ -99,15 +99,15 @@ def test_java_and_python_hash_and_key_alike(pool: Any, tmp_path: Path) -> None:
 
 
 class JavaEngine:
-    """`kvpool engine --model tiny --master ...` on a free port. stop() ends it with SIGTERM, whose
-    shutdown hook closes the engine, which waits for the connector's saves: after stop() every save
-    the engine made is in the pool."""
+    """`kvpool engine --model tiny --master ...` on a free port (``extra``: more flags, e.g.
+    ``--kv-granularity layer``). stop() ends it with SIGTERM, whose shutdown hook closes the engine, which
+    waits for the connector's saves: after stop() every save the engine made is in the pool."""
 
-    def __init__(self, pool: Any) -> None:
+    def __init__(self, pool: Any, *extra: str) -> None:
         self.proc = subprocess.Popen(
             [str(pool.java), "--enable-native-access=ALL-UNNAMED", "-jar", str(pool.jar), "engine",
              "--master", pool.master, "--model", "tiny", "--port", "0", "--kv-blocks", "64", "--hash-seed", "0",
-             "--block-size", str(BS), "--weights-version", "v1"],
+             "--block-size", str(BS), "--weights-version", "v1", *extra],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
         lines: "queue.Queue[str]" = queue.Queue()
         self.output: list[str] = []
@@ -142,8 +142,8 @@ class JavaEngine:
 def java_engine(pool: Any) -> Iterator[Any]:
     started: list[JavaEngine] = []
 
-    def start() -> JavaEngine:
-        e = JavaEngine(pool)
+    def start(*extra: str) -> JavaEngine:
+        e = JavaEngine(pool, *extra)
         started.append(e)
         return e
     yield start
@@ -152,6 +152,45 @@ def java_engine(pool: Any) -> Iterator[Any]:
 
 
 PROMPT = [256] + [(i * 37 + 11) % 256 for i in range(47)]  # BOS + 47 bytes: 48 tokens, 3 full blocks
+
+
+def vllm_connectors(pool: Any, tmp_path: Path, **extra: Any) -> tuple[Any, Any]:
+    """kvpool.vllm's scheduler and worker connectors for the Java engine's model (vLLM's CPU backend)."""
+    from kvpool.vllm import KVConnectorRole, KvPoolConnector
+    cfg = SimpleNamespace(
+        kv_transfer_config=SimpleNamespace(kv_connector_extra_config={
+            "master": pool.master, "hash_seed": "0", "model": MODEL, "weights_version": "v1", "kv_layout": "HND",
+            "fence_path": str(tmp_path / "fence"), "wait_for_save": True, **extra}),
+        cache_config=SimpleNamespace(block_size=BS, cache_dtype="auto"),
+        model_config=SimpleNamespace(model=MODEL, dtype="float32"),
+        parallel_config=SimpleNamespace(tensor_parallel_size=1, pipeline_parallel_size=1))
+    return KvPoolConnector(cfg, KVConnectorRole.SCHEDULER), KvPoolConnector(cfg, KVConnectorRole.WORKER)
+
+
+def save_prompt(pc: PoolConnector, kv: PagedKvCache, blocks: list[int]) -> None:
+    """Empties the pool (the connector's reset), then has the connector save PROMPT's three full blocks
+    from ``blocks`` of ``kv``, every layer saved in turn, and waits for the saves."""
+    assert pc.reset_cache().success
+    w = ConnectorRequest("py-save", PROMPT)
+    pc.update_state_after_alloc(w, blocks, 0)
+    pc.start_load_kv(pc.build_connector_meta([ScheduledRequest(w, blocks, 0, 48)]), kv)
+    for layer in range(LAYERS):
+        pc.save_kv_layer(layer, kv)
+    pc.wait_for_save()
+
+
+def plan_hit(sched: Any, table: list[int]) -> Any:
+    """The scheduler's metadata of a step that takes PROMPT's 48 tokens from the pool into ``table``
+    and computes one more."""
+    req = SimpleNamespace(request_id="v", all_token_ids=PROMPT + [65], num_tokens=49, prompt_token_ids=PROMPT + [65],
+                          cache_salt=None, lora_request=None, mm_features=[], prompt_embeds=None)
+    assert sched.get_num_new_matched_tokens(req, 0) == (48, False)
+    sched.update_state_after_alloc(req, table, 48)
+    return sched.build_connector_meta(SimpleNamespace(
+        scheduled_new_reqs=[SimpleNamespace(req_id="v", block_ids=(table,), num_computed_tokens=48)],
+        scheduled_cached_reqs=SimpleNamespace(req_ids=[], resumed_req_ids=set(), new_block_ids=[],
+                                              num_computed_tokens=[]),
+        num_scheduled_tokens={"v": 1}))
 
 
 def test_java_saved_kv_loads_byte_identical_and_serves_java_again(pool: Any, client: kvpool.Client,
@@ -194,29 +233,12 @@ def test_java_saved_kv_loads_byte_identical_and_serves_java_again(pool: Any, cli
     assert np.isfinite(kv.data[table[:3]]).all()
 
     # 4. the same blocks through the vLLM connector into CPU-backend per-layer caches
-    from kvpool.vllm import KVConnectorRole, KvPoolConnector
-    cfg = SimpleNamespace(
-        kv_transfer_config=SimpleNamespace(kv_connector_extra_config={
-            "master": pool.master, "hash_seed": "0", "model": MODEL, "weights_version": "v1", "kv_layout": "HND",
-            "fence_path": str(tmp_path / "fence"), "wait_for_save": True}),
-        cache_config=SimpleNamespace(block_size=BS, cache_dtype="auto"),
-        model_config=SimpleNamespace(model=MODEL, dtype="float32"),
-        parallel_config=SimpleNamespace(tensor_parallel_size=1, pipeline_parallel_size=1))
     torch = pytest.importorskip("torch")
-    sched, worker = KvPoolConnector(cfg, KVConnectorRole.SCHEDULER), KvPoolConnector(cfg, KVConnectorRole.WORKER)
+    sched, worker = vllm_connectors(pool, tmp_path)
     try:
         layers = {f"model.layers.{i}.self_attn.attn": torch.zeros(2, 16, KV_HEADS, BS, HEAD_DIM) for i in range(LAYERS)}
         worker.register_kv_caches(layers)
-        req = SimpleNamespace(request_id="v", all_token_ids=PROMPT + [65], num_tokens=49, prompt_token_ids=PROMPT + [65],
-                              cache_salt=None, lora_request=None, mm_features=[], prompt_embeds=None)
-        assert sched.get_num_new_matched_tokens(req, 0) == (48, False)
-        sched.update_state_after_alloc(req, table, 48)
-        md = sched.build_connector_meta(SimpleNamespace(
-            scheduled_new_reqs=[SimpleNamespace(req_id="v", block_ids=(table,), num_computed_tokens=48)],
-            scheduled_cached_reqs=SimpleNamespace(req_ids=[], resumed_req_ids=set(), new_block_ids=[],
-                                                  num_computed_tokens=[]),
-            num_scheduled_tokens={"v": 1}))
-        worker.bind_connector_metadata(md)
+        worker.bind_connector_metadata(plan_hit(sched, table))
         worker.start_load_kv(None)
         worker.wait_for_layer_load("model.layers.0.self_attn.attn")
         assert worker.get_block_ids_with_load_errors() == set()
@@ -227,13 +249,7 @@ def test_java_saved_kv_loads_byte_identical_and_serves_java_again(pool: Any, cli
         sched.shutdown()
 
     # 5. the pool is emptied; Python saves the blocks from its cache under the same keys
-    assert pc.reset_cache().success and client.prefix_match(names) == 0
-    w = ConnectorRequest("py-save", PROMPT)
-    pc.update_state_after_alloc(w, table[:3], 0)
-    meta = pc.build_connector_meta([ScheduledRequest(w, table[:3], 0, 48)])
-    pc.start_load_kv(meta, kv)
-    pc.save_kv_layer(LAYERS - 1, kv)
-    pc.wait_for_save()
+    save_prompt(pc, kv, table[:3])
     assert pc.saved_blocks == 3 and client.prefix_match(names) == 3
     assert [client.get(k) for k in names] == stored
     pc.close()
@@ -258,3 +274,64 @@ def test_java_saved_kv_loads_byte_identical_and_serves_java_again(pool: Any, cli
     e3.stop()
     assert third["kvpool"]["external_hit_tokens"] == 32
     assert third["choices"][0]["token_ids"] != first["choices"][0]["token_ids"]
+
+
+def test_layer_by_layer_reads_and_writes_the_same_bytes_as_whole_blocks_across_languages(
+        pool: Any, client: kvpool.Client, java_engine: Any, tmp_path: Path) -> None:
+    """The Java engine saves whole blocks; the Python connector loads them layer by layer byte for byte
+    (into its paged cache, and through kvpool.vllm's ``layerwise`` into per-layer caches); it saves them
+    back layer by layer, and Java engines moving whole blocks and moving layers take them as hits and
+    generate what they generated computing everything."""
+    e1 = java_engine()
+    first = e1.complete(PROMPT, 8)
+    e1.stop()
+    hasher, keys = BlockHasher(BS, "0"), KeyFormat(MODEL, "v1", "f32")
+    names = keys.keys(hasher.hashes(PROMPT))
+    stored = [client.get(k) for k in names]
+    assert len(stored) == 3 and all(stored)
+
+    pc = PoolConnector(client, hasher, keys, granularity="layer")
+    kv = PagedKvCache(16, LAYERS, BS, KV_HEADS, HEAD_DIM)
+    kv.data.fill(np.nan)
+    r = ConnectorRequest("py", PROMPT + [65])
+    table = [9, 4, 12, 1]
+    pc.update_state_after_alloc(r, table, pc.get_num_new_matched_tokens(r, 0).tokens)
+    pc.start_load_kv(pc.build_connector_meta([ScheduledRequest(r, table, 48, 49)]), kv)
+    for layer in range(LAYERS):
+        pc.wait_for_layer_load(layer)
+    assert pc.block_ids_with_load_errors() == set()
+    assert [kv.block(b).tobytes() for b in table[:3]] == stored
+
+    torch = pytest.importorskip("torch")
+    sched, worker = vllm_connectors(pool, tmp_path, layerwise=True)
+    try:
+        assert worker.connector.granularity == "layer" and not worker.prefer_cross_layer_blocks
+        # handed in another order than the model's: layer i of a block is still model layer i
+        caches = {f"model.layers.{i}.self_attn.attn": torch.zeros(2, 16, KV_HEADS, BS, HEAD_DIM)
+                  for i in reversed(range(LAYERS))}
+        worker.register_kv_caches(caches)
+        worker.bind_connector_metadata(plan_hit(sched, table))
+        worker.start_load_kv(None)
+        for li in range(LAYERS):
+            name = f"model.layers.{li}.self_attn.attn"
+            worker.wait_for_layer_load(name)
+            assert torch.equal(caches[name][:, table[:3]],
+                               torch.from_numpy(np.ascontiguousarray(kv.layer_hnd(li)[:, table[:3]])))
+        worker.wait_for_save()
+        assert worker.get_block_ids_with_load_errors() == set()
+    finally:
+        worker.shutdown()
+        sched.shutdown()
+
+    # the pool emptied, Python saves the blocks back layer by layer: the bytes Java stored
+    save_prompt(pc, kv, table[:3])
+    pc.close()
+    assert pc.saved_blocks == 3 and [client.get(k) for k in names] == stored
+
+    # Java engines, whole blocks and layer by layer, take them as hits and generate the same tokens
+    for extra in ((), ("--kv-granularity", "layer")):
+        e = java_engine(*extra)
+        again = e.complete(PROMPT, 8)
+        e.stop()
+        assert again["kvpool"]["external_hit_tokens"] == 32 and again["kvpool"]["recomputed_tokens"] == 0, extra
+        assert again["choices"][0]["token_ids"] == first["choices"][0]["token_ids"], extra

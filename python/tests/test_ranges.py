@@ -11,7 +11,6 @@ import shutil
 import tempfile
 import threading
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -24,13 +23,6 @@ from kvpool.protocol import TIER_DISK
 LAYERS = 8
 LAYER = 8 << 10
 
-
-@pytest.fixture(params=[True, False], ids=["shm", "tcp"])
-def either(pool: Pool, request: pytest.FixtureRequest) -> Iterator[kvpool.Client]:
-    c = kvpool.Client(pool.master, shared_memory=request.param)
-    c.remove_all(force=True)
-    yield c
-    c.close()
 
 
 def blocks(prefix: str, n: int, size: int = LAYERS * LAYER) -> tuple[list[str], list[bytes]]:

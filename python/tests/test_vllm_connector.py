@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional
 import pytest
 
 import kvpool
+from conftest import LayerWrites
 from kvpool import vllm as kvvllm
 from kvpool.connector import BlockHasher, KeyFormat, PagedKvCache
 from kvpool.vllm import KVConnectorRole, KvPoolConnector, KvPoolConnectorMetadata
@@ -153,9 +154,12 @@ class MiniVllm:
         return NewRequestData(req.request_id, req.prompt_token_ids, (list(table),), local + ext)
 
     def step(self, new: list[NewRequestData], cached: list[str], finished: set[str] = frozenset(),
-             reset_before_execute: bool = False) -> tuple[Optional[set], set]:
+             reset_before_execute: bool = False, start_after_forward: bool = False,
+             after_layer: Optional[Callable[[int], None]] = None) -> tuple[Optional[set], set]:
         """One engine step: the scheduler output and its connector metadata, then the worker's
-        forward pass with the connector hooks, then the connector's outputs."""
+        forward pass with the connector hooks, then the connector's outputs. ``start_after_forward``:
+        ``start_load_kv`` after the forward pass, as vLLM does for a step without synchronous loads;
+        ``after_layer(i)`` runs after layer i's ``save_kv_layer``."""
         nst: dict[str, int] = {}
         for nr in new:
             nst[nr.req_id] = self.requests[nr.req_id].num_tokens - nr.num_computed_tokens
@@ -178,11 +182,17 @@ class MiniVllm:
         # worker: KVConnectorModelRunnerMixin._get_kv_connector_output around the forward pass
         w = self.worker
         w.bind_connector_metadata(so.kv_connector_metadata)
-        w.start_load_kv(SimpleNamespace(attn_metadata={n: object() for n in NAMES}, no_compile_layers={}))
+        forward_context = SimpleNamespace(attn_metadata={n: object() for n in NAMES}, no_compile_layers={})
+        if not start_after_forward:
+            w.start_load_kv(forward_context)
         for layer, name in enumerate(NAMES):
             w.wait_for_layer_load(name)
             self.compute(layer, name, nst)
             w.save_kv_layer(name, self.caches[name], object())
+            if after_layer is not None:
+                after_layer(layer)
+        if start_after_forward:
+            w.start_load_kv(forward_context)
         w.wait_for_save()
         sending, recving = w.get_finished(so.finished_req_ids)
         assert recving is None
@@ -241,11 +251,13 @@ class FlashLikeBackend:
         return (2, 0, 1, 3, 4, 5) if include_num_layers_dimension else (0, 1, 2, 3, 4)
 
 
-@pytest.fixture
-def engine(pool: Any, client: kvpool.Client, tmp_path: Any) -> Any:
+@pytest.fixture(params=[False, True], ids=["whole-blocks", "layerwise"])
+def engine(pool: Any, client: kvpool.Client, tmp_path: Any, request: pytest.FixtureRequest) -> Any:
+    """Engines moving KV whole blocks or (``layerwise: true``) layer by layer: every test runs both ways."""
     engines: list[MiniVllm] = []
 
     def make(cross_layer: bool = False, **extra: Any) -> MiniVllm:
+        extra.setdefault("layerwise", request.param)
         e = MiniVllm(vllm_config(pool.master, str(tmp_path / "fence"), **extra), cross_layer)
         engines.append(e)
         return e
@@ -322,6 +334,22 @@ def test_a_reset_between_scheduling_and_execution_voids_the_step(engine: Any, cl
     s = e.worker.stats()
     assert s.dropped_saves == 2 and s.failed_loads == 3
     assert e.sched.get_num_new_matched_tokens(Request("d", list(range(48)) + [3]), 0) == (0, False)
+
+
+def test_layerwise_writes_each_layer_of_a_step_without_loads_during_its_forward_pass(
+        pool: Any, client: kvpool.Client, tmp_path: Any) -> None:
+    """vLLM starts a step without loads after its forward pass: the first layer hook starts it, so that
+    layer i is in the pool's put before layer i + 1 is computed."""
+    e = MiniVllm(vllm_config(pool.master, str(tmp_path / "fence"), layerwise=True))
+    writes = LayerWrites(e.worker.connector)
+    try:
+        a = Request("a", list(range(40)))
+        e.step([e.admit(a)], [], start_after_forward=True, after_layer=writes.after_layer)
+        assert writes.each_before_the_next(e.worker.kv.layer_bytes, LAYERS)
+        keys = KeyFormat("vllm-test", "v1", "f32").keys(BlockHasher(BS, "0").hashes(a.all_token_ids))
+        assert client.prefix_match(keys) == 2 and e.worker.stats().saved_blocks == 2
+    finally:
+        e.close()
 
 
 def test_background_saves_and_preemption(engine: Any, client: kvpool.Client) -> None:

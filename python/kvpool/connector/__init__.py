@@ -8,7 +8,8 @@
 * :mod:`~kvpool.connector.pool_connector`: ``PoolConnector``, lookups, loads, background saves and
   fenced resets, in vLLM's v1 connector shape; its scheduler side is
   :mod:`~kvpool.connector.planner`, its values :mod:`~kvpool.connector.values`, its fences
-  :mod:`~kvpool.connector.fence`. The contract it shares with the Java connectors is the table of
+  :mod:`~kvpool.connector.fence`, its layer-by-layer loads and saves (``granularity="layer"``)
+  :mod:`~kvpool.connector.layers`. The contract it shares with the Java connectors is the table of
   scenarios in ``kvpool-connector/src/test/resources/connector-contract-vectors.json``.
 
 Standard library only; numpy and torch are imported when a paged cache uses them.

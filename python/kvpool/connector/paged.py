@@ -19,12 +19,19 @@ head_size)`` (vLLM's CPU attention backend, ``CPUAttentionBackend.get_kv_cache_s
 :class:`LayeredPagedKv` adapts separately allocated per-layer caches (what vLLM hands a connector
 through ``register_kv_caches``): a block is scattered over the layers there, and for the CPU backend
 its heads come before its tokens, so loads and saves go through one staging copy per block.
+
+Layer by layer (the connector's ``granularity="layer"``): layer ``l`` of a block is the byte range
+``[l * layer_bytes, (l + 1) * layer_bytes)`` of its object, ``[K/V][token][head][dim]`` of that layer.
+:meth:`PagedKv.layer_targets` and :meth:`PagedKv.layer_sources` give that range of each block: views of
+the block for a contiguous cache, one staging copy per block and layer for :class:`LayeredPagedKv`
+(which then touches only that layer's tensors).
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable, Optional, Sequence
 
+from ..buffers import as_memoryview
 from .keys import dtype_name
 
 __all__ = ["PagedKv", "PagedKvCache", "LayeredPagedKv", "NHD", "HND"]
@@ -61,6 +68,23 @@ class PagedKv:
     def save_sources(self, block_ids: Sequence[int]) -> list[Any]:
         """Buffers holding the blocks' bytes in the pool's layout."""
         return [self.block(b) for b in block_ids]
+
+    @property
+    def layer_bytes(self) -> int:
+        """The bytes of one layer of one block: ``block_bytes / num_layers``."""
+        return self.block_bytes // self.num_layers
+
+    def layer_targets(self, block_ids: Sequence[int], layer: int) -> tuple[list[Any], Callable[[Sequence[bool]], None]]:
+        """Buffers of ``layer_bytes`` to read layer ``layer`` of the blocks' objects into, and a function to
+        call with which reads succeeded (it puts those in place; a failed read leaves its block's layer
+        unspecified). Default: views of :meth:`block`."""
+        lb = self.layer_bytes
+        return [as_memoryview(self.block(b), writable=True)[layer * lb:(layer + 1) * lb] for b in block_ids], _nothing
+
+    def layer_sources(self, block_ids: Sequence[int], layer: int) -> list[Any]:
+        """Buffers holding layer ``layer`` of the blocks in the pool's layout. Default: views of :meth:`block`."""
+        lb = self.layer_bytes
+        return [as_memoryview(self.block(b))[layer * lb:(layer + 1) * lb] for b in block_ids]
 
 
 def _nothing(ok: Sequence[bool]) -> None:
@@ -245,3 +269,26 @@ class LayeredPagedKv(PagedKv):
 
     def save_sources(self, block_ids: Sequence[int]) -> list[Any]:
         return [self.gather(b) for b in block_ids]
+
+    def layer_targets(self, block_ids: Sequence[int], layer: int) -> tuple[list[Any], Callable[[Sequence[bool]], None]]:
+        for b in block_ids:
+            self._check(b)
+        staging = self._torch.empty((len(block_ids),) + self._block_shape[1:], dtype=self.dtype)
+        k, v = self._kv[layer]
+
+        def commit(ok: Sequence[bool]) -> None:
+            for i, b in enumerate(block_ids):
+                if ok[i]:
+                    k[b].copy_(staging[i, 0])
+                    v[b].copy_(staging[i, 1])
+        return [staging[i] for i in range(len(block_ids))], commit
+
+    def layer_sources(self, block_ids: Sequence[int], layer: int) -> list[Any]:
+        for b in block_ids:
+            self._check(b)
+        out = self._torch.empty((len(block_ids),) + self._block_shape[1:], dtype=self.dtype)
+        k, v = self._kv[layer]
+        for i, b in enumerate(block_ids):
+            out[i, 0].copy_(k[b])
+            out[i, 1].copy_(v[b])
+        return [out[i] for i in range(len(block_ids))]

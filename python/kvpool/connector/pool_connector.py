@@ -6,6 +6,17 @@ step's loads are one ``get_into_batch`` straight into the engine's blocks (views
 no intermediate bytes); a step's saves are one ``put_batch`` straight from them, on a background
 thread fed by a bounded queue (a full queue drops the step's saves and counts them).
 
+Granularity
+-----------
+``granularity="block"`` (the default) moves whole blocks as above: the first ``wait_for_layer_load`` waits
+for the whole step's loads, and the saves are one ``put_batch`` once the last layer is saved.
+``granularity="layer"`` moves the same objects layer by layer (:mod:`~kvpool.connector.layers`): the
+step's blocks are located once and read a layer at a time, so ``wait_for_layer_load(l)`` waits for layer
+``l`` only and layer 0 computes while later layers arrive; the step's saves are reserved at the first
+``save_kv_layer`` and each layer is written as it is computed, made visible after the last. A block is
+one object with its layers one after another (``[layer][K/V][token][head][dim]``), so keys and bytes are
+the same in both modes and in Java's: either mode, in either language, reads what the other wrote.
+
 The methods have vLLM's v1 connector shape (scheduler side: ``get_num_new_matched_tokens``,
 ``update_state_after_alloc``, ``build_connector_meta``, ``request_finished``, ``reset_cache``; worker
 side: ``start_load_kv``, ``wait_for_layer_load``, ``save_kv_layer``, ``wait_for_save``,
@@ -51,6 +62,7 @@ from typing import Any, NamedTuple, Optional, Sequence
 
 from .fence import Fence, FileFence, LocalFence
 from .hashing import BlockHasher
+from . import layers
 from .keys import KeyFormat
 from .paged import PagedKv
 from .planner import Planner
@@ -92,6 +104,8 @@ class PoolConnector:
             the queue full are dropped and counted (``dropped_saves``, ``queue_full_drops``).
         fence: the generation and its lock (default: a :class:`LocalFence` of this object; give both
             sides the same :class:`FileFence` when scheduler and worker are different objects).
+        granularity: ``"block"`` (whole blocks) or ``"layer"`` (layer by layer; the client then also needs
+            ``locate``, ``get_ranges_into`` and ``begin_put``). See the module docstring.
 
     Counters are attributes (``lookups``, ``matched_tokens``, ``loaded_blocks``, ``loaded_bytes``,
     ``failed_loads``, ``saved_blocks``, ``saved_bytes``, ``skipped_saves``, ``dropped_saves``,
@@ -99,9 +113,11 @@ class PoolConnector:
     """
 
     def __init__(self, client: Any, hasher: BlockHasher, keys: KeyFormat, *, reset_scope: str = "all",
-                 max_queued_saves: int = 64, fence: Optional[Fence] = None) -> None:
+                 max_queued_saves: int = 64, fence: Optional[Fence] = None, granularity: str = "block") -> None:
         if client is None or hasher is None or keys is None:
             raise ValueError("client, hasher and keys are required")
+        if granularity not in ("block", "layer"):
+            raise ValueError(f"granularity must be 'block' or 'layer', got {granularity!r}")
         if reset_scope not in ("all", "model"):
             raise ValueError(f"reset_scope must be 'all' or 'model', got {reset_scope!r}")
         if max_queued_saves < 1:
@@ -110,6 +126,7 @@ class PoolConnector:
         self.hasher = hasher
         self.keys = keys
         self.reset_scope = reset_scope
+        self.granularity = granularity
         self.fence: Fence = fence if fence is not None else LocalFence()
 
         # scheduler side
@@ -119,8 +136,11 @@ class PoolConnector:
         self._current: ConnectorMeta = EMPTY_META
         self._current_load: Optional[concurrent.futures.Future] = None
         self._load_awaited = True
+        self._errors_lock = threading.Lock()  # the load thread adds errors while the engine thread reads them
         self._load_errors: set[int] = set()  # until the engine asks
         self._step_load_errors: set[int] = set()  # this step's (the saves need them after the engine asked)
+        self._layers_in: Optional[layers.LayersIn] = None  # "layer": which layers of the step's loads are in
+        self._step_saves: Optional[layers.StepSaves] = None  # "layer": the step's saves, from its first saved layer
         self._loader = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kvpool-load")
         self._saves_started_for: Optional[int] = None  # id() of the meta whose saves were queued
 
@@ -131,6 +151,7 @@ class PoolConnector:
         self._finished_with_saves: set[str] = set()
         self._done_saving: set[str] = set()
         self._save_queue: "queue.Queue[Any]" = queue.Queue(maxsize=max_queued_saves)
+        self._outcomes = layers.Outcomes(self._counted, lambda n: self._count(dropped_saves=n), self._over)
         self._saver = threading.Thread(target=self._save_loop, name="kvpool-save", daemon=True)
         self._saver.start()
         self._reclaimer: Optional[concurrent.futures.ThreadPoolExecutor] = None
@@ -255,19 +276,26 @@ class PoolConnector:
 
     def start_load_kv(self, meta: ConnectorMeta, kv: PagedKv) -> None:
         """Starts the step's loads into ``kv`` (on the load thread)."""
-        self._settle_load()
+        self._settle_load()  # the previous step's load, if the engine never waited for it
+        self._end_step_saves()  # the previous step never saved its last layer: what is unwritten fails
         self._current = meta
         self._saves_started_for = None
-        self._load_errors.clear()
-        self._step_load_errors.clear()
+        with self._errors_lock:
+            self._load_errors.clear()
+            self._step_load_errors.clear()
         if meta.void_loads:
-            self._fail(meta.void_loads)
-        if meta.loads:
-            self._current_load = self._loader.submit(self._load, meta, kv)
-            self._load_awaited = False
-        else:
+            self._fail(meta.void_loads)  # accepted before a reset: the KV they name is gone or stale
+        self._layers_in = None
+        if not meta.loads:
             self._current_load = None
             self._load_awaited = True
+            return
+        if self.granularity == "layer":
+            self._layers_in = layers.LayersIn(kv.num_layers)
+            self._current_load = self._loader.submit(self._load_by_layer, meta, kv, self._layers_in)
+        else:
+            self._current_load = self._loader.submit(self._load, meta, kv)
+        self._load_awaited = False
 
     def _load(self, meta: ConnectorMeta, kv: PagedKv) -> None:
         with self.fence.shared() as gen:
@@ -284,21 +312,34 @@ class PoolConnector:
                 log.warning("kvpool load of %d blocks failed: %s", len(keys), e)
                 self._fail(meta.loads)
                 return
-            loaded = 0
-            for l, good in zip(meta.loads, ok):
-                if good:
-                    loaded += 1
-                else:
-                    self._step_load_errors.add(l.block_id)
-                    self._load_errors.add(l.block_id)
-            self._count(loaded_blocks=loaded, loaded_bytes=loaded * kv.block_bytes,
-                        failed_loads=len(meta.loads) - loaded)
+            self._loaded(meta.loads, [l for l, good in zip(meta.loads, ok) if not good], kv)
+
+    def _load_by_layer(self, meta: ConnectorMeta, kv: PagedKv, layers_in: layers.LayersIn) -> None:
+        """Layer by layer: the step's loads, a layer at a time (:func:`layers.load`), under the fence."""
+        try:
+            with self.fence.shared() as gen:
+                if meta.generation != gen:
+                    self._fail(meta.loads)
+                    return
+                self._loaded(meta.loads, layers.load(self.client, meta.loads, kv, layers_in), kv)
+        finally:
+            layers_in.all()  # a load that stopped early releases every layer's waiter
+
+    def _loaded(self, loads: Sequence[Load], bad: Sequence[Load], kv: PagedKv) -> None:
+        n = len(loads) - len(bad)
+        self._count(loaded_blocks=n, loaded_bytes=n * kv.block_bytes)
+        self._fail(bad)
 
     def _fail(self, loads: Sequence[Load]) -> None:
-        for l in loads:
-            self._step_load_errors.add(l.block_id)
-            self._load_errors.add(l.block_id)
+        with self._errors_lock:
+            for l in loads:
+                self._step_load_errors.add(l.block_id)
+                self._load_errors.add(l.block_id)
         self._count(failed_loads=len(loads))
+
+    def _step_errors(self) -> frozenset[int]:
+        with self._errors_lock:
+            return frozenset(self._step_load_errors)
 
     def _settle_load(self) -> None:
         if self._load_awaited:
@@ -314,39 +355,124 @@ class PoolConnector:
             self._fail(self._current.loads)
 
     def wait_for_layer_load(self, layer: int) -> None:
-        """Returns once the step's loads are in place or have failed (a block holds all its layers,
-        so the first layer waits for everything)."""
-        self._settle_load()
+        """Returns once layer ``layer`` of the step's loads is in place or has failed. Whole blocks
+        (``granularity="block"``): a block holds all its layers, so the first layer waits for everything."""
+        layers_in = self._layers_in
+        if self._load_awaited or layers_in is None:
+            self._settle_load()
+            return
+        layers_in.wait(layer)
+        if layer >= layers_in.num_layers - 1:
+            self._settle_load()
 
     def save_kv_layer(self, layer: int, kv: PagedKv) -> None:
-        """Layer ``layer`` of the step was computed; after the last layer the step's saves are queued."""
-        if layer == kv.num_layers - 1:
+        """Layer ``layer`` of the step was computed. Whole blocks: after the last layer the step's saves
+        are queued. Layer by layer: the step's saves are reserved at the first call, and the layers up to
+        ``layer`` are written (in order, in the background); after the last they are made visible."""
+        if self.granularity == "layer":
+            self._save_layer(layer, kv)
+        elif layer == kv.num_layers - 1:
             self.start_saves(kv)
 
     def start_saves(self, kv: PagedKv) -> None:
         """Queues the current step's saves for the save thread (once per step), but those of blocks
-        computed over a failed load. A full queue drops them and counts them."""
-        meta = self._current
-        if not meta.saves or self._saves_started_for == id(meta):
+        computed over a failed load. A full queue drops them and counts them. Layer by layer: every
+        layer not written yet is written now (the forward pass is over), and the saves are finished."""
+        if self.granularity == "layer":
+            self._save_layer(kv.num_layers - 1, kv)
             return
+        saves = self._plan_saves(settle=True)
+        if saves:
+            self._queue(_SaveJob(saves, self._current.generation, kv), saves)
+
+    def _plan_saves(self, settle: bool) -> list[Save]:
+        """The current step's saves, once per step (empty after the first call), but those computed over a
+        failed load known now. ``settle``: wait for the step's loads first (whole blocks: every load error
+        is known); layer by layer, saving starts while later layers still load, and load errors found
+        later stop the writes of the saves over them (:meth:`_keep`)."""
+        meta = self._current
+        if self._saves_started_for == id(meta):
+            return []
         self._saves_started_for = id(meta)
-        self._settle_load()
-        saves = meta.saves_not_over_failed_loads(self._step_load_errors)
+        if not meta.saves:
+            return []
+        if settle:
+            self._settle_load()
+        saves = meta.saves_not_over_failed_loads(self._step_errors())
         with self._save_lock:
             for s in meta.saves:
                 self._saw_saves.add(s.request_id)
         self._count(dropped_saves=len(meta.saves) - len(saves))
-        if not saves:
-            return
+        return list(saves)
+
+    def _queue(self, job: Any, saves: Sequence[Save]) -> bool:
+        """Queues ``job`` for the save thread and counts its saves as pending; False (the saves dropped
+        and counted) when the queue is full."""
         n = len(saves)
         with self._save_lock:
             try:
-                self._save_queue.put_nowait(_SaveJob(list(saves), meta.generation, kv))
+                self._save_queue.put_nowait(job)
             except queue.Full:
                 self._count(dropped_saves=n, queue_full_drops=n)
-                return
+                return False
             for s in saves:
                 self._pending_saves[s.request_id] = self._pending_saves.get(s.request_id, 0) + 1
+        return True
+
+    def _save_layer(self, layer: int, kv: PagedKv) -> None:
+        """Layer by layer: layer ``layer`` of the step was computed: reserve the saves at the first call, write it."""
+        if self._step_saves is None:
+            saves = self._plan_saves(settle=False)  # empty once planned: there were none, or they were ended
+            if not saves:
+                return
+            job = layers.StepSaves(saves, kv, self._current.generation)
+            if not self._queue(job, saves):
+                return
+            self._step_saves = job
+        last = kv.num_layers - 1
+        if layer >= last:
+            self._settle_load()  # every load of the step is in: the final word on which saves stand
+        self._step_saves.through(min(layer, last), self._keep(self._step_saves))
+
+    def _keep(self, job: layers.StepSaves) -> list[bool]:
+        """Which of the step's saves are still worth writing, given the load errors known now."""
+        ok = set(self._current.saves_not_over_failed_loads(self._step_errors()))
+        return [s in ok for s in job.saves]
+
+    def _end_step_saves(self) -> None:
+        """Layer by layer: a step whose last layer was never saved finishes what was written (the rest fails)."""
+        job = self._step_saves
+        self._step_saves = None
+        if job is not None and job.open:
+            job.finish_early(self._keep(job))
+
+    def _counted(self, statuses: Sequence[Any], block_bytes: int) -> None:
+        """Counts the saves' final statuses."""
+        saved = skipped = dropped = fenced = 0
+        for st in statuses:
+            name = getattr(st, "name", str(st))
+            if name == "OK":
+                saved += 1
+            elif name in ("ALREADY_EXISTS", "POOL_FULL", "NO_SEGMENT"):
+                skipped += 1
+            else:  # FENCED, FAILED
+                dropped += 1
+                fenced += name == "FENCED"
+        self._count(saved_blocks=saved, saved_bytes=saved * block_bytes, skipped_saves=skipped,
+                    dropped_saves=dropped, fenced_saves=fenced)
+
+    def _over(self, saves: Sequence[Save]) -> None:
+        """These saves are over: their requests may be reported finished."""
+        with self._save_lock:
+            for s in saves:
+                left = self._pending_saves.get(s.request_id, 0) - 1
+                if left <= 0:
+                    self._pending_saves.pop(s.request_id, None)
+                    if s.request_id in self._finished_with_saves:
+                        self._finished_with_saves.discard(s.request_id)
+                        self._done_saving.add(s.request_id)
+                else:
+                    self._pending_saves[s.request_id] = left
 
     def _save_loop(self) -> None:
         while True:
@@ -354,7 +480,10 @@ class PoolConnector:
             try:
                 if job is _STOP:
                     return
-                self._save(job)
+                if isinstance(job, layers.StepSaves):
+                    job.run(self.client, self.fence, self._outcomes)
+                else:
+                    self._save(job)
             finally:
                 self._save_queue.task_done()
 
@@ -367,37 +496,18 @@ class PoolConnector:
                     return
                 keys = [s.key for s in job.saves]
                 sources = job.kv.save_sources([s.block_id for s in job.saves])
-                statuses = self.client.put_batch(keys, sources)
-                saved = skipped = dropped = fenced = 0
-                for st in statuses:
-                    name = getattr(st, "name", str(st))
-                    if name == "OK":
-                        saved += 1
-                    elif name in ("ALREADY_EXISTS", "POOL_FULL", "NO_SEGMENT"):
-                        skipped += 1
-                    else:  # FENCED, FAILED
-                        dropped += 1
-                        fenced += name == "FENCED"
-                self._count(saved_blocks=saved, saved_bytes=saved * job.kv.block_bytes, skipped_saves=skipped,
-                            dropped_saves=dropped, fenced_saves=fenced)
+                self._counted(self.client.put_batch(keys, sources), job.kv.block_bytes)
         except Exception as e:  # noqa: BLE001 - counted, never raised into the engine
             log.warning("kvpool save of %d blocks failed: %s", n, e)
             self._count(dropped_saves=n)
         finally:
-            with self._save_lock:
-                for s in job.saves:
-                    left = self._pending_saves.get(s.request_id, 0) - 1
-                    if left <= 0:
-                        self._pending_saves.pop(s.request_id, None)
-                        if s.request_id in self._finished_with_saves:
-                            self._finished_with_saves.discard(s.request_id)
-                            self._done_saving.add(s.request_id)
-                    else:
-                        self._pending_saves[s.request_id] = left
+            self._over(job.saves)
 
     def wait_for_save(self) -> None:
-        """Waits for every save queued so far (and settles the step's loads)."""
+        """Waits for every save queued so far (and settles the step's loads). Layer by layer, a step
+        whose last layer was not saved yet is finished first with what was written (the rest fails)."""
         self._settle_load()
+        self._end_step_saves()
         self._save_queue.join()
 
     def wait_for_request_saves(self, request_ids: Any) -> None:
@@ -407,6 +517,7 @@ class PoolConnector:
         with self._save_lock:
             busy = any(self._pending_saves.get(r, 0) > 0 for r in ids)
         if busy:
+            self._end_step_saves()
             self._save_queue.join()
 
     def saves_in_flight(self) -> int:

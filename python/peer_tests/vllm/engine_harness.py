@@ -5,7 +5,7 @@ worker-side connector made by vLLM's ``KVConnectorFactory``, and KV caches laid 
 worker calls in the order vLLM's model runner makes them (``gpu_model_runner`` and
 ``KVConnectorModelRunnerMixin``: bind the metadata, ``handle_preemptions``, ``start_load_kv`` before
 the forward pass when the step has synchronous loads and after it otherwise, per layer
-``wait_for_layer_load`` then ``save_kv_layer``, ``wait_for_save``, ``get_transfer_results``,
+``wait_for_layer_load``, the layer's K and V of every scheduled request, then ``save_kv_layer``, ``wait_for_save``, ``get_transfer_results``,
 ``get_block_ids_with_load_errors``, clear the metadata) and hands the ``KVConnectorOutput`` back to
 ``Scheduler.update_from_output``.
 
@@ -79,9 +79,10 @@ class Engine:
         self.metas.append(out.kv_connector_metadata)
         return out
 
-    def execute(self, so: SchedulerOutput, before_load: Optional[Any] = None) -> Any:
+    def execute(self, so: SchedulerOutput, before_load: Optional[Any] = None, after_layer: Optional[Any] = None) -> Any:
         """The worker's part of step ``so``, then ``update_from_output``. ``before_load()`` runs after the
-        metadata is bound and before any load starts (a test's chance to break something)."""
+        metadata is bound and before any load starts (a test's chance to break something);
+        ``after_layer(i)`` after layer i's ``save_kv_layer``."""
         w = self.worker
         w.bind_connector_metadata(so.kv_connector_metadata)
         w.handle_preemptions(so.kv_connector_metadata)
@@ -90,7 +91,7 @@ class Engine:
         with set_forward_context(None, self.config):
             if so.has_sync_kv_loads:
                 w.start_load_kv(get_forward_context())
-            self._forward(so)
+            self._forward(so, after_layer)
             if not so.has_sync_kv_loads:
                 w.start_load_kv(get_forward_context())
         w.wait_for_save()
@@ -111,9 +112,9 @@ class Engine:
                     self.outputs[o.request_id] = o
         return outs
 
-    def step(self, before_load: Optional[Any] = None) -> SchedulerOutput:
+    def step(self, before_load: Optional[Any] = None, after_layer: Optional[Any] = None) -> SchedulerOutput:
         so = self.schedule()
-        self.execute(so, before_load)
+        self.execute(so, before_load, after_layer)
         return so
 
     def run(self, max_steps: int = 200) -> int:
@@ -135,29 +136,33 @@ class Engine:
                 self.tables[request_id] = table
         return self.tables[request_id]
 
-    def _forward(self, so: SchedulerOutput) -> None:
+    def _forward(self, so: SchedulerOutput, after_layer: Optional[Any] = None) -> None:
+        """Layer by layer, as vLLM's attention layers run: ``wait_for_layer_load``, every scheduled
+        request's K and V of that layer, ``save_kv_layer``."""
         starts = {nr.req_id: nr.num_computed_tokens for nr in so.scheduled_new_reqs}
         cached = so.scheduled_cached_reqs
         starts.update(zip(cached.req_ids, cached.num_computed_tokens))
+        work = []
         for rid, n in so.num_scheduled_tokens.items():
             req = self.requests[rid]
-            start = starts[rid]
             table = self.block_table(rid)
-            tokens = req.all_token_ids
-            positions = list(range(start, start + n))
+            positions = list(range(starts[rid], starts[rid] + n))
             slots = torch.tensor([table[p // self.block_size] * self.block_size + p % self.block_size
                                   for p in positions], dtype=torch.int64)
-            for li, name in enumerate(self.layers):
-                self.worker.wait_for_layer_load(name)
+            work.append((req.all_token_ids, positions, slots))
+            self.written.setdefault(rid, set()).update(positions)
+        for li, name in enumerate(self.layers):
+            self.worker.wait_for_layer_load(name)
+            cache = self.caches[name]
+            nb, nh, bs, _ = cache.size()
+            key_cache, value_cache = cache.view((nb, nh, bs * 2, -1)).chunk(2, dim=2)
+            for tokens, positions, slots in work:
                 key = torch.stack([kv_value(tokens[p], p, li, 0) for p in positions])
                 value = torch.stack([kv_value(tokens[p], p, li, 1) for p in positions])
-                cache = self.caches[name]
-                nb, nh, bs, _ = cache.size()
-                key_cache, value_cache = cache.view((nb, nh, bs * 2, -1)).chunk(2, dim=2)
                 ops.cpu_attn_reshape_and_cache(key, value, key_cache, value_cache, slots, self.isa)
-            self.written.setdefault(rid, set()).update(positions)
-        for name in self.layers:
-            self.worker.save_kv_layer(name, self.caches[name], None)
+            self.worker.save_kv_layer(name, cache, None)
+            if after_layer is not None:
+                after_layer(li)
 
     # ------------------------------------------------------------------------------ checks
 

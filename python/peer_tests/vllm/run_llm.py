@@ -2,7 +2,8 @@
 generation of the given prompts, with or without kvpool as the KV connector, then optionally
 ``reset_prefix_cache(reset_connector=True)``. Prints one JSON line (prefixed ``RESULT ``): the
 generated token ids, the time to the first token of each prompt (a ``max_tokens=1`` generation,
-timed), and the connector's counters on both sides.
+timed), the connector's counters on both sides, and how the worker's connector moves KV
+(``granularity``: ``block`` or ``layer``).
 
 The engine core runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so the scheduler-side
 connector is reachable (``llm.llm_engine.engine_core.engine_core.scheduler.connector``) next to the
@@ -103,6 +104,7 @@ def main() -> None:
         result["worker"], result["scheduler"] = connector_stats(llm)
         result["connector_classes"] = [type(worker).__module__ + "." + type(worker).__name__,
                                        type(sched).__module__ + "." + type(sched).__name__]
+        result["granularity"] = worker.connector.granularity
     if spec.get("reset"):
         result["reset"] = bool(llm.reset_prefix_cache(reset_connector=True))
         result["scheduler_after_reset"] = dataclasses.asdict(

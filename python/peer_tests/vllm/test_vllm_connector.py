@@ -5,6 +5,7 @@ against a real kvpool pool (see engine_harness.py for what a step runs)."""
 from __future__ import annotations
 
 from importlib.metadata import version
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from kvpool.vllm import KvPoolConnector, KvPoolConnectorMetadata
 from vllm.platforms import current_platform
 
 from engine_harness import Engine, kv_value
+from kvpool_pools import LayerWrites
 from vllm_objects import BLOCK_SIZE, VLLM_DIST, VLLM_VERSION
 
 BS = BLOCK_SIZE
@@ -38,12 +40,14 @@ def client(kvpool_pool: Any) -> Any:
         yield c
 
 
-@pytest.fixture
-def engines(tiny_llama_dir: Any, kvpool_extra: dict, make_vllm_config: Any) -> Any:
+@pytest.fixture(params=[False, True], ids=["whole-blocks", "layerwise"])
+def engines(tiny_llama_dir: Any, kvpool_extra: dict, make_vllm_config: Any, request: pytest.FixtureRequest) -> Any:
+    """Engines whose connector moves KV whole blocks or (``layerwise: true``) layer by layer: every test
+    runs both ways."""
     made: list[Engine] = []
 
     def make(num_blocks: int = 64, **kw: Any) -> Engine:
-        extra = dict(kvpool_extra, **kw.pop("extra", {}))
+        extra = dict(kvpool_extra, layerwise=request.param, **kw.pop("extra", {}))
         e = Engine(make_vllm_config(tiny_llama_dir, extra=extra, **kw), num_blocks)
         made.append(e)
         return e
@@ -239,3 +243,21 @@ def test_reset_prefix_cache_with_reset_connector_empties_and_fences_the_pool(eng
     assert e.outputs[r2.request_id].finish_reason.name == "LENGTH"
     assert client.prefix_match(pool_keys(e, r2, 96)) == 0
     assert client.prefix_match(keys) == 0
+
+
+def test_layerwise_writes_each_layer_of_a_step_without_loads_during_its_forward_pass(
+        tiny_llama_dir: Any, kvpool_extra: dict, make_vllm_config: Any, make_request: Any, client: Any) -> None:
+    """A prefill without pool hits: vLLM starts the step only after its forward pass (no synchronous
+    loads), so the connector starts it at the first layer hook and layer i is in the step's puts before
+    layer i + 1 is computed; after the step the blocks are whole in the pool."""
+    e = Engine(make_vllm_config(tiny_llama_dir, extra=dict(kvpool_extra, layerwise=True)), 64)
+    writes = LayerWrites(e.worker.connector)
+    try:
+        r = e.add(make_request(prompt(100), max_tokens=1))
+        so = e.step(after_layer=writes.after_layer)
+        assert not so.has_sync_kv_loads
+        assert writes.each_before_the_next(e.worker.kv.layer_bytes, len(e.layers))
+        e.run()
+        assert client.prefix_match(pool_keys(e, r, 96)) == 3 and e.worker.stats().saved_blocks == 3
+    finally:
+        e.shutdown()

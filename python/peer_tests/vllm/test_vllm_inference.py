@@ -7,7 +7,9 @@ weights made by the test (tiny_llama.py), served by ``vllm.LLM`` in processes of
 * time to first token with and without a pool hit is measured and printed (a benchmark, not asserted);
 * a weight update (``reset_prefix_cache(reset_connector=True)``, then new weights under a new
   ``weights_version``) leaves no pre-update KV readable: the pool is empty and the new engine loads
-  nothing.
+  nothing;
+* engines moving KV layer by layer (``layerwise: true``) save and load it inside vLLM's forward pass,
+  and share it with engines moving whole blocks, both ways, with the same greedy tokens.
 """
 
 from __future__ import annotations
@@ -63,3 +65,29 @@ def test_two_engines_share_prefill_through_the_pool_and_a_weight_update_fences_i
                         "kv_extra": dict(extra, weights_version="v2")})
     assert after["worker"]["loaded_blocks"] == 0 and after["scheduler"]["matched_tokens"] == 0
     assert after["tokens"] == base2["tokens"] != base["tokens"]
+
+
+def test_layerwise_engines_save_and_load_inside_the_forward_pass_and_share_with_whole_block_engines(
+        tiny_llama_dir: Path, kvpool_extra: dict, kvpool_pool: Any) -> None:
+    model = str(tiny_llama_dir)
+    whole = dict(kvpool_extra, wait_for_save=True)
+    whole.pop("fence_path")  # engines in different processes share the default fence file
+    layers = dict(whole, layerwise=True)
+    base = run_engine({"model": model, "prompts": PROMPTS, "kv_extra": None})
+    # a layerwise engine saves every layer as vLLM computes it; a whole-block engine loads those blocks
+    saved = run_engine({"model": model, "prompts": PROMPTS, "kv_extra": layers})
+    assert saved["granularity"] == "layer"
+    assert saved["worker"]["loaded_blocks"] == 0 and saved["worker"]["saved_blocks"] >= BLOCKS
+    assert saved["worker"]["dropped_saves"] == 0
+    read = run_engine({"model": model, "prompts": PROMPTS, "kv_extra": whole})
+    assert read["granularity"] == "block"
+    assert read["worker"]["loaded_blocks"] == BLOCKS and read["worker"]["failed_loads"] == 0
+    # and the other way: whole blocks saved, loaded layer by layer
+    with kvpool.Client(kvpool_pool.master) as c:
+        assert c.remove_all(force=True) >= BLOCKS
+    saved_whole = run_engine({"model": model, "prompts": PROMPTS, "kv_extra": whole})
+    assert saved_whole["worker"]["saved_blocks"] >= BLOCKS
+    read_layers = run_engine({"model": model, "prompts": PROMPTS, "kv_extra": layers})
+    assert read_layers["worker"]["loaded_blocks"] == BLOCKS and read_layers["worker"]["failed_loads"] == 0
+    assert read_layers["scheduler"]["matched_tokens"] == BLOCKS * 32
+    assert base["tokens"] == saved["tokens"] == read["tokens"] == saved_whole["tokens"] == read_layers["tokens"]
