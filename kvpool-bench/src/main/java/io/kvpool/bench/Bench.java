@@ -161,49 +161,37 @@ public final class Bench {
                 .setStyle(ProgressBarStyle.ASCII).setUpdateIntervalMillis(500).continuousUpdate().build()) {
             bar = pb;
             if (o.sections.contains("store") || o.sections.contains("lookup")) {
-                try (PoolProcess pool = PoolProcess.start("6GiB", "1g"); RedisServer redis = RedisServer.start()) {
-                    results.environment.put("redis", redis.version());
-                    if (o.sections.contains("store")) {
-                        store(pool, redis);
+                section("store and lookup", () -> {
+                    try (PoolProcess pool = PoolProcess.start("6GiB", "1g"); RedisServer redis = RedisServer.start()) {
+                        results.environment.put("redis", redis.version());
+                        if (o.sections.contains("store")) {
+                            store(pool, redis);
+                        }
+                        if (o.sections.contains("lookup")) {
+                            lookup(pool, redis);
+                        }
                     }
-                    if (o.sections.contains("lookup")) {
-                        lookup(pool, redis);
-                    }
-                }
+                });
             }
-            if (o.sections.contains("metadata")) {
-                metadata();
-            }
-            if (o.sections.contains("reset")) {
-                reset();
-            }
-            if (o.sections.contains("disk")) {
-                disk();
-            }
-            if (o.sections.contains("restore")) {
-                restore();
-            }
-            if (o.sections.contains("python")) {
-                PythonBench.run(results, warmup(), duration(), targetWarmup(), bar);
-            }
-            if (o.sections.contains("mooncake")) {
-                MooncakeBench.run(results, warmup(), duration(), bar);
-            }
-            if (o.sections.contains("replicas")) {
+            sectionIf("metadata", this::metadata);
+            sectionIf("reset", this::reset);
+            sectionIf("disk", this::disk);
+            sectionIf("restore", this::restore);
+            sectionIf("python", () -> PythonBench.run(results, warmup(), duration(), targetWarmup(), bar));
+            sectionIf("mooncake", () -> MooncakeBench.run(results, warmup(), duration(), bar));
+            sectionIf("replicas", () -> {
                 ReplicaBench.run(results, warmup(), duration(), targetWarmup(), bar);
                 step("replicas");
-            }
-            if (o.sections.contains("tls")) {
-                TlsBench.run(results, warmup(), duration(), targetWarmup(), bar);
-            }
-            if (o.sections.contains("failover")) {
+            });
+            sectionIf("tls", () -> TlsBench.run(results, warmup(), duration(), targetWarmup(), bar));
+            sectionIf("failover", () -> {
                 bar.setExtraMessage(" failover");
                 FailoverBench.run(results, o.quick, () -> step("failover"));
-            }
-            if (o.sections.contains("rolling")) {
+            });
+            sectionIf("rolling", () -> {
                 bar.setExtraMessage(" rolling restart");
                 RollingRestartBench.run(results, o.quick, () -> step("rolling"));
-            }
+            });
         }
         evaluate();
         results.print(o.out);
@@ -217,7 +205,41 @@ public final class Bench {
         PythonBench.charts(results, dir);
         o.out.println();
         o.out.println("results: " + dir.resolve("results.json") + ", " + dir.resolve("results.csv") + ", charts in " + dir);
+        if (!failedSections.isEmpty()) {
+            throw new IllegalStateException(failedSections.size() + " section(s) failed (the others' results are in "
+                    + dir + "): " + String.join("; ", failedSections));
+        }
         return dir;
+    }
+
+    /** A section's body: anything it throws fails that section only. */
+    private interface Section {
+        void run() throws Exception;
+    }
+
+    /** Sections that failed in this run (the command then exits non-zero, after writing what the others measured). */
+    final List<String> failedSections = new ArrayList<>();
+
+    private void sectionIf(String name, Section body) {
+        if (o.sections.contains(name)) {
+            section(name, body);
+        }
+    }
+
+    /**
+     * Runs one section; if it fails, says so in the results (a failed check naming the section and why)
+     * and goes on with the next, so a late failure does not lose what the earlier sections measured.
+     */
+    private void section(String name, Section body) {
+        try {
+            body.run();
+        } catch (Exception | AssertionError e) {
+            String why = e.getMessage() == null ? e.toString() : e.getMessage();
+            failedSections.add(name + ": " + why);
+            results.checks.add(new Results.Check("section " + name + " ran", 0, "", "ran", false, "FAILED: " + why));
+            o.out.println();
+            o.out.println("kvpool bench: section " + name + " failed: " + why);
+        }
     }
 
     private void step(String what) {

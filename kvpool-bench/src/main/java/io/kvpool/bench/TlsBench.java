@@ -71,13 +71,14 @@ final class TlsBench {
 
     /** Makes the certificates into {@code dir} with scripts/tls-certs.sh; the server's identity. */
     private static Tls certificates(Path dir) throws Exception {
-        Path here = Path.of("").toAbsolutePath();
+        String home = System.getenv("KVPOOL_HOME"); // the checkout, as the other sections find it
+        Path here = home != null ? Path.of(home).toAbsolutePath() : Path.of("").toAbsolutePath();
         while (here != null && !Files.exists(here.resolve("scripts/tls-certs.sh"))) {
             here = here.getParent();
         }
         if (here == null) {
             throw new IllegalStateException("the tls section needs scripts/tls-certs.sh (and openssl): run kvpool bench"
-                    + " from the kvpool checkout");
+                    + " from the kvpool checkout, or set KVPOOL_HOME to it");
         }
         Process p = new ProcessBuilder(here.resolve("scripts/tls-certs.sh").toString(), dir.toString())
                 .redirectErrorStream(true).start();
