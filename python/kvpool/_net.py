@@ -308,9 +308,10 @@ class ConnectionPool:
         self.connect_timeout = connect_timeout
         self.on_connect = on_connect
         self.master = master
-        self._lock = threading.Condition()
+        self._lock = threading.Condition(threading.Lock())
         self._idle: list[Connection] = []
         self._open = 0
+        self._waiting = 0  # borrowers waiting for a connection: only then is there anyone to notify
         self._pid = pid()
         self._closed = False
 
@@ -324,7 +325,7 @@ class ConnectionPool:
             self._pid = pid()
 
     def borrow(self, timeout: float) -> Connection:
-        deadline = time.monotonic() + timeout
+        deadline = 0.0
         with self._lock:
             self._check_fork()
             while True:
@@ -332,6 +333,8 @@ class ConnectionPool:
                     raise KvPoolError(f"connection pool to {self.address} is closed")
                 if self._idle:
                     return self._idle.pop()
+                if not deadline:
+                    deadline = time.monotonic() + timeout
                 if self._open < self.max:
                     self._open += 1
                     break
@@ -339,7 +342,11 @@ class ConnectionPool:
                 if left <= 0:
                     raise KvPoolError(f"no free connection to {self.address} within {timeout:.1f}s "
                                       f"({self.max} in use)")
-                self._lock.wait(left)
+                self._waiting += 1
+                try:
+                    self._lock.wait(left)
+                finally:
+                    self._waiting -= 1
         try:
             c = Connection(self.host, self.port, min(self.connect_timeout, max(0.001, deadline - time.monotonic())),
                            tls=self.tls)
@@ -351,7 +358,8 @@ class ConnectionPool:
         except BaseException as e:
             with self._lock:
                 self._open -= 1
-                self._lock.notify()
+                if self._waiting:
+                    self._lock.notify()
             if isinstance(e, OSError):
                 cls = MasterUnreachable if self.master else KvPoolError
                 raise cls(f"cannot connect to {'master' if self.master else 'node'} at {self.address}: {e}") from e
@@ -368,7 +376,8 @@ class ConnectionPool:
                 self._open -= 1
             else:
                 self._idle.append(c)
-            self._lock.notify()
+            if self._waiting:
+                self._lock.notify()
 
     def close(self) -> None:
         with self._lock:
