@@ -17,6 +17,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -27,6 +28,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python"))
 
 import kvpool  # noqa: E402
+from kvpool._net import Connection  # noqa: E402
+from kvpool.protocol import Opcode  # noqa: E402
 
 JAR = REPO / "kvpool-cli" / "target" / "kvpool.jar"
 
@@ -66,6 +69,24 @@ def in_forked_child(fn: Callable[[], bool]) -> bool:
     os.close(r)
     os.waitpid(pid, 0)
     return status == b"\x00"
+
+
+def opcodes_of(fn: Callable[[], object], monkeypatch: pytest.MonkeyPatch) -> list[Opcode]:
+    """The requests this thread sends while ``fn`` runs (the read lease's poller is another thread), without
+    the keep-alive PING and the segment table's refresh."""
+    sent: list[Opcode] = []
+    me = threading.get_ident()
+    real = Connection.call
+
+    def spy(self: Connection, opcode: int, *a: Any, **kw: Any) -> Any:
+        if threading.get_ident() == me and opcode not in (Opcode.PING, Opcode.CLUSTER_STATS):
+            sent.append(Opcode(opcode))
+        return real(self, opcode, *a, **kw)
+
+    with monkeypatch.context() as m:
+        m.setattr(Connection, "call", spy)
+        fn()
+    return sent
 
 
 def free_port() -> int:
