@@ -40,8 +40,10 @@ from ._net import Connection, connect
 from .crc import crc32c
 from .errors import KvPoolError
 from .protocol import Opcode, ResultCode
-from .locations import REPORT_INTERVAL, Locations
-from .read_lease import IDLE_STOP, ReadLease
+from . import locations as _locations
+from .locations import Locations
+from . import read_lease
+from .read_lease import ReadLease
 from .results import MISS, PutStatus
 from .shm import Mapping
 from .two_phase import write_segment
@@ -110,14 +112,14 @@ class Leasing:
         self.leases.doom()
 
     def _idle(self) -> bool:
-        return self.leases.idle() and time.monotonic() - self._last_read > IDLE_STOP
+        return self.leases.idle() and time.monotonic() - self._last_read > read_lease.IDLE_STOP
 
     def _sweep(self) -> None:
         """After a renewal (the read lease's thread): releases stale write leases; every ``REPORT_INTERVAL``
         reports the reads served from remembered locations (the master's LRU sees them) and refreshes or drops
         their entries with its answer."""
         self.leases.sweep()
-        if time.monotonic() - self._reported < REPORT_INTERVAL:
+        if time.monotonic() - self._reported < _locations.REPORT_INTERVAL:
             return
         self._reported = time.monotonic()
         keys = self.locations.drain_touched(p.MAX_KEYS_PER_FRAME)

@@ -14,14 +14,16 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 from typing import Any, Iterator
 
 import pytest
 
 import kvpool
 from conftest import JAR, Cluster, Pool, find_java, opcodes_of, wait_until
-from kvpool import PutStatus, reads
+from kvpool import PutStatus, read_lease, reads, write_leases
 from kvpool import protocol as p
+from kvpool._net import Connection
 from kvpool.locations import MAX_RECENT, Locations
 from kvpool.protocol import Opcode
 
@@ -77,6 +79,44 @@ def test_a_copy_that_raced_a_removal_is_asked_of_the_master_again(pool: Pool, re
         assert reader.get_into("racy", buf) == kvpool.MISS
     monkeypatch.setattr(reads, "read_copy", real)
     assert reader.get("racy") is None
+
+
+def test_an_idle_reader_gives_its_read_lease_up_and_forgets(pool: Pool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process that only reads holds its read lease while it reads; once idle it gives it up (no removal waits
+    for it), forgetting every location; its next read asks the master and takes the lease again."""
+    monkeypatch.setattr(read_lease, "IDLE_STOP", 0.5)
+    monkeypatch.setattr(write_leases, "IDLE_STOP", 0.5)
+    with kvpool.Client(pool.master) as w:
+        assert w.put("idle/k", b"v" * 100) is PutStatus.OK
+    with kvpool.Client(pool.master, write_leases=False) as r:
+        assert r.get("idle/k") == b"v" * 100
+        leasing = r._leasing_here()
+        assert leasing.read._poller is not None and len(leasing.locations) == 1
+        wait_until(lambda: leasing.read._poller is None, "the idle reader to give its read lease up", timeout=10)
+        assert len(leasing.locations) == 0 and not leasing.read.valid()
+        assert Opcode.GET_REPLICA_LIST in opcodes_of(lambda: r.get("idle/k"), monkeypatch)
+        assert leasing.read._poller is not None and len(leasing.locations) == 1
+
+
+def test_reads_served_from_remembered_locations_are_reported_to_the_master(pool: Pool,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """So its LRU sees them: the read lease's thread sends the keys read from the cache (a batched
+    GET_REPLICA_LIST, a read for eviction), and the answer refreshes their entries."""
+    monkeypatch.setattr(kvpool.locations, "REPORT_INTERVAL", 0.0)
+    reported: list[bytes] = []
+    real = Connection.call
+
+    def spy(self: Connection, opcode: int, body: bytes, *a: Any, **kw: Any) -> Any:
+        if opcode == Opcode.BATCH_GET_REPLICA_LIST and threading.current_thread().name == "kvpool-read-lease":
+            reported.append(body)
+        return real(self, opcode, body, *a, **kw)
+
+    with kvpool.Client(pool.master) as r:
+        assert r.put("lru/k", b"x" * 64) is PutStatus.OK and r.get("lru/k") == b"x" * 64
+        monkeypatch.setattr(Connection, "call", spy)
+        assert r.get("lru/k") == b"x" * 64  # from the remembered location
+        wait_until(lambda: any(p.encode_keys([b"lru/k"]) == b for b in reported), "the cached read's report")
+        assert len(r._leasing_here().locations) == 1
 
 
 # ------------------------------------------------------------------------ removals with a frozen node
