@@ -44,7 +44,7 @@ from . import reads, two_phase
 from ._net import Connection, ConnectionPool, frame_end, parse_host_port, pid
 from .auth import Secrets
 from .tls import from_environment as tls_from_environment
-from .buffers import Buffer, as_memoryview
+from .buffers import Buffer
 from .config import master_from_environment
 from .codec import signed64
 from .etcd import LeaderInfo, LeaderWatch, parse_etcd_url
@@ -323,25 +323,19 @@ class Client(RangedIO):
     def _segment(self, sid: int, run: int | None = None) -> SegmentStats | None:
         """The segment with this id, refreshing the table once if it is unknown. Given the master ``run`` an
         answer came in, None unless the table held is that run's (see ``__init__``)."""
-        if run is None:
-            seg = self._segments.get(sid)
-            if seg is not None:
-                return seg
-
-        def lookup() -> SegmentStats | None:
+        for attempt in (0, 1):
             if run is not None and (run != self._master_run or self._table_run != run):
-                return None
-            return self._segments.get(sid)
-        if run is not None and run != self._master_run:
-            return None
-        seg = lookup()
-        if seg is None:
+                if attempt or run != self._master_run:
+                    return None
+            else:
+                seg = self._segments.get(sid)
+                if seg is not None or attempt:
+                    return seg
             try:
                 self.refresh()
             except KvPoolError:
                 return None
-            seg = lookup()
-        return seg
+        return None
 
     def _local_first(self, replicas: tuple[p.Replica, ...]) -> tuple[p.Replica, ...]:
         if len(replicas) < 2:
@@ -429,7 +423,7 @@ class Client(RangedIO):
             raise ValueError(f"pin_seconds must be 0 (no pin), a positive number of seconds or PIN_FOREVER (-1), "
                              f"got {pin_seconds}")
         kb = p.encode_keys_checked(keys)
-        views = [as_memoryview(v, what=f"value for key {p.abbreviate(k)!r}") for k, v in zip(keys, values)]
+        views = [reads.view_of(v, k, False) for k, v in zip(keys, values)]
         for k, v in zip(keys, views):
             if v.nbytes > self.max_value_bytes:
                 raise ValueError(f"value for key {p.abbreviate(k)!r} has {v.nbytes} bytes; the master accepts at "

@@ -18,8 +18,9 @@ checksum is known from an earlier pass), copy them. The call returns only once e
 when one failed: the addresses the lanes use (the caller's buffers, pinned by ``kvpool.buffers.Pins``, and
 the mapping's, pinned by ``Mapping.pin``) stay valid until then.
 
-Below ``MIN_PARALLEL_BYTES`` in a call, or with one lane, everything runs in the caller's thread: handing a
-part to a thread costs tens of microseconds, more than a few small copies.
+Below ``MIN_PARALLEL_BYTES`` in a call everything runs in the caller's thread, with slice copies (handing a part
+to a thread costs tens of microseconds, and pinning buffers for foreign calls a microsecond a value, more than a
+few small copies take); with one lane, in the caller's thread with foreign calls.
 
 Safety: a destination range outside the mapping is refused (ValueError) before any byte moves; a memmove
 past the mapping would not raise, it would crash the process.
@@ -137,6 +138,15 @@ def copy_in(mapping: Mapping, dests: Sequence[int], values: Sequence[memoryview]
     base = mapping.pin()
     if base is None:
         raise ValueError("the segment is not mapped for writing here (read-only, or closed)")
+    sizes = [v.nbytes for v in values]
+    if sum(sizes) < MIN_PARALLEL_BYTES:  # in this thread; slice copies cost less than pinning for foreign calls
+        view = mapping.view
+        for i, (at, v) in enumerate(zip(dests, values)):
+            mapping.prefault(at, at + sizes[i])
+            if crcs[i] is None:
+                crcs[i] = crc32c(v)
+            view[at:at + sizes[i]] = v
+        return
     address = ctypes.addressof(base)
     crc_at = crc32c_at
     with Pins() as pins:
@@ -154,5 +164,5 @@ def copy_in(mapping: Mapping, dests: Sequence[int], values: Sequence[memoryview]
                     crcs[i] = crc_at(srcs[i], n) if crc_at is not None else crc32c(values[i])
                 _memmove(address + at, srcs[i], n)
 
-        run_parts(parts([v.nbytes for v in values], lanes), run)
+        run_parts(parts(sizes, lanes), run)
     del base

@@ -29,19 +29,21 @@ if TYPE_CHECKING:
 _EMPTY = memoryview(b"")
 
 
-def writable_view(buffer: Buffer, key: str) -> memoryview:
-    """``buffer`` as a writable byte view; the error names the key only when there is one to raise."""
+def view_of(buffer: Buffer, key: str, writable: bool) -> memoryview:
+    """``buffer`` as a byte view (``writable`` for a read's buffer); the error names the key (as the value or the
+    buffer for it), the name made only when there is an error to raise."""
     try:
-        return as_memoryview(buffer, writable=True)
+        return as_memoryview(buffer, writable=writable)
     except (TypeError, ValueError):
-        return as_memoryview(buffer, writable=True, what=f"buffer for key {p.abbreviate(key)!r}")
+        what = "buffer" if writable else "value"
+        return as_memoryview(buffer, writable=writable, what=f"{what} for key {p.abbreviate(key)!r}")
 
 
 def read_into(client: Client, keys: Sequence[str], buffers: Sequence[Buffer], batch: bool, strict: bool) -> list[int]:
     """``get_into`` (``strict``: a buffer too small raises) and ``get_into_batch`` (it reads ``TOO_SMALL``)."""
     if len(keys) != len(buffers):
         raise ValueError(f"{len(keys)} keys but {len(buffers)} buffers")
-    views = [writable_view(b, k) for k, b in zip(keys, buffers)]
+    views = [view_of(b, k, True) for k, b in zip(keys, buffers)]
     if len(keys) == 1 and not batch:
         got = read_one(client, keys[0], views[0], strict)
         if got is not None:
