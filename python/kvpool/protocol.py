@@ -676,9 +676,8 @@ def encode_digests(digests: Sequence[tuple[int, int]]) -> bytes:
 # --------------------------------------------------------------------------------- node messages
 
 
-@dataclass(frozen=True, slots=True)
-class WriteItem:
-    """One object of a NODE_WRITE / NODE_SHM_WRITE_BEGIN (section 4.19)."""
+class WriteItem(NamedTuple):
+    """One object of a NODE_WRITE / NODE_SHM_WRITE_BEGIN (section 4.19); a tuple, made per object written."""
 
     offset: int
     generation: int
