@@ -1,4 +1,5 @@
-"""Copy and checksum lanes: the same-machine path's bytes moved by a few threads at once.
+"""Copy and checksum lanes: the same-machine path's bytes moved by a few threads at once (puts: ``copy_in``;
+reads: ``copy_out``).
 
 Why
 ---
@@ -17,6 +18,9 @@ a part: prefault its windows of the segment (``Mapping.prefault``), checksum the
 checksum is known from an earlier pass), copy them. The call returns only once every part has ended, even
 when one failed: the addresses the lanes use (the caller's buffers, pinned by ``kvpool.buffers.Pins``, and
 the mapping's, pinned by ``Mapping.pin``) stay valid until then.
+
+Reads (``copy_out``) are cut the same way; each lane does the check-copy-check of ``Mapping.read_range`` for
+its objects, the copy a ``memmove`` into the caller's buffer, and a copy the object changed under does not stand.
 
 Below ``MIN_PARALLEL_BYTES`` in a call everything runs in the caller's thread, with slice copies (handing a part
 to a thread costs tens of microseconds, and pinning buffers for foreign calls a microsecond a value, more than a
@@ -166,3 +170,36 @@ def copy_in(mapping: Mapping, dests: Sequence[int], values: Sequence[memoryview]
 
         run_parts(parts(sizes, lanes), run)
     del base
+
+
+def copy_out(mapping: Mapping, reads: Sequence[tuple[int, int, int, int, memoryview]], lanes: int) -> list[bool]:
+    """Same-machine reads: for each ``(offset, generation, value length, range offset, dst)``, the check-copy-check
+    of ``Mapping.read_range`` with the copy a ``memmove`` without the GIL, spread over up to ``lanes`` threads;
+    True per read that stands. Below ``MIN_PARALLEL_BYTES`` in all, or on a mapping without an address (read-only,
+    closed), the checks copy with slices in this thread."""
+    sizes = [r[4].nbytes for r in reads]
+    base = mapping.pin()
+    ok = [False] * len(reads)
+    if base is None or lanes < 2 or sum(sizes) < MIN_PARALLEL_BYTES:
+        for j, (off, gen, length, at, dst) in enumerate(reads):
+            ok[j] = mapping.read_range(off, gen, length, at, dst)
+        return ok
+    address = ctypes.addressof(base)
+    with Pins() as pins:
+        dsts = [pins.address(r[4]) for r in reads]
+
+        def run(lo: int, hi: int) -> None:
+            for j in range(lo, hi):
+                off, gen, length, at, dst = reads[j]
+                ok[j] = mapping.read_range(off, gen, length, at, dst, _copy_to(dsts[j], address))
+
+        run_parts(parts(sizes, lanes), run)
+    del base
+    return ok
+
+
+def _copy_to(dst: int, address: int) -> Callable[[int, memoryview], None]:
+    """A copy from offset ``at`` of the mapping at ``address`` to ``dst``, of ``view.nbytes`` bytes."""
+    def copy(at: int, view: memoryview) -> None:
+        _memmove(dst, address + at, view.nbytes)
+    return copy

@@ -28,6 +28,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Callable, Protocol, Sequence, TypeVar
 
+from . import lanes
 from . import protocol as p
 from ._net import ConnectionPool, frame_end
 from .buffers import Buffer, as_memoryview
@@ -116,6 +117,7 @@ class _Client(Protocol):
     timeout: float
     max_value_bytes: int
     default_replicas: int
+    copy_lanes: int
     _shm: SharedSegments
 
     def _lookup(self, kb: list[bytes], batch: bool) -> list[p.ReplicaList]: ...
@@ -261,16 +263,25 @@ def _read_segment(client: _Client, sid: int, slots: list[tuple[int, p.Replica]],
     mapping = client._shm.mapping(seg)
     tcp: list[tuple[int, p.Replica, p.ReplicaList]] = []
     shm_bytes = retries = 0
+    local: list[tuple[int, p.Replica, p.ReplicaList]] = []
     for i, rep in slots:
         w = where[i]
         assert w is not None
         if rep.tier == p.TIER_MEMORY and mapping is not None:
-            if mapping.read_range(rep.offset, w.generation, w.value_length, offsets[i] if offsets else 0, views[i]):
+            local.append((i, rep, w))
+        else:
+            tcp.append((i, rep, w))  # another host, or the disk tier: the node reads it
+    if local:
+        assert mapping is not None
+        copied = lanes.copy_out(mapping, [(rep.offset, w.generation, w.value_length, offsets[i] if offsets else 0,
+                                           views[i]) for i, rep, w in local], client.copy_lanes)
+        for (i, rep, w), ok in zip(local, copied):
+            if ok:
                 got[i] = views[i].nbytes
                 shm_bytes += got[i]
-                continue
-            retries += 1
-        tcp.append((i, rep, w))  # another host, the disk tier, or changed under the copy: the node pins it
+            else:
+                retries += 1
+                tcp.append((i, rep, w))  # changed under the copy: the node pins it
     if shm_bytes:
         client._count("bytes_read_shm", shm_bytes)
     if retries:

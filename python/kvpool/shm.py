@@ -47,6 +47,7 @@ import mmap
 import os
 import socket
 import threading
+from typing import Callable
 
 from . import protocol as p
 from .protocol import SegmentStats
@@ -156,9 +157,11 @@ class Mapping:
         """Copies the object into ``dst[:length]``; False if it is not there or changed during the copy."""
         return self.read_range(offset, generation, length, 0, dst[:length])
 
-    def read_range(self, offset: int, generation: int, length: int, range_offset: int, dst: memoryview) -> bool:
+    def read_range(self, offset: int, generation: int, length: int, range_offset: int, dst: memoryview,
+                   copy: Callable[[int, memoryview], None] | None = None) -> bool:
         """Copies ``dst.nbytes`` bytes from ``range_offset`` of the object's value into ``dst`` (the caller
-        checked the range is inside the value), with ``read``'s checks; False if not there or changed."""
+        checked the range is inside the value), with ``read``'s checks; False if not there or changed.
+        ``copy(at, dst)``, if given, does the copy from offset ``at`` of the mapping (``kvpool.lanes``)."""
         if offset < 0 or offset + p.OBJECT_KEY_OFFSET > self.size:
             return False
         magic, version, state, key_len, value_len, gen = p.OBJECT_HEAD.unpack_from(self.mm, offset)
@@ -172,7 +175,10 @@ class Mapping:
         at += range_offset
         if self._populate and n:
             self.prefault(at, at + n)
-        dst[:] = self.view[at:at + n]
+        if copy is None:
+            dst[:] = self.view[at:at + n]
+        else:
+            copy(at, dst)
         _, _, state, _, _, gen = p.OBJECT_HEAD.unpack_from(self.mm, offset)
         return state == p.OBJECT_STATE_COMPLETE and gen == generation
 

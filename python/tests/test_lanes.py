@@ -20,6 +20,7 @@ import pytest
 import kvpool
 from conftest import Pool, in_forked_child, start_pool
 from kvpool import PutStatus, lanes
+from kvpool import protocol as p
 from kvpool.crc import crc32c
 from kvpool.shm import Mapping
 
@@ -130,3 +131,42 @@ def test_a_copy_that_differs_from_what_was_checksummed_fails_its_put(monkeypatch
         keys = list(vals)
         assert c.get_batch(keys) == [v if i != 5 else None for i, v in enumerate(vals.values())]
         assert c.put(keys[5], target) is PutStatus.OK and c.get(keys[5]) == target  # the key was left free
+
+
+def test_reads_through_lanes_are_byte_exact_and_a_copy_the_object_changed_under_does_not_stand(
+        pool: Pool, client: kvpool.Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch of same-machine reads spread over lanes lands byte-exact. If an object changes while a lane copies
+    it (here: the copy comes out wrong and the region's header says dead before the check after the copy), that
+    copy is not returned: the object is read over TCP, which yields it or a miss."""
+    vals = values_for("r", 8, MIB)
+    keys = list(vals)
+    assert client.put_batch(keys, list(vals.values())) == [PutStatus.OK] * 8
+    with kvpool.Client(pool.master, location_cache=0) as r:
+        r.copy_lanes = 4
+        bufs = [bytearray(len(v)) for v in vals.values()]
+        assert r.get_into_batch(keys, bufs) == [len(v) for v in vals.values()]
+        assert [bytes(b) for b in bufs] == list(vals.values()) and r.counters["bytes_read_shm"] == sum(map(len, bufs))
+        target = vals[keys[3]]
+        (_, _, [(name, _, offset)]), = r.replica_locations([keys[3]])
+        mapping = r._shm.mapping(next(s for s in r.status().segments if s.name == name))
+        assert mapping is not None
+        real = lanes._memmove
+        torn: list[int] = []
+
+        def racing(dst: int, src: int, n: int) -> int:
+            out = real(dst, src, n)
+            if n == len(target) and ctypes.string_at(dst, 16) == target[:16]:
+                ctypes.memset(dst, 0, n)  # the copy came out wrong...
+                mapping.view[offset + 5] = p.OBJECT_STATE_DEAD  # ...because the node reused the region meanwhile
+                torn.append(n)
+            return out
+
+        monkeypatch.setattr(lanes, "_memmove", racing)
+        bufs = [bytearray(len(v)) for v in vals.values()]
+        try:
+            got = r.get_into_batch(keys, bufs)
+        finally:
+            mapping.view[offset + 5] = p.OBJECT_STATE_COMPLETE
+        assert torn and r.counters["shm_read_retries"] == 1
+        assert got[3] == kvpool.MISS or bytes(bufs[3]) == target  # never the bytes copied under the change
+        assert [bytes(b) for i, b in enumerate(bufs) if i != 3] == [v for i, v in enumerate(vals.values()) if i != 3]
