@@ -19,7 +19,8 @@ checksum is known from an earlier pass), copy them. The call returns only once e
 when one failed: the addresses the lanes use (the caller's buffers, pinned by ``kvpool.buffers.Pins``, and
 the mapping's, pinned by ``Mapping.pin``) stay valid until then.
 
-Reads (``copy_out``) are cut the same way; each lane does the check-copy-check of ``Mapping.read_range`` for
+Puts under a write lease over TCP use the same runs (``kvpool.leased_puts``): each lane checksums its share and
+sends it on a pooled connection of its own. Reads (``copy_out``) are cut the same way; each lane does the check-copy-check of ``Mapping.read_range`` for
 its objects, the copy a ``memmove`` into the caller's buffer, and a copy the object changed under does not stand.
 
 Below ``MIN_PARALLEL_BYTES`` in a call everything runs in the caller's thread, with slice copies (handing a part

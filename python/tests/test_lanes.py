@@ -64,8 +64,11 @@ def test_a_copy_outside_the_mapping_is_refused_before_any_byte_moves(tmp_path: P
         m.close()
 
 
-def test_large_puts_from_many_threads_land_byte_exact(pool: Pool, client: kvpool.Client) -> None:
-    writer = client
+@pytest.mark.parametrize("shm", [True, False], ids=["shm", "tcp"])
+def test_large_puts_from_many_threads_land_byte_exact(pool: Pool, client: kvpool.Client, shm: bool) -> None:
+    """Over shared memory each lane copies and checksums its share; over TCP each lane checksums its share and
+    sends it on a connection of its own."""
+    writer = client if shm else kvpool.Client(pool.master, shared_memory=False)
     writer.copy_lanes = 4  # spread over lanes even on a small machine
     groups = [values_for(f"t{t}", 12, MIB) for t in range(4)]
     errors: list[BaseException] = []
@@ -84,11 +87,14 @@ def test_large_puts_from_many_threads_land_byte_exact(pool: Pool, client: kvpool
     for t in threads:
         t.join(120)
     assert not errors, errors
-    assert writer.counters["bytes_written_shm"] == sum(len(v) for g in groups for v in g.values())
+    assert writer.counters["bytes_written_shm" if shm else "bytes_written_tcp"] == \
+        sum(len(v) for g in groups for v in g.values())
     with kvpool.Client(pool.master, shared_memory=False) as tcp:
         for g in groups:
             assert tcp.get_batch(list(g)) == list(g.values())
-            assert writer.get_batch(list(g)) == list(g.values())
+            assert client.get_batch(list(g)) == list(g.values())
+    if not shm:
+        writer.close()
 
 
 def test_a_forked_child_puts_through_lanes_of_its_own(pool: Pool, client: kvpool.Client) -> None:
