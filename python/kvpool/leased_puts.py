@@ -12,8 +12,7 @@ lease has room: a single small put is one node exchange and one COMMIT, where th
   connection the lease keeps), each value is checksummed and copied into the mapped segment at its region's
   value offset, by a few threads at once for a large call (``kvpool.lanes``; the lease's windows of the
   segment are prefaulted while the node admits the range), and one NODE_SHM_LEASE_WRITE per call (per 4,096
-  objects) records them. That is never slower than TCP: the same number of exchanges, without the bytes on
-  the socket.
+  objects) records them: the same exchanges as over TCP, without the bytes on the socket.
 * **Outcomes.** An object whose node write failed is left out of the COMMIT (FENCED if the node said so,
   FAILED otherwise). Objects whose COMMIT finds the lease gone (EXPIRED: the master restarted, or the
   segment left), and those of a lease none of whose writes landed (unless fenced), are written once more
