@@ -6,7 +6,8 @@
 from . import etcd
 from .auth import Secrets
 from .buffers import RawBuffer, as_memoryview
-from .client import MISS, TOO_SMALL, Client, PutResult, PutStatus
+from .client import Client, PutResult, PutStatus
+from .results import MISS, TOO_SMALL
 from .errors import AuthenticationError, KvPoolError, MasterTimeout, MasterUnreachable
 from .protocol import PIN_FOREVER
 from .protocol import VERSION as PROTOCOL_VERSION

@@ -1,8 +1,10 @@
 """Connections and connection pools: one request at a time per connection (docs/protocol.md 1.2).
 
 A ``Connection`` writes one request frame (header, body, then payload straight from the caller's
-memory) and reads the reply header and body; a NODE_READ reply's payload is then read with
-``read_payload_into`` straight into the caller's memory (``recv_into``), never through ``bytes``.
+memory) with one ``sendmsg`` and reads the reply header and body with one ``recv_into`` into a buffer of its
+own; a NODE_READ reply's payload is then read with ``read_payload_into`` straight into the caller's memory
+(``recv_into``; the part that came with the header is copied from the buffer), never through ``bytes``.
+Fork checks compare with ``pid()``, kept by a fork hook, not a ``getpid`` system call per request.
 
 Error replies become exceptions: ``BAD_REQUEST`` a ValueError carrying the server's message (the
 request was invalid; the connection stays usable when nothing was left unread), every other status a
@@ -22,6 +24,7 @@ from __future__ import annotations
 import os
 import socket
 import ssl
+import struct
 import threading
 import time
 from typing import Callable, Sequence
@@ -31,6 +34,22 @@ from .auth import NONE as NO_SECRETS
 from .auth import Secrets, authenticate
 from .errors import KvPoolError, MasterUnreachable
 from .tls import explain
+
+
+_pid = os.getpid()
+
+
+def _forked() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
+def pid() -> int:
+    """This process's id, without a system call (kept by a fork hook): what fork checks compare with."""
+    return _pid
 
 
 def parse_host_port(s: str, what: str = "address") -> tuple[str, int]:
@@ -48,8 +67,24 @@ def parse_host_port(s: str, what: str = "address") -> tuple[str, int]:
     return host, n
 
 
+#: Bytes of a connection's receive buffer: a reply's header and body, and the start of its payload, arrive
+#: with one ``recv_into`` when they fit.
+RECV_BUFFER = 64 << 10
+#: iovecs per ``sendmsg`` (Linux's IOV_MAX is 1024).
+_IOV_MAX = 1024
+_TIMEVAL = struct.Struct("ll")
+
+
 class Connection:
-    """One TCP connection to a master or a node, carrying one exchange at a time."""
+    """One TCP connection to a master or a node, carrying one exchange at a time.
+
+    System calls per exchange (plain TCP): one ``sendmsg`` for the whole request frame (header, body and the
+    payload straight from the caller's memory), and one ``recv_into`` into a buffer of the connection's own for
+    the reply's header and body, which also takes the start of a payload (``read_payload_into`` drains it first).
+    The socket is blocking, with the kernel's SO_RCVTIMEO / SO_SNDTIMEO as the per-call timeout (set only when
+    it changes): a socket in Python's timeout mode polls before every send and receive. A kernel timeout is
+    raised as ``TimeoutError``. TLS connections keep Python's timeout mode (an SSL socket has no ``sendmsg``).
+    """
 
     def __init__(self, host: str, port: int, connect_timeout: float,
                  max_body: int = p.DEFAULT_MAX_BODY_BYTES, max_payload: int = p.DEFAULT_MAX_PAYLOAD_BYTES,
@@ -66,15 +101,34 @@ class Connection:
             except OSError:
                 sock.close()
                 raise
+        else:
+            sock.settimeout(None)  # blocking; timeouts are the kernel's (``_set_timeout``)
         self.sock: socket.socket = sock
+        self._plain = tls is None
+        self._timeout = -1.0
         self.max_body = max_body
         self.max_payload = max_payload
         self.next_id = 1
         self.broken = False
         self.pending_payload = 0  # reply payload bytes not read yet
         self.master_run = -1  # to a master: the client's master run its HELLO met (Client._hello)
-        self.pid = os.getpid()
-        self._hdr = bytearray(p.HEADER_BYTES)
+        self.pid = pid()
+        self._buf = bytearray(RECV_BUFFER)
+        self._view = memoryview(self._buf)
+        self._have = 0  # payload bytes of the current reply already in the buffer, from ``_at``
+        self._at = 0
+
+    def _set_timeout(self, timeout: float) -> None:
+        if timeout == self._timeout:
+            return
+        if self._plain:
+            t = max(timeout, 0.001)
+            tv = _TIMEVAL.pack(int(t), int((t - int(t)) * 1e6))
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+        else:
+            self.sock.settimeout(timeout)
+        self._timeout = timeout
 
     def call(self, opcode: int, body: bytes, timeout: float, payload: Sequence[memoryview] = ()) -> tuple[bytes, int]:
         """Sends one request and reads the reply's header and body: returns (body, payload length).
@@ -88,27 +142,15 @@ class Connection:
         total = 0
         for v in payload:
             total += v.nbytes
-        self.sock.settimeout(timeout)
         try:
+            self._set_timeout(timeout)
             head = p.encode_header(opcode, rid, len(body), total)
-            if total and total < 1 << 16:
-                self.sock.sendall(b"".join((head, body, *payload)))
-            else:
-                self.sock.sendall(head + body)
-                for v in payload:
-                    self.sock.sendall(v)
-            self._recv_exact(self._hdr)
-            h = p.decode_header(self._hdr)
+            self._send(head, body, payload, total)
+            h, reply = self._receive(timeout)
             if not h.flags & p.FLAG_REPLY:
                 raise p.ProtocolError("received a request frame where a reply was expected")
             if h.request_id not in (rid, 0):
                 raise p.ProtocolError(f"reply carries request id {h.request_id}, expected {rid}")
-            if h.body_length > self.max_body or h.payload_length > self.max_payload:
-                raise p.ProtocolError(f"reply of {h.body_length} body and {h.payload_length} payload bytes "
-                                      "exceeds this client's limits")
-            reply = bytearray(h.body_length)
-            if h.body_length:
-                self._recv_exact(reply)
         except ssl.SSLError as e:
             self.close()
             raise ConnectionError(explain(e, self.address)) from e
@@ -126,7 +168,74 @@ class Connection:
                 name = f"status {h.status}"
             raise KvPoolError(f"{self.address} answered {p.Opcode(opcode).name} with {name}: {msg}")
         self.pending_payload = h.payload_length
-        return bytes(reply), h.payload_length
+        return reply, h.payload_length
+
+    def _send(self, head: bytes, body: bytes, payload: Sequence[memoryview], total: int) -> None:
+        if not self._plain:
+            if total < 1 << 16:
+                self.sock.sendall(b"".join((head, body, *payload)))
+            else:
+                self.sock.sendall(head + body)
+                for v in payload:
+                    self.sock.sendall(v)
+            return
+        parts: list[bytes | memoryview] = [head, body, *payload] if body else [head, *payload]
+        left = len(head) + len(body) + total
+        sendmsg = self.sock.sendmsg
+        try:
+            while True:
+                n = sendmsg(parts[:_IOV_MAX])
+                left -= n
+                if not left:
+                    return
+                while n:  # drop what went, keep the rest of a part sent in part
+                    k = len(parts[0]) if isinstance(parts[0], bytes) else parts[0].nbytes
+                    if n >= k:
+                        n -= k
+                        parts.pop(0)
+                    else:
+                        parts[0] = memoryview(parts[0])[n:]
+                        n = 0
+        except BlockingIOError:
+            raise TimeoutError(f"{self.address}: sending timed out after {self._timeout:.1f}s") from None
+
+    def _receive(self, timeout: float) -> tuple[p.Header, bytes]:
+        """Reads the reply's header and body; payload bytes that came with them stay in the buffer."""
+        view = self._view
+        got = self._fill(0, p.HEADER_BYTES)
+        h = p.decode_header(view[:p.HEADER_BYTES])
+        if h.body_length > self.max_body or h.payload_length > self.max_payload:
+            raise p.ProtocolError(f"reply of {h.body_length} body and {h.payload_length} payload bytes "
+                                  "exceeds this client's limits")
+        end = p.HEADER_BYTES + h.body_length
+        if end <= len(view):
+            if got < end:
+                got = self._fill(got, end)
+            reply = bytes(view[p.HEADER_BYTES:end])
+        else:  # a body larger than the buffer: what came with the header, then the rest straight into it
+            big = bytearray(h.body_length)
+            have = got - p.HEADER_BYTES
+            big[:have] = view[p.HEADER_BYTES:got]
+            self._recv_exact(memoryview(big)[have:])
+            reply, got, end = bytes(big), 0, 0
+        self._at, self._have = end, got - end
+        if self._have > h.payload_length:
+            raise p.ProtocolError(f"{self.address} sent {self._have - h.payload_length} bytes after its reply")
+        return h, reply
+
+    def _fill(self, got: int, need: int) -> int:
+        """Receives into the buffer from ``got`` until it holds at least ``need`` bytes; the count it holds."""
+        view = self._view
+        recv_into = self.sock.recv_into
+        try:
+            while got < need:
+                k = recv_into(view[got:])
+                if k == 0:
+                    raise ConnectionError(f"{self.address} closed the connection")
+                got += k
+        except BlockingIOError:
+            raise TimeoutError(f"{self.address}: no reply within {self._timeout:.1f}s") from None
+        return got
 
     def read_payload_into(self, dst: memoryview) -> None:
         """Reads the next ``len(dst)`` reply payload bytes straight into ``dst``."""
@@ -135,22 +244,31 @@ class Connection:
             self.close()
             raise p.ProtocolError(f"{self.address}: asked for {n} payload bytes, {self.pending_payload} left")
         try:
-            self._recv_exact(dst)
+            k = min(n, self._have)
+            if k:
+                dst[:k] = self._view[self._at:self._at + k]
+                self._at += k
+                self._have -= k
+            if k < n:
+                self._recv_exact(dst[k:])
         except OSError:
             self.close()
             raise
         self.pending_payload -= n
 
-    def _recv_exact(self, buf: bytearray | memoryview) -> None:
-        view = memoryview(buf).cast("B") if not isinstance(buf, memoryview) else buf
+    def _recv_exact(self, buf: memoryview) -> None:
+        view = buf.cast("B") if buf.format != "B" else buf
         got = 0
         n = view.nbytes
         recv_into = self.sock.recv_into
-        while got < n:
-            k = recv_into(view[got:], n - got)
-            if k == 0:
-                raise ConnectionError(f"{self.address} closed the connection")
-            got += k
+        try:
+            while got < n:
+                k = recv_into(view[got:], n - got)
+                if k == 0:
+                    raise ConnectionError(f"{self.address} closed the connection")
+                got += k
+        except BlockingIOError:
+            raise TimeoutError(f"{self.address}: no reply within {self._timeout:.1f}s") from None
 
     def close(self) -> None:
         """Closes the connection. In the process that opened it, shuts the socket down first: a copy of it that
@@ -158,7 +276,7 @@ class Connection:
         aside until the connection that set it aside ends), and a thread blocked reading it wakes up. A forked
         child only closes its own copy, which leaves the parent's connection alone."""
         self.broken = True
-        if self.pid == os.getpid():
+        if self.pid == pid():
             try:
                 self.sock.shutdown(socket.SHUT_RDWR)
             except OSError:
@@ -190,23 +308,24 @@ class ConnectionPool:
         self.connect_timeout = connect_timeout
         self.on_connect = on_connect
         self.master = master
-        self._lock = threading.Condition()
+        self._lock = threading.Condition(threading.Lock())
         self._idle: list[Connection] = []
         self._open = 0
-        self._pid = os.getpid()
+        self._waiting = 0  # borrowers waiting for a connection: only then is there anyone to notify
+        self._pid = pid()
         self._closed = False
 
     def _check_fork(self) -> None:
-        if self._pid != os.getpid():
+        if self._pid != pid():
             # a forked child: the parent's sockets are shared copies; close ours (the parent keeps its own)
             for c in self._idle:
                 c.close()
             self._idle = []
             self._open = 0
-            self._pid = os.getpid()
+            self._pid = pid()
 
     def borrow(self, timeout: float) -> Connection:
-        deadline = time.monotonic() + timeout
+        deadline = 0.0
         with self._lock:
             self._check_fork()
             while True:
@@ -214,6 +333,8 @@ class ConnectionPool:
                     raise KvPoolError(f"connection pool to {self.address} is closed")
                 if self._idle:
                     return self._idle.pop()
+                if not deadline:
+                    deadline = time.monotonic() + timeout
                 if self._open < self.max:
                     self._open += 1
                     break
@@ -221,7 +342,11 @@ class ConnectionPool:
                 if left <= 0:
                     raise KvPoolError(f"no free connection to {self.address} within {timeout:.1f}s "
                                       f"({self.max} in use)")
-                self._lock.wait(left)
+                self._waiting += 1
+                try:
+                    self._lock.wait(left)
+                finally:
+                    self._waiting -= 1
         try:
             c = Connection(self.host, self.port, min(self.connect_timeout, max(0.001, deadline - time.monotonic())),
                            tls=self.tls)
@@ -233,7 +358,8 @@ class ConnectionPool:
         except BaseException as e:
             with self._lock:
                 self._open -= 1
-                self._lock.notify()
+                if self._waiting:
+                    self._lock.notify()
             if isinstance(e, OSError):
                 cls = MasterUnreachable if self.master else KvPoolError
                 raise cls(f"cannot connect to {'master' if self.master else 'node'} at {self.address}: {e}") from e
@@ -250,12 +376,13 @@ class ConnectionPool:
                 self._open -= 1
             else:
                 self._idle.append(c)
-            self._lock.notify()
+            if self._waiting:
+                self._lock.notify()
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            if self._pid == os.getpid():
+            if self._pid == pid():
                 for c in self._idle:
                     c.close()
             self._idle = []

@@ -24,6 +24,11 @@ Phases (values of 1 MiB, batches of 64, as ``KvpoolTarget.getBatched``/``putBatc
   keys, the same 1 MiB values (redis-py returns a new ``bytes`` per GET: it has no read-into).
 * ``exists`` / ``redis-exists``: ``batch_exists`` of 1024 stored keys / redis-py pipelined EXISTS of
   the same keys.
+* Single small operations, one call at a time (4 KiB values; latency per call is what counts):
+  ``small-put-shm`` / ``small-put-tcp``: ``put_from`` of fresh keys; ``small-get-shm`` / ``small-get-tcp``:
+  ``get_into`` of a random one of 1,000 stored keys into one buffer; ``small-exists-shm`` /
+  ``small-exists-tcp``: ``exists`` of one of those keys; ``redis-small-set`` / ``-get`` / ``-exists``:
+  redis-py's SET of fresh keys, GET and EXISTS of one of 1,000 stored keys, not pipelined.
 
 Clients are **processes** (multiprocessing, spawn), each with its own ``Client`` (and Redis
 connection): no GIL between them, as engines' workers run. The processes stay up between phases, but
@@ -57,9 +62,14 @@ REGION = 1 << 30   # the numpy baseline's source region
 ALIGN = 4096
 EXISTS_KEYS = 1024
 
+SMALL = 4096  # single small operations: the value size
+SMALL_KEYS = 1000  # keys each client stores for small gets and exists
+
 KVPOOL_PHASES = ("get-shm", "get-tcp", "put-shm", "put-tcp", "exists")
 REDIS_PHASES = ("redis-get", "redis-put", "redis-exists")
-PHASES = KVPOOL_PHASES + ("numpy",) + REDIS_PHASES
+SMALL_PHASES = tuple(f"small-{op}-{path}" for op in ("put", "get", "exists") for path in ("shm", "tcp")) + \
+    ("redis-small-set", "redis-small-get", "redis-small-exists")
+PHASES = KVPOOL_PHASES + ("numpy",) + REDIS_PHASES + SMALL_PHASES
 
 
 def lookup_keys(n: int = EXISTS_KEYS) -> list[str]:
@@ -83,10 +93,13 @@ class _Worker:
         self.redis_addr = redis_addr
         self._kv: dict[bool, Any] = {}
         self._redis: Any = None
+        self._redis_fast: Any = None
         self._region: Any = None
         rng = np.random.default_rng(wid + 1)
         self.value = rng.integers(0, 256, VALUE, dtype=np.uint8)  # what an engine's KV block is: an array
         self.value_bytes = self.value.tobytes()
+        self.small = rng.integers(0, 256, SMALL, dtype=np.uint8).tobytes()
+        self.small_buf = bytearray(SMALL)
         self.dst = np.empty((BATCH, VALUE), np.uint8)
         self.dst.fill(wid)  # touch every page now, not during a measurement
         self.rows = list(self.dst)  # 64 distinct destinations, like the Java side's 64 segments
@@ -101,15 +114,21 @@ class _Worker:
             c = self._kv[shm] = kvpool.Client(self.master, shared_memory=shm)
         return c
 
-    def redis(self) -> Any:
-        if self._redis is None:
+    def redis(self, fastest: bool = False) -> Any:
+        """The redis-py client; ``fastest``: one with redis-py's defaults (no socket timeout, which here made
+        single SETs and EXISTS more than twice as slow), for the single small operations."""
+        r = self._redis_fast if fastest else self._redis
+        if r is None:
             import redis
 
             host, _, port = (self.redis_addr or "").rpartition(":")
             if not host:
                 raise ValueError("a redis phase needs --redis HOST:PORT")
-            self._redis = redis.Redis(host=host, port=int(port), socket_timeout=60)
-        return self._redis
+            if fastest:
+                r = self._redis_fast = redis.Redis(host=host, port=int(port))
+            else:
+                r = self._redis = redis.Redis(host=host, port=int(port), socket_timeout=60)
+        return r
 
     def region(self) -> Any:
         if self._region is None:
@@ -120,6 +139,8 @@ class _Worker:
 
     def build(self, phase: str, run: int, keys: list[str] | None) -> Callable[[int], int]:
         rnd = random.Random(run * 1_000_003 + self.wid)
+        if phase.startswith("small-") or phase.startswith("redis-small-"):
+            return self.build_small(phase, run, rnd)
         if phase in ("get-shm", "get-tcp"):
             shm = phase == "get-shm"
             c = self.kv(shm)
@@ -216,6 +237,58 @@ class _Worker:
             return rexists
         raise ValueError(f"unknown phase {phase!r}; phases are {', '.join(PHASES)}")
 
+    def build_small(self, phase: str, run: int, rnd: random.Random) -> Callable[[int], int]:
+        """A single small operation a call (see the module notes): kvpool over either path, or redis-py."""
+        v, buf, name = self.small, self.small_buf, f"{phase}/{run}/{self.wid}"
+        stored = [f"{name}/{k}" for k in range(SMALL_KEYS)]
+        if phase.startswith("redis-"):
+            r = self.redis(fastest=True)
+            if phase != "redis-small-set":
+                pipe = r.pipeline(transaction=False)
+                for k in stored:
+                    pipe.set(k, v)
+                pipe.execute()
+
+            def rset(i: int) -> int:
+                if not r.set(f"{name}/{i}", v):
+                    raise RuntimeError("a Redis SET failed")
+                return SMALL
+
+            def rget(i: int) -> int:
+                got = r.get(stored[rnd.randrange(SMALL_KEYS)])
+                if got is None or len(got) != SMALL:
+                    raise RuntimeError("a Redis GET missed")
+                return SMALL
+
+            def rexists(i: int) -> int:
+                if r.exists(stored[rnd.randrange(SMALL_KEYS)]) != 1:
+                    raise RuntimeError("Redis EXISTS reported a stored key missing")
+                return 0
+            return {"redis-small-set": rset, "redis-small-get": rget, "redis-small-exists": rexists}[phase]
+        _, op, path = phase.split("-")
+        c = self.kv(path == "shm")
+        if op != "put":
+            st = c.put_batch(stored, [v] * SMALL_KEYS)
+            if any(s.name != "OK" for s in st):
+                raise RuntimeError(f"storing the small keys: {set(st)}")
+
+        def put(i: int) -> int:
+            st = c.put_from(f"{name}/{i}", v)
+            if st.name != "OK":
+                raise RuntimeError(f"a small put returned {st}")
+            return SMALL
+
+        def get(i: int) -> int:
+            if c.get_into(stored[rnd.randrange(SMALL_KEYS)], buf) != SMALL:
+                raise RuntimeError("a small get missed")
+            return SMALL
+
+        def exists(i: int) -> int:
+            if not c.exists(stored[rnd.randrange(SMALL_KEYS)]):
+                raise RuntimeError("a stored key was reported missing")
+            return 0
+        return {"put": put, "get": get, "exists": exists}[op]
+
     def prepare(self, phase: str, run: int, warmup: float, keys: list[str] | None) -> None:
         self.close_clients()
         self.op = op = self.build(phase, run, keys)
@@ -263,8 +336,9 @@ class _Worker:
 
     def close(self) -> None:
         self.close_clients()
-        if self._redis is not None:
-            self._redis.close()
+        for r in (self._redis, self._redis_fast):
+            if r is not None:
+                r.close()
 
 
 def _load(path: str) -> Any:

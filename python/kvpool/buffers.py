@@ -98,24 +98,46 @@ _release_buffer.argtypes = [ctypes.POINTER(_PyBuffer)]
 _release_buffer.restype = None
 
 
+class Pins:
+    """Addresses of many buffers' first bytes, each buffer pinned (its memory kept where it is) until
+    ``release``: writable ones through ctypes' ``from_buffer``, read-only ones (bytes) through the buffer
+    protocol itself. No byte is copied. For handing memory to foreign calls (``kvpool.lanes``)."""
+
+    __slots__ = ("_arrays", "_views")
+
+    def __init__(self) -> None:
+        self._arrays: list[Any] = []
+        self._views: list[_PyBuffer] = []
+
+    def address(self, mv: memoryview) -> int:
+        """The address of ``mv``'s first byte (a contiguous buffer), valid until ``release``; 0 when empty."""
+        if not mv.nbytes:
+            return 0
+        if not mv.readonly:
+            c = (ctypes.c_char * mv.nbytes).from_buffer(mv)
+            self._arrays.append(c)
+            return ctypes.addressof(c)
+        view = _PyBuffer()
+        if _get_buffer(mv, ctypes.byref(view), 0) != 0:  # PyBUF_SIMPLE; raises on failure
+            raise ValueError("cannot take the address of a read-only buffer")
+        self._views.append(view)
+        return int(view.buf or 0)
+
+    def release(self) -> None:
+        self._arrays.clear()
+        views, self._views = self._views, []
+        for v in views:
+            _release_buffer(ctypes.byref(v))
+
+    def __enter__(self) -> Pins:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
 @contextmanager
 def address_of(mv: memoryview) -> Iterator[int]:
-    """The address of a contiguous buffer's first byte, valid inside the ``with`` block.
-
-    Writable buffers go through ctypes' ``from_buffer``; read-only ones (bytes) through the buffer
-    protocol itself, which pins the memory until the block ends. No byte is copied.
-    """
-    if not mv.readonly:
-        c = (ctypes.c_char * mv.nbytes).from_buffer(mv)
-        try:
-            yield ctypes.addressof(c)
-        finally:
-            del c
-        return
-    view = _PyBuffer()
-    if _get_buffer(mv, ctypes.byref(view), 0) != 0:  # PyBUF_SIMPLE; raises on failure
-        raise ValueError("cannot take the address of a read-only buffer")
-    try:
-        yield int(view.buf)
-    finally:
-        _release_buffer(ctypes.byref(view))
+    """The address of a contiguous buffer's first byte, valid inside the ``with`` block (``Pins``)."""
+    with Pins() as pins:
+        yield pins.address(mv)

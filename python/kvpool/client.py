@@ -12,9 +12,12 @@ Design notes
   rounds, local ones first: from the mapped segment with the check-copy-check of ``kvpool.shm``, or
   with NODE_READ straight into the caller's memory. A replica that misses or fails is followed by
   the next one; a key whose every replica missed is a miss.
-* **No location cache.** The Java client may remember locations under its read lease (LEASE, section
-  4.25). This client asks the master on every read, so it never reads a location older than its own
-  request; it holds a read lease only while it puts under write leases.
+* **Remembered locations** (``kvpool.locations``, as the Java ``LocationCache``): a read of a key whose location
+  this process learned before skips the master while the process holds its read lease, which is how every
+  removal, reset and upsert reaches it before it returns; a copy from a remembered location stands only if the
+  lease still runs after it and no invalidation since the read began covers the key, else the key is asked of
+  the master. So a read that begins after a removal returned never yields the removed bytes, even from a frozen
+  node's segment. ``location_cache=0`` asks the master on every read.
 * **Values, not exceptions**: a miss is ``None`` / ``MISS``, "already exists", "pool full", "fenced"
   are ``PutStatus`` values. Exceptions are for bad arguments (ValueError naming the key or buffer) and
   for failed requests (``KvPoolError``; ``MasterUnreachable`` names the master).
@@ -35,20 +38,22 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence, TypeVar
 
+from . import lanes
 from . import protocol as p
-from . import two_phase
-from ._net import Connection, ConnectionPool, frame_end, parse_host_port
+from . import reads, two_phase
+from ._net import Connection, ConnectionPool, frame_end, parse_host_port, pid
 from .auth import Secrets
 from .tls import from_environment as tls_from_environment
-from .buffers import Buffer, as_memoryview
+from .buffers import Buffer
 from .config import master_from_environment
 from .codec import signed64
 from .etcd import LeaderInfo, LeaderWatch, parse_etcd_url
 from .leased_puts import Leasing
+from .locations import DEFAULT_ENTRIES as DEFAULT_LOCATIONS
 from .errors import KvPoolError, MasterTimeout, MasterUnreachable
 from .protocol import Opcode, PoolStats, ResultCode, SegmentStats
-from .ranged import RangedIO, read_copies
-from .results import MISS, TOO_SMALL, PutResult, PutStatus
+from .ranged import RangedIO
+from .results import MISS, PutResult, PutStatus
 from .shm import SharedSegments
 
 log = logging.getLogger("kvpool")
@@ -67,7 +72,6 @@ PING_INTERVAL = 4.0
 SHM_WRITE_MIN_BYTES = 512 << 10
 
 
-_EMPTY = memoryview(b"")
 _signed64 = signed64
 
 
@@ -85,6 +89,7 @@ class Client(RangedIO):
     ``timeout`` bounds every network wait of a call (seconds); ``connect_timeout`` each connect.
     ``shared_memory=False`` turns the same-machine path off (every byte over TCP).
     ``write_leases=False`` makes every put two-phase (PUT_START, node write, PUT_END), as before write leases.
+    ``location_cache`` is how many keys' locations to remember for reads (0: ask the master on every read).
     ``max_connections`` caps the pooled connections per peer (master, each node).
     ``secrets`` (``kvpool.Secrets``) are proven on every connection to a secured pool; by default they
     come from ``KVPOOL_SECRET_FILE`` / ``KVPOOL_ADMIN_SECRET_FILE`` (docs/security.md). A wrong or
@@ -96,7 +101,8 @@ class Client(RangedIO):
 
     def __init__(self, master: str | None = None, *, timeout: float = 10.0, connect_timeout: float = 3.0,
                  shared_memory: bool = True, max_connections: int = 8, secrets: Secrets | None = None,
-                 tls: ssl.SSLContext | None = None, write_leases: bool = True) -> None:
+                 tls: ssl.SSLContext | None = None, write_leases: bool = True,
+                 location_cache: int = DEFAULT_LOCATIONS) -> None:
         if master is None:
             master = master_from_environment()
         #: What this client proves to a secured pool (docs/security.md); by default the environment's.
@@ -107,10 +113,16 @@ class Client(RangedIO):
         self.shm_write_min_bytes = SHM_WRITE_MIN_BYTES
         #: Single-copy puts go under write leases while a read lease is held (else two-phase).
         self.write_leases = write_leases
+        #: Threads a same-machine copy of a large call is spread over (``kvpool.lanes``; 1: the caller's only).
+        self.copy_lanes = lanes.default_lanes()
         if not timeout > 0 or not connect_timeout > 0:
             raise ValueError(f"timeouts must be positive, got timeout={timeout}, connect_timeout={connect_timeout}")
         if max_connections < 1:
             raise ValueError(f"max_connections must be at least 1, got {max_connections}")
+        if location_cache < 0:
+            raise ValueError(f"location_cache must be 0 (off) or more entries, got {location_cache}")
+        #: Keys whose locations reads remember (``kvpool.locations``); 0: every read asks the master.
+        self.location_cache = location_cache
         self.timeout = float(timeout)
         self._leaders: LeaderWatch | None = None
         self._leader: LeaderInfo | None = None
@@ -197,19 +209,24 @@ class Client(RangedIO):
     def _hello(self, c: Connection) -> None:
         body, _ = c.call(Opcode.HELLO, p.encode_hello(self._id, self._hostname, os.getpid()), self.timeout)
         r = p.decode_hello_reply(body)
+        new_run = False
         with self._lock:
             if self._incarnation is not None and self._incarnation != r.incarnation:
-                # a new master run: the old table means nothing now
+                # a new master run: the old table and the remembered locations mean nothing now
                 self._master_run += 1
                 self._segments = {}
                 self._table_run = self._master_run
                 self._table_at = 0.0
+                new_run = True
             self._incarnation = r.incarnation
             c.master_run = self._master_run
             self._heard = time.monotonic()
             self.max_value_bytes = min(r.max_value_bytes, p.DEFAULT_MAX_PAYLOAD_BYTES)
             self.epoch = r.epoch
             self.default_replicas = max(1, r.default_replicas)
+        leasing = self._leasing
+        if new_run and leasing is not None and leasing.pid == pid():
+            leasing.locations.drop_all()
 
     def _call_master(self, opcode: Opcode, body: bytes, decode: Callable[[bytes], T]) -> T:
         """One master exchange; a pooled connection that turns out dead is replaced once, and with elected
@@ -306,20 +323,19 @@ class Client(RangedIO):
     def _segment(self, sid: int, run: int | None = None) -> SegmentStats | None:
         """The segment with this id, refreshing the table once if it is unknown. Given the master ``run`` an
         answer came in, None unless the table held is that run's (see ``__init__``)."""
-        def lookup() -> SegmentStats | None:
+        for attempt in (0, 1):
             if run is not None and (run != self._master_run or self._table_run != run):
-                return None
-            return self._segments.get(sid)
-        if run is not None and run != self._master_run:
-            return None
-        seg = lookup()
-        if seg is None:
+                if attempt or run != self._master_run:
+                    return None
+            else:
+                seg = self._segments.get(sid)
+                if seg is not None or attempt:
+                    return seg
             try:
                 self.refresh()
             except KvPoolError:
                 return None
-            seg = lookup()
-        return seg
+        return None
 
     def _local_first(self, replicas: tuple[p.Replica, ...]) -> tuple[p.Replica, ...]:
         if len(replicas) < 2:
@@ -407,11 +423,12 @@ class Client(RangedIO):
             raise ValueError(f"pin_seconds must be 0 (no pin), a positive number of seconds or PIN_FOREVER (-1), "
                              f"got {pin_seconds}")
         kb = p.encode_keys_checked(keys)
-        views = [as_memoryview(v, what=f"value for key {p.abbreviate(k)!r}") for k, v in zip(keys, values)]
+        views = [reads.view_of(v, k, False) for k, v in zip(keys, values)]
         for k, v in zip(keys, views):
             if v.nbytes > self.max_value_bytes:
                 raise ValueError(f"value for key {p.abbreviate(k)!r} has {v.nbytes} bytes; the master accepts at "
                                  f"most {self.max_value_bytes}")
+        self._forget(kb)
         status: list[PutStatus] = [PutStatus.FAILED] * len(keys)
         copies = [0] * len(keys)
         pinned = [False] * len(keys)
@@ -438,14 +455,23 @@ class Client(RangedIO):
     def _leasing_here(self) -> Leasing:
         """This process's leases: a forked child forgets its parent's (without touching them) and makes its own."""
         leasing = self._leasing
-        if leasing is None or leasing.pid != os.getpid():
+        if leasing is None or leasing.pid != pid():
             with self._lock:
                 leasing = self._leasing
-                if leasing is None or leasing.pid != os.getpid():
+                if leasing is None or leasing.pid != pid():
                     if leasing is not None:
                         leasing.abandon()
                     leasing = self._leasing = Leasing(self)
         return leasing
+
+    def _forget(self, kb: list[bytes], prefix: bytes | None = None) -> None:
+        """This client changes or removes these keys (or every key with ``prefix``): it forgets their locations."""
+        leasing = self._leasing
+        if leasing is not None and leasing.pid == pid():
+            if prefix is None:
+                leasing.locations.invalidate(kb)
+            else:
+                leasing.locations.invalidate_prefix(prefix)
 
     # ---------------------------------------------------------------------------------- reads
 
@@ -461,7 +487,7 @@ class Client(RangedIO):
             b = out[i] = bytearray(length)
             return memoryview(b)
 
-        lengths = self._read(keys, alloc, _batch)
+        lengths = reads.read(self, keys, alloc, _batch)
         return [bytes(b) if n != MISS and b is not None else None for b, n in zip(out, lengths)]
 
     def get_into(self, key: str, buffer: Buffer) -> int:
@@ -470,62 +496,17 @@ class Client(RangedIO):
         Raises ValueError (naming both sizes) if the buffer is smaller than the value. On a miss the
         buffer's contents are unspecified.
         """
-        return self._read_into([key], [buffer], False, strict=True)[0]
+        return reads.read_into(self, [key], [buffer], False, strict=True)[0]
 
     def get_into_batch(self, keys: Sequence[str], buffers: Sequence[Buffer], *, _batch: bool = True) -> list[int]:
         """``get_into`` for many keys: element i is the length read into ``buffers[i]``, ``MISS``, or
         ``TOO_SMALL`` when the value is larger than ``buffers[i]`` (that buffer is left alone; a value of
         another size under one key does not fail the batch's other reads)."""
-        return self._read_into(keys, buffers, _batch, strict=False)
-
-    def _read_into(self, keys: Sequence[str], buffers: Sequence[Buffer], batch: bool, strict: bool) -> list[int]:
-        if len(keys) != len(buffers):
-            raise ValueError(f"{len(keys)} keys but {len(buffers)} buffers")
-        views = [as_memoryview(b, writable=True, what=f"buffer for key {p.abbreviate(k)!r}")
-                 for k, b in zip(keys, buffers)]
-
-        def dst(i: int, length: int) -> memoryview | None:
-            if views[i].nbytes >= length:
-                return views[i][:length]
-            if strict:
-                raise ValueError(f"buffer for key {p.abbreviate(keys[i])!r} has {views[i].nbytes} bytes; "
-                                 f"the value has {length}")
-            return None
-
-        return self._read(keys, dst, batch)
+        return reads.read_into(self, keys, buffers, _batch, strict=False)
 
     def _lookup(self, kb: list[bytes], batch: bool) -> list[p.ReplicaList]:
-        where: list[p.ReplicaList] = []
-        for start in range(0, len(kb), p.MAX_KEYS_PER_FRAME):
-            part = kb[start:start + p.MAX_KEYS_PER_FRAME]
-            got = self._call_master(Opcode.BATCH_GET_REPLICA_LIST if batch or len(part) > 1
-                                    else Opcode.GET_REPLICA_LIST, p.encode_keys(part), p.decode_replica_lists)
-            if len(got) != len(part):
-                raise p.ProtocolError(f"GET_REPLICA_LIST reply has {len(got)} results for {len(part)} keys")
-            where += got
-        return where
-
-    def _read(self, keys: Sequence[str], dst: Callable[[int, int], memoryview | None], batch: bool) -> list[int]:
-        """Reads ``keys`` into the views ``dst(i, length)`` gives (None: the key's value does not fit,
-        ``TOO_SMALL``), copies in rounds, local ones first (``kvpool.ranged.read_copies``)."""
-        kb = p.encode_keys_checked(keys)
-        lengths = [MISS] * len(keys)
-        if not kb:
-            return lengths
-        where: list[p.ReplicaList | None] = list(self._lookup(kb, batch))
-        views: list[memoryview] = [_EMPTY] * len(keys)
-        items = []
-        for i, w in enumerate(where):
-            if w is not None and w.code == ResultCode.OK and w.replicas:
-                d = dst(i, w.value_length)
-                if d is None:
-                    lengths[i] = TOO_SMALL
-                else:
-                    views[i] = d
-                    items.append(i)
-        if items:
-            read_copies(self, where, None, views, lengths, items)
-        return lengths
+        """Where each key is, by the master (``kvpool.reads.lookup``)."""
+        return reads.lookup(self, kb, batch)
 
     # --------------------------------------------------------------------------------- probes
 
@@ -595,12 +576,15 @@ class Client(RangedIO):
 
     def remove(self, key: str) -> bool:
         """Removes the object under ``key``; True if there was one. Once it returns no reader gets it."""
-        return self._call_master(Opcode.REMOVE, p.encode_keys([p.encode_key(key)]),
+        k = p.encode_key(key)
+        self._forget([k])
+        return self._call_master(Opcode.REMOVE, p.encode_keys([k]),
                                  lambda b: p.decode_codes(b, "REMOVE reply"))[0] == ResultCode.OK
 
     def remove_batch(self, keys: Sequence[str]) -> list[bool]:
         """Removes many keys; True for each key that had an object."""
         kb = p.encode_keys_checked(keys)
+        self._forget(kb)
         out: list[bool] = []
         for start in range(0, len(kb), p.MAX_KEYS_PER_FRAME):
             out += [c == ResultCode.OK for c in self._call_master(
@@ -615,6 +599,7 @@ class Client(RangedIO):
             raise ValueError("remove_prefix with an empty prefix; use remove_all to empty the pool")
         if len(b) > p.MAX_KEY_BYTES:
             raise ValueError(f"remove_prefix with a {len(b)}-byte prefix, longer than any key ({p.MAX_KEY_BYTES} bytes)")
+        self._forget([], b)
         return self._call_master(Opcode.REMOVE_BY_PREFIX, p.BodyWriter().bstr(b).bytes(),
                                  lambda r: p.decode_removed(r, "REMOVE_BY_PREFIX reply"))[0]
 
@@ -622,6 +607,7 @@ class Client(RangedIO):
         """Empties the pool; the count removed. ``force`` also fences every put in flight (a new epoch)."""
         removed, epoch = self._call_master(Opcode.REMOVE_ALL, p.BodyWriter().boolean(force).bytes(),
                                            lambda r: p.decode_removed(r, "REMOVE_ALL reply"))
+        self._forget([], b"")
         self.epoch = epoch
         return removed
 
@@ -641,7 +627,7 @@ class Client(RangedIO):
         if self._closed:
             return
         leasing = self._leasing
-        if leasing is not None and leasing.pid == os.getpid():
+        if leasing is not None and leasing.pid == pid():
             leasing.close()  # first, while the master is there: ends the read lease, gives back unused space
         self._closed = True
         if self._leaders is not None:

@@ -50,7 +50,8 @@ def crc32c_pure(data: bytes | bytearray | memoryview, crc: int = 0) -> int:
     return c ^ 0xFFFFFFFF
 
 
-def _isal() -> Callable[[bytes | bytearray | memoryview], int] | None:
+def _isal_at() -> Callable[[int, int], int] | None:
+    """ISA-L's CRC32C of ``n`` bytes at an address (a foreign call: the GIL is released while it runs)."""
     name = ctypes.util.find_library("isal") or "libisal.so.2"
     try:
         lib = ctypes.CDLL(name)
@@ -61,16 +62,27 @@ def _isal() -> Callable[[bytes | bytearray | memoryview], int] | None:
     fn.restype = ctypes.c_uint32
     chunk = 1 << 30
 
+    def at(addr: int, n: int) -> int:
+        crc = 0xFFFFFFFF
+        for off in range(0, n, chunk):
+            crc = fn(addr + off, min(chunk, n - off), crc)
+        return crc ^ 0xFFFFFFFF if n else 0
+
+    return at
+
+
+def _isal() -> Callable[[bytes | bytearray | memoryview], int] | None:
+    native = _isal_at()
+    if native is None:
+        return None
+    at: Callable[[int, int], int] = native
+
     def isal(data: bytes | bytearray | memoryview) -> int:
         mv = memoryview(data).cast("B") if not isinstance(data, memoryview) or data.format != "B" else data
-        n = mv.nbytes
-        if n == 0:
+        if not mv.nbytes:
             return 0
         with address_of(mv) as addr:
-            crc = 0xFFFFFFFF
-            for off in range(0, n, chunk):
-                crc = fn(addr + off, min(chunk, n - off), crc)
-        return crc ^ 0xFFFFFFFF
+            return at(addr, mv.nbytes)
 
     return isal
 
@@ -99,6 +111,8 @@ def _choose(forced: str | None) -> tuple[Callable[[bytes | bytearray | memoryvie
 
 
 _impl, BACKEND = _choose(os.environ.get("KVPOOL_CRC32C") or None)
+#: CRC32C of ``n`` bytes at an address, with ISA-L (releasing the GIL), or None with another backend.
+crc32c_at: Callable[[int, int], int] | None = _isal_at() if BACKEND == "isal" else None
 _warned = False
 
 

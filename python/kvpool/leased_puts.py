@@ -9,9 +9,10 @@ lease has room: a single small put is one node exchange and one COMMIT, where th
 * **Over TCP** the values go in NODE_WRITE frames under the lease's epoch, term and grant
   (``two_phase.write_segment``, shared with the two-phase put).
 * **On the node's machine** the lease's unwritten range is set aside on the node once (NODE_SHM_LEASE, on a
-  connection the lease keeps), each value is copied into the mapped segment at its region's value offset,
-  and one NODE_SHM_LEASE_WRITE per call (per 4,096 objects) records them. That is never slower than TCP:
-  the same number of exchanges, without the bytes on the socket.
+  connection the lease keeps), each value is checksummed and copied into the mapped segment at its region's
+  value offset, by a few threads at once for a large call (``kvpool.lanes``; the lease's windows of the
+  segment are prefaulted while the node admits the range), and one NODE_SHM_LEASE_WRITE per call (per 4,096
+  objects) records them: the same exchanges as over TCP, without the bytes on the socket.
 * **Outcomes.** An object whose node write failed is left out of the COMMIT (FENCED if the node said so,
   FAILED otherwise). Objects whose COMMIT finds the lease gone (EXPIRED: the master restarted, or the
   segment left), and those of a lease none of whose writes landed (unless fenced), are written once more
@@ -20,23 +21,29 @@ lease has room: a single small put is one node exchange and one COMMIT, where th
   leadership) makes the client forget every kept lease.
 * **When.** Only single-copy puts without a pin, and only while this process holds a read lease
   (``kvpool.read_lease``), which is how a removeAll reaches it before it returns; otherwise the client puts
-  two-phase. ``Leasing`` holds the read lease and the write leases of one process: a forked child makes its
-  own (``Client._leasing_here``).
+  two-phase. ``Leasing`` holds the read lease, the write leases and the remembered locations of one process
+  (``kvpool.locations``, which reads use under the same read lease): a forked child makes its own
+  (``Client._leasing_here``).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 from typing import TYPE_CHECKING
 
+from . import lanes
 from . import protocol as p
 from ._net import Connection, connect
 from .crc import crc32c
 from .errors import KvPoolError
 from .protocol import Opcode, ResultCode
+from . import locations as _locations
+from .locations import Locations
+from . import read_lease
 from .read_lease import ReadLease
-from .results import PutStatus
+from .results import MISS, PutStatus
 from .shm import Mapping
 from .two_phase import write_segment
 from .write_leases import Lease, WriteLeasePool
@@ -54,17 +61,77 @@ _COMMIT_STATUS = {ResultCode.OK: PutStatus.OK, ResultCode.ALREADY_EXISTS: PutSta
 
 
 class Leasing:
-    """The read lease and the write leases of one process, and the put path that uses them."""
+    """The read lease, the write leases and the remembered locations of one process, and the put path that uses
+    the write leases."""
 
     def __init__(self, client: Client) -> None:
         self.pid = os.getpid()
         self._client = client
-        self.leases = WriteLeasePool(client, heard=lambda: self.read.valid())
-        self.read = ReadLease(client, on_drop_all=self.leases.doom, idle=self.leases.idle, sweep=self.leases.sweep)
+        self.leases: WriteLeasePool = WriteLeasePool(client, heard=self._heard)
+        self.locations: Locations = Locations(client.location_cache)
+        self._last_read = 0.0
+        self._reported = time.monotonic()
+        self.read: ReadLease = ReadLease(client, on_drop_all=self._drop_all, idle=self._idle, sweep=self._sweep,
+                              on_record=self.locations.apply)
+
+    def _heard(self) -> bool:
+        return self.read.valid()
 
     def ready(self) -> bool:
         """True if puts may go under write leases now: the read lease runs (taken or renewed first if not)."""
         return self.read.ensure()
+
+    def reading(self) -> Locations | None:
+        """The remembered locations, if a read may use them now: the read lease runs (taken or renewed first if
+        not); else None (the read asks the master)."""
+        if not self.locations.capacity:
+            return None
+        self._last_read = time.monotonic()
+        return self.locations if self.read.ensure() else None
+
+    def settle(self, kb: list[bytes], cached: list[int], lengths: list[int], snapshot: int) -> list[int]:
+        """After copying items ``cached`` from remembered locations: each copy stands only if the lease still runs
+        and no invalidation since ``snapshot`` covers its key (``Locations.confirm``); the others, and those whose
+        location missed, become misses and are returned, to be asked of the master once more."""
+        valid = self.read.valid()  # after the copies
+        retry = []
+        for i in cached:
+            if lengths[i] != MISS and not (valid and self.locations.confirm(kb[i], snapshot)):
+                lengths[i] = MISS
+            if lengths[i] == MISS:
+                retry.append(i)
+            else:
+                self.locations.touched(kb[i])
+        if retry:
+            self.locations.invalidate([kb[i] for i in retry])
+        return retry
+
+    def _drop_all(self) -> None:
+        self.locations.drop_all()
+        self.leases.doom()
+
+    def _idle(self) -> bool:
+        return self.leases.idle() and time.monotonic() - self._last_read > read_lease.IDLE_STOP
+
+    def _sweep(self) -> None:
+        """After a renewal (the read lease's thread): releases stale write leases; every ``REPORT_INTERVAL``
+        reports the reads served from remembered locations (the master's LRU sees them) and refreshes or drops
+        their entries with its answer."""
+        self.leases.sweep()
+        if time.monotonic() - self._reported < _locations.REPORT_INTERVAL:
+            return
+        self._reported = time.monotonic()
+        keys = self.locations.drain_touched(p.MAX_KEYS_PER_FRAME)
+        if not keys:
+            return
+        snapshot = self.locations.snapshot()
+        where, run = self._client._call_master_in_run(Opcode.BATCH_GET_REPLICA_LIST, p.encode_keys(keys),
+                                                      p.decode_replica_lists)
+        for k, w in zip(keys, where):
+            if w.code == ResultCode.OK and w.replicas:
+                self.locations.remember(k, w, snapshot, run)
+            else:
+                self.locations.invalidate([k])
 
     def close(self) -> None:
         self.read.close()  # first: tells the master, so no removal waits for this client
@@ -166,45 +233,64 @@ class Leasing:
         seg = client._segment(lease.segment_id, lease.run)  # None once the master run changed
         if seg is None:
             return [ResultCode.FAILED] * len(slots)
-        for i, _, _ in slots:
-            if i not in crcs:
-                crcs[i] = crc32c(views[i])
-        items = [p.WriteItem(off, gen, kb[i], views[i].nbytes, crcs[i], lease.grant) for i, off, gen in slots]
-        values = [views[i] for i, _, _ in slots]
         mapping = client._shm.mapping(seg)
-        if mapping is None or not mapping.writable:
-            return write_segment(client, lease.segment_id, lease.run, lease.epoch, lease.term,
-                                 [(k, 0, it) for k, it in enumerate(items)], values)
-        return self._write_shared(lease, seg, mapping, items, values)
+        if mapping is not None and mapping.writable:
+            return self._write_shared(lease, seg, mapping, slots, kb, views, crcs)
+        codes = [ResultCode.FAILED] * len(slots)
 
-    def _write_shared(self, lease: Lease, seg: p.SegmentStats, mapping: Mapping, items: list[p.WriteItem],
-                      values: list[memoryview]) -> list[ResultCode]:
-        """The same-machine path: the range set aside once, the values copied, one NODE_SHM_LEASE_WRITE per 4,096.
-        A failure of the lease's node connection fails the slots and ends the range."""
+        def run(lo: int, hi: int) -> None:
+            """Over TCP: a lane's share, checksummed and sent on a pooled connection of its own (as the Java
+            client's lanes), so one share's checksums and sending overlap another's."""
+            part = slots[lo:hi]
+            for i, _, _ in part:
+                if i not in crcs:
+                    crcs[i] = crc32c(views[i])
+            items = [p.WriteItem(off, gen, kb[i], views[i].nbytes, crcs[i], lease.grant) for i, off, gen in part]
+            codes[lo:hi] = write_segment(client, lease.segment_id, lease.run, lease.epoch, lease.term,
+                                         [(k, 0, it) for k, it in enumerate(items)], [views[i] for i, _, _ in part])
+
+        lanes.run_parts(lanes.parts([views[i].nbytes for i, _, _ in slots], client.copy_lanes), run)
+        return codes
+
+    def _write_shared(self, lease: Lease, seg: p.SegmentStats, mapping: Mapping, slots: list[Slot],
+                      kb: list[bytes], views: list[memoryview], crcs: dict[int, int]) -> list[ResultCode]:
+        """The same-machine path: the range set aside once, the values copied and checksummed in lanes
+        (``kvpool.lanes``), one NODE_SHM_LEASE_WRITE per 4,096. A failure of the lease's node connection fails
+        the slots and ends the range."""
         client = self._client
-        codes = [ResultCode.FAILED] * len(items)
+        codes = [ResultCode.FAILED] * len(slots)
+        values = [views[i] for i, _, _ in slots]
         try:
+            i, last, _ = slots[-1]
+            lanes.prefault_ahead(mapping, slots[0][1], last + p.region_length(len(kb[i]), views[i].nbytes))
             c = lease.node
             if c is None:
                 c = lease.node = self._connect(seg)
-                start = items[0].offset
+                start = slots[0][1]
                 reply, _ = c.call(Opcode.NODE_SHM_LEASE, p.encode_shm_lease(lease.epoch, lease.term, start,
                                                                             lease.end - start, lease.grant),
                                   client.timeout)
                 code = p.decode_codes(reply, "NODE_SHM_LEASE reply")[0]
                 if code != ResultCode.OK:
                     lease.close_node()
-                    return [code] * len(items)
-            for it, v in zip(items, values):
-                mapping.write_value(it.offset, len(it.key), v)
+                    return [code] * len(slots)
+            got: list[int | None] = [crcs.get(i) for i, _, _ in slots]
+            lanes.copy_in(mapping, [off + p.value_offset(len(kb[i])) for i, off, _ in slots], values, got,
+                          client.copy_lanes)
+            items = []
+            for (i, off, gen), crc in zip(slots, got):
+                assert crc is not None
+                crcs[i] = crc
+                items.append(p.WriteItem(off, gen, kb[i], views[i].nbytes, crc, lease.grant))
             for start in range(0, len(items), p.MAX_ITEMS_PER_NODE_FRAME):
                 part = items[start:start + p.MAX_ITEMS_PER_NODE_FRAME]
                 reply, _ = c.call(Opcode.NODE_SHM_LEASE_WRITE, p.encode_node_write(lease.epoch, lease.term, part),
                                   client.timeout)
-                got = p.decode_codes(reply, "NODE_SHM_LEASE_WRITE reply")
-                if len(got) != len(part):
-                    raise p.ProtocolError(f"NODE_SHM_LEASE_WRITE reply has {len(got)} results for {len(part)} items")
-                codes[start:start + len(part)] = got
+                got_codes = p.decode_codes(reply, "NODE_SHM_LEASE_WRITE reply")
+                if len(got_codes) != len(part):
+                    raise p.ProtocolError(f"NODE_SHM_LEASE_WRITE reply has {len(got_codes)} results for {len(part)} "
+                                          "items")
+                codes[start:start + len(part)] = got_codes
         except (OSError, KvPoolError, ValueError) as e:
             log.debug("kvpool: same-machine lease write to %s failed: %s", seg.name, e)
             lease.close_node()

@@ -24,7 +24,7 @@ import hashlib as _hashlib
 import hmac as _hmac
 import struct
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Iterable, NamedTuple, Sequence
 
 from .codec import (  # noqa: F401 - the body primitives, re-exported: kvpool.protocol names them all
     MAX_KEY_BYTES, BodyReader, BodyWriter, ProtocolError, abbreviate, decode_error, encode_key,
@@ -157,9 +157,8 @@ class FrameStatus(enum.IntEnum):
 # ------------------------------------------------------------------------------------------- header
 
 
-@dataclass(frozen=True, slots=True)
-class Header:
-    """A decoded frame header."""
+class Header(NamedTuple):
+    """A decoded frame header (a tuple: made for every reply, cheaper than a frozen dataclass)."""
 
     version: int
     opcode: int
@@ -503,12 +502,13 @@ def decode_codes(body: bytes, what: str) -> list[ResultCode]:
 
 
 def _byte_items(body: bytes, what: str, count: str) -> bytes:
-    """The items of a list of one-byte items (i32 count, then the bytes), checked."""
-    r = BodyReader(body, what)
-    n = r.count(count, 1)
-    r._take(n, "items")
-    r.done()
-    return body[4:4 + n]
+    """The items of a list of one-byte items (i32 count, then the bytes), checked (by the reader, for its
+    message, when the count does not match the body)."""
+    if len(body) < 4 or len(body) != 4 + int.from_bytes(body[:4], "little", signed=True):
+        r = BodyReader(body, what)
+        r._take(r.count(count, 1), "items")
+        r.done()
+    return body[4:]
 
 
 def encode_keys(keys: Sequence[bytes]) -> bytes:
@@ -676,9 +676,8 @@ def encode_digests(digests: Sequence[tuple[int, int]]) -> bytes:
 # --------------------------------------------------------------------------------- node messages
 
 
-@dataclass(frozen=True, slots=True)
-class WriteItem:
-    """One object of a NODE_WRITE / NODE_SHM_WRITE_BEGIN (section 4.19)."""
+class WriteItem(NamedTuple):
+    """One object of a NODE_WRITE / NODE_SHM_WRITE_BEGIN (section 4.19); a tuple, made per object written."""
 
     offset: int
     generation: int

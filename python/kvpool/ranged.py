@@ -28,6 +28,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Callable, Protocol, Sequence, TypeVar
 
+from . import lanes
 from . import protocol as p
 from ._net import ConnectionPool, frame_end
 from .buffers import Buffer, as_memoryview
@@ -116,6 +117,7 @@ class _Client(Protocol):
     timeout: float
     max_value_bytes: int
     default_replicas: int
+    copy_lanes: int
     _shm: SharedSegments
 
     def _lookup(self, kb: list[bytes], batch: bool) -> list[p.ReplicaList]: ...
@@ -227,6 +229,29 @@ def read_copies(client: _Client, where: list[p.ReplicaList | None], offsets: Seq
                      for sid, slots in by_segment.items()])
 
 
+def read_copy(client: _Client, w: p.ReplicaList, view: memoryview) -> bool:
+    """Reads one whole object, ``view.nbytes`` (its value length) bytes, into ``view``, trying its copies in turn,
+    local ones first: what ``read_copies`` does for one item, without the batch's bookkeeping (a single small
+    ``get_into`` pays for little else)."""
+    reps = client._local_first(w.replicas) if len(w.replicas) > 1 else w.replicas
+    got = [MISS]
+    for rep in reps:
+        seg = client._segment(rep.segment_id)
+        if seg is None:
+            continue
+        if rep.tier == p.TIER_MEMORY:
+            mapping = client._shm.mapping(seg)
+            if mapping is not None:
+                if mapping.read_range(rep.offset, w.generation, w.value_length, 0, view):
+                    client._count("bytes_read_shm", view.nbytes)
+                    return True
+                client._count("shm_read_retries", 1)
+        _read_over_tcp(client, seg, [(0, rep, w)], None, [view], got)
+        if got[0] != MISS:
+            return True
+    return False
+
+
 def _read_segment(client: _Client, sid: int, slots: list[tuple[int, p.Replica]], where: list[p.ReplicaList | None],
                   offsets: Sequence[int] | None, views: list[memoryview], got: list[int]) -> None:
     """One round's reads from one segment: copies out of its mapping where this process has one (a copy
@@ -238,24 +263,42 @@ def _read_segment(client: _Client, sid: int, slots: list[tuple[int, p.Replica]],
     mapping = client._shm.mapping(seg)
     tcp: list[tuple[int, p.Replica, p.ReplicaList]] = []
     shm_bytes = retries = 0
+    local: list[tuple[int, p.Replica, p.ReplicaList]] = []
     for i, rep in slots:
         w = where[i]
         assert w is not None
         if rep.tier == p.TIER_MEMORY and mapping is not None:
-            if mapping.read_range(rep.offset, w.generation, w.value_length, offsets[i] if offsets else 0, views[i]):
+            local.append((i, rep, w))
+        else:
+            tcp.append((i, rep, w))  # another host, or the disk tier: the node reads it
+    if local:
+        assert mapping is not None
+        copied = lanes.copy_out(mapping, [(rep.offset, w.generation, w.value_length, offsets[i] if offsets else 0,
+                                           views[i]) for i, rep, w in local], client.copy_lanes)
+        for (i, rep, w), ok in zip(local, copied):
+            if ok:
                 got[i] = views[i].nbytes
                 shm_bytes += got[i]
-                continue
-            retries += 1
-        tcp.append((i, rep, w))  # another host, the disk tier, or changed under the copy: the node pins it
+            else:
+                retries += 1
+                tcp.append((i, rep, w))  # changed under the copy: the node pins it
     if shm_bytes:
         client._count("bytes_read_shm", shm_bytes)
     if retries:
         client._count("shm_read_retries", retries)
+    if tcp:
+        _read_over_tcp(client, seg, tcp, offsets, views, got)
+
+
+def _read_over_tcp(client: _Client, seg: SegmentStats, tcp: list[tuple[int, p.Replica, p.ReplicaList]],
+                   offsets: Sequence[int] | None, views: list[memoryview], got: list[int]) -> None:
+    """NODE_READ (whole values, ``offsets`` None) or NODE_READ_RANGE of the items ``tcp`` from one segment, a
+    frame per payload limit; sets ``got[i]`` for each hit. Never raises for node failures."""
     pool = client._node_pool(seg)
     start = 0
     while start < len(tcp):
-        end = frame_end([views[i].nbytes for i, _, _ in tcp], start, p.DEFAULT_MAX_PAYLOAD_BYTES)
+        end = frame_end([views[i].nbytes for i, _, _ in tcp], start, p.DEFAULT_MAX_PAYLOAD_BYTES) \
+            if len(tcp) > 1 else 1
         part = tcp[start:end]
         start = end
         try:
@@ -263,7 +306,8 @@ def _read_segment(client: _Client, sid: int, slots: list[tuple[int, p.Replica]],
         except KvPoolError as e:
             log.debug("kvpool: read from %s failed: %s", seg.name, e)
             return
-        op = Opcode.NODE_READ if offsets is None else Opcode.NODE_READ_RANGE
+        op, what = (Opcode.NODE_READ, "NODE_READ reply") if offsets is None \
+            else (Opcode.NODE_READ_RANGE, "NODE_READ_RANGE reply")
         try:
             if offsets is None:
                 body = p.encode_node_read([(rep.offset, w.generation, w.value_length, rep.tier) for _, rep, w in part])
@@ -271,9 +315,9 @@ def _read_segment(client: _Client, sid: int, slots: list[tuple[int, p.Replica]],
                 body = p.encode_node_read_range([(rep.offset, w.generation, w.value_length, rep.tier, offsets[i],
                                                   views[i].nbytes) for i, rep, w in part])
             reply, _ = c.call(op, body, client.timeout)
-            codes = p.decode_codes(reply, f"{op.name} reply")
+            codes = p.decode_codes(reply, what)
             if len(codes) != len(part):
-                raise p.ProtocolError(f"{op.name} reply has {len(codes)} results for {len(part)} items")
+                raise p.ProtocolError(f"{what} has {len(codes)} results for {len(part)} items")
             n = 0
             for (i, _, _), code in zip(part, codes):
                 if code == ResultCode.OK:

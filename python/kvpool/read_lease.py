@@ -1,5 +1,6 @@
-"""The read lease the Python client holds while it puts under write leases (docs/architecture.md, "Read
-leases"; docs/protocol.md, sections 4.25 and 6.6). The Java client's ``LeaseKeeper`` does the same.
+"""The read lease the Python client holds while it puts under write leases or reads from remembered locations
+(docs/architecture.md, "Read leases"; docs/protocol.md, sections 4.25 and 6.6). The Java client's
+``LeaseKeeper`` does the same.
 
 Why a writer needs it
 ---------------------
@@ -15,8 +16,9 @@ returned, either this client applied the removal (its kept leases are doomed), o
 out: ``valid()`` is false, no kept lease is reused and puts go two-phase until a renewal, which carries the
 removal with it, makes the lease valid again.
 
-This client remembers no locations, so records of keys and prefixes change nothing here: they are only
-acknowledged.
+Readers need it too: the locations this client remembers (``kvpool.locations``) are used only while the lease
+runs, and every record (keys, a prefix) is applied to them (``on_record``) before it is acknowledged, exactly as
+the Java ``LocationCache`` applies it.
 
 Mechanics
 ---------
@@ -27,10 +29,11 @@ is not running, at most once per ``RETRY_AFTER`` while renewals fail. A lease is
 client's master connections still meet the incarnation that granted it, so a restarted master's clients
 take nothing on trust from the one before.
 
-Held only while used: the first put that wants a write lease starts the poller, and it stops (saying END,
-so no removal waits for this client) once no write lease is kept and none was taken for ``IDLE_STOP``
-seconds. An idle process so holds up no removal and keeps no thread. Each start draws a new session id, so
-the END of a stopped poller never ends a later session.
+Held only while used: the first put that wants a write lease, or the first read that may use remembered
+locations, starts the poller, and it stops (saying END, so no removal waits for this client; everything
+remembered is dropped) once ``idle`` says so: no write lease kept, and none taken nor any read made for
+``IDLE_STOP`` seconds. An idle process so holds up no removal and keeps no thread. Each start draws a new
+session id, so the END of a stopped poller never ends a later session.
 
 Fork: the lease belongs to the process that took it (``pid``). A forked child never renews, acknowledges or
 trusts its parent's lease (``abandon``): it starts its own, under its own session id.
@@ -58,7 +61,7 @@ log = logging.getLogger("kvpool")
 
 #: Shortest pause between failed renewals.
 RETRY_AFTER = 0.2
-#: Seconds without a write lease taken or kept after which the read lease is given up.
+#: Seconds without a write lease taken or kept, or a read, after which the read lease is given up.
 IDLE_STOP = 15.0
 
 
@@ -70,15 +73,17 @@ def new_session() -> tuple[int, int]:
 
 class ReadLease:
     """This process's read lease. ``on_drop_all`` runs (under this lease's lock, before the acknowledgement is
-    sent) whenever an invalidation of everything is applied or the lease is given up; ``idle`` says when the
-    write leases no longer need the lease; ``sweep`` runs after each renewal (releases stale write leases).
-    None of the three may block on this lease."""
+    sent) whenever an invalidation of everything is applied (an ALL record, a resync, a gap) or the lease is
+    given up, and ``on_record`` for each record of keys or a prefix, in order; ``idle`` says when nothing needs
+    the lease any more; ``sweep`` runs after each renewal (releases stale write leases, reports reads). None of
+    them may block on this lease."""
 
     def __init__(self, client: Client, on_drop_all: Callable[[], None], idle: Callable[[], bool],
-                 sweep: Callable[[], None]) -> None:
+                 sweep: Callable[[], None], on_record: Callable[[p.Invalidation], None] = lambda rec: None) -> None:
         self.pid = os.getpid()
         self._client = client
         self._on_drop_all = on_drop_all
+        self._on_record = on_record
         self._idle = idle
         self._sweep = sweep
         self._lock = threading.Lock()  # the position applied and the lease's end
@@ -137,18 +142,19 @@ class ReadLease:
     def _apply(self, reply: p.LeaseReply, sent: float) -> None:
         """Applies an answer: its invalidations (or the resync) first, then the lease it grants, from ``sent``."""
         with self._lock:
-            drop = reply.resync or reply.incarnation != self._incarnation
-            if drop:
+            if reply.resync or reply.incarnation != self._incarnation:
                 self._incarnation, self._seq = reply.incarnation, reply.seq
+                self._on_drop_all()
             else:
                 for rec in reply.records:
                     if rec.seq <= self._seq:
                         continue  # a second answer for the same position (a renewal raced the long poll)
-                    drop |= rec.seq != self._seq + 1 or rec.kind == p.INVALIDATE_ALL  # a gap: anything may be missed
+                    if rec.seq != self._seq + 1 or rec.kind == p.INVALIDATE_ALL:
+                        self._on_drop_all()  # everything, or a gap: anything may have been missed
+                    else:
+                        self._on_record(rec)
                     self._seq = rec.seq
                 self._seq = max(self._seq, reply.seq)
-            if drop:
-                self._on_drop_all()
             if reply.lease_millis > 0:
                 until = sent + reply.lease_millis / 1000
                 if not self._leased or until > self._until:
@@ -197,7 +203,7 @@ class ReadLease:
             try:
                 self._sweep()
             except Exception as e:  # noqa: BLE001 - the poller must outlive a failed release
-                log.debug("kvpool: releasing idle write leases failed: %s", e)
+                log.debug("kvpool: releasing idle write leases or reporting cached reads failed: %s", e)
         self._end(*ended)
 
     def _stop_locked(self) -> tuple[tuple[int, int], int, int]:

@@ -17,6 +17,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -27,6 +28,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python"))
 
 import kvpool  # noqa: E402
+from kvpool._net import Connection  # noqa: E402
+from kvpool.protocol import Opcode  # noqa: E402
 
 JAR = REPO / "kvpool-cli" / "target" / "kvpool.jar"
 
@@ -105,6 +108,24 @@ class LayerWrites:
     def each_before_the_next(self, layer_bytes: int, layers: int) -> bool:
         """Whether, after each layer, exactly the layers so far had been written, in order."""
         return self.seen == [[j * layer_bytes for j in range(i + 1)] for i in range(layers)]
+
+
+def opcodes_of(fn: Callable[[], object], monkeypatch: pytest.MonkeyPatch) -> list[Opcode]:
+    """The requests this thread sends while ``fn`` runs (the read lease's poller is another thread), without
+    the keep-alive PING and the segment table's refresh."""
+    sent: list[Opcode] = []
+    me = threading.get_ident()
+    real = Connection.call
+
+    def spy(self: Connection, opcode: int, *a: Any, **kw: Any) -> Any:
+        if threading.get_ident() == me and opcode not in (Opcode.PING, Opcode.CLUSTER_STATS):
+            sent.append(Opcode(opcode))
+        return real(self, opcode, *a, **kw)
+
+    with monkeypatch.context() as m:
+        m.setattr(Connection, "call", spy)
+        fn()
+    return sent
 
 
 def free_port() -> int:

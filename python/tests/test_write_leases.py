@@ -14,15 +14,14 @@ import hashlib
 import os
 import subprocess
 import threading
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import pytest
 
 import kvpool
-from conftest import Cluster, Pool, in_forked_child, start_pool, wait_until
+from conftest import Cluster, Pool, in_forked_child, opcodes_of, start_pool, wait_until
 from kvpool import PutStatus, write_leases
 from kvpool import protocol as p
-from kvpool._net import Connection
 from kvpool.protocol import Opcode
 
 
@@ -33,24 +32,6 @@ def leaser(pool: Pool, request: pytest.FixtureRequest) -> Iterator[kvpool.Client
     c.remove_all(force=True)
     yield c
     c.close()
-
-
-def opcodes_of(fn: Callable[[], object], monkeypatch: pytest.MonkeyPatch) -> list[Opcode]:
-    """The requests this thread sends while ``fn`` runs (the read lease's poller is another thread), without
-    the keep-alive PING and the segment table's refresh."""
-    sent: list[Opcode] = []
-    me = threading.get_ident()
-    real = Connection.call
-
-    def spy(self: Connection, opcode: int, *a: Any, **kw: Any) -> Any:
-        if threading.get_ident() == me and opcode not in (Opcode.PING, Opcode.CLUSTER_STATS):
-            sent.append(Opcode(opcode))
-        return real(self, opcode, *a, **kw)
-
-    with monkeypatch.context() as m:
-        m.setattr(Connection, "call", spy)
-        fn()
-    return sent
 
 
 def test_a_small_put_is_one_node_exchange_and_one_commit(leaser: kvpool.Client,

@@ -32,12 +32,22 @@ import java.util.concurrent.TimeUnit;
  * takes one phase at a time, so each Python figure is measured right after the Java figure it is
  * compared with. Python clients are processes (each its own {@code Client}: no GIL between them);
  * Java clients are threads of this JVM, each its own {@link KvPoolClient}.
+ *
+ * <p>Then single small operations from one Python process, one call at a time (4 KiB values: {@code put_from}
+ * of fresh keys, {@code get_into} and {@code exists} of one of 1,000 stored keys), over the same-machine path
+ * and over TCP, each followed at once by redis-py's SET, GET and EXISTS of the same value against the section's
+ * Redis; what counts is the p50 latency per call.
  */
 final class PythonBench {
 
     static final int VALUE = 1 << 20;
     static final int BATCH = 64;
     static final int EXISTS_KEYS = 1024;
+    /** Single small operations: the value size. */
+    static final int SMALL = 4096;
+    /** Single small operations: the Python client's call and redis-py's command for each. */
+    static final List<String[]> SMALL_OPS = List.of(new String[]{"put", "put_from", "SET"},
+            new String[]{"get", "get_into", "GET"}, new String[]{"exists", "exists", "EXISTS"});
     private static final List<Integer> CLIENTS = List.of(1, 2);
 
     private PythonBench() {
@@ -45,7 +55,7 @@ final class PythonBench {
 
     /** Progress-bar steps the section takes (see {@link #run}). */
     static long steps() {
-        return 1 + CLIENTS.size() * 7L + 3;
+        return 1 + CLIENTS.size() * 7L + SMALL_OPS.size() + 3;
     }
 
     /** The interpreter: $KVPOOL_BENCH_PYTHON, else Debian's /usr/bin/python3 (where python3-redis goes). */
@@ -159,9 +169,29 @@ final class PythonBench {
                     bar.step();
                 }
             }
+            small(results, py, warmup, duration, bar);
             lookups(results, pool, py, warmup, duration, targetWarmup, bar);
         }
         evaluate(results);
+    }
+
+    /** Single small operations from one Python process: kvpool over shared memory, over TCP, then redis-py. */
+    private static void small(Results results, PythonServer py, Duration warmup, Duration duration, ProgressBar bar)
+            throws Exception {
+        for (String[] op : SMALL_OPS) {
+            String what = op[0].equals("put") ? "fresh keys" : "one of 1,000 stored keys";
+            for (String path : List.of("shm", "tcp")) {
+                bar.setExtraMessage(" python: " + op[1] + " 4KiB " + path);
+                results.add(Results.Row.of("python", "python-" + path, op[1], SMALL, 1,
+                        py.phase("small-" + op[0] + "-" + path, 1, warmup, duration, null),
+                        op[1] + " of " + what + ", one call at a time; 1 Python process; latency per call"));
+            }
+            bar.setExtraMessage(" python: redis-py " + op[2] + " 4KiB");
+            results.add(Results.Row.of("python", "redis-py", op[2], SMALL, 1,
+                    py.phase("redis-small-" + op[2].toLowerCase(Locale.ROOT), 1, warmup, duration, null),
+                    op[2] + " of " + what + ", one call at a time, not pipelined; redis-py's defaults; latency per call"));
+            bar.step();
+        }
     }
 
     private static void add(Results results, String target, String op, int clients, Measurement m, String note) {
@@ -216,6 +246,36 @@ final class PythonBench {
         return r.find("python", target, op, op.startsWith("get") || op.startsWith("put") ? VALUE : 0, clients);
     }
 
+    /**
+     * Single small operations: each kvpool path's p50 at most redis-py's for the same command, and the
+     * same-machine path's p50 at most TCP's for the calls that move bytes (an {@code exists} asks the master
+     * either way).
+     */
+    static void evaluateSmall(Results r) {
+        for (String[] op : SMALL_OPS) {
+            Optional<Results.Row> redis = r.find("python", "redis-py", op[2], SMALL, 1);
+            for (String path : List.of("shm", "tcp")) {
+                Optional<Results.Row> kv = r.find("python", "python-" + path, op[1], SMALL, 1);
+                atMost(r, "py " + op[1] + " 4KiB " + path.toUpperCase(Locale.ROOT) + " p50 vs redis-py " + op[2],
+                        kv, redis);
+            }
+            if (!op[0].equals("exists")) {
+                atMost(r, "py " + op[1] + " 4KiB p50: SHM vs TCP", r.find("python", "python-shm", op[1], SMALL, 1),
+                        r.find("python", "python-tcp", op[1], SMALL, 1));
+            }
+        }
+    }
+
+    /** {@code num} p50 / {@code den} p50, met when at most 1. */
+    private static void atMost(Results r, String name, Optional<Results.Row> num, Optional<Results.Row> den) {
+        if (num.isPresent() && den.isPresent()) {
+            double x = num.get().p50Micros() / den.get().p50Micros();
+            r.checks.add(new Results.Check(name, x, "x", "<= 1.0x", x <= 1, String.format(Locale.ROOT,
+                    "%s p50 %.1f us (p99 %.0f), %s p50 %.1f us (p99 %.0f)", num.get().target(), num.get().p50Micros(),
+                    num.get().p99Micros(), den.get().target(), den.get().p50Micros(), den.get().p99Micros())));
+        }
+    }
+
     static void evaluate(Results r) {
         String g = "get x" + BATCH;
         String p = "put x" + BATCH;
@@ -226,7 +286,7 @@ final class PythonBench {
             r.ratio("py get_into_batch TCP" + n + " vs Java client", find(r, "python-tcp", g, c),
                     find(r, "java-tcp", g, c), 0.7);
             r.ratio("py put_batch shm" + n + " vs Java client", find(r, "python-shm", p, c),
-                    find(r, "java-shm", p, c), 0.7);
+                    find(r, "java-shm", p, c), 0.8);
             r.ratio("py put_batch TCP" + n + " vs Java client", find(r, "python-tcp", p, c),
                     find(r, "java-tcp", p, c), 0.7);
             latency(r, "py batch_exists p50" + n + " vs Java client", find(r, "python", "batch_exists", c),
@@ -246,6 +306,7 @@ final class PythonBench {
                         redis.get().p50Micros(), py.get().p50Micros())));
             }
         }
+        evaluateSmall(r);
     }
 
     /** python p50 / java p50, met when within 2x. */
