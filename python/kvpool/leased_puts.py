@@ -33,15 +33,14 @@ import os
 import time
 from typing import TYPE_CHECKING
 
-from . import lanes
+from . import lanes, read_lease
+from . import locations as _locations
 from . import protocol as p
 from ._net import Connection, connect
 from .crc import crc32c
 from .errors import KvPoolError
-from .protocol import Opcode, ResultCode
-from . import locations as _locations
 from .locations import Locations
-from . import read_lease
+from .protocol import Opcode, ResultCode
 from .read_lease import ReadLease
 from .results import MISS, PutStatus
 from .shm import Mapping
@@ -72,7 +71,7 @@ class Leasing:
         self._last_read = 0.0
         self._reported = time.monotonic()
         self.read: ReadLease = ReadLease(client, on_drop_all=self._drop_all, idle=self._idle, sweep=self._sweep,
-                              on_record=self.locations.apply)
+                                         on_record=self.locations.apply)
 
     def _heard(self) -> bool:
         return self.read.valid()
