@@ -122,7 +122,7 @@ public final class Bench {
         long steps = 0;
         if (o.sections.contains("store")) {
             steps += (long) sizes().size() * clientCounts().size() * targets * 2 + 3L * clientCounts().size() + 2
-                    + SmallObjectBench.steps();
+                    + SmallObjectBench.steps() + 1;
         }
         if (o.sections.contains("lookup")) {
             steps += 3;
@@ -268,6 +268,12 @@ public final class Bench {
             warm(raw);
             bar.setExtraMessage(" small objects: kvpool-tcp and raw-tcp interleaved");
             SmallObjectBench.run(results, kv, raw, o.quick ? 3 : 5, warmup(), duration(), bar::step);
+        }
+        try (PoolProcess small = PoolProcess.start(SmallObjectBench.FULL_POOL, "1g");
+             KvpoolTarget full = new KvpoolTarget(small.masterAddress(), false)) {
+            bar.setExtraMessage(" small objects: 4 KiB puts on a full pool");
+            SmallObjectBench.fullPool(results, full, warmup(), duration());
+            bar.step();
         }
         // engines load a prompt's cached blocks together: batched gets, one master round trip per batch
         for (boolean shm : new boolean[]{false, true}) {

@@ -69,6 +69,43 @@ final class SmallObjectBench {
         }
     }
 
+    /** The pool the steady-state row runs on: small, so it cycles through eviction within the warm-up. */
+    static final String FULL_POOL = "512MiB";
+    static final long FULL_POOL_BYTES = 512L << 20;
+    /** The goal of a full pool against an empty one (kvpool's own: a cache runs full). */
+    static final double GOAL_FULL_VS_EMPTY = 0.8;
+
+    /**
+     * 4 KiB puts x{@value #DEPTH} on a pool at its eviction watermark, against the same puts on an empty
+     * pool measured above (the {@code small} row). A cache spends its life full, every put making room
+     * by eviction: this is the rate an engine saving blocks sees after its first minutes. {@code full} is
+     * a pool of {@link #FULL_POOL}; it is written over twice before the measurement, so eviction runs
+     * throughout.
+     */
+    static void fullPool(Results results, KvpoolTarget full, Duration warmup, Duration duration) throws Exception {
+        int size = 4 << 10;
+        long written = 0;
+        for (int i = 0; i < 20 && written < 2 * FULL_POOL_BYTES; i++) {
+            written += full.putBatched(size, DEPTH, CLIENTS, Duration.ZERO, Duration.ofSeconds(1)).bytes();
+        }
+        Measurement m = full.putBatched(size, DEPTH, CLIENTS, warmup, duration);
+        Results.Row row = new Results.Row("small", full.name() + "-full", "put x" + DEPTH, size, CLIENTS,
+                m.gbPerSecond(), m.opsPerSecond() * DEPTH, m.percentileMicros(0.50), m.percentileMicros(0.99),
+                "putBatch of " + DEPTH + " values a call on a " + FULL_POOL + " pool at its eviction watermark, after "
+                        + Size.human(written) + " written into it; ops/s = objects/s");
+        results.rows.add(row);
+        Results.Row empty = results.rows.stream().filter(r -> r.section().equals("small")
+                && r.target().equals(full.name()) && r.op().equals("put x" + DEPTH) && r.valueSize() == size)
+                .findFirst().orElse(null);
+        if (empty != null) {
+            double ratio = row.opsPerSec() / empty.opsPerSec();
+            results.checks.add(new Results.Check("4 KiB put x" + DEPTH + " over TCP, " + CLIENTS
+                    + " clients, on a full pool vs an empty one", ratio, "x", ">= " + GOAL_FULL_VS_EMPTY + "x",
+                    ratio >= GOAL_FULL_VS_EMPTY, String.format(Locale.ROOT, "%.0f vs %.0f objects/s",
+                    row.opsPerSec(), empty.opsPerSec())));
+        }
+    }
+
     /** A row of objects per second (calls times {@link #DEPTH}); latency per call. */
     private static Results.Row row(String target, String op, int size, Measurement m, int rounds) {
         return new Results.Row("small", target, op + " x" + DEPTH, size, CLIENTS, m.gbPerSecond(),

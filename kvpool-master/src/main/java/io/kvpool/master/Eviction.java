@@ -175,12 +175,12 @@ public final class Eviction {
         if (cut == null) {
             return;
         }
-        // evict buckets below the cutoff entirely, and the cutoff bucket until the target is met
+        // evict buckets below the cutoff entirely, and the cutoff bucket whole or until the target is met
         FreeBatch frees = new FreeBatch();
         FreeBatch.SpillChoice spill = spills::begin;
         @SuppressWarnings("GuardedBy") // ObjectIndex runs it under the shard's lock, out of the checker's sight
         Consumer<ObjectIndex.Shard> round = shard -> {
-            if (freedAndKeys[0] >= targetBytes) {
+            if (freedAndKeys[0] >= targetBytes && !cut.whole()) {
                 return;
             }
             ObjectTable objects = shard.objects;

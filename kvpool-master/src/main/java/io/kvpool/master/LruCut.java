@@ -8,7 +8,8 @@ import java.util.function.Consumer;
  * <p>Two passes over the index: the first finds the range of access ticks among objects that take
  * memory, the second histograms their bytes into {@link #BUCKETS} buckets over that range. The cut
  * is the first bucket at which the bytes in it and below reach the target: every object in a bucket
- * below the cut goes, and objects in the cut bucket go until the round has freed enough. Objects
+ * below the cut goes, and the cut bucket goes whole when that frees at most twice the target, else
+ * until the round has freed enough. Objects
  * read between the passes can move a tick past the first pass's range; they fall into the edge
  * buckets, which is what approximate means here.
  */
@@ -25,11 +26,19 @@ final class LruCut {
     private final int min;
     private final long span;
     private final int cut;
+    /** Whether the cut bucket goes whole rather than until the round freed enough. */
+    private final boolean whole;
 
-    private LruCut(int min, long span, int cut) {
+    private LruCut(int min, long span, int cut, boolean whole) {
         this.min = min;
         this.span = span;
         this.cut = cut;
+        this.whole = whole;
+    }
+
+    /** Whether the cut bucket goes whole (the round may free up to twice its target). */
+    boolean whole() {
+        return whole;
     }
 
     /** The cut for freeing {@code targetBytes}, or null when no object weighs anything. */
@@ -70,16 +79,19 @@ final class LruCut {
             acc += bytes[cut];
             cut++;
         }
-        return new LruCut(min, span, cut);
+        // the cut bucket whole when that at most doubles the round: its objects were written (or last read)
+        // together, so they lie side by side in the segments, and taking some of them in index order left
+        // holes scattered over its range, too short for the next write lease (docs/architecture.md)
+        return new LruCut(min, span, cut, acc + bytes[cut] <= 2 * targetBytes);
     }
 
     /**
-     * Whether an object last read at {@code tick} goes: below the cut always, in the cut bucket only
-     * while the round has not freed enough ({@code enough} false).
+     * Whether an object last read at {@code tick} goes: below the cut always, in the cut bucket when it
+     * goes {@link #whole}, else only while the round has not freed enough ({@code enough} false).
      */
     boolean takes(int tick, boolean enough) {
         int b = bucket(tick, min, span);
-        return b < cut || (b == cut && !enough);
+        return b < cut || (b == cut && (whole || !enough));
     }
 
     private static int bucket(int tick, int min, long span) {

@@ -59,6 +59,10 @@ public final class MasterMetrics {
         this.service = service;
         gauge("master_objects", "Complete objects in the pool (was master_key_count)", service::keyCount);
         gauge("master_allocated_bytes", "Bytes reserved in active segments, headers included", service::allocated);
+        gauge("master_free_ranges", "Free ranges in active segments: many short ones mean fragmentation",
+                service::freeRanges);
+        gauge("master_longest_free_bytes", "The longest free range of any active segment (the longest write lease"
+                + " placeable without evicting)", service::longestFree);
         gauge("master_total_capacity_bytes", "Bytes contributed by active segments", service::capacity);
         gauge("master_active_clients", "Clients seen within the client TTL", service::activeClients);
         gauge("master_frees_undelivered", "Frees owed to nodes that could not be reached; their copies are refused"

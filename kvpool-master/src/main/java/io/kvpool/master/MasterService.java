@@ -713,6 +713,16 @@ public final class MasterService {
         return segments.allocated();
     }
 
+    /** Free ranges of the active segments together (fragmentation). */
+    public long freeRanges() {
+        return segments.freeRanges();
+    }
+
+    /** The longest free range of any active segment: the longest write lease placeable without evicting. */
+    public long longestFree() {
+        return segments.longestFree();
+    }
+
     /** One row per segment, ordered by id. */
     public List<SegmentInfo> segmentInfos() {
         return segments.infos(clock.millis());

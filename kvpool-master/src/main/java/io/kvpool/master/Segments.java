@@ -71,6 +71,22 @@ final class Segments {
         return sumActive(RangeAllocator::used);
     }
 
+    /** Free ranges of the active segments: many short ones mean a fragmented pool (short write leases). */
+    long freeRanges() {
+        return sumActive(RangeAllocator::freeRanges);
+    }
+
+    /** The longest free range of any active segment. */
+    long longestFree() {
+        long best = 0;
+        for (Segment s : byId.values()) {
+            if (s.active) {
+                best = Math.max(best, s.allocator.largestFree());
+            }
+        }
+        return best;
+    }
+
     private long sumActive(ToLongFunction<RangeAllocator> figure) {
         long n = 0;
         for (Segment s : byId.values()) {

@@ -163,7 +163,9 @@ final class WriteLeases {
      * WRITE_LEASE: places one range of between {@code leastBytes} and {@code wantedBytes}. Room beyond
      * {@code leastBytes} (the writer's first batch) is only given from free space, never by evicting,
      * and only while live leases hold less than {@code 1/UNUSED_FRACTION} of capacity unwritten; it is
-     * capped at {@code 1/SEGMENT_FRACTION} of an average segment. Room for {@code leastBytes} is made by
+     * capped at {@code 1/SEGMENT_FRACTION} of an average segment, or cut to the longest free range of
+     * the segment chosen when none is that long (free space in a full pool is many ranges). Room for
+     * {@code leastBytes} is made by
      * evicting as a put does. So eviction takes objects only for bytes about to be written. Caller
      * holds the epoch read lock.
      */
@@ -175,7 +177,19 @@ final class WriteLeases {
         // a lease holds many objects, so placement decides per lease: without a preference each goes to the
         // segment with the most room, which spreads one writer's leases over every segment in turn
         String preferred = req.preferredSegment().isEmpty() ? mostFree() : req.preferredSegment();
-        List<Placement.Placed> placed = length > least ? eviction.placeWithoutEvicting(length, preferred) : List.of();
+        List<Placement.Placed> placed = List.of();
+        if (length > least) {
+            placed = eviction.placeWithoutEvicting(length, preferred);
+            // a pool in its steady state sits at the eviction watermark with its free space in many ranges,
+            // none as long as a lease would like: then the longest of them. Without it every lease there got
+            // room for its batch only, and each put paid a WRITE_LEASE and a RELEASE besides its COMMIT; and
+            // best fit scattered small leases over the holes, so later evictions freed only small holes
+            long longest = placed.isEmpty() ? longestFree(preferred) & -ObjectLayout.ALIGNMENT : 0;
+            if (longest > least) {
+                length = longest;
+                placed = eviction.placeWithoutEvicting(length, preferred);
+            }
+        }
         if (placed.isEmpty()) {
             length = least;
             placed = eviction.place(length, 1, preferred);
@@ -196,6 +210,16 @@ final class WriteLeases {
         return new Granted(ResultCode.OK, l.id, ep, config.term(), p.segment().id, l.start, length, first, count,
                 (int) Math.min(Integer.MAX_VALUE, idle),
                 grants.sign(p.segment().id, config.term(), l.start, length, first, count).mac());
+    }
+
+    /** The longest free range of the active segment named {@code name}, 0 when there is none. */
+    private long longestFree(String name) {
+        for (Segment s : segments.all()) {
+            if (s.active && s.name.equals(name)) {
+                return s.allocator.largestFree();
+            }
+        }
+        return 0;
     }
 
     /** The name of the active segment with the most free bytes, or "" when there is none. */

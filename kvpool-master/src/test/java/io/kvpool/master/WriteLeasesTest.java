@@ -338,6 +338,11 @@ class WriteLeasesTest {
 
     /** Commits objects through leases until they take {@code fraction} of the 8 MiB pool; returns how many. */
     private int fill(double fraction) {
+        return fill(fraction, Duration.ZERO);
+    }
+
+    /** {@link #fill(double)}, the clock moving {@code perLease} after each lease (its objects' access tick). */
+    private int fill(double fraction, Duration perLease) {
         long target = (long) (fraction * (8 << 20));
         int n = svc.keyCount() == 0 ? 0 : (int) svc.keyCount();
         for (int round = 0; svc.allocated() + REGION <= target; round++) {
@@ -351,6 +356,7 @@ class WriteLeasesTest {
             }
             svc.commit(new Commit(g.leaseId(), false, items));
             svc.release(g.leaseId());
+            clock.advance(perLease);
         }
         return (int) svc.keyCount();
     }
@@ -373,11 +379,56 @@ class WriteLeasesTest {
 
         fill(0.99);
         long evictedBefore = svc.eviction().evictedBytes.get();
+        long freeBefore = (8 << 20) - svc.allocated();
         Granted onFull = lease(REGION, 1L << 40, 8);
-        assertThat(onFull.length()).as("a full pool: room for the batch only").isEqualTo(REGION);
+        assertThat(onFull.length()).as("a full pool: room for the batch, or what was free anyway")
+                .isLessThanOrEqualTo(Math.max(REGION, freeBefore));
         long evicted = svc.eviction().evictedBytes.get() - evictedBefore;
         assertThat(evicted).as("evicted for one region")
                 .isLessThanOrEqualTo(Math.max(REGION, (long) ((8 << 20) * MasterConfig.DEFAULT_EVICTION_RATIO)) + REGION);
+    }
+
+    /**
+     * A pool at its watermark has free space only in ranges shorter than the room a lease would like.
+     * A lease there takes the longest halving of that room a free range holds, not its batch alone:
+     * before, every lease on a full pool was one batch long, so each put paid a WRITE_LEASE and a
+     * RELEASE besides its COMMIT.
+     */
+    @Test
+    void aLeaseOnAFullPoolTakesTheRoomOfAFreeRangeShorterThanItWanted() {
+        int objects = fill(0.99);
+        List<byte[]> run = new ArrayList<>();
+        for (int i = 100; i < 300; i++) {
+            run.add(k(String.format("f%05d", i)));
+        }
+        svc.remove(run);
+        long hole = 200 * REGION;
+        long wanted = (8 << 20) / WriteLeases.SEGMENT_FRACTION;
+        assertThat(hole).as("the hole is shorter than the room a lease wants").isLessThan(wanted);
+        Granted g = lease(REGION, 1L << 40, 8);
+        assertThat(g.length()).as("a free range's worth, not one batch").isGreaterThan(hole / 2);
+        assertThat(svc.keyCount()).as("nothing evicted for it").isEqualTo(objects - 200);
+    }
+
+    /**
+     * Objects written together lie side by side, and an eviction round takes the oldest of them: the
+     * room it frees must be one run, long enough for the next write leases, not holes scattered over
+     * the last access tick it touched. Before, the round took that tick's objects in index (hash) order
+     * until it had freed enough, which left dozens of short holes per round; a pool at its watermark
+     * then had only short free ranges and every write lease was a batch long.
+     */
+    @Test
+    void anEvictionRoundFreesOneRunOfWhatWasWrittenTogether() {
+        int objects = fill(0.95, Duration.ofMillis(20));
+        long rangesBefore = svc.freeRanges();
+        svc.tick();
+        long evicted = objects - svc.keyCount();
+        assertThat(evicted).as("the watermark evicted").isPositive();
+        assertThat(svc.freeRanges() - rangesBefore).as("free ranges the round added").isLessThanOrEqualTo(1);
+        assertThat(svc.longestFree()).as("the longest free range").isGreaterThanOrEqualTo(evicted * REGION);
+        assertThat(svc.allocated()).as("the round at most doubled its target")
+                .isGreaterThanOrEqualTo((long) ((8 << 20) * (MasterConfig.DEFAULT_HIGH_WATERMARK
+                        - 3 * MasterConfig.DEFAULT_EVICTION_RATIO)));
     }
 
     /**
