@@ -27,6 +27,7 @@ import ssl
 import struct
 import threading
 import time
+from collections import deque
 from typing import Callable, Sequence
 
 from . import protocol as p
@@ -76,7 +77,12 @@ _TIMEVAL = struct.Struct("ll")
 
 
 class Connection:
-    """One TCP connection to a master or a node, carrying one exchange at a time.
+    """One TCP connection to a master or a node.
+
+    ``call`` sends a request and reads its reply. ``send`` sends one without waiting and ``receive`` takes the
+    oldest reply not taken yet: servers answer a connection's requests one at a time, in the order they came
+    (docs/protocol.md, section 1.2), so many can be in flight (pipelining). The caller bounds how many it leaves
+    unanswered: a server stops reading while the reply it writes finds the socket full.
 
     System calls per exchange (plain TCP): one ``sendmsg`` for the whole request frame (header, body and the
     payload straight from the caller's memory), and one ``recv_into`` into a buffer of the connection's own for
@@ -115,8 +121,9 @@ class Connection:
         self.pid = pid()
         self._buf = bytearray(RECV_BUFFER)
         self._view = memoryview(self._buf)
-        self._have = 0  # payload bytes of the current reply already in the buffer, from ``_at``
+        self._have = 0  # bytes received past the current reply's body (its payload, then later replies), from ``_at``
         self._at = 0
+        self._unanswered: deque[tuple[int, int, bool]] = deque()  # sent, not answered: (request id, opcode, payload?)
 
     def _set_timeout(self, timeout: float) -> None:
         if timeout == self._timeout:
@@ -135,6 +142,15 @@ class Connection:
 
         The reply payload, if any, must then be read with ``read_payload_into`` before the next call.
         """
+        if self._unanswered:
+            raise KvPoolError(f"{self.address}: {len(self._unanswered)} pipelined requests are unanswered: "
+                              "receive their replies before a call")
+        self.send(opcode, body, timeout, payload)
+        return self.receive(timeout)
+
+    def send(self, opcode: int, body: bytes, timeout: float, payload: Sequence[memoryview] = ()) -> None:
+        """Sends one request without waiting for its reply; ``receive`` takes the replies in order. Returns once
+        the frame is on the socket: the caller's buffers may be reused."""
         if self.pending_payload:
             raise KvPoolError(f"{self.address}: {self.pending_payload} reply payload bytes still unread")
         rid = self.next_id
@@ -142,10 +158,33 @@ class Connection:
         total = 0
         for v in payload:
             total += v.nbytes
+        self._unanswered.append((rid, opcode, total > 0))
         try:
             self._set_timeout(timeout)
-            head = p.encode_header(opcode, rid, len(body), total)
-            self._send(head, body, payload, total)
+            self._send(p.encode_header(opcode, rid, len(body), total), body, payload, total)
+        except ssl.SSLError as e:
+            self.close()
+            raise ConnectionError(explain(e, self.address)) from e
+        except OSError:
+            self.close()
+            raise
+
+    @property
+    def unanswered(self) -> int:
+        """Requests sent with ``send`` whose replies were not received yet."""
+        return len(self._unanswered)
+
+    def receive(self, timeout: float) -> tuple[bytes, int]:
+        """The reply to the oldest request not answered yet: (body, payload length), as ``call`` returns it. An
+        error status answers that request alone; after BAD_REQUEST to a request without payload the connection
+        goes on with the next reply."""
+        if not self._unanswered:
+            raise KvPoolError(f"{self.address}: no request is waiting for its reply")
+        if self.pending_payload:
+            raise KvPoolError(f"{self.address}: {self.pending_payload} reply payload bytes still unread")
+        rid, opcode, sent_payload = self._unanswered.popleft()
+        try:
+            self._set_timeout(timeout)
             h, reply = self._receive(timeout)
             if not h.flags & p.FLAG_REPLY:
                 raise p.ProtocolError("received a request frame where a reply was expected")
@@ -159,7 +198,7 @@ class Connection:
             raise
         if h.status != p.FrameStatus.OK:
             msg = p.decode_error(reply)
-            if h.status == p.FrameStatus.BAD_REQUEST and not total and not h.payload_length:
+            if h.status == p.FrameStatus.BAD_REQUEST and not sent_payload and not h.payload_length:
                 raise ValueError(f"{self.address} refused {p.Opcode(opcode).name}: {msg}")
             self.close()
             try:
@@ -200,9 +239,13 @@ class Connection:
             raise TimeoutError(f"{self.address}: sending timed out after {self._timeout:.1f}s") from None
 
     def _receive(self, timeout: float) -> tuple[p.Header, bytes]:
-        """Reads the reply's header and body; payload bytes that came with them stay in the buffer."""
+        """Reads the reply's header and body; bytes that came with them (its payload, pipelined replies after it)
+        stay in the buffer."""
         view = self._view
-        got = self._fill(0, p.HEADER_BYTES)
+        got = self._have
+        if got:  # the start of this reply came with the last one (pipelined): to the front
+            view[:got] = view[self._at:self._at + got]
+        got = self._fill(got, p.HEADER_BYTES)
         h = p.decode_header(view[:p.HEADER_BYTES])
         if h.body_length > self.max_body or h.payload_length > self.max_payload:
             raise p.ProtocolError(f"reply of {h.body_length} body and {h.payload_length} payload bytes "
@@ -219,7 +262,7 @@ class Connection:
             self._recv_exact(memoryview(big)[have:])
             reply, got, end = bytes(big), 0, 0
         self._at, self._have = end, got - end
-        if self._have > h.payload_length:
+        if self._have > h.payload_length and not self._unanswered:
             raise p.ProtocolError(f"{self.address} sent {self._have - h.payload_length} bytes after its reply")
         return h, reply
 

@@ -18,8 +18,10 @@ How the bytes move: the objects are reserved with PUT_START (this client has no 
 admit every copy at the begin (NODE_PART_BEGIN, on one connection per node, held to the end: the node ties
 the writes to it). A part for a segment this process has mapped is copied into it at once, after checking
 that the object's header still says this write is in progress there; a part for another node goes as a
-NODE_PART_WRITE from the caller's memory, without a staging copy, one frame per call and node.
-``finish`` ends the writes (NODE_PART_END with each value's checksum) and completes them (PUT_END, and
+NODE_PART_WRITE from the caller's memory, without a staging copy, one frame per call and node. Those frames
+are pipelined (docs/protocol.md, section 1.2): a write returns once its frame is on the socket, so layer l+1's
+part follows layer l's without a round trip between them; a part the node refused fails its copy when its
+answer is taken (at a later write, up to ``PIPELINED_WRITES`` unanswered, or at the finish). ``finish`` ends the writes (NODE_PART_END with each value's checksum) and completes them (PUT_END, and
 PUT_REVOKE for what landed nowhere). The reservation lasts the master's put timeout (30 s by default).
 """
 
@@ -28,6 +30,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+from collections import deque
 from typing import TYPE_CHECKING, Sequence
 
 from . import protocol as p
@@ -48,10 +51,15 @@ _REFUSALS = {ResultCode.ALREADY_EXISTS: PutStatus.ALREADY_EXISTS, ResultCode.POO
              ResultCode.NO_SEGMENT: PutStatus.NO_SEGMENT}
 
 
-class _Session:
-    """A segment's connection, held from the begin to the end."""
+#: Most NODE_PART_WRITE frames unanswered on one connection (their answers are a few bytes a part).
+PIPELINED_WRITES = 64
 
-    __slots__ = ("seg", "pool", "mapping", "conn", "lock", "copies")
+
+class _Session:
+    """A segment's connection, held from the begin to the end, and the part writes sent on it and not answered
+    yet (the copies of each frame, oldest first)."""
+
+    __slots__ = ("seg", "pool", "mapping", "conn", "lock", "copies", "unanswered")
 
     def __init__(self, seg: SegmentStats, pool: ConnectionPool, mapping: Mapping | None) -> None:
         self.seg = seg
@@ -60,6 +68,7 @@ class _Session:
         self.conn: Connection | None = None
         self.lock = threading.Lock()
         self.copies: list[_Copy] = []
+        self.unanswered: deque[list[_Copy]] = deque()
 
 
 class _Copy:
@@ -284,14 +293,28 @@ class PutInParts:
                     end = frame_end([v.nbytes for _, _, v in parts], start, p.DEFAULT_MAX_PAYLOAD_BYTES)
                     chunk = parts[start:end]
                     body = p.encode_part_write([(c.offset, c.generation, off, v.nbytes) for c, off, v in chunk])
-                    reply, _ = s.conn.call(Opcode.NODE_PART_WRITE, body, self._client.timeout, [v for _, _, v in chunk])
-                    for (c, _, _), code in zip(chunk, p.decode_codes(reply, "NODE_PART_WRITE reply")):
-                        if code != ResultCode.OK:
-                            c.fail(code)
+                    while len(s.unanswered) >= PIPELINED_WRITES:
+                        self._answered(s)
+                    # pipelined: the next part (the next layer) goes without waiting for this one's answer
+                    s.conn.send(Opcode.NODE_PART_WRITE, body, self._client.timeout, [v for _, _, v in chunk])
+                    s.unanswered.append([c for c, _, _ in chunk])
                     self._client._count("bytes_written_tcp", sum(v.nbytes for _, _, v in chunk))
                     start = end
             except (OSError, KvPoolError, ValueError) as e:
                 _broken(s, "part write", e)
+
+    def _answered(self, s: _Session) -> None:
+        """Takes the oldest unanswered NODE_PART_WRITE's answer: the parts it refused fail their copies. Caller
+        holds the session's lock."""
+        assert s.conn is not None
+        copies = s.unanswered.popleft()
+        reply, _ = s.conn.receive(self._client.timeout)
+        codes = p.decode_codes(reply, "NODE_PART_WRITE reply")
+        if len(codes) != len(copies):
+            raise p.ProtocolError(f"{s.seg.name} answered {len(codes)} codes to a part write of {len(copies)} parts")
+        for c, code in zip(copies, codes):
+            if code != ResultCode.OK:
+                c.fail(code)
 
     # ------------------------------------------------------------------------------------- end
 
@@ -325,6 +348,8 @@ class PutInParts:
                 try:
                     if s.conn is None:
                         return
+                    while s.unanswered:
+                        self._answered(s)
                     for lo in range(0, len(begun), p.MAX_ITEMS_PER_NODE_FRAME):
                         part = begun[lo:lo + p.MAX_ITEMS_PER_NODE_FRAME]
                         body = p.encode_part_end([(c.offset, c.generation, crcs[c.item] or 0,
@@ -403,6 +428,7 @@ def _broken(s: _Session, what: str, e: Exception | None) -> None:
         log.debug("kvpool: put in parts: %s on %s failed: %s", what, s.seg.name, e)
     for c in s.copies:
         c.fail(ResultCode.FAILED)
+    s.unanswered.clear()
     if s.conn is not None:
         s.conn.close()
         s.pool.release(s.conn)

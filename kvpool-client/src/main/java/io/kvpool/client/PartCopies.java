@@ -16,6 +16,7 @@ import org.slf4j.LoggerFactory;
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
 import java.nio.ByteBuffer;
+import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -28,7 +29,11 @@ import java.util.concurrent.locks.ReentrantLock;
  * that began them (docs/protocol.md, section 4.35). Parts for a segment on this host are copied into
  * the mapped segment at once, by the calling thread; parts for other segments go as NODE_PART_WRITE
  * frames on that connection, from the caller's memory (no staging copy), one frame per call and node
- * (split at the payload and item limits), one call at a time per node.
+ * (split at the payload and item limits), one call at a time per node. Those frames are pipelined
+ * (docs/protocol.md, section 1.2): a write returns once its frame is on the socket, not after the
+ * node's answer, so layer l+1's part follows layer l's without a round trip between them; up to
+ * {@link #PIPELINED_WRITES} are unanswered at once, and the answers (a part the node refused fails
+ * its copy) are taken as the window fills and before the end.
  *
  * <h2>Same-machine copies under a write lease</h2>
  * A copy placed in a write lease on a segment mapped here goes without any part frame: the lease's
@@ -50,6 +55,12 @@ import java.util.concurrent.locks.ReentrantLock;
 final class PartCopies {
 
     private static final Logger log = LoggerFactory.getLogger(PartCopies.class);
+
+    /**
+     * Most NODE_PART_WRITE frames unanswered on one connection. An answer is a few bytes a part, so
+     * this many fit in the socket buffers many times over: the node never stalls writing an answer.
+     */
+    static final int PIPELINED_WRITES = 64;
 
     /** One copy of one item: where it is reserved, under what, and how its write stands. */
     static final class Copy {
@@ -119,6 +130,8 @@ final class PartCopies {
         final ReentrantLock lock = new ReentrantLock();
         final List<Copy> copies = new ArrayList<>();
         FrameConnection connection;
+        /** The parts of each NODE_PART_WRITE sent on {@link #connection} and not answered yet, oldest first. */
+        final ArrayDeque<List<Part>> unanswered = new ArrayDeque<>();
 
         Session(SegmentDirectory.Entry segment, ConnectionPool pool, MemorySegment shm) {
             this.segment = segment;
@@ -249,7 +262,7 @@ final class PartCopies {
     /**
      * Writes part k ({@code srcs.get(k)} at {@code offsets[k]}) to each of {@code targets.get(k)} and
      * returns each part's CRC32C: the parts are checksummed, and copied into segments mapped here, by
-     * up to {@link NodeWrites#MAX_LANES} threads when the caller's memory allows it (each lane reads a
+     * up to {@link NodeWrites#MAX_LANES} threads, one a MiB, when the caller's memory allows it (each lane reads a
      * part once for both); then the parts for other nodes go as one NODE_PART_WRITE per session (or
      * more, at the payload and item limits), sessions in parallel. Copies that are not alive are skipped.
      */
@@ -264,7 +277,13 @@ final class PartCopies {
                 }
             }
         }
-        int lanes = parallelOk ? Math.min(NodeWrites.MAX_LANES, config.maxConnections()) : 1;
+        long bytes = 0;
+        for (MemorySegment src : srcs) {
+            bytes += src.byteSize();
+        }
+        // a lane per MiB at most: handing a few KiB of checksumming to another thread costs more than it saves
+        int lanes = parallelOk ? (int) Math.min(Math.min(NodeWrites.MAX_LANES, config.maxConnections()),
+                Math.max(1, bytes / NodeWrites.MIN_PART_BYTES)) : 1;
         int chunks = Math.min(n, 4 * lanes);
         tasks.runParts(chunks, lanes, chunk -> {
             for (int k = (int) ((long) n * chunk / chunks); k < (long) n * (chunk + 1) / chunks; k++) {
@@ -319,19 +338,33 @@ final class PartCopies {
                 }
                 BodyWriter w = new BodyWriter(16 + items.size() * NodeMessages.PartWrite.ITEM_BYTES);
                 new NodeMessages.PartWrite(items).write(w);
-                List<ResultCode> codes = MasterMessages.Codes.read(s.connection.call(Opcode.NODE_PART_WRITE, w,
-                        config.requestTimeout(), views.toArray(ByteBuffer[]::new)).body()).codes();
-                for (int i = start; i < end; i++) {
-                    if (codes.get(i - start) != ResultCode.OK) {
-                        parts.get(i).copy.fail(codes.get(i - start));
-                    }
+                while (s.unanswered.size() >= PIPELINED_WRITES) {
+                    answered(s);
                 }
+                // pipelined: the next part (the next layer) goes without waiting for this one's answer
+                s.connection.send(Opcode.NODE_PART_WRITE, w, config.requestTimeout(), views.toArray(ByteBuffer[]::new));
+                s.unanswered.addLast(parts.subList(start, end));
                 start = end;
             }
         } catch (IOException | RemoteException e) {
             broken(s, "part write", e);
         } finally {
             s.lock.unlock();
+        }
+    }
+
+    /** Takes the oldest unanswered NODE_PART_WRITE's answer: its refused parts fail. Caller holds the session's lock. */
+    private void answered(Session s) throws IOException {
+        List<Part> parts = s.unanswered.pollFirst();
+        List<ResultCode> codes = MasterMessages.Codes.read(s.connection.receive(config.requestTimeout()).body()).codes();
+        if (codes.size() != parts.size()) {
+            throw new IOException(s.segment.name() + " answered " + codes.size() + " codes to a part write of "
+                    + parts.size() + " parts");
+        }
+        for (int i = 0; i < parts.size(); i++) {
+            if (codes.get(i) != ResultCode.OK) {
+                parts.get(i).copy.fail(codes.get(i));
+            }
         }
     }
 
@@ -393,6 +426,9 @@ final class PartCopies {
         try {
             if (s.connection == null) {
                 return;
+            }
+            while (!s.unanswered.isEmpty()) {
+                answered(s);
             }
             List<Copy> begun = new ArrayList<>();
             List<NodeMessages.PartEndItem> items = new ArrayList<>();
@@ -456,6 +492,7 @@ final class PartCopies {
     private static void discard(Session s) {
         FrameConnection c = s.connection;
         s.connection = null;
+        s.unanswered.clear();
         if (c != null) {
             try {
                 c.close();

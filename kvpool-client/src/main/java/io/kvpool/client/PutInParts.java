@@ -122,7 +122,10 @@ public final class PutInParts implements AutoCloseable {
     /**
      * Writes {@code src} at {@code rangeOffset} of item {@code item}'s value. Returns true if the
      * bytes reached at least one copy (false: the item was refused at the begin or all its copies
-     * failed; {@link #status} says why, and {@link #finish} reports it).
+     * failed; {@link #status} says why, and {@link #finish} reports it). A part for another machine
+     * counts as reached once it is sent: the node's answers are pipelined, so a part it refuses fails
+     * its copy at a later write to that node or at {@link #finish}. The caller's memory may be
+     * reused as soon as this returns.
      *
      * @throws IllegalArgumentException the item does not exist, or the range is outside its value or
      *                                  overlaps a range written before (naming the key and ranges)

@@ -13,11 +13,21 @@ import java.nio.ByteOrder;
 import java.nio.channels.ClosedChannelException;
 import java.nio.channels.SocketChannel;
 import java.time.Duration;
+import java.util.ArrayDeque;
 
 /**
  * The requesting end of one kvpool connection: send a request frame, receive its reply, stream the
- * reply's payload. One request is outstanding at a time; callers that need concurrency take several
- * connections from a pool. Not thread-safe.
+ * reply's payload. Not thread-safe; callers that need concurrency take several connections from a
+ * pool.
+ *
+ * <h2>Pipelining</h2>
+ * {@link #call} sends a request and waits for its reply. {@link #send} sends one without waiting,
+ * and {@link #receive} takes the oldest reply not yet taken: a server answers a connection's
+ * requests one at a time, in the order they came (docs/protocol.md, section 1.2), so many requests
+ * can be in flight on one connection. The requester bounds what it leaves unanswered: a server
+ * stops reading while a reply it writes finds the socket full, so a requester that kept writing
+ * without reading would wait forever once the replies filled the buffers. Replies to NODE_PART_WRITE
+ * and the like are a few bytes each, so tens of them fit.
  *
  * <p>Every exchange runs under a {@link Watchdog} deadline: if the peer does not answer in time, the
  * connection is closed and the call fails with a {@link SocketTimeoutException} naming the peer,
@@ -34,8 +44,16 @@ public final class FrameConnection implements Closeable {
     private ByteBuffer body = ByteBuffer.allocate(64 << 10).order(ByteOrder.LITTLE_ENDIAN);
     private long nextRequestId = 1;
     private boolean broken;
+    /** Requests sent and not yet answered, oldest first: opcode and request id. */
+    private final ArrayDeque<Sent> unanswered = new ArrayDeque<>();
+    /** The request whose reply was received last (error messages name it). */
     private Opcode inFlight;
+    /** Whether the request answered last carried payload (after BAD_REQUEST the stream is then unknown). */
+    private boolean answeredHadPayload;
     private long payloadLeft;
+
+    private record Sent(Opcode op, long id, boolean payload) {
+    }
 
     private FrameConnection(Wire wire, HostPort peer, Limits limits) {
         this.wire = wire;
@@ -125,10 +143,53 @@ public final class FrameConnection implements Closeable {
      * @throws IOException     on timeout or a broken connection, naming the peer
      */
     public Reply call(Opcode op, BodyWriter request, Duration timeout, ByteBuffer... payload) throws IOException {
+        if (!unanswered.isEmpty()) {
+            throw new IllegalStateException(unanswered.size() + " pipelined requests to " + peer
+                    + " are unanswered: receive their replies before a call");
+        }
+        return exchange(op, timeout, true, request, payload);
+    }
+
+    /**
+     * Sends a request without waiting for its reply (pipelining): take the replies in order with
+     * {@link #receive}. Returns when the frame is written to the socket, so the caller's buffers may
+     * be reused. Fails as {@link #call} does; a connection whose send failed is broken.
+     *
+     * @throws IllegalStateException when the last reply's payload was not read
+     */
+    public void send(Opcode op, BodyWriter request, Duration timeout, ByteBuffer... payload) throws IOException {
+        exchange(op, timeout, false, request, payload);
+    }
+
+    /**
+     * The reply to the oldest request sent with {@link #send} and not yet answered, under a deadline
+     * of {@code timeout}. A {@link RemoteException} answers that request alone: after
+     * {@link FrameStatus#BAD_REQUEST} to a request without payload the connection goes on, and the
+     * next call receives the next reply.
+     *
+     * @throws IllegalStateException when no request is unanswered
+     */
+    public Reply receive(Duration timeout) throws IOException {
+        if (unanswered.isEmpty()) {
+            throw new IllegalStateException("no request to " + peer + " is waiting for its reply");
+        }
+        return exchange(unanswered.peekFirst().op(), timeout, true, null);
+    }
+
+    /** Requests sent with {@link #send} whose replies were not received yet. */
+    public int unanswered() {
+        return unanswered.size();
+    }
+
+    /** Sends (when {@code request} is not null) and receives (when {@code receive}), under one deadline. */
+    private Reply exchange(Opcode op, Duration timeout, boolean receive, BodyWriter request, ByteBuffer... payload)
+            throws IOException {
         try (Watchdog.Deadline d = Watchdog.arm(wire.socket(), timeout)) {
             try {
-                send(op, request, payload);
-                return receive();
+                if (request != null) {
+                    write(op, request, payload);
+                }
+                return receive ? read() : null;
             } catch (ClosedChannelException e) {
                 broken = true;
                 if (d.fired()) {
@@ -140,7 +201,7 @@ public final class FrameConnection implements Closeable {
                 // after BAD_REQUEST the server keeps the connection only if it consumed our payload,
                 // which we cannot know: keep it only for requests that carried none
                 boolean keep = e instanceof RemoteException re && re.status() == FrameStatus.BAD_REQUEST
-                        && payloadBytes(payload) == 0;
+                        && !answeredHadPayload;
                 if (!keep) {
                     broken = true;
                 }
@@ -157,32 +218,37 @@ public final class FrameConnection implements Closeable {
         return n;
     }
 
-    private void send(Opcode op, BodyWriter request, ByteBuffer... payload) throws IOException {
+    private void write(Opcode op, BodyWriter request, ByteBuffer... payload) throws IOException {
         if (payloadLeft > 0) {
             throw new IllegalStateException("previous reply from " + peer + " still has " + payloadLeft + " payload bytes unread");
         }
-        long payloadLength = 0;
-        for (ByteBuffer b : payload) {
-            payloadLength += b.remaining();
-        }
+        long payloadLength = payloadBytes(payload);
         ByteBuffer bodyBuf = request.buffer();
-        FrameHeader.write(header, op.code, false, 0, nextRequestId, bodyBuf.remaining(), payloadLength);
+        long id = nextRequestId++;
+        FrameHeader.write(header, op.code, false, 0, id, bodyBuf.remaining(), payloadLength);
         ByteBuffer[] all = new ByteBuffer[2 + payload.length];
         all[0] = header;
         all[1] = bodyBuf;
         System.arraycopy(payload, 0, all, 2, payload.length);
-        inFlight = op;
+        // counted before the write: a write that fails part way breaks the connection anyway
+        unanswered.addLast(new Sent(op, id, payloadLength > 0));
         Channels.writeFully(wire.out(), all);
     }
 
-    private Reply receive() throws IOException {
+    private Reply read() throws IOException {
+        if (payloadLeft > 0) {
+            throw new IllegalStateException("previous reply from " + peer + " still has " + payloadLeft + " payload bytes unread");
+        }
+        Sent sent = unanswered.pollFirst();
+        inFlight = sent.op();
+        answeredHadPayload = sent.payload();
         header.clear();
         Channels.readFully(wire.in(), header);
         FrameHeader.Decoded h = FrameHeader.decode(header, limits);
         if (!h.reply()) {
             throw new MalformedFrameException(FrameStatus.MALFORMED_FRAME, "peer " + peer + " sent a request where a reply was due");
         }
-        long expectedId = nextRequestId++;
+        long expectedId = sent.id();
         if (h.requestId() != expectedId && h.requestId() != 0) {
             throw new MalformedFrameException(FrameStatus.MALFORMED_FRAME,
                     "peer " + peer + " answered request " + h.requestId() + " but " + expectedId + " was outstanding");

@@ -34,8 +34,8 @@ import java.nio.channels.SocketChannel;
  * About 50 KiB of heap per connection.
  *
  * <h2>Threads and closing</h2>
- * One thread reads and writes at a time (kvpool connections carry one exchange at a time, on one
- * thread). Another thread may close the <em>socket</em> (a deadline, a server shutting down): the
+ * One thread reads and writes at a time (a kvpool connection is used by one thread at a time).
+ * Another thread may close the <em>socket</em> (a deadline, a server shutting down): the
  * blocked socket call then fails with the usual {@code AsynchronousCloseException}, which passes
  * through unchanged so callers tell a timeout as they do without TLS. No close_notify is sent, and an
  * end of stream without one reads as an ordinary end of stream: kvpool frames carry their own

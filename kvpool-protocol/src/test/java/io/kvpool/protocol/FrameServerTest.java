@@ -370,4 +370,61 @@ class FrameServerTest {
         assertThatThrownBy(() -> FrameConnection.connect(nobody, CALL, Limits.DEFAULT))
                 .isInstanceOf(IOException.class).hasMessageContaining(nobody.toString());
     }
+
+    /**
+     * Pipelining (protocol section 1.2): many requests sent before any reply is read are answered one
+     * each, in order, each with its own request id; a BAD_REQUEST answers its request alone, and the
+     * requests behind it are served.
+     */
+    @Test
+    void pipelinedRequestsAreAnsweredInOrderAndABadOneAnswersOnlyItself() throws IOException {
+        FrameConnection c = connect();
+        int n = 200;
+        for (int i = 0; i < n; i++) {
+            if (i == 100) {
+                c.send(Opcode.HELLO, new BodyWriter().string("field " + i), CALL);
+            } else if (i % 2 == 0) {
+                c.send(Opcode.PING, new BodyWriter().string("ping " + i), CALL);
+            } else {
+                byte[] payload = ("payload " + i).getBytes(StandardCharsets.UTF_8);
+                c.send(Opcode.PUT_START, new BodyWriter().string("put " + i), CALL, ByteBuffer.wrap(payload));
+            }
+        }
+        assertThat(c.unanswered()).isEqualTo(n);
+        long lastId = 0;
+        for (int i = 0; i < n; i++) {
+            if (i == 100) {
+                RemoteException e = catchThrowableOfType(RemoteException.class, () -> c.receive(CALL));
+                assertThat(e.status()).isEqualTo(FrameStatus.BAD_REQUEST);
+                assertThat(e.getMessage()).contains("field 100");
+                assertThat(c.isBroken()).isFalse();
+                continue;
+            }
+            FrameConnection.Reply r = c.receive(CALL);
+            assertThat(r.header().requestId()).as("reply %d's id", i).isGreaterThan(lastId);
+            lastId = r.header().requestId();
+            if (i % 2 == 0) {
+                assertThat(r.body().string("text")).isEqualTo("ping " + i);
+            } else {
+                assertThat(r.body().string("text")).isEqualTo("put " + i);
+                byte[] back = new byte[(int) r.payloadLength()];
+                c.readPayload(MemorySegment.ofArray(back), CALL);
+                assertThat(new String(back, StandardCharsets.UTF_8)).isEqualTo("payload " + i);
+            }
+        }
+        assertThat(c.unanswered()).isZero();
+        assertThat(echo(c, "after")).isEqualTo("after");
+    }
+
+    @Test
+    void aCallWhileRepliesAreUnansweredAndAReceiveWithNoneAreRefused() throws IOException {
+        FrameConnection c = connect();
+        assertThatThrownBy(() -> c.receive(CALL)).isInstanceOf(IllegalStateException.class)
+                .hasMessageContaining("no request");
+        c.send(Opcode.PING, new BodyWriter().string("one"), CALL);
+        assertThatThrownBy(() -> c.call(Opcode.PING, new BodyWriter().string("two"), CALL))
+                .isInstanceOf(IllegalStateException.class).hasMessageContaining("1 pipelined requests");
+        assertThat(c.receive(CALL).body().string("text")).isEqualTo("one");
+        assertThat(echo(c, "three")).isEqualTo("three");
+    }
 }
