@@ -57,7 +57,8 @@ Configuration (``kv_connector_extra_config``):
                       saves run in the background; finished requests keep their blocks until stored)
     max_queued_saves  steps of saves waiting at most (default 64); more are dropped and counted
     fence_path        the file shared by the scheduler and worker processes to order resets
-                      against saves (default: one in /dev/shm named after the master and model)
+                      against saves (default: one named after the master and model, in
+                      ``$KVPOOL_FENCE_DIR`` if set, else /dev/shm)
     tp_rank, pp_rank  this worker's ranks when vLLM's parallel state is not available
 """
 
@@ -349,7 +350,7 @@ class KvPoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
     @staticmethod
     def _default_fence_path(master: str, model: str) -> str:
         tag = hashlib.sha256(f"{master}|{model}|{os.getuid()}".encode()).hexdigest()[:16]
-        base = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+        base = os.environ.get("KVPOOL_FENCE_DIR") or ("/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir())
         return os.path.join(base, f"kvpool-fence-{tag}")
 
     @property

@@ -7,6 +7,7 @@ the README's test command before the Python suite runs (``./kvpool build`` build
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import mmap
 import os
@@ -26,6 +27,11 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python"))
+
+# the vLLM connector's default reset fence files go to a directory of this run, not /dev/shm
+if "KVPOOL_FENCE_DIR" not in os.environ:
+    os.environ["KVPOOL_FENCE_DIR"] = tempfile.mkdtemp(prefix="kvpool-fences-")
+    atexit.register(shutil.rmtree, os.environ["KVPOOL_FENCE_DIR"], True)
 
 import kvpool  # noqa: E402
 from kvpool._net import Connection  # noqa: E402

@@ -9,6 +9,8 @@ import io.kvpool.client.ClientConfig;
 import io.kvpool.client.KvPoolClient;
 import io.kvpool.client.PutStatus;
 import io.kvpool.config.Size;
+import io.kvpool.protocol.KeyDigest;
+import io.kvpool.protocol.Keys;
 import io.kvpool.engine.llama.ModelConfig;
 import me.tongfei.progressbar.ProgressBar;
 import me.tongfei.progressbar.ProgressBarBuilder;
@@ -27,6 +29,7 @@ import java.util.List;
 import java.util.Locale;
 import java.util.Set;
 import java.util.function.Supplier;
+import java.util.function.ToIntFunction;
 
 /**
  * {@code kvpool bench}: kvpool measured against this machine's ceilings and Redis, every figure
@@ -125,7 +128,7 @@ public final class Bench {
                     + SmallObjectBench.steps() + 1;
         }
         if (o.sections.contains("lookup")) {
-            steps += 3;
+            steps += 4;
         }
         if (o.sections.contains("metadata")) {
             steps += 4;
@@ -384,14 +387,35 @@ public final class Bench {
         Measurement exists = KvpoolTarget.batchExists(pool.masterAddress(), keys, 1, warmup(), duration().multipliedBy(2));
         results.add(lookupRow("kvpool", "batchExists", exists));
         step("lookup batchExists");
-        Measurement prefix = Load.run(1, warmup(), duration().multipliedBy(2), id -> new Load.Client() {
+        Measurement prefix = prefixMatches(pool, c -> c.prefixMatch(keys));
+        results.add(lookupRow("kvpool", "prefixMatch", prefix));
+        step("lookup prefixMatch");
+        // what the connector calls: it digests a request's keys once and asks with the digests each step
+        long[] digests = new long[2 * LOOKUP_KEYS];
+        for (int i = 0; i < LOOKUP_KEYS; i++) {
+            byte[] k = Keys.encode(keys.get(i));
+            KeyDigest.digest(k, 0, k.length, digests, 2 * i);
+        }
+        Measurement byDigest = prefixMatches(pool, c -> c.prefixMatchDigests(digests, 0, LOOKUP_KEYS));
+        results.add(lookupRow("kvpool", "prefixMatchDigests", byDigest));
+        step("lookup prefixMatchDigests");
+        RedisLookup rl = new RedisLookup(redis);
+        rl.store(keys);
+        Measurement redisExists = rl.pipelinedExists(keys, (int) Math.max(200, exists.ops()), warmup());
+        results.add(lookupRow("redis", "pipelined EXISTS", redisExists));
+        step("lookup redis");
+    }
+
+    /** One client calling {@code match} over and over; each call must find every lookup key. */
+    private Measurement prefixMatches(PoolProcess pool, ToIntFunction<KvPoolClient> match) throws Exception {
+        return Load.run(1, warmup(), duration().multipliedBy(2), id -> new Load.Client() {
             final KvPoolClient c = KvPoolClient.connect(pool.masterAddress());
 
             @Override
             public Load.Op op() {
                 return i -> {
-                    if (c.prefixMatch(keys) != LOOKUP_KEYS) {
-                        throw new IllegalStateException("prefixMatch did not match every stored key");
+                    if (match.applyAsInt(c) != LOOKUP_KEYS) {
+                        throw new IllegalStateException("a prefix match did not match every stored key");
                     }
                     return 0;
                 };
@@ -402,13 +426,6 @@ public final class Bench {
                 c.close();
             }
         });
-        results.add(lookupRow("kvpool", "prefixMatch", prefix));
-        step("lookup prefixMatch");
-        RedisLookup rl = new RedisLookup(redis);
-        rl.store(keys);
-        Measurement redisExists = rl.pipelinedExists(keys, (int) Math.max(200, exists.ops()), warmup());
-        results.add(lookupRow("redis", "pipelined EXISTS", redisExists));
-        step("lookup redis");
     }
 
     private static Results.Row lookupRow(String target, String op, Measurement m) {
@@ -709,6 +726,14 @@ public final class Bench {
             results.checks.add(new Results.Check("prefixMatch over 1024 keys vs Redis pipelined EXISTS (p50)", r, "x",
                     ">= 5x", r >= 5, "redis p50 " + fmt(redis.get().p50Micros()) + " us, kvpool p50 "
                     + fmt(prefix.get().p50Micros()) + " us"));
+        }
+        var byDigest = results.rows.stream().filter(r -> r.section().equals("lookup")
+                && r.op().equals("prefixMatchDigests")).findFirst();
+        if (byDigest.isPresent() && redis.isPresent()) {
+            double r = redis.get().p50Micros() / byDigest.get().p50Micros();
+            results.checks.add(new Results.Check("prefixMatchDigests (the connector's lookup) vs Redis pipelined"
+                    + " EXISTS (p50)", r, "x", ">= 5x", r >= 5, "redis p50 " + fmt(redis.get().p50Micros())
+                    + " us, kvpool p50 " + fmt(byDigest.get().p50Micros()) + " us"));
         }
         Object perObject = results.environment.get("metadata_heap_bytes_per_object");
         if (perObject instanceof Double d) {
