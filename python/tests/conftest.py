@@ -11,6 +11,7 @@ import atexit
 import ctypes
 import mmap
 import os
+import random
 import shutil
 import signal
 import socket
@@ -135,9 +136,24 @@ def opcodes_of(fn: Callable[[], object], monkeypatch: pytest.MonkeyPatch) -> lis
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port bindable now, below the kernel's ephemeral range: a port the kernel picked (bind to 0) can be taken
+    by any outgoing connection before the server binds it, or binds it again after a restart."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            below = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        below = 32768
+    lowest = min(20000, below - 1000)
+    rnd = random.Random()
+    for _ in range(200):
+        port = rnd.randrange(lowest, below)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no bindable port in [{lowest}, {below})")
 
 
 def remove_segment_files(pid: int) -> None:

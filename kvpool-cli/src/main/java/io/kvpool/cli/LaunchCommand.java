@@ -6,6 +6,7 @@ import io.kvpool.client.ClientConfig;
 import io.kvpool.client.KvPoolClient;
 import io.kvpool.client.PoolStats;
 import io.kvpool.config.Durations;
+import io.kvpool.config.Ports;
 import io.kvpool.config.Size;
 import io.kvpool.connector.config.OffloadConfig;
 import io.kvpool.connector.config.OffloadConfigs;
@@ -20,7 +21,6 @@ import java.io.BufferedReader;
 import java.io.IOException;
 import java.io.InputStreamReader;
 import java.io.PrintStream;
-import java.net.ServerSocket;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -367,9 +367,7 @@ final class LaunchCommand implements Callable<Integer> {
     }
 
     private static int freePort() throws IOException {
-        try (ServerSocket s = new ServerSocket(0)) {
-            return s.getLocalPort();
-        }
+        return Ports.reservable(); // below the ephemeral range: no client connection takes it meanwhile
     }
 
     private List<Host> hosts() throws IOException {

@@ -1,7 +1,8 @@
 package io.kvpool.cli;
 
+import io.kvpool.config.Ports;
+
 import java.io.IOException;
-import java.net.ServerSocket;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -82,9 +83,7 @@ final class LocalEtcd implements AutoCloseable {
     }
 
     private static int freePort() throws IOException {
-        try (ServerSocket s = new ServerSocket(0)) {
-            return s.getLocalPort();
-        }
+        return Ports.reservable(); // below the ephemeral range: no client connection takes it meanwhile
     }
 
     /** Stops etcd by its PID (the script's stop). */

@@ -3,9 +3,9 @@ package io.kvpool.it;
 import io.kvpool.bench.soak.ProcessOutput;
 import io.kvpool.client.KvPoolClient;
 import io.kvpool.client.PoolStats;
+import io.kvpool.config.Ports;
 
 import java.io.IOException;
-import java.net.ServerSocket;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
@@ -92,10 +92,7 @@ final class ProcessCluster implements AutoCloseable {
     }
 
     static int freePort() throws IOException {
-        try (ServerSocket s = new ServerSocket(0)) {
-            s.setReuseAddress(true);
-            return s.getLocalPort();
-        }
+        return Ports.reservable(); // below the ephemeral range: no client connection takes it meanwhile
     }
 
     String masterAddress() {

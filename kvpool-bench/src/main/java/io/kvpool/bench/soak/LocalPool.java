@@ -1,13 +1,13 @@
 package io.kvpool.bench.soak;
 
 import com.google.errorprone.annotations.concurrent.GuardedBy;
+import io.kvpool.config.Ports;
 import io.kvpool.etcd.EtcdTarget;
 import io.kvpool.etcd.LeaderRecord;
 import io.kvpool.etcd.LeaderWatch;
 
 import java.io.IOException;
 import java.net.InetAddress;
-import java.net.ServerSocket;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
@@ -213,9 +213,7 @@ final class LocalPool implements AutoCloseable {
     }
 
     private static int freePort() throws IOException {
-        try (ServerSocket s = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
-            return s.getLocalPort();
-        }
+        return Ports.reservable(); // below the ephemeral range: no client connection takes it meanwhile
     }
 
     /** Stops every child this pool started, by PID (SIGKILL: the soak's verdict is already taken). */
