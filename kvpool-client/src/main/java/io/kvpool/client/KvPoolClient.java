@@ -12,7 +12,6 @@ import io.kvpool.protocol.msg.MasterMessages;
 import java.lang.foreign.MemorySegment;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
-import java.util.Arrays;
 import java.util.List;
 import java.util.Optional;
 import java.util.OptionalLong;
@@ -374,7 +373,7 @@ public final class KvPoolClient implements AutoCloseable {
         for (int f = from; f < to; f += MAX_KEYS_PER_FRAME) {
             int t = Math.min(to, f + MAX_KEYS_PER_FRAME);
             BodyWriter w = new BodyWriter(4 + (t - f) * KeyDigest.BYTES);
-            new DigestList(Arrays.copyOfRange(digests, 2 * f, 2 * t), t - f).write(w);
+            DigestList.write(w, digests, f, t - f);
             int m = master.call(Opcode.PREFIX_MATCH_DIGEST, w, r -> r.i32("matched"));
             matched += m;
             if (m < t - f) {

@@ -9,9 +9,8 @@ import java.util.function.Consumer;
  * memory, the second histograms their bytes into {@link #BUCKETS} buckets over that range. The cut
  * is the first bucket at which the bytes in it and below reach the target: every object in a bucket
  * below the cut goes, and the cut bucket goes whole when that frees at most twice the target, else
- * until the round has freed enough. Objects
- * read between the passes can move a tick past the first pass's range; they fall into the edge
- * buckets, which is what approximate means here.
+ * until the round has freed enough. Objects read between the passes can move a tick past the first
+ * pass's range; they fall into the edge buckets, which is what approximate means here.
  */
 final class LruCut {
 

@@ -165,9 +165,8 @@ final class WriteLeases {
      * and only while live leases hold less than {@code 1/UNUSED_FRACTION} of capacity unwritten; it is
      * capped at {@code 1/SEGMENT_FRACTION} of an average segment, or cut to the longest free range of
      * the segment chosen when none is that long (free space in a full pool is many ranges). Room for
-     * {@code leastBytes} is made by
-     * evicting as a put does. So eviction takes objects only for bytes about to be written. Caller
-     * holds the epoch read lock.
+     * {@code leastBytes} is made by evicting as a put does. So eviction takes objects only for bytes
+     * about to be written. Caller holds the epoch read lock.
      */
     Granted grant(Grant req) {
         long least = ObjectLayout.align(Math.max(1, req.leastBytes()));

@@ -52,6 +52,13 @@ public final class BodyReader {
         return buf.getLong();
     }
 
+    /** {@code n} i64s into {@code dst[0, n)}, in one bulk copy. */
+    public void i64s(long[] dst, int n, String field) {
+        need(8 * n, field);
+        buf.asLongBuffer().get(dst, 0, n); // a view of this little-endian buffer: little-endian too
+        buf.position(buf.position() + 8 * n);
+    }
+
     /** A non-negative i64, e.g. a length or offset. */
     public long length(String field) {
         long v = i64(field);

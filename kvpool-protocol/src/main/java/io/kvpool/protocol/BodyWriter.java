@@ -53,6 +53,14 @@ public final class BodyWriter {
         return this;
     }
 
+    /** {@code a[from, from + n)} as {@code n} i64s, in one bulk copy. */
+    public BodyWriter i64s(long[] a, int from, int n) {
+        ensure(8 * n);
+        buf.asLongBuffer().put(a, from, n); // a view of this little-endian buffer: little-endian too
+        buf.position(buf.position() + 8 * n);
+        return this;
+    }
+
     public BodyWriter i64(long v) {
         ensure(8);
         buf.putLong(v);

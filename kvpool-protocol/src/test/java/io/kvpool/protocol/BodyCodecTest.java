@@ -22,6 +22,42 @@ class BodyCodecTest {
         return new BodyReader(ByteBuffer.wrap(bytes));
     }
 
+    /** The bulk i64s are byte for byte the i64s one at a time, at any alignment, and read back the same. */
+    @Test
+    void bulkI64sAreTheSameBytesAsOneAtATime() {
+        Random rnd = new Random(5);
+        long[] a = new long[40];
+        for (int i = 0; i < a.length; i++) {
+            a[i] = rnd.nextLong();
+        }
+        for (int lead = 0; lead < 9; lead++) {
+            BodyWriter bulk = new BodyWriter(4);
+            BodyWriter one = new BodyWriter(4);
+            for (int k = 0; k < lead; k++) {
+                bulk.u8(k);
+                one.u8(k);
+            }
+            bulk.i64s(a, 3, 30).i32(7);
+            for (int i = 3; i < 33; i++) {
+                one.i64(a[i]);
+            }
+            one.i32(7);
+            ByteBuffer x = bulk.buffer();
+            ByteBuffer y = one.buffer();
+            assertThat(x).isEqualTo(y);
+            BodyReader r = new BodyReader(x);
+            for (int k = 0; k < lead; k++) {
+                r.u8("lead");
+            }
+            long[] back = new long[30];
+            r.i64s(back, 30, "longs");
+            assertThat(back).containsExactly(Arrays.copyOfRange(a, 3, 33));
+            assertThat(r.i32("tail")).isEqualTo(7);
+            assertThatThrownBy(() -> r.i64s(new long[1], 1, "one more"))
+                    .isInstanceOf(MalformedFrameException.class).hasMessageContaining("one more");
+        }
+    }
+
     @Test
     void roundTripsEveryPrimitive() {
         byte[] big = new byte[65535];
