@@ -9,5 +9,5 @@ benchmarks beside the peers.
   ``mooncake_client`` store process on loopback, by PID.
 * :mod:`kvpool_peers.bench_mooncake`: the Python half of ``kvpool bench --only mooncake``.
 * :mod:`kvpool_peers.bench_vllm`: vLLM's time to first token without the pool, saving to it, and
-  hitting it (run with the vllm peer's interpreter; docs/benchmarks.md).
+  hitting it (run with the vllm peer's interpreter; docs/benchmarks-python.md).
 """
