@@ -98,9 +98,11 @@ class BodyWriter:
     def keys(self, keys: Sequence[bytes]) -> BodyWriter:
         """A key list: i32 count, then each key as a byte string (each at most 65535 bytes)."""
         self.i32(len(keys))
-        lens = _U16
+        parts: list[bytes] = [b""] * (2 * len(keys))  # lengths and keys interleaved, joined once: no pair copies
         try:
-            self.buf += b"".join([lens[len(k)] + k for k in keys])
+            parts[::2] = map(_U16.__getitem__, map(len, keys))
+            parts[1::2] = keys
+            self.buf += b"".join(parts)
         except IndexError:
             for k in keys:
                 self.bstr(k)  # a byte string longer than a key: checked one by one
