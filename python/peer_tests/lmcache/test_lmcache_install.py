@@ -23,7 +23,7 @@ def test_versions() -> None:
 def test_compiled_extension_loads(name: str) -> None:
     """The wheel's .so files are built against a torch ABI; each must load with the base's torch.
     (cuda_ops also links libcudart.so.13 and libtorch_cuda.so, which the base's CUDA build provides;
-    its kernels need a GPU, see docs/python.md.)"""
+    its kernels need a GPU, see docs/engines.md.)"""
     m = importlib.import_module(name)
     assert m.__file__ is not None and m.__file__.endswith(".so")
 
