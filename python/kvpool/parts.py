@@ -21,7 +21,8 @@ that the object's header still says this write is in progress there; a part for 
 NODE_PART_WRITE from the caller's memory, without a staging copy, one frame per call and node. Those frames
 are pipelined (docs/protocol.md, section 1.2): a write returns once its frame is on the socket, so layer l+1's
 part follows layer l's without a round trip between them; a part the node refused fails its copy when its
-answer is taken (at a later write, up to ``PIPELINED_WRITES`` unanswered, or at the finish). ``finish`` ends the writes (NODE_PART_END with each value's checksum) and completes them (PUT_END, and
+answer is taken (at a later write, up to ``PIPELINED_WRITES`` frames and ``PIPELINED_PARTS`` parts unanswered,
+or at the finish). ``finish`` ends the writes (NODE_PART_END with each value's checksum) and completes them (PUT_END, and
 PUT_REVOKE for what landed nowhere). The reservation lasts the master's put timeout (30 s by default).
 """
 
@@ -51,15 +52,18 @@ _REFUSALS = {ResultCode.ALREADY_EXISTS: PutStatus.ALREADY_EXISTS, ResultCode.POO
              ResultCode.NO_SEGMENT: PutStatus.NO_SEGMENT}
 
 
-#: Most NODE_PART_WRITE frames unanswered on one connection (their answers are a few bytes a part).
+#: Most NODE_PART_WRITE frames unanswered on one connection, and most parts in them: an answer is a 36-byte frame
+#: and a byte a part, so the answers not read yet stay within about 19 KiB, well inside a socket's buffers (the
+#: node never stalls writing an answer while this side still writes parts, which would stall both).
 PIPELINED_WRITES = 64
+PIPELINED_PARTS = 16384
 
 
 class _Session:
     """A segment's connection, held from the begin to the end, and the part writes sent on it and not answered
     yet (the copies of each frame, oldest first)."""
 
-    __slots__ = ("seg", "pool", "mapping", "conn", "lock", "copies", "unanswered")
+    __slots__ = ("seg", "pool", "mapping", "conn", "lock", "copies", "unanswered", "unanswered_parts")
 
     def __init__(self, seg: SegmentStats, pool: ConnectionPool, mapping: Mapping | None) -> None:
         self.seg = seg
@@ -69,6 +73,7 @@ class _Session:
         self.lock = threading.Lock()
         self.copies: list[_Copy] = []
         self.unanswered: deque[list[_Copy]] = deque()
+        self.unanswered_parts = 0
 
 
 class _Copy:
@@ -293,11 +298,13 @@ class PutInParts:
                     end = frame_end([v.nbytes for _, _, v in parts], start, p.DEFAULT_MAX_PAYLOAD_BYTES)
                     chunk = parts[start:end]
                     body = p.encode_part_write([(c.offset, c.generation, off, v.nbytes) for c, off, v in chunk])
-                    while len(s.unanswered) >= PIPELINED_WRITES:
+                    while s.unanswered and (len(s.unanswered) >= PIPELINED_WRITES
+                                            or s.unanswered_parts + len(chunk) > PIPELINED_PARTS):
                         self._answered(s)
                     # pipelined: the next part (the next layer) goes without waiting for this one's answer
                     s.conn.send(Opcode.NODE_PART_WRITE, body, self._client.timeout, [v for _, _, v in chunk])
                     s.unanswered.append([c for c, _, _ in chunk])
+                    s.unanswered_parts += len(chunk)
                     self._client._count("bytes_written_tcp", sum(v.nbytes for _, _, v in chunk))
                     start = end
             except (OSError, KvPoolError, ValueError) as e:
@@ -308,6 +315,7 @@ class PutInParts:
         holds the session's lock."""
         assert s.conn is not None
         copies = s.unanswered.popleft()
+        s.unanswered_parts -= len(copies)
         reply, _ = s.conn.receive(self._client.timeout)
         codes = p.decode_codes(reply, "NODE_PART_WRITE reply")
         if len(codes) != len(copies):
@@ -429,6 +437,7 @@ def _broken(s: _Session, what: str, e: Exception | None) -> None:
     for c in s.copies:
         c.fail(ResultCode.FAILED)
     s.unanswered.clear()
+    s.unanswered_parts = 0
     if s.conn is not None:
         s.conn.close()
         s.pool.release(s.conn)

@@ -77,3 +77,35 @@ def test_many_pipelined_part_writes_land_byte_exact(pool: Pool) -> None:
             assert put.finish() == [PutStatus.OK] * 4
         for k, v in zip(keys, values):
             assert c.get(k) == v
+
+
+def test_part_writes_in_flight_stay_within_the_window(pool: Pool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No more part writes, and no more parts, unanswered than the bounds: the answers not read yet must fit
+    in the socket's buffers, or the node would stall writing one while this side still writes parts."""
+    from kvpool import parts as parts_module
+    monkeypatch.setattr(parts_module, "PIPELINED_WRITES", 5)
+    monkeypatch.setattr(parts_module, "PIPELINED_PARTS", 10)
+    seen: list[int] = []
+    real_send = Connection.send
+
+    def send(self: Connection, opcode: int, *a: object, **kw: object) -> None:
+        if opcode == Opcode.NODE_PART_WRITE:
+            seen.append(self.unanswered)
+        real_send(self, opcode, *a, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Connection, "send", send)
+    layers, layer = 20, 256
+    keys = [f"pipe/window/{i}" for i in range(4)]
+    values = [os.urandom(layers * layer) for _ in keys]
+    with kvpool.Client(pool.master, shared_memory=False) as c:
+        with c.begin_put(keys, [len(v) for v in values]) as put:
+            for l in range(layers):
+                put.write_many(range(len(keys)), [l * layer] * len(keys),
+                               [memoryview(v)[l * layer:(l + 1) * layer] for v in values])
+            assert put.finish() == [PutStatus.OK] * 4
+        for k, v in zip(keys, values):
+            assert c.get(k) == v
+    assert len(seen) == layers
+    # 4 parts a frame, at most 10 parts in flight: a frame is sent with at most 1 other unanswered (8 parts
+    # then in flight), and pipelining did happen (not each answer taken before the next send)
+    assert max(seen) == 1 and min(seen) == 0

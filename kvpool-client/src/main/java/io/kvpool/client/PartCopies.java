@@ -32,8 +32,8 @@ import java.util.concurrent.locks.ReentrantLock;
  * (split at the payload and item limits), one call at a time per node. Those frames are pipelined
  * (docs/protocol.md, section 1.2): a write returns once its frame is on the socket, not after the
  * node's answer, so layer l+1's part follows layer l's without a round trip between them; up to
- * {@link #PIPELINED_WRITES} are unanswered at once, and the answers (a part the node refused fails
- * its copy) are taken as the window fills and before the end.
+ * {@link #PIPELINED_WRITES} frames ({@link #PIPELINED_PARTS} parts) are unanswered at once, and the
+ * answers (a part the node refused fails its copy) are taken as the window fills and before the end.
  *
  * <h2>Same-machine copies under a write lease</h2>
  * A copy placed in a write lease on a segment mapped here goes without any part frame: the lease's
@@ -57,10 +57,13 @@ final class PartCopies {
     private static final Logger log = LoggerFactory.getLogger(PartCopies.class);
 
     /**
-     * Most NODE_PART_WRITE frames unanswered on one connection. An answer is a few bytes a part, so
-     * this many fit in the socket buffers many times over: the node never stalls writing an answer.
+     * Most NODE_PART_WRITE frames unanswered on one connection, and most parts in them. An answer is
+     * a 36-byte frame and a byte a part, so at these bounds the answers not yet read take at most
+     * about 19 KiB, well inside a socket's buffers: the node never stalls writing an answer while this
+     * side is still writing parts (which would stall both).
      */
     static final int PIPELINED_WRITES = 64;
+    static final int PIPELINED_PARTS = 16_384;
 
     /** One copy of one item: where it is reserved, under what, and how its write stands. */
     static final class Copy {
@@ -132,6 +135,8 @@ final class PartCopies {
         FrameConnection connection;
         /** The parts of each NODE_PART_WRITE sent on {@link #connection} and not answered yet, oldest first. */
         final ArrayDeque<List<Part>> unanswered = new ArrayDeque<>();
+        /** Parts in {@link #unanswered}. */
+        int unansweredParts;
 
         Session(SegmentDirectory.Entry segment, ConnectionPool pool, MemorySegment shm) {
             this.segment = segment;
@@ -338,12 +343,14 @@ final class PartCopies {
                 }
                 BodyWriter w = new BodyWriter(16 + items.size() * NodeMessages.PartWrite.ITEM_BYTES);
                 new NodeMessages.PartWrite(items).write(w);
-                while (s.unanswered.size() >= PIPELINED_WRITES) {
+                while (!s.unanswered.isEmpty() && (s.unanswered.size() >= PIPELINED_WRITES
+                        || s.unansweredParts + (end - start) > PIPELINED_PARTS)) {
                     answered(s);
                 }
                 // pipelined: the next part (the next layer) goes without waiting for this one's answer
                 s.connection.send(Opcode.NODE_PART_WRITE, w, config.requestTimeout(), views.toArray(ByteBuffer[]::new));
                 s.unanswered.addLast(parts.subList(start, end));
+                s.unansweredParts += end - start;
                 start = end;
             }
         } catch (IOException | RemoteException e) {
@@ -356,6 +363,7 @@ final class PartCopies {
     /** Takes the oldest unanswered NODE_PART_WRITE's answer: its refused parts fail. Caller holds the session's lock. */
     private void answered(Session s) throws IOException {
         List<Part> parts = s.unanswered.pollFirst();
+        s.unansweredParts -= parts.size();
         List<ResultCode> codes = MasterMessages.Codes.read(s.connection.receive(config.requestTimeout()).body()).codes();
         if (codes.size() != parts.size()) {
             throw new IOException(s.segment.name() + " answered " + codes.size() + " codes to a part write of "
@@ -493,6 +501,7 @@ final class PartCopies {
         FrameConnection c = s.connection;
         s.connection = null;
         s.unanswered.clear();
+        s.unansweredParts = 0;
         if (c != null) {
             try {
                 c.close();

@@ -145,6 +145,31 @@ class PutInPartsIT {
         }
     }
 
+    /**
+     * More part writes than the pipelining window ({@code PIPELINED_WRITES} frames unanswered on a
+     * connection): each layer of each block is its own write call, so the client takes answers as it goes
+     * and still lands every byte where it belongs.
+     */
+    @Test
+    void morePartWritesThanThePipeliningWindowLandByteExact() throws Exception {
+        try (InProcessCluster cluster = new InProcessCluster(1, Size.ofMiB(32));
+             KvPoolClient c = cluster.client(cfg -> cfg.withSharedMemory(false))) {
+            List<String> keys = Payloads.keys("window/", 12);
+            List<byte[]> values = values(keys, 1);
+            try (PutInParts parts = c.beginPut(keys, lengths(values), PutOptions.DEFAULT)) {
+                for (int l = 0; l < LAYERS; l++) {
+                    for (int i = 0; i < keys.size(); i++) {
+                        assertThat(parts.write(i, (long) l * LAYER,
+                                MemorySegment.ofArray(values.get(i)).asSlice((long) l * LAYER, LAYER))).isTrue();
+                    }
+                }
+                assertThat(LAYERS * keys.size()).as("write calls").isGreaterThan(64);
+                assertThat(parts.finish()).containsOnly(PutStatus.OK);
+            }
+            assertStored(c, keys, values);
+        }
+    }
+
     @Test
     void everyCopyIsWrittenInPartsOverTcp() throws Exception {
         try (InProcessCluster cluster = new InProcessCluster(2, Size.ofMiB(32));
