@@ -4,7 +4,9 @@ import io.kvpool.bench.RollingRestartBench;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
+import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.List;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
@@ -21,6 +23,16 @@ class RollingRestartIT {
         int objects = 600;
         RollingRestartBench.Outcome o = RollingRestartBench.drill(objects, 16 << 10, dir);
         System.out.println("rolling restart: " + o);
+        Path notExact = dir.resolve("not-exact.txt");
+        if (Files.exists(notExact)) { // the temporary directory goes with the test: say what missed here
+            System.out.println("not byte-exact afterwards:\n" + Files.readString(notExact));
+            Path launchLog = dir.resolve("launch.log");
+            if (Files.exists(launchLog)) {
+                List<String> lines = Files.readAllLines(launchLog);
+                System.out.println("launcher log (last 200 lines):\n"
+                        + String.join("\n", lines.subList(Math.max(0, lines.size() - 200), lines.size())));
+            }
+        }
         assertThat(o.steps()).as("every master and node restarted").hasSize(5)
                 .anyMatch(s -> s.startsWith("master-1 ")).anyMatch(s -> s.startsWith("master-2 "))
                 .anyMatch(s -> s.startsWith("node-0 ")).anyMatch(s -> s.startsWith("node-2 "));
