@@ -25,6 +25,7 @@ br="${tag}br"
 work="$(mktemp -d /tmp/kvpool-multihost.XXXXXX)"
 launcher=""
 engines=()
+killed=()
 failures=0
 
 cleanup() {
@@ -43,6 +44,8 @@ cleanup() {
     ip link del "${tag}v$i" 2>/dev/null
   done
   ip link del "$br" 2>/dev/null
+  # a node killed with SIGKILL leaves its segment file (it is never restarted here to adopt it)
+  for p in "${killed[@]}"; do rm -f /dev/shm/kvpool-*-"$p".seg; done
 }
 trap cleanup EXIT
 if ! ip netns add "${tag}probe" 2>/dev/null; then
@@ -145,6 +148,7 @@ check "(e) a client without the cluster secret is refused" $([ "$refused" -ne 0 
 # (c) kill host 3's node mid-run: the rest keeps serving, misses only for what was on host 3
 victim="$(sed -n 's/^started node-2 on .* (pid \([0-9]*\)).*/\1/p' "$work/launch.out")"
 kill -9 "$victim"
+killed+=("$victim")
 in_host 1 "$kvpool" get --master "$master" on-host-2 >/dev/null; check "(c) host 2's object still served after host 3 died" $?
 set +e
 in_host 1 "$kvpool" get --master "$master" on-host-3 >/dev/null 2>&1; lost=$?
