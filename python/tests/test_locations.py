@@ -15,7 +15,7 @@ import os
 import signal
 import subprocess
 import threading
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -28,12 +28,10 @@ from kvpool.locations import MAX_RECENT, Locations
 from kvpool.protocol import Opcode
 
 
-@pytest.fixture(params=[True, False], ids=["shm", "tcp"])
-def reader(pool: Pool, request: pytest.FixtureRequest) -> Iterator[kvpool.Client]:
-    c = kvpool.Client(pool.master, shared_memory=request.param)
-    c.remove_all(force=True)
-    yield c
-    c.close()
+@pytest.fixture
+def reader(either: kvpool.Client) -> kvpool.Client:
+    """The conftest's ``either``: a client on the same-machine path, then one on TCP; the pool emptied first."""
+    return either
 
 
 def test_a_repeated_read_goes_straight_to_the_copy(pool: Pool, reader: kvpool.Client,

@@ -14,7 +14,7 @@ import hashlib
 import os
 import subprocess
 import threading
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -25,13 +25,10 @@ from kvpool import protocol as p
 from kvpool.protocol import Opcode
 
 
-@pytest.fixture(params=[True, False], ids=["shm", "tcp"])
-def leaser(pool: Pool, request: pytest.FixtureRequest) -> Iterator[kvpool.Client]:
-    """A client on the same-machine path, then one on TCP; the pool emptied first."""
-    c = kvpool.Client(pool.master, shared_memory=request.param)
-    c.remove_all(force=True)
-    yield c
-    c.close()
+@pytest.fixture
+def leaser(either: kvpool.Client) -> kvpool.Client:
+    """The conftest's ``either``: a client on the same-machine path, then one on TCP; the pool emptied first."""
+    return either
 
 
 def test_a_small_put_is_one_node_exchange_and_one_commit(leaser: kvpool.Client,
