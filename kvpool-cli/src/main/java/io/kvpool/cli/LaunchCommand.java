@@ -465,14 +465,27 @@ final class LaunchCommand implements Callable<Integer> {
     }
 
     void awaitRegistered(String master, int nodes) throws Exception {
-        awaitRegistered(master, nodes, null);
+        awaitRegistered(master, nodes, null, -1);
+    }
+
+    /**
+     * The id of the registration the master holds for the segment named {@code segment} (a node's
+     * {@code HOST:PORT}), or -1 when it holds none.
+     */
+    int registrationOf(String master, String segment) throws Exception {
+        try (KvPoolClient c = KvPoolClient.connect(ClientConfig.forMaster(master))) {
+            return c.stats().segments().stream().filter(s -> s.name().equals(segment))
+                    .mapToInt(PoolStats.SegmentStats::id).max().orElse(-1);
+        }
     }
 
     /**
      * Waits until {@code nodes} segments are registered and active, {@code segment} (a node's
-     * {@code HOST:PORT}; null for any) among them.
+     * {@code HOST:PORT}; null for any) among them under another registration than {@code notId} (the
+     * one its previous run held; -1 for any): the old registration of a node that restarts is still
+     * listed until the new one replaces it, and must not count as the node being back.
      */
-    void awaitRegistered(String master, int nodes, String segment) throws Exception {
+    void awaitRegistered(String master, int nodes, String segment, int notId) throws Exception {
         Duration timeout = readyTimeout;
         long deadline = System.nanoTime() + timeout.toNanos();
         try (KvPoolClient c = KvPoolClient.connect(ClientConfig.forMaster(master))) {
@@ -480,8 +493,8 @@ final class LaunchCommand implements Callable<Integer> {
                 checkAlive();
                 List<PoolStats.SegmentStats> segs = c.stats().segments();
                 long active = segs.stream().filter(PoolStats.SegmentStats::active).count();
-                if (active >= nodes && (segment == null
-                        || segs.stream().anyMatch(s -> s.active() && s.name().equals(segment)))) {
+                if (active >= nodes && (segment == null || segs.stream().anyMatch(
+                        s -> s.active() && s.name().equals(segment) && s.id() != notId))) {
                     return;
                 }
                 if (System.nanoTime() > deadline) {

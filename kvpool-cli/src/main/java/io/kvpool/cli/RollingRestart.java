@@ -30,10 +30,12 @@ import java.util.regex.Pattern;
  *       wait until it stands for election (elected) or listens (single); then until every node is
  *       registered and active again through the pool's address (after the leader: under the new one)
  *   nodes, in host order:
- *       SIGUSR1: the node stops and keeps its /dev/shm segment file ({@link RestartSignal});
+ *       SIGUSR1: the node drains (the master places nothing more on it, the writes in progress end),
+ *       stops and keeps its /dev/shm segment file ({@link RestartSignal});
  *       start again on the same address with the same segment size: it adopts the file, verifies
  *       every object (header and CRC32C) and offers them to the master at registration;
- *       wait until every node is registered and active again
+ *       wait until that node is registered anew (another registration id than before the stop: the
+ *       master lists the old one, draining, until the new one replaces it) and every node is active
  * </pre>
  * A node's objects are misses while it is away (a copy on another node serves a get when the object
  * has two); the master's metadata survives a master's restart because the other master leads
@@ -139,6 +141,10 @@ final class RollingRestart {
         for (LaunchCommand.Supervised n : nodes) {
             long t0 = System.nanoTime();
             int lines = lines(n);
+            String name = n.args().get(n.args().indexOf("--advertise-host") + 1) + ":"
+                    + n.args().get(n.args().indexOf("--port") + 1);
+            // the registration this run holds: the node is back only under another one
+            int before = launch.registrationOf(address, name);
             stop(n, true);
             launch.restart(n);
             launch.awaitLine(n, LaunchCommand.NODE_LINE, STEP_TIMEOUT, lines);
@@ -147,9 +153,10 @@ final class RollingRestart {
                 throw new LaunchCommand.LaunchFailure(n.name() + " came back without its objects (it did not adopt its"
                         + " segment file; its log " + n.log() + " says why); stopping the rolling restart here");
             }
-            // its segment by name (HOST:PORT, the identity it adopted its file under), active again with every other
-            launch.awaitRegistered(address, nodes.size(), n.args().get(n.args().indexOf("--advertise-host") + 1)
-                    + ":" + n.args().get(n.args().indexOf("--port") + 1));
+            // its segment by name (HOST:PORT, the identity it adopted its file under), registered anew (not the
+            // previous run's registration, which the master lists, draining, until the new one replaces it) and
+            // active again with every other
+            launch.awaitRegistered(address, nodes.size(), name, before);
             steps.add(step(n, t0));
         }
     }

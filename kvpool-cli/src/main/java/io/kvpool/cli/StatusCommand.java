@@ -121,7 +121,7 @@ final class StatusCommand implements Callable<Integer> {
                         Size.human((long) (Math.abs(s.allocatedBytes() - before.allocatedBytes()) / secs))));
         Table t = new Table("ID", "SEGMENT", "STATE", "CAPACITY", "USED", "USED%", "OBJECTS", "HEARTBEAT").right(0, 3, 4, 5, 6, 7);
         for (PoolStats.SegmentStats seg : s.segments()) {
-            t.row(seg.id(), seg.name(), seg.active() ? "active" : "joining", Size.human(seg.capacityBytes()),
+            t.row(seg.id(), seg.name(), seg.state(), Size.human(seg.capacityBytes()),
                     Size.human(seg.usedBytes()),
                     String.format(Locale.ROOT, "%.1f", seg.capacityBytes() == 0 ? 0.0 : 100.0 * seg.usedBytes() / seg.capacityBytes()),
                     seg.objects(), seg.heartbeatAgeMillis() + " ms ago");

@@ -28,6 +28,11 @@ public record PoolStats(long epoch, long keys, long pendingPuts, long allocatedB
      */
     public record SegmentStats(int id, String name, String host, int port, long capacityBytes, long usedBytes,
                                long objects, boolean active, long heartbeatAgeMillis, String shmPath,
-                               long diskCapacityBytes, long diskUsedBytes, long diskObjects) {
+                               long diskCapacityBytes, long diskUsedBytes, long diskObjects, boolean draining) {
+
+        /** What the master says of it: joining (listing its objects), active, or draining (its node stops for a restart). */
+        public String state() {
+            return draining ? "draining" : active ? "active" : "joining";
+        }
     }
 }

@@ -58,7 +58,8 @@ final class SegmentAccess implements AutoCloseable {
             for (MasterMessages.SegmentInfo i : s.segments()) {
                 segs.add(new PoolStats.SegmentStats(i.id(), i.name(), i.host(), i.port(), i.capacity(), i.used(),
                         i.objects(), i.state() == MasterMessages.SegmentInfo.STATE_ACTIVE, i.heartbeatAgeMillis(),
-                        i.shmPath(), i.tiers().diskCapacity(), i.tiers().diskUsed(), i.tiers().diskObjects()));
+                        i.shmPath(), i.tiers().diskCapacity(), i.tiers().diskUsed(), i.tiers().diskObjects(),
+                        i.state() == MasterMessages.SegmentInfo.STATE_DRAINING));
             }
             PoolStats stats = new PoolStats(s.epoch(), s.keys(), s.pendingPuts(), s.allocatedBytes(),
                     s.capacityBytes(), s.activeClients(), List.copyOf(segs));

@@ -297,7 +297,8 @@ public final class ElectedMaster implements AutoCloseable {
     private void syncNodeList(MasterServer s) {
         Set<String> active = new HashSet<>();
         for (MasterMessages.SegmentInfo seg : s.service().segmentInfos()) {
-            if (seg.state() == MasterMessages.SegmentInfo.STATE_ACTIVE) {
+            // a draining node is restarting: the next leader waits for it as for any other
+            if (seg.state() != MasterMessages.SegmentInfo.STATE_JOINING) {
                 active.add(seg.name());
             }
         }

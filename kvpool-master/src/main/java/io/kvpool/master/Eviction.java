@@ -88,7 +88,7 @@ public final class Eviction {
      */
     List<Placement.Placed> place(long regionLength, int replicas, String preferred) {
         List<Placement.Placed> got = tryPlace(regionLength, replicas, preferred);
-        if (!got.isEmpty() || segments.capacity() == 0) {
+        if (!got.isEmpty() || segments.placeableCapacity() == 0) {
             return got;
         }
         lock.lock();

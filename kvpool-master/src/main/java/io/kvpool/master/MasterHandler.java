@@ -214,14 +214,22 @@ final class MasterHandler implements RequestHandler {
                 case REGISTER_NODE -> {
                     MasterMessages.RegisterNode r = MasterMessages.RegisterNode.read(body);
                     end(body, op);
-                    service.membership().registerNode(r).write(out);
+                    service.membership().registerNode(r, req.peer()).write(out);
                     metrics.record(op, 1, 0, 0, false);
                 }
                 case NODE_HEARTBEAT -> {
                     MasterMessages.Heartbeat hb = MasterMessages.Heartbeat.read(body);
                     end(body, op);
-                    service.membership().heartbeat(hb.segmentId(), hb.nodeIncarnation(), hb.tiers()).write(out);
+                    service.membership().heartbeat(hb.segmentId(), hb.nodeIncarnation(), hb.tiers(), req.peer())
+                            .write(out);
                     metrics.record(op, 1, 0, 0, false);
+                }
+                case NODE_DRAIN -> {
+                    MasterMessages.NodeDrain d = MasterMessages.NodeDrain.read(body);
+                    end(body, op);
+                    ResultCode code = service.membership().drain(d);
+                    new Codes(List.of(code)).write(out);
+                    metrics.record(op, 1, code == ResultCode.OK ? 0 : 1, 0, false);
                 }
                 case NODE_DISK_ADD, NODE_DISK_DROP -> {
                     MasterMessages.Inventory inv = MasterMessages.Inventory.read(body);
@@ -245,6 +253,12 @@ final class MasterHandler implements RequestHandler {
             throw e;
         }
         req.reply(out);
+    }
+
+    @Override
+    public void connectionClosed(String peer) {
+        // a node's registration whose connection closed has nobody behind it: another may replace it
+        service.membership().linkClosed(peer);
     }
 
     private void recordCodes(Opcode op, int n, int failed, int missed) {

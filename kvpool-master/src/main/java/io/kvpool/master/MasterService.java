@@ -276,7 +276,7 @@ public final class MasterService {
         long regionLength = ObjectLayout.regionLength(key.length, item.valueLength());
         List<Placement.Placed> placed = eviction.place(regionLength, replicas, preferred);
         if (placed.isEmpty()) {
-            return PutStartResult.of(segments.capacity() == 0 ? ResultCode.NO_SEGMENT : ResultCode.POOL_FULL);
+            return PutStartResult.of(segments.placeableCapacity() == 0 ? ResultCode.NO_SEGMENT : ResultCode.POOL_FULL);
         }
         int[] segIds = new int[placed.size()];
         long[] offsets = new long[placed.size()];

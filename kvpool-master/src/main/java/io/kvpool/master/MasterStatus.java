@@ -85,13 +85,15 @@ final class MasterStatus {
         long cap = service.capacity();
         long used = service.allocated();
         long active = segs.stream().filter(s -> s.state() == SegmentInfo.STATE_ACTIVE).count();
+        long draining = segs.stream().filter(s -> s.state() == SegmentInfo.STATE_DRAINING).count();
         String leadership = config.term() == 0 ? "single master"
                 : (leading.getAsBoolean() ? "leader" : "not leading") + ", term " + config.term();
         StatusView v = new StatusView("master", "kvpool master", clock.millis())
                 .subtitle(address + " · " + leadership + " · " + StatusView.upSince(startMillis));
         v.card("objects", "Objects", service.keyCount(), Unit.COUNT);
         v.card("segments", "Segments", segs.size(), Unit.COUNT,
-                segs.size() == active ? "all active" : active + " active, " + (segs.size() - active) + " joining");
+                segs.size() == active ? "all active" : active + " active, " + (segs.size() - active - draining)
+                        + " joining" + (draining > 0 ? ", " + draining + " draining" : ""));
         v.card("capacity", "Memory capacity", cap, Unit.BYTES);
         v.card("used", "Memory used", used, Unit.BYTES, cap == 0 ? "no segment" : String.format(Locale.ROOT,
                 "%.1f%% of capacity; evicts at %d%%", 100.0 * used / cap, Math.round(config.highWatermark() * 100)));
@@ -143,6 +145,9 @@ final class MasterStatus {
     private static String state(SegmentInfo s) {
         if (s.state() == SegmentInfo.STATE_JOINING) {
             return "joining";
+        }
+        if (s.state() == SegmentInfo.STATE_DRAINING) {
+            return "draining";
         }
         return s.heartbeatAgeMillis() > LATE_MILLIS ? "late" : "active";
     }

@@ -13,14 +13,15 @@ import io.kvpool.protocol.msg.MasterMessages.InventoryItem;
 import io.kvpool.protocol.msg.MasterMessages.RegisterNode;
 import io.kvpool.protocol.msg.MasterMessages.RegisterReply;
 import io.kvpool.protocol.msg.MasterMessages.TierStats;
+import io.kvpool.protocol.msg.MasterMessages;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 import java.time.InstantSource;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.atomic.AtomicLong;
-import java.util.function.BiConsumer;
 import java.util.function.Consumer;
 import java.util.function.Function;
 import java.util.function.IntSupplier;
@@ -72,20 +73,35 @@ public final class Membership {
     private final IntSupplier accessTick;
 
     final AtomicLong droppedSegments = new AtomicLong();
+    /** Registrations refused because they would have replaced a live node's segment without proof. */
+    final AtomicLong refusedRegistrations = new AtomicLong();
+    /** NODE_DRAIN requests that put a segment into draining. */
+    final AtomicLong drains = new AtomicLong();
 
     /** Told when objects lost copies or a segment joined: the repair has work, or room for it. */
     private final Runnable copiesChanged;
     /**
-     * Told when a node registered again, both registrations with a segment file (the new one may be the
-     * old one, adopted): the old segment, then the new one.
+     * Told when a registration replaced an earlier one of the same name (the node restarted, or
+     * registered again): the old segment, the new one, and the regions two-phase puts still pending
+     * had reserved on the old one. Writes placed by the old registration may still reach the node at
+     * those offsets (a same-machine copy goes into the file before any node sees it; a slow writer's
+     * NODE_WRITE reaches the node once it serves again), so that space is held on the new segment until
+     * those puts' and leases' deadlines ({@link WriteLeases#carryOver}).
      */
-    private final BiConsumer<Segment, Segment> fileMayBeBack;
+    private final Replaced replaced;
+
+    /** What {@link #registerNode} tells when a registration replaced an earlier one of the same name. */
+    @FunctionalInterface
+    interface Replaced {
+        /** Caller holds the epoch write lock, before {@code now} takes its inventory. */
+        void replaced(Segment old, Segment now, List<WriteLeases.Held> pending);
+    }
 
     Membership(MasterConfig config, InstantSource clock, Epoch epoch, ObjectIndex index, Segments segments,
                SpillLedger spills, ReadLeases leases, NodeNotifier nodes, AtomicLong generations, IntSupplier accessTick,
-               Runnable copiesChanged, BiConsumer<Segment, Segment> fileMayBeBack) {
+               Runnable copiesChanged, Replaced replaced) {
         this.copiesChanged = copiesChanged;
-        this.fileMayBeBack = fileMayBeBack;
+        this.replaced = replaced;
         this.config = config;
         this.clock = clock;
         this.epoch = epoch;
@@ -100,8 +116,24 @@ public final class Membership {
 
     // ================================================================== joining
 
-    /** REGISTER_NODE: admit a node's segment (JOINING until its inventory is in). */
+    /** REGISTER_NODE made in this process, on no connection (tests, benchmarks): see {@link #registerNode(RegisterNode, String)}. */
     public RegisterReply registerNode(RegisterNode r) {
+        return registerNode(r, null);
+    }
+
+    /**
+     * REGISTER_NODE: admit a node's segment (JOINING until its inventory is in), received on the master
+     * connection {@code peer} (null: in-process).
+     *
+     * <p>A registration under a name already registered replaces that segment only when the old one
+     * has nobody behind it or this is the same node: it proves it is ({@code previousToken} is the old
+     * registration's control token, which only that node and its next run have), or it arrives on the
+     * connection the old one last spoke on, or the old one's connection closed, or it is silent past the
+     * TTL. Anything else is refused (BAD_REQUEST naming the live segment), and nothing changes: a forged
+     * registration, or a second node misconfigured with a live node's address, would otherwise drop the
+     * live node's objects from the index and have new puts placed over them.
+     */
+    public RegisterReply registerNode(RegisterNode r, String peer) {
         if (r.controlToken().equals(ControlToken.NONE)) {
             throw new BadRequestException("register_node of segment " + r.name() + " carries no control token: the"
                     + " master could not free, reset or copy anything on it");
@@ -113,17 +145,24 @@ public final class Membership {
         boolean keep;
         epoch.exclusive().lock();
         try {
-            Segment sharedFile = null;
-            for (Segment existing : new ArrayList<>(segments.all())) {
+            long now = clock.millis();
+            List<Segment> same = new ArrayList<>();
+            for (Segment existing : segments.all()) {
                 if (existing.name.equals(r.name())) {
-                    drop(existing, existing.nodeIncarnation == r.nodeIncarnation()
-                            ? "it registered again" : "its node restarted");
-                    // a restarted node that adopted its file renames it to its own pid: the path does not
-                    // tell, so any file of the old segment may be the new one's
-                    if (!r.shmPath().isEmpty() && !existing.shmPath.isEmpty()) {
-                        sharedFile = existing;
+                    String refusal = replacement(existing, r, peer, now);
+                    if (refusal != null) {
+                        refusedRegistrations.incrementAndGet();
+                        log.warn("{}", refusal);
+                        throw new BadRequestException(refusal);
                     }
+                    same.add(existing);
                 }
+            }
+            List<WriteLeases.Held> pending = new ArrayList<>();
+            for (Segment existing : same) {
+                pending.addAll(pendingOn(existing));
+                drop(existing, existing.nodeIncarnation == r.nodeIncarnation()
+                        ? "it registered again" : "its node restarted");
             }
             long ours = epoch.current();
             if (epoch.adopt(r.epoch())) {
@@ -136,9 +175,13 @@ public final class Membership {
             // a node that missed too many frees while away comes back empty rather than with removed objects
             keep = r.epoch() == newEpoch && !nodes.mustComeBackEmpty(r.name());
             seg = segments.add(r.name(), address, r.capacity(), r.nodeIncarnation(), r.shmPath(), r.controlToken(),
-                    clock.millis());
-            if (sharedFile != null && toReset.isEmpty()) {
-                fileMayBeBack.accept(sharedFile, seg);
+                    now);
+            seg.link = peer;
+            if (toReset.isEmpty()) {
+                for (Segment existing : same) {
+                    replaced.replaced(existing, seg, pending);
+                    pending = List.of();
+                }
             }
         } finally {
             epoch.exclusive().unlock();
@@ -153,6 +196,72 @@ public final class Membership {
                 r.inventoryCount(), keep ? "" : r.epoch() != newEpoch ? " (older epoch " + r.epoch() + ": dropped)"
                         : " (it missed too many frees while away: dropped)");
         return new RegisterReply(seg.id, newEpoch, keep, config.term());
+    }
+
+    /**
+     * Why registration {@code r} (on connection {@code peer}) may not replace {@code existing}, a segment
+     * of the same name; null when it may (see {@link #registerNode(RegisterNode, String)}).
+     */
+    private String replacement(Segment existing, RegisterNode r, String peer, long nowMillis) {
+        long silent = nowMillis - existing.lastHeartbeatMillis;
+        String link = existing.link;
+        if (existing.controlToken.matches(r.previousToken()) || link == null || link.equals(peer)
+                || silent > config.nodeTtl().toMillis()) {
+            return null;
+        }
+        return "register_node of segment " + r.name() + " from " + (peer == null ? "this process" : peer)
+                + " refused: that segment is registered (id " + existing.id + ", its node last heard from " + silent
+                + " ms ago on the connection from " + link + ") and this registration does not prove it is that"
+                + " node's next run (it does not carry the control token of that registration). If that node"
+                + " restarted, it registers once its old connection is closed or its registration expires (node TTL "
+                + config.nodeTtl().toMillis() + " ms); if another node was started with the same address, give each"
+                + " node its own --advertise-host and --port";
+    }
+
+    /** The regions pending two-phase puts reserved on {@code seg}, with their deadlines. Caller holds the epoch write lock. */
+    private List<WriteLeases.Held> pendingOn(Segment seg) {
+        List<WriteLeases.Held> out = new ArrayList<>();
+        @SuppressWarnings("GuardedBy") // ObjectIndex runs it under the shard's lock, out of the checker's sight
+        Consumer<ObjectIndex.Shard> collect = shard -> {
+            for (Map.Entry<Key, ObjectIndex.PendingPut> e : shard.pending.entrySet()) {
+                ObjectIndex.PendingPut p = e.getValue();
+                for (int i = 0; i < p.segments.length; i++) {
+                    if (p.segments[i] == seg.id) {
+                        out.add(new WriteLeases.Held(p.offsets[i],
+                                ObjectLayout.regionLength(e.getKey().bytes.length, p.valueLength), p.deadlineMillis));
+                    }
+                }
+            }
+        };
+        index.forEachShard(collect);
+        return out;
+    }
+
+    /** The peer address of a master connection that closed: the registrations that last spoke on it have nobody behind them. */
+    public void linkClosed(String peer) {
+        for (Segment s : segments.all()) {
+            if (peer.equals(s.link)) {
+                s.link = null;
+            }
+        }
+    }
+
+    /**
+     * NODE_DRAIN: the node of this registration is stopping for a restart. Nothing new is placed on its
+     * segment from now on; what it holds stays listed (and readable while the node runs). NOT_FOUND when
+     * the registration is not known (the master restarted, or dropped it).
+     */
+    public ResultCode drain(MasterMessages.NodeDrain d) {
+        Segment seg = segments.get(d.segmentId());
+        if (seg == null || seg.nodeIncarnation != d.nodeIncarnation()) {
+            return ResultCode.NOT_FOUND;
+        }
+        if (!seg.draining) {
+            seg.draining = true;
+            drains.incrementAndGet();
+            log.info("{} draining: its node stops for a restart; nothing more is placed on it", seg);
+        }
+        return ResultCode.OK;
     }
 
     /** NODE_INVENTORY: take over objects a node already holds. ALREADY_EXISTS tells the node to drop one. */
@@ -363,12 +472,20 @@ public final class Membership {
 
     /** NODE_HEARTBEAT with the node's per-tier counters (kept for metrics and status). */
     public HeartbeatReply heartbeat(int segmentId, long nodeIncarnation, TierStats tiers) {
+        return heartbeat(segmentId, nodeIncarnation, tiers, null);
+    }
+
+    /** NODE_HEARTBEAT received on master connection {@code peer} (null: in-process), which the registration now speaks on. */
+    public HeartbeatReply heartbeat(int segmentId, long nodeIncarnation, TierStats tiers, String peer) {
         Segment seg = segments.get(segmentId);
         if (seg == null || seg.nodeIncarnation != nodeIncarnation) {
             return new HeartbeatReply(ResultCode.NOT_FOUND, epoch.current());
         }
         if (tiers != null) {
             seg.tiers = tiers;
+        }
+        if (peer != null) {
+            seg.link = peer;
         }
         seg.lastHeartbeatMillis = clock.millis();
         return new HeartbeatReply(ResultCode.OK, epoch.current());

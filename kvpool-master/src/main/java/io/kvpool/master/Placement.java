@@ -34,7 +34,7 @@ final class Placement {
                                RandomGenerator random) {
         List<Segment> candidates = new ArrayList<>();
         for (Segment s : segments) {
-            if (s.active) {
+            if (s.placeable()) {
                 candidates.add(s);
             }
         }
@@ -77,7 +77,7 @@ final class Placement {
 
     /**
      * Reserves a region for one more copy of an object whose copies are on the segments {@code holding}
-     * (ids; some may be gone): on an active segment that holds none, of a host that holds none when one
+     * (ids; some may be gone): on a placeable segment (active, not draining) that holds none, of a host that holds none when one
      * of those has room. Null when nothing fits (a repair does not evict).
      */
     static Placed oneMore(Segments segments, long regionLength, Set<Integer> holding, RandomGenerator random) {
@@ -91,7 +91,7 @@ final class Placement {
         List<Segment> otherHosts = new ArrayList<>();
         List<Segment> sameHosts = new ArrayList<>();
         for (Segment s : segments.all()) {
-            if (s.active && !holding.contains(s.id)) {
+            if (s.placeable() && !holding.contains(s.id)) {
                 (usedHosts.contains(s.address.host()) ? sameHosts : otherHosts).add(s);
             }
         }

@@ -24,6 +24,18 @@ final class Segment {
     final RangeAllocator allocator;
     /** False while the node is still listing its objects: no new puts are placed here until then. */
     volatile boolean active;
+    /**
+     * Its node is stopping for a restart (NODE_DRAIN): nothing new is placed here, what it holds is still
+     * listed and read until the node stops, and its next registration replaces this one.
+     */
+    volatile boolean draining;
+    /**
+     * The peer address of the master connection this registration last spoke on (its registration or a
+     * heartbeat), or null once that connection closed: a registration with nobody behind it any more,
+     * which another may replace without proof ({@link Membership#registerNode}). Null too for a
+     * registration made in-process (tests), which any other may replace.
+     */
+    volatile String link;
     volatile long lastHeartbeatMillis;
     /** The node's per-tier counters from its last heartbeat; {@code hasDisk()} tells whether it has an SSD tier. */
     volatile io.kvpool.protocol.msg.MasterMessages.TierStats tiers = io.kvpool.protocol.msg.MasterMessages.TierStats.NONE;
@@ -38,6 +50,11 @@ final class Segment {
         this.nodeIncarnation = nodeIncarnation;
         this.allocator = new RangeAllocator(capacity);
         this.lastHeartbeatMillis = nowMillis;
+    }
+
+    /** Whether new objects may be placed here: its inventory is in, and its node is not draining. */
+    boolean placeable() {
+        return active && !draining;
     }
 
     @Override

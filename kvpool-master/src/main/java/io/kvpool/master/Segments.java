@@ -66,6 +66,21 @@ final class Segments {
         return sumActive(RangeAllocator::capacity);
     }
 
+    /**
+     * Capacity of the segments new objects may be placed on (active and not draining): 0 when every
+     * node is joining or stopping for a restart, and then a put is refused NO_SEGMENT rather than
+     * evicting objects whose room nothing could use.
+     */
+    long placeableCapacity() {
+        long n = 0;
+        for (Segment s : byId.values()) {
+            if (s.placeable()) {
+                n += s.allocator.capacity();
+            }
+        }
+        return n;
+    }
+
     /** Bytes allocated on the active segments. */
     long allocated() {
         return sumActive(RangeAllocator::used);
@@ -105,7 +120,8 @@ final class Segments {
         for (Segment s : sorted) {
             out.add(new SegmentInfo(s.id, s.name, s.address.host(), s.address.port(), s.allocator.capacity(),
                     s.allocator.used(), s.allocator.allocations(),
-                    s.active ? SegmentInfo.STATE_ACTIVE : SegmentInfo.STATE_JOINING, nowMillis - s.lastHeartbeatMillis,
+                    !s.active ? SegmentInfo.STATE_JOINING : s.draining ? SegmentInfo.STATE_DRAINING
+                            : SegmentInfo.STATE_ACTIVE, nowMillis - s.lastHeartbeatMillis,
                     s.shmPath, s.tiers));
         }
         return out;

@@ -46,15 +46,17 @@ import java.util.concurrent.atomic.AtomicLong;
  * every COMMIT to it is FENCED and it is dropped without freeing anything. A lease whose segment left
  * (its node was lost or registered again, under a new id) is dropped the same way.
  *
- * <h2>A node that comes back with its segment file</h2>
+ * <h2>A node that registers again</h2>
  * A writer on the node's machine copies values into its lease's range through the shared file
- * before the node hears of them. When the node registers again with a segment file that may be the
- * same (it restarted and adopted it under a new name, or was dropped for silence), the writer may not
- * know yet and copy once more into the old range. So the unused part of each live lease of the old
- * segment is held on the new one ({@link #carryOver}), at the same offsets and until that lease's
- * deadline, as a lease no writer knows the id of: nothing else is placed there while a stale copy
- * could land in it. (A node that came back with a fresh file loses that room for at most the put
- * timeout: the master cannot tell the two apart.)
+ * before the node hears of them, and any writer may send a write the old registration placed after
+ * the node serves again (it restarted and adopted its file under a new name, it was dropped for
+ * silence, or it registered once more in the same process). So the unused part of each live lease
+ * of the old segment, and each region a two-phase put still pending had reserved there, is held on
+ * the new one ({@link #carryOver}), at the same offsets and until that lease's or put's deadline, as
+ * a lease no writer knows the id of: nothing else is placed there while a stale write could land in
+ * it. Those writes never become visible: their COMMIT finds the lease void (EXPIRED), their PUT_END
+ * finds the segment gone. (A node that came back with a fresh file loses that room for at most the
+ * put timeout: the master cannot tell the two apart.)
  *
  * <h2>Locks</h2>
  * Callers hold the epoch read lock. A lease's monitor is taken before any shard's lock and the
@@ -194,7 +196,7 @@ final class WriteLeases {
             placed = eviction.place(length, 1, preferred);
         }
         if (placed.isEmpty()) {
-            return Granted.refused(segments.capacity() == 0 ? ResultCode.NO_SEGMENT : ResultCode.POOL_FULL);
+            return Granted.refused(segments.placeableCapacity() == 0 ? ResultCode.NO_SEGMENT : ResultCode.POOL_FULL);
         }
         Placement.Placed p = placed.getFirst();
         p.segment().allocator.recount(-1); // the range is no object: its objects count as they are committed
@@ -211,21 +213,21 @@ final class WriteLeases {
                 grants.sign(p.segment().id, config.term(), l.start, length, first, count).mac());
     }
 
-    /** The longest free range of the active segment named {@code name}, 0 when there is none. */
+    /** The longest free range of the placeable segment named {@code name}, 0 when there is none. */
     private long longestFree(String name) {
         for (Segment s : segments.all()) {
-            if (s.active && s.name.equals(name)) {
+            if (s.placeable() && s.name.equals(name)) {
                 return s.allocator.largestFree();
             }
         }
         return 0;
     }
 
-    /** The name of the active segment with the most free bytes, or "" when there is none. */
+    /** The name of the placeable segment with the most free bytes, or "" when there is none. */
     private String mostFree() {
         Segment best = null;
         for (Segment s : segments.all()) {
-            if (s.active && (best == null || s.allocator.free() > best.allocator.free())) {
+            if (s.placeable() && (best == null || s.allocator.free() > best.allocator.free())) {
                 best = s;
             }
         }
@@ -335,13 +337,18 @@ final class WriteLeases {
         }
     }
 
+    /** A range held on a segment until a deadline, for writes placed by a registration it replaced ({@link #carryOver}). */
+    record Held(long offset, long length, long deadlineMillis) {
+    }
+
     /**
-     * Segment {@code old} was replaced by {@code now}, which may map the same file (see the class comment):
-     * the unused range of each live lease of {@code old} is reserved on {@code now} until that lease's
-     * deadline. Returns the bytes held. Caller holds the epoch write lock, before {@code now} takes its
-     * inventory (its allocator is empty, so every range fits).
+     * Segment {@code old} was replaced by {@code now}, a registration of the same node (see the class
+     * comment): the unused range of each live lease of {@code old}, and each region {@code pending}
+     * (two-phase puts still pending on {@code old}), is reserved on {@code now} until that lease's or
+     * put's deadline. Returns the bytes held. Caller holds the epoch write lock, before {@code now} takes
+     * its inventory (its allocator is empty, so every range fits).
      */
-    long carryOver(Segment old, Segment now) {
+    long carryOver(Segment old, Segment now, List<Held> pending) {
         long held = 0;
         for (Lease l : live.values()) {
             if (l.segment != old) {
@@ -356,22 +363,29 @@ final class WriteLeases {
                 from = l.next;
                 deadline = l.deadlineMillis;
             }
-            if (!now.allocator.reserve(from, l.end - from)) {
-                log.warn("{}: the unused range [{}, {}) of a lease on its previous registration could not be held",
-                        now, from, l.end);
-                continue;
-            }
-            now.allocator.recount(-1); // the range is no object
-            Lease held0 = new Lease(ids.incrementAndGet(), now, from, l.end, epoch.current(), 0, 0, deadline);
-            live.put(held0.id, held0);
-            close(l, false); // void now: its segment left, and its range is held0's
-            held += l.end - from;
+            close(l, false); // void now: its segment left, and its range is held on the new one
+            held += hold(now, from, l.end, deadline);
+        }
+        for (Held h : pending) {
+            held += hold(now, h.offset(), h.offset() + h.length(), h.deadlineMillis());
         }
         if (held > 0) {
-            log.info("{}: {} bytes of its previous registration's write leases held until those leases' deadlines"
-                    + " (a writer on its machine may still copy into them)", now, held);
+            log.info("{}: {} bytes its previous registration's write leases and pending puts had placed held until"
+                    + " their deadlines (writes placed there may still reach the node)", now, held);
         }
         return held;
+    }
+
+    /** Holds {@code [from, to)} on {@code seg} until {@code deadline}, as a lease no writer knows the id of; its bytes, or 0. */
+    private long hold(Segment seg, long from, long to, long deadline) {
+        if (!seg.allocator.reserve(from, to - from)) {
+            log.warn("{}: the range [{}, {}) its previous registration had placed could not be held", seg, from, to);
+            return 0;
+        }
+        seg.allocator.recount(-1); // the range is no object
+        Lease h = new Lease(ids.incrementAndGet(), seg, from, to, epoch.current(), 0, 0, deadline);
+        live.put(h.id, h);
+        return to - from;
     }
 
     /** Whether the lease's range is still its own: same epoch, and its segment still registered. */

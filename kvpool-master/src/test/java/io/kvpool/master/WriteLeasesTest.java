@@ -5,6 +5,7 @@ import io.kvpool.protocol.ResultCode;
 import io.kvpool.protocol.msg.ControlToken;
 import io.kvpool.protocol.msg.MasterMessages.Inventory;
 import io.kvpool.protocol.msg.MasterMessages.InventoryItem;
+import io.kvpool.protocol.msg.MasterMessages.PutEndItem;
 import io.kvpool.protocol.msg.MasterMessages.PutStart;
 import io.kvpool.protocol.msg.MasterMessages.PutStartItem;
 import io.kvpool.protocol.msg.MasterMessages.PutStartResult;
@@ -268,16 +269,43 @@ class WriteLeasesTest {
     }
 
     @Test
-    void aNodeThatComesBackOnAnonymousMemoryHoldsNothingOfItsOldLeases() {
+    void aNodeThatRegistersAgainHoldsWhatItsOldLeasesAndPendingPutsPlacedUntilTheirDeadlines() {
         RegisterReply first = svc.membership().registerNode(new RegisterNode("b:1", "10.0.1.1", 50052, 1 << 20,
-                svc.epoch(), 100, 0, "/dev/shm/kvpool-b_1-7.seg", ControlToken.random()));
+                svc.epoch(), 100, 0, "", ControlToken.random()));
         svc.membership().inventory(new Inventory(first.segmentId(), 100, true, List.of()));
-        assertThat(svc.writeLease(new Grant("b:1", REGION, 64 << 10, 8)).code()).isEqualTo(ResultCode.OK);
-        // no file: a stale copy into the old one reaches nothing this segment holds
+        Granted g = svc.writeLease(new Grant("b:1", REGION, 64 << 10, 8));
+        assertThat(g.code()).isEqualTo(ResultCode.OK);
+        PutStartResult pending = svc.putStart(new PutStart(false, 1, "b:1", 0, List.of(new PutStartItem(k("slow"), VALUE))))
+                .results().getFirst();
+        assertThat(pending.replicas().getFirst().segmentId()).isEqualTo(first.segmentId());
+        // no segment file either time: a writer that still holds the old placements sends them over TCP once
+        // the node serves again, so their space must not be handed to anyone else before their deadlines
         RegisterReply again = svc.membership().registerNode(new RegisterNode("b:1", "10.0.1.1", 50052, 1 << 20,
                 svc.epoch(), 101, 0, "", ControlToken.random()));
         svc.membership().inventory(new Inventory(again.segmentId(), 101, true, List.of()));
-        assertThat(usedOn("b:1")).isZero();
+        assertThat(usedOn("b:1")).as("the lease's range and the pending put's region, held").isEqualTo(g.length() + REGION);
+        for (int i = 0; i < 40; i++) {
+            PutStartResult r = svc.putStart(new PutStart(false, 1, "b:1", 0,
+                    List.of(new PutStartItem(k("new-" + i), VALUE)))).results().getFirst();
+            long off = r.replicas().getFirst().offset();
+            assertThat(svc.putEnd(List.of(new PutEndItem(k("new-" + i), r.generation(), 0))).getFirst())
+                    .isEqualTo(ResultCode.OK);
+            assertThat(off + REGION <= g.offset() || off >= g.offset() + g.length())
+                    .as("a new put at " + off + " lies outside the old lease [" + g.offset() + ", +" + g.length() + ")")
+                    .isTrue();
+            assertThat(off + REGION <= pending.replicas().getFirst().offset()
+                    || off >= pending.replicas().getFirst().offset() + REGION)
+                    .as("a new put lies outside the pending put's region").isTrue();
+        }
+        assertThat(svc.commit(new Commit(g.leaseId(), false, List.of(new CommitItem(k("late"), g.offset(), VALUE,
+                g.firstGeneration())))).getFirst()).as("a COMMIT against the replaced registration").isEqualTo(ResultCode.EXPIRED);
+        long newObjects = 40 * REGION;
+        for (int i = 0; i <= MasterConfig.defaults().putTimeout().toSeconds(); i++) {
+            clock.advance(Duration.ofSeconds(1));
+            svc.membership().heartbeat(again.segmentId(), 101);
+            svc.tick();
+        }
+        assertThat(usedOn("b:1")).as("held until the deadlines, then given back").isEqualTo(newObjects);
     }
 
     private long usedOn(String name) {

@@ -49,6 +49,8 @@ import java.util.function.BiConsumer;
  * longer administer it.
  *
  * <h2>Write admission</h2>
+ * Writes are admitted only while the node serves a registration and is not draining for a restart
+ * ({@link WriteGate}); otherwise they are answered NO_SEGMENT and nothing is written.
  * A connection that proved the admin secret (the master, a node replicating) writes where it says.
  * One that proved only the cluster secret (a client) writes only what a {@link WriteGrant} the master
  * signed for this segment and the write's term covers ({@link #checkWrites}); anything else closes
@@ -82,12 +84,15 @@ final class LocalSegment {
     private volatile ControlToken controlToken;
     private final WriteGrants grants;
     private volatile int segmentId = -1;
+    /** Whether writes are admitted now (only while registered, not draining), and those in progress. */
+    private final WriteGate gate;
 
     LocalSegment(NodeConfig config, SegmentMemory memory, String name, String advertiseHost, int port) {
         this.config = config;
         this.memory = memory;
         this.segment = memory.segment();
         this.ledger = new RegionLedger(segment);
+        this.gate = new WriteGate(ledger::writesInProgress);
         this.name = name;
         this.advertiseHost = advertiseHost;
         this.port = port;
@@ -113,6 +118,11 @@ final class LocalSegment {
 
     RegionLedger ledger() {
         return ledger;
+    }
+
+    /** Whether writes are admitted now; every write path enters it ({@link WriteGate}). */
+    WriteGate gate() {
+        return gate;
     }
 
     long capacity() {
@@ -299,28 +309,36 @@ final class LocalSegment {
         if (offset < 0 || offset % ObjectLayout.ALIGNMENT != 0 || offset + regionLength > segment.byteSize()) {
             return false;
         }
-        RegionLedger.WriteAdmission adm;
-        try {
-            adm = ledger.beginWrite(offset, regionLength, generation, epoch, key, value.byteSize(), config.regionWait());
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-            return false;
+        if (!gate.enter()) {
+            return false; // registering or draining: the promotion is given up, the disk copy stays
         }
-        if (adm.region() == null) {
-            return false;
-        }
-        boolean ok = false;
         try {
-            ObjectLayout.writeHeader(segment, offset, ObjectLayout.STATE_WRITING, key, value.byteSize(), generation, epoch, crc);
-            MemorySegment.copy(value, 0, segment, adm.region().valueOffset(), value.byteSize());
-            ok = true;
+            RegionLedger.WriteAdmission adm;
+            try {
+                adm = ledger.beginWrite(offset, regionLength, generation, epoch, key, value.byteSize(), config.regionWait());
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                return false;
+            }
+            if (adm.region() == null) {
+                return false;
+            }
+            boolean ok = false;
+            try {
+                ObjectLayout.writeHeader(segment, offset, ObjectLayout.STATE_WRITING, key, value.byteSize(), generation,
+                        epoch, crc);
+                MemorySegment.copy(value, 0, segment, adm.region().valueOffset(), value.byteSize());
+                ok = true;
+            } finally {
+                ok = ledger.endWrite(adm.region(), ok);
+            }
+            if (ok) {
+                bytesWritten.addAndGet(value.byteSize());
+            }
+            return ok;
         } finally {
-            ok = ledger.endWrite(adm.region(), ok);
+            gate.exit();
         }
-        if (ok) {
-            bytesWritten.addAndGet(value.byteSize());
-        }
-        return ok;
     }
 
     void refusedWrite() {

@@ -13,6 +13,7 @@ import io.kvpool.protocol.Opcode;
 import io.kvpool.protocol.RemoteException;
 import io.kvpool.protocol.ResultCode;
 import io.kvpool.protocol.Tier;
+import io.kvpool.protocol.msg.ControlToken;
 import io.kvpool.protocol.msg.MasterMessages.Heartbeat;
 import io.kvpool.protocol.msg.MasterMessages.HeartbeatReply;
 import io.kvpool.protocol.msg.MasterMessages.Inventory;
@@ -71,6 +72,15 @@ final class MasterLink implements AutoCloseable {
     private final LocalSegment node;
     /** The SSD tier, or null. */
     private final DiskTier disk;
+    /** Where the token of the last registration the master accepted is kept for the next run. */
+    private final RegistrationFile kept;
+    /**
+     * The control token of the last registration a master accepted (from the previous run at first):
+     * presented in the next REGISTER_NODE as the proof that it is the same node (protocol 4.16).
+     */
+    private ControlToken accepted;
+    /** Stopping for a restart: the master was told, and this link registers no more. */
+    private volatile boolean draining;
     private final NodeConfig config;
     private final MasterLocator masters;
     /** The master this link's connection goes to (null while not connected). */
@@ -91,9 +101,11 @@ final class MasterLink implements AutoCloseable {
     @GuardedBy("lock")
     private boolean wakeRequested;
 
-    MasterLink(LocalSegment node, DiskTier disk, NodeConfig config, MasterLocator masters) {
+    MasterLink(LocalSegment node, DiskTier disk, NodeConfig config, MasterLocator masters, RegistrationFile kept) {
         this.node = node;
         this.disk = disk;
+        this.kept = kept;
+        this.accepted = kept.read();
         this.config = config;
         this.masters = masters;
         if (masters.elected()) {
@@ -179,7 +191,7 @@ final class MasterLink implements AutoCloseable {
                     master = l;
                     hello();
                 }
-                if (segmentId < 0 && !register()) {
+                if (segmentId < 0 && (draining || !register())) {
                     closeConn();
                     sleep(config.heartbeatInterval());
                     continue;
@@ -272,15 +284,33 @@ final class MasterLink implements AutoCloseable {
         return r == null || m == null || (r.term() == m.term() && r.address().equals(m.address().toString()));
     }
 
-    /** Registers and uploads the inventory; false when the master is a deposed leader (older term). */
+    /**
+     * Registers and uploads the inventory; false when the master is a deposed leader (older term).
+     * Writes are refused from the start of the registration until its inventory is in ({@link WriteGate}),
+     * and those admitted before it end first, so every object that ever becomes readable here is in
+     * this inventory or was refused.
+     */
     private boolean register() throws IOException {
         RegionLedger ledger = node.ledger();
+        try {
+            if (!node.gate().close(config.regionWait())) {
+                log.warn("node {}: {} writes still in progress after {}; registering without them (they are not made"
+                        + " readable)", node.name(), node.gate().inProgress(), Durations.format(config.regionWait()));
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new IOException("interrupted while waiting for writes in progress before registering", e);
+        }
         List<RegionLedger.Region> regions = ledger.completeRegions();
         BodyWriter w = new BodyWriter();
-        // a token of its own for this registration: from now on only the master it goes to administers us
+        // a token of its own for this registration: from now on only the master it goes to administers us;
+        // the last accepted one proves that this is the same node, should that master still hold it
+        ControlToken token = node.newRegistration();
         new RegisterNode(node.name(), node.advertiseHost(), node.port(), node.capacity(), ledger.epoch(), incarnation,
-                regions.size(), node.shmPath(), node.newRegistration()).write(w);
+                regions.size(), node.shmPath(), token, accepted).write(w);
         RegisterReply reply = RegisterReply.read(conn.call(Opcode.REGISTER_NODE, w, rpcTimeout()).body());
+        accepted = token;
+        kept.write(token);
         if (!node.followTerm(reply.term())) {
             log.warn("node {}: master {} answered with term {}, older than term {} this node follows; not registering",
                     node.name(), master, reply.term(), node.term());
@@ -355,9 +385,39 @@ final class MasterLink implements AutoCloseable {
         } while (i < regions.size());
         segmentId = id;
         setRegistered(true);
+        node.gate().open();
         log.info("node {}: registered as segment {} at epoch {}{} ({} objects kept, {} dropped, {} failed verification)",
                 node.name(), id, reply.epoch(), reply.term() > 0 ? ", term " + reply.term() : "", kept, dropped, corrupt);
         return true;
+    }
+
+    /**
+     * The node stops for a restart: tells the master (NODE_DRAIN, on a connection of its own so that a
+     * call in flight on the link's does not hold it up), which places nothing more on this segment;
+     * from now on the link registers no more. True when the master answered OK within {@code timeout}.
+     */
+    boolean drain(Duration timeout) {
+        draining = true;
+        int id = node.segmentId();
+        MasterLocator.Leader m = master;
+        if (id < 0 || m == null) {
+            return false;
+        }
+        try (FrameConnection c = FrameConnection.connect(m.address(), timeout, config.limits(), config.secrets())) {
+            BodyWriter w = new BodyWriter(16);
+            new MasterMessages.NodeDrain(id, incarnation).write(w);
+            List<ResultCode> codes = MasterMessages.Codes.read(c.call(Opcode.NODE_DRAIN, w, timeout).body()).codes();
+            return codes.size() == 1 && codes.getFirst() == ResultCode.OK;
+        } catch (IOException | RemoteException e) {
+            log.warn("node {}: could not tell master {} that it stops for a restart ({}); it learns at the next"
+                    + " registration", node.name(), m.address(), e.getMessage());
+            return false;
+        }
+    }
+
+    /** The node stops for good: its next start is not a restart, and proves nothing. */
+    void forgetRegistration() {
+        kept.delete();
     }
 
     /**

@@ -92,6 +92,16 @@ final class OrphanedSegments {
         return "kvpool-" + name.replaceAll("[^A-Za-z0-9._-]", "_") + "-";
     }
 
+    /**
+     * The file beside segment file {@code segmentFile} that keeps the token of its node's last
+     * registration ({@link RegistrationFile}): it goes where the segment file goes (renamed with it
+     * when a restarted node adopts it, deleted with it), so only the process that holds the segment
+     * can prove it is that node's next run.
+     */
+    static Path registrationOf(Path segmentFile) {
+        return segmentFile.resolveSibling(segmentFile.getFileName() + ".registration");
+    }
+
     /** The pid in the name of a file of the node whose {@link #filePrefix} is {@code prefix}, or -1. */
     static long pidOf(Path file, String prefix) {
         String n = file.getFileName().toString();
@@ -192,6 +202,7 @@ final class OrphanedSegments {
                 return false;
             }
             Files.delete(o.file); // while still holding the lock; closing the channel releases it
+            Files.deleteIfExists(registrationOf(o.file));
             log.info("reclaimed orphaned segment file {} ({}) left by pid {}: {}", o.file, Size.human(o.bytes), o.pid, why);
             return true;
         } catch (NoSuchFileException e) {

@@ -79,13 +79,24 @@ final class PartWrites {
             reply(req, Collections.nCopies(w.items().size(), ResultCode.DEPOSED));
             return;
         }
-        Map<Long, Open> open = begun.computeIfAbsent(req.peer(), p -> new ConcurrentHashMap<>());
-        reply(req, node.admitHeld(w, (it, region) -> {
-            Open previous = open.put(it.generation(), new Open(region, w.term()));
-            if (previous != null) {
-                ledger.endWrite(previous.region, false);
+        if (!node.gate().enter()) {
+            for (int i = 0; i < w.items().size(); i++) {
+                node.refusedWrite();
             }
-        }));
+            reply(req, Collections.nCopies(w.items().size(), ResultCode.NO_SEGMENT));
+            return;
+        }
+        try {
+            Map<Long, Open> open = begun.computeIfAbsent(req.peer(), p -> new ConcurrentHashMap<>());
+            reply(req, node.admitHeld(w, (it, region) -> {
+                Open previous = open.put(it.generation(), new Open(region, w.term()));
+                if (previous != null) {
+                    ledger.endWrite(previous.region, false);
+                }
+            }));
+        } finally {
+            node.gate().exit();
+        }
     }
 
     /**
@@ -119,23 +130,36 @@ final class PartWrites {
         }
         List<ResultCode> codes = new ArrayList<>(found.length);
         long bytes = 0;
-        for (int i = 0; i < found.length; i++) {
-            NodeMessages.PartItem it = pw.items().get(i);
-            ResultCode code = found[i] == null ? ResultCode.NOT_FOUND
-                    : !node.currentTerm(found[i].term) ? ResultCode.DEPOSED
-                    : !ledger.stillWritable(found[i].region) ? ResultCode.FENCED : ResultCode.OK;
-            if (code == ResultCode.OK) {
-                RegionLedger.Region r = found[i].region;
-                req.readPayload(segment.asSlice(r.valueOffset() + it.rangeOffset(), it.rangeLength()));
-                bytes += it.rangeLength();
-            } else {
-                node.refusedWrite();
-                req.skipPayload(it.rangeLength());
+        boolean admitted = node.gate().carryOn();
+        try {
+            for (int i = 0; i < found.length; i++) {
+                bytes += writePart(req, pw.items().get(i), found[i], admitted, codes);
             }
-            codes.add(code);
+        } finally {
+            if (admitted) {
+                node.gate().exit();
+            }
         }
         node.partsWritten(found.length, bytes);
         reply(req, codes);
+    }
+
+    /** One item of NODE_PART_WRITE: its bytes stored, or read past; its code added. Returns the bytes stored. */
+    private long writePart(Request req, NodeMessages.PartItem it, Open found, boolean admitted, List<ResultCode> codes)
+            throws IOException {
+        ResultCode code = found == null ? ResultCode.NOT_FOUND
+                : !node.currentTerm(found.term) ? ResultCode.DEPOSED
+                : !admitted ? ResultCode.NO_SEGMENT
+                : !ledger.stillWritable(found.region) ? ResultCode.FENCED : ResultCode.OK;
+        codes.add(code);
+        if (code == ResultCode.OK) {
+            RegionLedger.Region r = found.region;
+            req.readPayload(segment.asSlice(r.valueOffset() + it.rangeOffset(), it.rangeLength()));
+            return it.rangeLength();
+        }
+        node.refusedWrite();
+        req.skipPayload(it.rangeLength());
+        return 0;
     }
 
     /**
@@ -150,36 +174,46 @@ final class PartWrites {
         body.end("node_part_end");
         Map<Long, Open> open = begun.getOrDefault(req.peer(), Map.of());
         List<ResultCode> codes = new ArrayList<>(end.items().size());
-        for (NodeMessages.PartEndItem it : end.items()) {
-            Open o = open.get(it.generation());
-            if (o == null || o.region.offset != it.offset()) {
-                codes.add(ResultCode.NOT_FOUND);
-                continue;
+        boolean admitted = node.gate().carryOn();
+        try {
+            for (NodeMessages.PartEndItem it : end.items()) {
+                codes.add(endOne(open, it, admitted));
             }
-            open.remove(it.generation());
-            RegionLedger.Region r = o.region;
-            if (!node.currentTerm(o.term)) {
-                ledger.endWrite(r, false);
-                codes.add(ResultCode.DEPOSED);
-                continue;
-            }
-            boolean ok = false;
-            if (it.complete()) {
-                ObjectLayout.writeHeader(segment, r.offset, ObjectLayout.STATE_WRITING, r.key, r.valueLength,
-                        r.generation, r.epoch, it.valueCrc());
-                ok = !config.verifyWrites()
-                        || ObjectLayout.valueCrc(segment.asSlice(r.valueOffset(), r.valueLength)) == it.valueCrc();
-            }
-            if (ledger.endWrite(r, ok)) {
-                node.wrote(r.valueLength);
-                node.partObjectDone();
-                codes.add(ResultCode.OK);
-            } else {
-                node.refusedWrite();
-                codes.add(ledger.epoch() > r.epoch ? ResultCode.FENCED : ResultCode.FAILED);
+        } finally {
+            if (admitted) {
+                node.gate().exit();
             }
         }
         reply(req, codes);
+    }
+
+    /** One item of NODE_PART_END. */
+    private ResultCode endOne(Map<Long, Open> open, NodeMessages.PartEndItem it, boolean admitted) {
+        Open o = open.get(it.generation());
+        if (o == null || o.region.offset != it.offset()) {
+            return ResultCode.NOT_FOUND;
+        }
+        open.remove(it.generation());
+        RegionLedger.Region r = o.region;
+        if (!node.currentTerm(o.term) || !admitted) {
+            ledger.endWrite(r, false);
+            node.refusedWrite();
+            return node.currentTerm(o.term) ? ResultCode.NO_SEGMENT : ResultCode.DEPOSED;
+        }
+        boolean ok = false;
+        if (it.complete()) {
+            ObjectLayout.writeHeader(segment, r.offset, ObjectLayout.STATE_WRITING, r.key, r.valueLength,
+                    r.generation, r.epoch, it.valueCrc());
+            ok = !config.verifyWrites()
+                    || ObjectLayout.valueCrc(segment.asSlice(r.valueOffset(), r.valueLength)) == it.valueCrc();
+        }
+        if (ledger.endWrite(r, ok)) {
+            node.wrote(r.valueLength);
+            node.partObjectDone();
+            return ResultCode.OK;
+        }
+        node.refusedWrite();
+        return ledger.epoch() > r.epoch ? ResultCode.FENCED : ResultCode.FAILED;
     }
 
     /** A connection closed: what it began and did not end is dropped. */

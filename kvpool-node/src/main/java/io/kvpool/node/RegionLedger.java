@@ -99,6 +99,11 @@ final class RegionLedger {
     private long completeCount;
     @GuardedBy("lock")
     private long completeBytes;
+    /** Regions being written that will be objects (lease ranges not counted): {@link #writesInProgress}. */
+    @GuardedBy("lock")
+    private int writes;
+    /** The generation of a same-machine lease range held as one region ({@link #beginLease}): no object's. */
+    static final long LEASE_GENERATION = -1;
 
     RegionLedger(MemorySegment memory) {
         this.memory = memory;
@@ -157,6 +162,9 @@ final class RegionLedger {
                     }
                     Region fresh = new Region(offset, length, generation, writeEpoch, key, valueLength);
                     fresh.writing = true;
+                    if (generation != LEASE_GENERATION) {
+                        writes++;
+                    }
                     regions.put(offset, fresh);
                     return new WriteAdmission(fresh, null);
                 }
@@ -180,6 +188,9 @@ final class RegionLedger {
     boolean endWrite(Region r, boolean ok) {
         lock.lock();
         try {
+            if (r.writing && r.generation != LEASE_GENERATION) {
+                writes--;
+            }
             r.writing = false;
             boolean readable = ok && !r.dead && r.epoch >= epoch && regions.get(r.offset) == r;
             if (readable) {
@@ -222,7 +233,7 @@ final class RegionLedger {
      * {@link #carve}; the writer's connection closing ends it ({@link #endWrite} with false).
      */
     WriteAdmission beginLease(long offset, long length, long writeEpoch, Duration maxWait) throws InterruptedException {
-        return beginWrite(offset, length, -1, writeEpoch, new byte[0], 0, maxWait);
+        return beginWrite(offset, length, LEASE_GENERATION, writeEpoch, new byte[0], 0, maxWait);
     }
 
     /** What {@link #carve} did: the object's code, and the lease region left (null when nothing is left). */
@@ -257,7 +268,7 @@ final class RegionLedger {
             regions.put(offset, obj);
             Region rest = null;
             if (obj.end() < lease.end()) {
-                rest = new Region(obj.end(), lease.end() - obj.end(), -1, lease.epoch, lease.key, 0);
+                rest = new Region(obj.end(), lease.end() - obj.end(), LEASE_GENERATION, lease.epoch, lease.key, 0);
                 rest.writing = true;
                 regions.put(rest.offset, rest);
             }
@@ -377,6 +388,19 @@ final class RegionLedger {
             completeBytes += length;
             epoch = Math.max(epoch, objectEpoch);
             return true;
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    /**
+     * Objects admitted for writing whose write has not ended (not counting same-machine lease ranges,
+     * which hold space rather than an object): what a registration or a stop waits for ({@link WriteGate}).
+     */
+    int writesInProgress() {
+        lock.lock();
+        try {
+            return writes;
         } finally {
             lock.unlock();
         }

@@ -75,14 +75,22 @@ final class SameMachineWrites {
             reply(req, deposed(w.items().size()));
             return;
         }
-        beginTerms.put(req.peer(), w.term());
-        Map<Long, RegionLedger.Region> open = begun.computeIfAbsent(req.peer(), p -> new ConcurrentHashMap<>());
-        reply(req, node.admitHeld(w, (it, region) -> {
-            RegionLedger.Region previous = open.put(it.generation(), region);
-            if (previous != null) {
-                ledger.endWrite(previous, false);
-            }
-        }));
+        if (!node.gate().enter()) {
+            refuse(req, w.items().size());
+            return;
+        }
+        try {
+            beginTerms.put(req.peer(), w.term());
+            Map<Long, RegionLedger.Region> open = begun.computeIfAbsent(req.peer(), p -> new ConcurrentHashMap<>());
+            reply(req, node.admitHeld(w, (it, region) -> {
+                RegionLedger.Region previous = open.put(it.generation(), region);
+                if (previous != null) {
+                    ledger.endWrite(previous, false);
+                }
+            }));
+        } finally {
+            node.gate().exit();
+        }
     }
 
     /** NODE_SHM_WRITE_END: completes (or abandons) writes this connection began. */
@@ -93,28 +101,40 @@ final class SameMachineWrites {
         Map<Long, RegionLedger.Region> open = begun.getOrDefault(req.peer(), Map.of());
         // a master of a newer term took over since the begin: what the old one placed is not made readable
         boolean current = node.currentTerm(beginTerms.getOrDefault(req.peer(), 0L));
+        // a registration or a stop that gave up waiting for this write: it is not made readable either
+        boolean admitted = node.gate().carryOn();
         List<ResultCode> codes = new ArrayList<>(end.items().size());
-        for (NodeMessages.ShmWriteEndItem it : end.items()) {
-            RegionLedger.Region r = open.get(it.generation());
-            if (r == null || r.offset != it.offset()) {
-                codes.add(ResultCode.NOT_FOUND);
-                continue;
+        try {
+            for (NodeMessages.ShmWriteEndItem it : end.items()) {
+                codes.add(endOne(open, it, current, admitted));
             }
-            open.remove(it.generation());
-            if (!current) {
-                ledger.endWrite(r, false);
-                codes.add(ResultCode.DEPOSED);
-                continue;
-            }
-            boolean ok = it.copied() && crcHolds(r.valueOffset(), r.valueLength, storedCrc(r.offset));
-            if (ledger.endWrite(r, ok)) {
-                node.wrote(r.valueLength);
-                codes.add(ResultCode.OK);
-            } else {
-                codes.add(ledger.epoch() > r.epoch ? ResultCode.FENCED : ResultCode.FAILED);
+        } finally {
+            if (admitted) {
+                node.gate().exit();
             }
         }
         reply(req, codes);
+    }
+
+    /** One item of NODE_SHM_WRITE_END. */
+    private ResultCode endOne(Map<Long, RegionLedger.Region> open, NodeMessages.ShmWriteEndItem it, boolean current,
+                              boolean admitted) {
+        RegionLedger.Region r = open.get(it.generation());
+        if (r == null || r.offset != it.offset()) {
+            return ResultCode.NOT_FOUND;
+        }
+        open.remove(it.generation());
+        if (!current || !admitted) {
+            ledger.endWrite(r, false);
+            node.refusedWrite();
+            return current ? ResultCode.NO_SEGMENT : ResultCode.DEPOSED;
+        }
+        boolean ok = it.copied() && crcHolds(r.valueOffset(), r.valueLength, storedCrc(r.offset));
+        if (ledger.endWrite(r, ok)) {
+            node.wrote(r.valueLength);
+            return ResultCode.OK;
+        }
+        return ledger.epoch() > r.epoch ? ResultCode.FENCED : ResultCode.FAILED;
     }
 
     /**
@@ -141,12 +161,18 @@ final class SameMachineWrites {
             reply(req, List.of(ResultCode.DEPOSED));
             return;
         }
+        if (!node.gate().enter()) {
+            refuse(req, 1);
+            return;
+        }
         RegionLedger.WriteAdmission adm;
         try {
             adm = ledger.beginLease(l.offset(), l.length(), l.epoch(), config.regionWait());
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
             throw new IOException("interrupted while waiting for a lease region of segment " + node.name());
+        } finally {
+            node.gate().exit();
         }
         ResultCode code = ResultCode.OK;
         if (adm.region() == null) {
@@ -177,6 +203,24 @@ final class SameMachineWrites {
             reply(req, deposed(w.items().size()));
             return;
         }
+        if (!node.gate().enter()) {
+            // objects carved now might be in no inventory: the lease's range is let go as well
+            RegionLedger.Region lease = leases.remove(req.peer());
+            if (lease != null) {
+                ledger.endWrite(lease, false);
+            }
+            refuse(req, w.items().size());
+            return;
+        }
+        try {
+            reply(req, carveAll(req, w));
+        } finally {
+            node.gate().exit();
+        }
+    }
+
+    /** The objects of a NODE_SHM_LEASE_WRITE, carved from this connection's lease region in order. */
+    private List<ResultCode> carveAll(Request req, NodeMessages.Write w) {
         List<ResultCode> codes = new ArrayList<>(w.items().size());
         for (NodeMessages.WriteItem it : w.items()) {
             RegionLedger.Region lease = leases.get(req.peer());
@@ -205,7 +249,15 @@ final class SameMachineWrites {
             }
             codes.add(c.code());
         }
-        reply(req, codes);
+        return codes;
+    }
+
+    /** Answers every item NO_SEGMENT: the node takes no writes while it registers or drains ({@link WriteGate}). */
+    private void refuse(Request req, int items) throws IOException {
+        for (int i = 0; i < items; i++) {
+            node.refusedWrite();
+        }
+        reply(req, Collections.nCopies(items, ResultCode.NO_SEGMENT));
     }
 
     private static List<ResultCode> deposed(int n) {

@@ -280,6 +280,7 @@ final class SegmentMemory implements AutoCloseable {
                 }
                 access.apply(f); // the current setting, whatever the previous run's was; before the name is ours
                 Files.move(f, mine, StandardCopyOption.ATOMIC_MOVE);
+                moveRegistration(f, mine);
                 MemorySegment seg = ch.map(FileChannel.MapMode.READ_WRITE, 0, size, arena);
                 log.info("segment {}: adopting {} ({}) left by pid {}, as {} ({})", name, f, Size.human(size), pid, mine,
                         access);
@@ -294,6 +295,20 @@ final class SegmentMemory implements AutoCloseable {
             }
         }
         return null;
+    }
+
+    /** The previous run's registration token goes with its segment file (RegistrationFile), if it kept one. */
+    private static void moveRegistration(Path from, Path to) {
+        Path kept = OrphanedSegments.registrationOf(from);
+        try {
+            if (Files.exists(kept, LinkOption.NOFOLLOW_LINKS)) {
+                Files.move(kept, OrphanedSegments.registrationOf(to), StandardCopyOption.ATOMIC_MOVE,
+                        StandardCopyOption.REPLACE_EXISTING);
+            }
+        } catch (IOException e) {
+            log.warn("cannot take over {} ({}); this restart does not prove its previous registration", kept,
+                    e.toString());
+        }
     }
 
     private static void closeQuietly(FileChannel ch) {
@@ -340,6 +355,7 @@ final class SegmentMemory implements AutoCloseable {
             if (!keepFile) {
                 try {
                     Files.deleteIfExists(file);
+                    Files.deleteIfExists(OrphanedSegments.registrationOf(file));
                 } catch (IOException e) {
                     log.warn("cannot delete segment file {}: {}", file, e.toString());
                 }

@@ -128,7 +128,7 @@ public final class StorageNode implements AutoCloseable {
         this.parts = new PartWrites(local, config);
         this.reads = new NodeReads(local, disk, config.limits().maxPayloadBytes());
         this.replication = new Replication(name, local, ledger, segment, disk, config.limits(), config.secrets());
-        this.link = new MasterLink(local, disk, config, masters);
+        this.link = new MasterLink(local, disk, config, masters, new RegistrationFile(config.diskDir(), memory.file()));
         this.shmKeeper = orphans == null ? null : new ShmKeeper(orphans, config.shmDir().sweepInterval(), true);
         if (disk != null) {
             disk.onChange(link::wake);
@@ -299,21 +299,33 @@ public final class StorageNode implements AutoCloseable {
         List<ResultCode> codes = new ArrayList<>(w.items().size());
         if (!local.currentTerm(w.term())) {
             // placed by a master that lost its leadership: refuse, whatever the epoch
-            for (NodeMessages.WriteItem it : w.items()) {
-                local.refusedWrite();
-                req.skipPayload(it.valueLength());
-                codes.add(ResultCode.DEPOSED);
-            }
+            refuseAll(req, w, ResultCode.DEPOSED, codes);
+        } else if (!local.gate().enter()) {
+            // registering or draining: what lands now might be in no inventory (WriteGate)
+            refuseAll(req, w, ResultCode.NO_SEGMENT, codes);
         } else {
-            // one bound on waiting for busy regions per frame, however many items it carries
-            long waitDeadline = System.nanoTime() + config.regionWait().toNanos();
-            for (NodeMessages.WriteItem it : w.items()) {
-                codes.add(writeOne(req, w.epoch(), it, waitDeadline));
+            try {
+                // one bound on waiting for busy regions per frame, however many items it carries
+                long waitDeadline = System.nanoTime() + config.regionWait().toNanos();
+                for (NodeMessages.WriteItem it : w.items()) {
+                    codes.add(writeOne(req, w.epoch(), it, waitDeadline));
+                }
+            } finally {
+                local.gate().exit();
             }
         }
         BodyWriter out = new BodyWriter(8 + codes.size());
         new Codes(codes).write(out);
         req.reply(out);
+    }
+
+    /** Answers every item of a write {@code code}, reading its value bytes past. */
+    private void refuseAll(Request req, NodeMessages.Write w, ResultCode code, List<ResultCode> codes) throws IOException {
+        for (NodeMessages.WriteItem it : w.items()) {
+            local.refusedWrite();
+            req.skipPayload(it.valueLength());
+            codes.add(code);
+        }
     }
 
     private ResultCode writeOne(Request req, long epoch, NodeMessages.WriteItem it, long waitDeadline) throws IOException {
@@ -443,15 +455,43 @@ public final class StorageNode implements AutoCloseable {
      */
     public void closeForRestart() {
         memory.keepFileOnClose();
-        close();
+        drain();
+        close(true);
+    }
+
+    /**
+     * Before a stop for a restart: the master places nothing more here (NODE_DRAIN), new writes are
+     * refused (NO_SEGMENT: their writers ask the master for another place), and the writes already
+     * admitted end; so nothing is acknowledged on this node that its next run will not offer again.
+     */
+    private void drain() {
+        long t0 = System.nanoTime();
+        boolean told = link.drain(Duration.ofSeconds(2));
+        boolean quiet;
+        try {
+            quiet = local.gate().drain(config.regionWait());
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            quiet = false;
+        }
+        log.info("node {}: drained for a restart in {} ms ({}; {})", name, (System.nanoTime() - t0) / 1_000_000,
+                told ? "the master places nothing more here" : "the master was not told",
+                quiet ? "no write in progress" : local.gate().inProgress() + " writes still in progress are dropped");
     }
 
     @Override
     public void close() {
+        close(false);
+    }
+
+    private void close(boolean forRestart) {
         if (closed) {
             return;
         }
         closed = true;
+        if (!forRestart) {
+            link.forgetRegistration();
+        }
         StatusPages p = pages;
         if (p != null) {
             p.close();

@@ -65,9 +65,12 @@ public final class FrameHeader {
      * NODE_RESET and NODE_REPLICATE only from the master it registered with, which presents the token
      * the node sent in REGISTER_NODE ({@link io.kvpool.protocol.msg.ControlToken}); 11 ranged reads
      * and writes in parts (NODE_READ_RANGE, NODE_PART_BEGIN, NODE_PART_WRITE, NODE_PART_END), which
-     * layer-by-layer loads and saves use.
+     * layer-by-layer loads and saves use; 12 restarts that lose nothing: NODE_DRAIN (a node stopping
+     * for a restart is placed on no more), the segment state DRAINING, the previous registration's
+     * control token in REGISTER_NODE (the proof that a registration is the same node's next one), and
+     * NO_SEGMENT from a node that takes no writes while it registers or drains.
      */
-    public static final byte VERSION = 11;
+    public static final byte VERSION = 12;
     public static final byte FLAG_REPLY = 0x01;
 
     public static final int MAGIC_OFFSET = 0;

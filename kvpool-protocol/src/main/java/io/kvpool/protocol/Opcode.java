@@ -67,6 +67,11 @@ public enum Opcode {
     NODE_DISK_ADD(0x53, "node_disk_add"),
     /** A node's SSD tier let objects go (its watermark, a checksum failure). Body: Inventory. */
     NODE_DISK_DROP(0x54, "node_disk_drop"),
+    /**
+     * (version 12) A node stopping for a restart: the master places nothing more on its segment, which
+     * keeps serving what it holds until its node stops. Body: {@code MasterMessages.NodeDrain}; reply: one code.
+     */
+    NODE_DRAIN(0x55, "node_drain"),
 
     // ---- node: object bytes ----
     NODE_WRITE(0x80, "node_write"),
@@ -144,7 +149,7 @@ public enum Opcode {
     public Access access() {
         return switch (this) {
             case REMOVE_ALL, REMOVE_BY_PREFIX, REGISTER_NODE, NODE_HEARTBEAT, NODE_INVENTORY, NODE_DISK_ADD,
-                 NODE_DISK_DROP, NODE_FREE, NODE_RESET, NODE_REPLICATE -> Access.ADMIN;
+                 NODE_DISK_DROP, NODE_DRAIN, NODE_FREE, NODE_RESET, NODE_REPLICATE -> Access.ADMIN;
             default -> Access.DATA;
         };
     }

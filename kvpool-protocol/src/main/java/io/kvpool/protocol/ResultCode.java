@@ -17,7 +17,11 @@ public enum ResultCode {
     FENCED(4),
     /** A put's reservation is gone (it timed out, was superseded by an upsert, or its segment left). */
     EXPIRED(5),
-    /** No segment is registered, or the named segment cannot take the object. */
+    /**
+     * No segment is registered, or the named segment cannot take the object. From a node (version 12):
+     * the node takes no writes now, because it is registering with the master (and lists what it holds)
+     * or draining for a restart; nothing was written, and the writer asks the master for another place.
+     */
     NO_SEGMENT(6),
     /** The node could not carry out the transfer (region busy too long, I/O failure). */
     FAILED(7),

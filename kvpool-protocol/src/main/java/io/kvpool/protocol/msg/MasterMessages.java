@@ -412,6 +412,8 @@ public final class MasterMessages {
                               int state, long heartbeatAgeMillis, String shmPath, TierStats tiers) {
         public static final int STATE_JOINING = 0;
         public static final int STATE_ACTIVE = 1;
+        /** (version 12) Its node is stopping for a restart: nothing new is placed on it; what it holds is read. */
+        public static final int STATE_DRAINING = 2;
 
         void write(BodyWriter w) {
             w.i32(id).string(name).string(host).i32(port).i64(capacity).i64(used).i64(objects).u8(state)
@@ -466,19 +468,48 @@ public final class MasterMessages {
      * @param shmPath         the shared-memory file backing the segment, or empty for anonymous memory
      * @param controlToken    drawn by the node for this registration (version 10): the master presents it
      *                        in every NODE_FREE, NODE_RESET and NODE_REPLICATE to this node ({@link ControlToken})
+     * @param previousToken   (version 12) the control token of this node's previous registration under the same
+     *                        name, kept in memory by the same process and in a file by its next run; the proof a
+     *                        master asks of a registration that would replace a segment whose node still looks
+     *                        alive. {@link ControlToken#NONE} when the node has none
      */
     public record RegisterNode(String name, String host, int port, long capacity, long epoch, long nodeIncarnation,
-                               long inventoryCount, String shmPath, ControlToken controlToken) {
+                               long inventoryCount, String shmPath, ControlToken controlToken,
+                               ControlToken previousToken) {
+
+        /** A registration without a previous token (a node's first, or one that kept nothing). */
+        public RegisterNode(String name, String host, int port, long capacity, long epoch, long nodeIncarnation,
+                            long inventoryCount, String shmPath, ControlToken controlToken) {
+            this(name, host, port, capacity, epoch, nodeIncarnation, inventoryCount, shmPath, controlToken,
+                    ControlToken.NONE);
+        }
+
         public void write(BodyWriter w) {
             w.string(name).string(host).i32(port).i64(capacity).i64(epoch).i64(nodeIncarnation).i64(inventoryCount)
                     .string(shmPath);
             controlToken.write(w);
+            previousToken.write(w);
         }
 
         public static RegisterNode read(BodyReader r) {
             return new RegisterNode(r.string("segment name"), r.string("host"), r.i32("port"), r.length("capacity"),
                     r.i64("epoch"), r.i64("node incarnation"), r.length("inventory count"), r.string("shm path"),
-                    ControlToken.read(r));
+                    ControlToken.read(r), ControlToken.read(r));
+        }
+    }
+
+    /**
+     * NODE_DRAIN (version 12): a node about to stop for a restart asks the master to place nothing more
+     * on its segment. Reply: one {@link Codes} item, OK, or NOT_FOUND when the master does not know
+     * this registration.
+     */
+    public record NodeDrain(int segmentId, long nodeIncarnation) {
+        public void write(BodyWriter w) {
+            w.i32(segmentId).i64(nodeIncarnation);
+        }
+
+        public static NodeDrain read(BodyReader r) {
+            return new NodeDrain(r.i32("segment id"), r.i64("node incarnation"));
         }
     }
 
