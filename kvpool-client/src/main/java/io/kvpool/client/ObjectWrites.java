@@ -5,6 +5,7 @@ import io.kvpool.protocol.Keys;
 import io.kvpool.protocol.ObjectLayout;
 import io.kvpool.protocol.Opcode;
 import io.kvpool.protocol.ResultCode;
+import io.kvpool.protocol.msg.KeyList;
 import io.kvpool.protocol.msg.MasterMessages;
 import io.kvpool.protocol.msg.Replica;
 import io.kvpool.protocol.msg.WriteLeaseMessages;
@@ -158,11 +159,52 @@ final class ObjectWrites {
         NodeWrites.Batch b = new NodeWrites.Batch(k, values, from, to, 0, 0, 0,
                 PerSegment.shareable(values.subList(from, to)));
         List<Integer> expired = new ArrayList<>();
-        long epoch = putLeased(b, all, preferred == null ? "" : preferred, upsert, status, expired, -1);
-        if (!expired.isEmpty()) {
-            putLeased(b, expired.stream().mapToInt(Integer::intValue).toArray(), preferred == null ? "" : preferred,
-                    upsert, status, new ArrayList<>(), epoch);
+        long[] tried = new long[to - from];
+        long epoch = putLeased(b, all, preferred == null ? "" : preferred, upsert, status, expired, tried, -1);
+        if (expired.isEmpty()) {
+            return;
         }
+        // a COMMIT the master took before it went away (a failover, a restart, a lost reply) left the
+        // object stored under the generation this client gave it: that put is done, not to be made again
+        int[] again = expired.stream().mapToInt(Integer::intValue)
+                .filter(item -> !storedAt(b.key(item), tried[item], b.from + item, status)).toArray();
+        if (again.length == 0) {
+            return;
+        }
+        long[] first = tried.clone();
+        putLeased(b, again, preferred == null ? "" : preferred, upsert, status, new ArrayList<>(), tried, epoch);
+        for (int item : again) {
+            // the first attempt's object showed up meanwhile (a node re-listed it): it is this client's own
+            if (status[b.from + item] == PutStatus.ALREADY_EXISTS) {
+                storedAt(b.key(item), first[item], b.from + item, status);
+            }
+        }
+    }
+
+    /**
+     * Whether the key holds the object this client wrote under {@code generation} (generations are
+     * unique: no other put has it), asking the master; if so the put is done and {@code status[i]} is
+     * set OK. Used only after an EXPIRED COMMIT, so a retried put answers OK for its own object instead
+     * of ALREADY_EXISTS (issue 32). A lookup that fails answers false.
+     */
+    boolean storedAt(byte[] key, long generation, int i, PutStatus[] status) {
+        if (generation == 0) {
+            return false;
+        }
+        BodyWriter w = new BodyWriter(16 + key.length);
+        new KeyList(List.of(key)).write(w);
+        MasterMessages.ReplicaList where;
+        try {
+            where = master.call(Opcode.GET_REPLICA_LIST, w, MasterMessages.ReplicaListReply::read).items().getFirst();
+        } catch (KvPoolException e) {
+            log.debug("cannot tell whether '{}' holds generation {}: {}", Keys.decode(key), generation, e.getMessage());
+            return false;
+        }
+        if (where.code() == ResultCode.OK && where.generation() == generation) {
+            status[i] = PutStatus.OK;
+            return true;
+        }
+        return false;
     }
 
     /**
@@ -171,7 +213,7 @@ final class ObjectWrites {
      * of another epoch are FENCED instead. Returns the epoch of the last lease used.
      */
     private long putLeased(NodeWrites.Batch b, int[] items, String pref, boolean upsert, PutStatus[] status,
-                           List<Integer> expired, long onlyEpoch) {
+                           List<Integer> expired, long[] tried, long onlyEpoch) {
         long[] region = new long[items.length];
         long remaining = 0;
         for (int j = 0; j < items.length; j++) {
@@ -205,7 +247,7 @@ final class ObjectWrites {
             }
             epoch = lease.epoch;
             try {
-                writeAndCommit(lease, slots, b.under(lease.epoch, lease.term, lease.run), upsert, status, expired);
+                writeAndCommit(lease, slots, b.under(lease.epoch, lease.term, lease.run), upsert, status, expired, tried);
             } catch (RuntimeException e) {
                 WriteLeasePool.closeNode(lease); // not used again: let its range go on the node
                 throw e;
@@ -216,8 +258,11 @@ final class ObjectWrites {
 
     /** Writes one lease's slots to its segment and commits what landed; gives the lease back or drops it. */
     private void writeAndCommit(WriteLeasePool.Lease lease, List<NodeWrites.Slot> slots, NodeWrites.Batch b, boolean upsert,
-                                PutStatus[] status, List<Integer> expired) {
+                                PutStatus[] status, List<Integer> expired, long[] tried) {
         ResultCode[] written = nodes.writeLeased(lease, slots, b);
+        for (NodeWrites.Slot slot : slots) {
+            tried[slot.item()] = slot.generation();
+        }
         commitLanded(lease, slots, written, b::key, item -> b.value(item).byteSize(), b.from, upsert, status, expired);
     }
 

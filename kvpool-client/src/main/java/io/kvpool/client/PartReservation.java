@@ -167,10 +167,24 @@ final class PartReservation {
             List<Integer> expired = new ArrayList<>();
             writes.commitLanded(l.lease, l.slots, written, i -> keys[i], i -> lengths[i], 0, false, status, expired);
             for (int i : expired) {
-                status[i] = PutStatus.FAILED; // its bytes are not here to write again under a fresh lease
+                // its bytes are not here to write again under a fresh lease; but the COMMIT may have been taken
+                // by a master that went away since, and the object rebuilt with the generation given here
+                if (!writes.storedAt(keys[i], generationOf(l, i), i, status)) {
+                    status[i] = PutStatus.FAILED;
+                }
             }
         }
         return status;
+    }
+
+    /** The generation lease reservation {@code l} gave item {@code i}, or 0. */
+    private static long generationOf(Leased l, int i) {
+        for (NodeWrites.Slot slot : l.slots) {
+            if (slot.item() == i) {
+                return slot.generation();
+            }
+        }
+        return 0;
     }
 
     /** Gives back everything reserved: nothing becomes visible. Best effort (the put timeout reclaims the rest). */
