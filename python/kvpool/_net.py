@@ -422,6 +422,18 @@ class ConnectionPool:
             if self._waiting:
                 self._lock.notify()
 
+    def drop_idle(self) -> None:
+        """Closes the idle connections: one turned out dead (its server restarted), so they may all be; the next
+        borrow opens a fresh one."""
+        with self._lock:
+            self._check_fork()
+            for c in self._idle:
+                c.close()
+            self._open -= len(self._idle)
+            self._idle = []
+            if self._waiting:
+                self._lock.notify_all()
+
     def close(self) -> None:
         with self._lock:
             self._closed = True

@@ -266,7 +266,9 @@ class Client(RangedIO):
                 return decode(reply), c.master_run
             except (ConnectionError, BrokenPipeError) as e:
                 if attempt == 0 and not fresh:
-                    continue  # the master closed an idle connection (restart): try a new one
+                    # the master closed an idle connection (a restart): so it did the others; try a new one
+                    self._master.drop_idle()
+                    continue
                 raise MasterUnreachable(f"master at {self.master}: {opcode.name} failed: {e}") from e
             except TimeoutError as e:
                 raise MasterTimeout(f"master at {self.master}: {opcode.name} timed out after {self.timeout:.1f}s") from e

@@ -146,14 +146,49 @@ class Leasing:
         """Puts objects [lo, hi) under write leases, setting their ``status``."""
         crcs: dict[int, int] = {}
         expired: list[int] = []
-        epoch = self._pass(kb, views, list(range(lo, hi)), preferred, upsert, status, crcs, expired, None)
-        if expired:
-            self._pass(kb, views, expired, preferred, upsert, status, crcs, [], epoch)
+        tried: dict[int, int] = {}
+        epoch = self._pass(kb, views, list(range(lo, hi)), preferred, upsert, status, crcs, expired, None, tried)
+        if not expired:
+            return
+        # a COMMIT the master took before it went away (a failover, a restart, a lost reply) left the object
+        # stored under the generation this client gave it: that put is done, not to be made again
+        again = [i for i in expired if not self._stored_at(kb, [i], tried, status)]
+        if not again:
+            return
+        first = dict(tried)
+        self._pass(kb, views, again, preferred, upsert, status, crcs, [], epoch, tried)
+        # the first attempt's object showed up meanwhile (a node listed it again): it is this client's own
+        self._stored_at(kb, [i for i in again if status[i] == PutStatus.ALREADY_EXISTS], first, status)
+
+    def _stored_at(self, kb: list[bytes], items: list[int], generations: dict[int, int],
+                   status: list[PutStatus]) -> bool:
+        """Sets ``status[i]`` OK for each of ``items`` whose key holds the generation this client gave it
+        (``generations[i]``; generations are unique, no other put has it), asking the master; True if all of
+        them do. Used only after an EXPIRED COMMIT, so a retried put answers OK for its own object instead of
+        ALREADY_EXISTS (issue 32). A lookup that fails answers False."""
+        asked = [i for i in items if generations.get(i)]
+        if not asked:
+            return not items
+        try:
+            where = self._client._call_master(Opcode.BATCH_GET_REPLICA_LIST, p.encode_keys([kb[i] for i in asked]),
+                                              p.decode_replica_lists)
+        except KvPoolError as e:
+            log.debug("kvpool: cannot tell whether %d keys hold the generations this client gave them: %s",
+                      len(asked), e)
+            return False
+        held = 0
+        for i, w in zip(asked, where):
+            if w.code == ResultCode.OK and w.generation == generations[i]:
+                status[i] = PutStatus.OK
+                held += 1
+        return held == len(items)
 
     def _pass(self, kb: list[bytes], views: list[memoryview], items: list[int], preferred: str, upsert: bool,
-              status: list[PutStatus], crcs: dict[int, int], expired: list[int], only_epoch: int | None) -> int | None:
-        """One pass over ``items``; adds to ``expired`` those to write once more. With ``only_epoch``, items that
-        would go under a lease of another epoch are FENCED instead. Returns the epoch of the last lease used."""
+              status: list[PutStatus], crcs: dict[int, int], expired: list[int], only_epoch: int | None,
+              tried: dict[int, int]) -> int | None:
+        """One pass over ``items``; adds to ``expired`` those to write once more, and to ``tried`` the generation
+        each item was written under. With ``only_epoch``, items that would go under a lease of another epoch are
+        FENCED instead. Returns the epoch of the last lease used."""
         region = [p.region_length(len(kb[i]), views[i].nbytes) for i in items]
         remaining = sum(region)
         epoch = only_epoch
@@ -178,6 +213,8 @@ class Leasing:
                 self.leases.give_back(lease)
                 continue
             epoch = lease.epoch
+            for i, _, gen in slots:
+                tried[i] = gen
             try:
                 self._write_and_commit(lease, slots, kb, views, upsert, status, crcs, expired)
             except BaseException:

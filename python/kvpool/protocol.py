@@ -133,7 +133,7 @@ class ResultCode(enum.IntEnum):
     POOL_FULL = 3
     FENCED = 4
     EXPIRED = 5
-    NO_SEGMENT = 6
+    NO_SEGMENT = 6  # from a node (version 12): it takes no writes while it registers or drains
     FAILED = 7
     TOO_LARGE = 8
     DEPOSED = 9  # a node refused a write authorised by a master that is no longer the leader (version 6)
@@ -585,6 +585,17 @@ class SegmentStats:
     heartbeat_age_ms: int
     shm_path: str
     tiers: dict[str, int] = field(default_factory=dict)
+    #: version 12: its node stops for a restart (nothing new is placed on it; what it holds is still listed)
+    draining: bool = False
+
+    @property
+    def state(self) -> str:
+        """joining (listing its objects), active, or draining."""
+        return "draining" if self.draining else "active" if self.active else "joining"
+
+
+#: CLUSTER_STATS segment states (section 4.15)
+SEGMENT_JOINING, SEGMENT_ACTIVE, SEGMENT_DRAINING = 0, 1, 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -616,7 +627,10 @@ def decode_cluster_stats(body: bytes) -> PoolStats:
         age = r.i64("heartbeat age")
         shm = r.string("shm path")
         tiers = {n: r.i64(n) for n in TIER_STAT_NAMES}
-        segs.append(SegmentStats(sid, name, host, port, cap, used, regions, state == 1, age, shm, tiers))
+        if state not in (SEGMENT_JOINING, SEGMENT_ACTIVE, SEGMENT_DRAINING):
+            raise ProtocolError(f"CLUSTER_STATS reply: segment {name} has unknown state {state}")
+        segs.append(SegmentStats(sid, name, host, port, cap, used, regions, state == SEGMENT_ACTIVE, age, shm, tiers,
+                                 state == SEGMENT_DRAINING))
     r.done()
     return PoolStats(head[0], head[1], head[2], head[3], head[4], head[5], clients, segs)
 

@@ -166,6 +166,11 @@ def test_reply_bodies_decode(java_vectors: dict[str, str]) -> None:
             seg.heartbeat_age_ms, seg.shm_path) == (1, "127.0.0.1:50052", "127.0.0.1", 50052, 1 << 30, 4096, 10,
                                                     True, 250, "/dev/shm/kvpool-x.seg")
     assert list(seg.tiers.values()) == list(range(1, 15))
+    assert (seg.state, seg.draining) == ("active", False)
+    # version 12: a segment whose node stops for a restart
+    stopping = stats.segments[1]
+    assert (stopping.id, stopping.name, stopping.active, stopping.draining, stopping.state) == \
+        (2, "127.0.0.1:50053", False, True, "draining")
 
 
 @pytest.mark.parametrize("name,decode", [

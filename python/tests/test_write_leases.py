@@ -271,6 +271,36 @@ def test_a_kept_lease_on_a_node_that_restarted_lands_nothing_on_others_objects(s
                 assert fresh.get_batch(list(group)) == list(group.values())
 
 
+@pytest.mark.parametrize("shm", [True, False], ids=["shm", "tcp"])
+def test_a_put_whose_commit_the_master_took_before_it_went_away_answers_ok(shm: bool,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 32, item 3: the master carries out the COMMIT, then restarts before its reply arrives (a failover is
+    the same to the client); the node lists the object to the new master under the generation the client gave it.
+    The client asks the new master again (EXPIRED: it never granted the lease) and answers OK, since the key holds
+    its own object, rather than writing it once more and answering ALREADY_EXISTS."""
+    from kvpool._net import Connection
+    with Cluster(nodes=1) as cl, kvpool.Client(cl.master, shared_memory=shm, timeout=30, connect_timeout=1) as c:
+        assert c.put("warm", os.urandom(3000)) is PutStatus.OK
+        real = Connection.call
+        lost: list[bool] = []
+
+        def call(self: Connection, opcode: int, *a: Any, **kw: Any) -> Any:
+            reply = real(self, opcode, *a, **kw)
+            if opcode == Opcode.COMMIT and not lost:
+                lost.append(True)
+                cl.restart_master()
+                wait_until(lambda: objects_on_active_segments(cl.master) == (1, 2),
+                           "the node registered with the new master with both objects", timeout=60, interval=0.1)
+                self.broken = True  # as a read that meets the closed socket marks it
+                raise ConnectionError("the master went away before its COMMIT reply arrived")
+            return reply
+        monkeypatch.setattr(Connection, "call", call)
+        v = os.urandom(6000)
+        assert c.put("taken", v) is PutStatus.OK
+        assert lost and c.get("taken") == v
+        assert c.counters["write_leases"] == 1, "not written again under a fresh lease"
+
+
 def test_a_forked_child_never_uses_its_parents_leases(pool: Pool) -> None:
     with kvpool.Client(pool.master) as c:
         c.remove_all(force=True)

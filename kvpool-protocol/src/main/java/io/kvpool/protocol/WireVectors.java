@@ -105,7 +105,10 @@ public final class WireVectors {
         MasterMessages.TierStats tiers = new MasterMessages.TierStats(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14);
         out.put("cluster_stats", body(w -> new MasterMessages.ClusterStats(77, 3, 10, 1, 4096, 1 << 30, 2, List.of(
                 new MasterMessages.SegmentInfo(1, "127.0.0.1:50052", "127.0.0.1", 50052, 1 << 30, 4096, 10,
-                        MasterMessages.SegmentInfo.STATE_ACTIVE, 250, "/dev/shm/kvpool-x.seg", tiers))).write(w)));
+                        MasterMessages.SegmentInfo.STATE_ACTIVE, 250, "/dev/shm/kvpool-x.seg", tiers),
+                // version 12: a node stopping for a restart
+                new MasterMessages.SegmentInfo(2, "127.0.0.1:50053", "127.0.0.1", 50053, 1 << 30, 0, 0,
+                        MasterMessages.SegmentInfo.STATE_DRAINING, 900, "", MasterMessages.TierStats.NONE))).write(w)));
         out.put("node_write", body(w -> new NodeMessages.Write(3, 0x0A0B0C0DL, List.of(
                 new NodeMessages.WriteItem(4096, 1234, k1, 1 << 20, 0xE3069283, WriteGrant.region(4096, 1 << 21, 1234, mac2)),
                 new NodeMessages.WriteItem(0, 1, k2, 0, 0, WriteGrant.none()))).write(w)));
