@@ -2,6 +2,8 @@ package io.kvpool.it;
 
 import io.kvpool.config.HostPort;
 import io.kvpool.config.Size;
+import io.kvpool.master.MasterConfig;
+import io.kvpool.master.MasterServer;
 import io.kvpool.node.NodeConfig;
 import io.kvpool.node.StorageNode;
 import io.kvpool.protocol.BodyWriter;
@@ -37,12 +39,15 @@ class LargeSegmentIT {
         Path shm = Path.of("/dev/shm");
         assumeTrue(Files.isDirectory(shm) && Files.getFileStore(shm).getUsableSpace() > (6L << 30),
                 "needs /dev/shm with room for a sparse 6 GiB file");
-        // no master is listening there: the node keeps retrying in the background, which is fine here
-        NodeConfig cfg = NodeConfig.defaults(new HostPort("127.0.0.1", ProcessCluster.freePort()), Size.ofGiB(6))
-                .withListen("127.0.0.1", 0);
-        try (StorageNode node = new StorageNode(cfg);
+        // a master only to register with: a node takes writes only once registered; the writes below go
+        // straight to the node, at offsets of this test's choosing, which nothing else is placed on
+        try (MasterServer master = new MasterServer(MasterConfig.defaults().withListen("127.0.0.1", 0, 0)
+                .withSummaryInterval(Duration.ZERO));
+             StorageNode node = new StorageNode(NodeConfig.defaults(new HostPort("127.0.0.1", master.port()),
+                     Size.ofGiB(6)).withListen("127.0.0.1", 0));
              FrameConnection c = FrameConnection.connect(new HostPort("127.0.0.1", node.port()), Duration.ofSeconds(5),
                      Limits.DEFAULT)) {
+            assertThat(node.awaitRegistered(Duration.ofSeconds(30))).isTrue();
             assertThat(node.capacity()).isEqualTo(6L << 30);
             long[] offsets = {(2L << 30) - 64, 3L << 30, (6L << 30) - (1 << 20)};
             for (int i = 0; i < offsets.length; i++) {

@@ -192,10 +192,16 @@ final class DataFile {
     }
 
     /**
-     * Reads through O_DIRECT into {@code dst} (address and length multiples of the I/O block) from
-     * {@code pos} (a multiple too) until {@code dst} is full or the file ends; returns the bytes read.
+     * Reads through O_DIRECT into {@code dst} (address and length multiples of {@code block}, the I/O
+     * block) from {@code pos} (a multiple too) until {@code dst} is full or the file ends; returns the
+     * bytes read. A read that ends off a block boundary met the end of the file mid-block (a file whose
+     * last bytes a compaction copy wrote through the page cache ends anywhere): nothing follows it, and
+     * a direct read may not start there, so the loop stops. Before, it asked once more from that
+     * position, the kernel refused ("not a multiple of the block size"), and the record, whole in the
+     * buffer already, was answered to its reader as a failed connection: a miss of an object the tier
+     * held (issue 32, the SSD-tier drill).
      */
-    long readDirect(MemorySegment dst, long pos) throws IOException {
+    long readDirect(MemorySegment dst, long pos, int block) throws IOException {
         ByteBuffer b = dst.asByteBuffer();
         long p = pos;
         int retries = 0;
@@ -213,9 +219,12 @@ final class DataFile {
                 continue;
             }
             if (n <= 0) {
-                break; // the end of the file (direct reads stop there, possibly mid-block)
+                break; // the end of the file, on a block boundary
             }
             p += n;
+            if (n % block != 0) {
+                break; // the end of the file, mid-block
+            }
         }
         return p - pos;
     }

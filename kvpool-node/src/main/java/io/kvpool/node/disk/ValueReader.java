@@ -157,7 +157,7 @@ final class ValueReader {
             long from = pos + off;
             long start = from / ioBlock * ioBlock;
             long len = Math.min(buf.byteSize(), DiskIo.alignUp(pos + n, ioBlock) - start);
-            long got = f.readDirect(buf.asSlice(0, len), start);
+            long got = f.readDirect(buf.asSlice(0, len), start, ioBlock);
             long piece = Math.min(n - off, start + got - from);
             if (piece <= 0) {
                 return false; // the file ends before the value does
