@@ -19,6 +19,7 @@ import org.slf4j.LoggerFactory;
 
 import java.time.InstantSource;
 import java.util.ArrayList;
+import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.atomic.AtomicLong;
@@ -91,10 +92,18 @@ public final class Membership {
     private final Replaced replaced;
 
     /** What {@link #registerNode} tells when a registration replaced an earlier one of the same name. */
-    @FunctionalInterface
     interface Replaced {
         /** Caller holds the epoch write lock, before {@code now} takes its inventory. */
         void replaced(Segment old, Segment now, List<WriteLeases.Held> pending);
+
+        /**
+         * An inventory item of {@code seg} is the object a put pending on the previous registration was
+         * writing: the range held for it gives way. True if there was such a hold. Caller holds the
+         * epoch write lock.
+         */
+        default boolean claimHeld(Segment seg, long offset, long length, long generation) {
+            return false;
+        }
     }
 
     Membership(MasterConfig config, InstantSource clock, Epoch epoch, ObjectIndex index, Segments segments,
@@ -228,7 +237,8 @@ public final class Membership {
                 for (int i = 0; i < p.segments.length; i++) {
                     if (p.segments[i] == seg.id) {
                         out.add(new WriteLeases.Held(p.offsets[i],
-                                ObjectLayout.regionLength(e.getKey().bytes.length, p.valueLength), p.deadlineMillis));
+                                ObjectLayout.regionLength(e.getKey().bytes.length, p.valueLength), p.deadlineMillis,
+                                p.generation));
                     }
                 }
             }
@@ -346,7 +356,9 @@ public final class Membership {
                 // an older version (an upsert replaced it), or a copy that disagrees with the one held
                 return ResultCode.ALREADY_EXISTS;
             }
-            if (!seg.allocator.reserve(it.offset(), regionLength)) {
+            if (!seg.allocator.reserve(it.offset(), regionLength)
+                    && !(replaced.claimHeld(seg, it.offset(), regionLength, it.generation())
+                    && seg.allocator.reserve(it.offset(), regionLength))) {
                 return ResultCode.ALREADY_EXISTS;
             }
             if (slot >= 0) {
@@ -528,8 +540,19 @@ public final class Membership {
         long[] lost = {0};
         long[] kept = {0};
         List<Long> elsewhere = new ArrayList<>();
+        long[] forgotten = {0};
         @SuppressWarnings("GuardedBy") // ObjectIndex runs it under the shard's lock, out of the checker's sight
         Consumer<ObjectIndex.Shard> dropReplicas = shard -> {
+            // a put pending only on this segment can no longer complete; forgotten, it no longer keeps the
+            // key from the node's next inventory, which may list the object whole (its bytes were written,
+            // its PUT_END had not come: that PUT_END then finds it stored). Kept, it made the node drop
+            // both its copies of an object caught mid-promotion (the new one in memory, the old on disk)
+            for (Iterator<ObjectIndex.PendingPut> it = shard.pending.values().iterator(); it.hasNext(); ) {
+                if (onlyOn(it.next(), seg.id)) {
+                    it.remove();
+                    forgotten[0]++;
+                }
+            }
             ObjectTable objects = shard.objects;
             objects.removeIf(slot -> {
                 int idx = objects.replicaOn(slot, seg.id);
@@ -552,8 +575,19 @@ public final class Membership {
         }
         nodes.forget(seg);
         droppedSegments.incrementAndGet();
-        log.warn("{} dropped ({}): {} objects lost with it", seg, why, lost[0]);
+        log.warn("{} dropped ({}): {} objects lost with it{}", seg, why, lost[0],
+                forgotten[0] == 0 ? "" : ", " + forgotten[0] + " puts pending only on it forgotten");
         return elsewhere;
+    }
+
+    /** Whether every replica of pending put {@code p} is on segment {@code id}. */
+    private static boolean onlyOn(ObjectIndex.PendingPut p, int id) {
+        for (int s : p.segments) {
+            if (s != id) {
+                return false;
+            }
+        }
+        return true;
     }
 
     /** Whether the index holds {@code it}'s key at {@code it}'s generation. Caller holds the epoch lock. */

@@ -337,9 +337,15 @@ final class WriteLeases {
         }
     }
 
-    /** A range held on a segment until a deadline, for writes placed by a registration it replaced ({@link #carryOver}). */
-    record Held(long offset, long length, long deadlineMillis) {
+    /**
+     * A range held on a segment until a deadline, for writes placed by a registration it replaced
+     * ({@link #carryOver}): a pending put's region, with its generation.
+     */
+    record Held(long offset, long length, long deadlineMillis, long generation) {
     }
+
+    /** Ranges held for puts pending on a replaced registration, by the put's generation ({@link #claimHeld}). */
+    private final Map<Long, Lease> heldPuts = new ConcurrentHashMap<>();
 
     /**
      * Segment {@code old} was replaced by {@code now}, a registration of the same node (see the class
@@ -364,10 +370,14 @@ final class WriteLeases {
                 deadline = l.deadlineMillis;
             }
             close(l, false); // void now: its segment left, and its range is held on the new one
-            held += hold(now, from, l.end, deadline);
+            held += hold(now, from, l.end, deadline) == null ? 0 : l.end - from;
         }
         for (Held h : pending) {
-            held += hold(now, h.offset(), h.offset() + h.length(), h.deadlineMillis());
+            Lease l = hold(now, h.offset(), h.offset() + h.length(), h.deadlineMillis());
+            if (l != null) {
+                heldPuts.put(h.generation(), l);
+                held += h.length();
+            }
         }
         if (held > 0) {
             log.info("{}: {} bytes its previous registration's write leases and pending puts had placed held until"
@@ -376,16 +386,33 @@ final class WriteLeases {
         return held;
     }
 
-    /** Holds {@code [from, to)} on {@code seg} until {@code deadline}, as a lease no writer knows the id of; its bytes, or 0. */
-    private long hold(Segment seg, long from, long to, long deadline) {
+    /** Holds {@code [from, to)} on {@code seg} until {@code deadline}, as a lease no writer knows the id of; null if it could not. */
+    private Lease hold(Segment seg, long from, long to, long deadline) {
         if (!seg.allocator.reserve(from, to - from)) {
             log.warn("{}: the range [{}, {}) its previous registration had placed could not be held", seg, from, to);
-            return 0;
+            return null;
         }
         seg.allocator.recount(-1); // the range is no object
         Lease h = new Lease(ids.incrementAndGet(), seg, from, to, epoch.current(), 0, 0, deadline);
         live.put(h.id, h);
-        return to - from;
+        return h;
+    }
+
+    /**
+     * The node lists, in the inventory of {@code seg}, the object a put pending on its previous
+     * registration was writing: region {@code [offset, offset + length)} under {@code generation}. Its
+     * bytes are whole there (the node verified them), so the range held for that put gives way to the
+     * object: freed, for the inventory to reserve. True if there was such a hold. Caller holds the
+     * epoch write lock.
+     */
+    boolean claimHeld(Segment seg, long offset, long length, long generation) {
+        Lease h = heldPuts.get(generation);
+        if (h == null || h.segment != seg || h.start != offset || h.end != offset + length) {
+            return false;
+        }
+        heldPuts.remove(generation, h);
+        close(h, valid(h));
+        return true;
     }
 
     /** Whether the lease's range is still its own: same epoch, and its segment still registered. */
@@ -412,6 +439,9 @@ final class WriteLeases {
             }
             l.closed = true;
             live.remove(l.id);
+            if (l.generationCount == 0) {
+                heldPuts.values().remove(l);
+            }
             if (valid) {
                 freePart(l.segment, l.next, l.end);
             }

@@ -182,4 +182,38 @@ class RegistrationTest {
         assertThat(info(back.segmentId()).state()).isEqualTo(SegmentInfo.STATE_ACTIVE);
         assertThat(put("again")).isEqualTo(back.segmentId());
     }
+
+    @Test
+    void anObjectCaughtMidPromotionWhenItsNodeRestartedKeepsOneCopy() {
+        ControlToken token = ControlToken.random();
+        byte[] x = k("x/1");
+        long g1 = 5_000;
+        // the node's SSD tier holds x (listed as a disk copy)
+        RegisterReply a = join("a:1", 1, token, ControlToken.NONE, "p:1",
+                List.of(new InventoryItem(0, g1, svc.epoch(), x, VALUE, io.kvpool.protocol.Tier.DISK)));
+        assertThat(svc.getReplicaList(List.of(x)).getFirst().generation()).isEqualTo(g1);
+        // the node promotes it: a conditional upsert placed in its memory; it writes the copy, then is killed
+        PutStartResult promo = svc.putStart(new PutStart(true, 1, "a:1", 0, List.of(new PutStartItem(x, VALUE, g1))))
+                .results().getFirst();
+        assertThat(promo.code()).isEqualTo(ResultCode.OK);
+        long g2 = promo.generation();
+        long offset = promo.replicas().getFirst().offset();
+        // its next run lists both: the disk copy (g1) and the memory copy it wrote (g2)
+        svc.membership().linkClosed("p:1");
+        RegisterReply back = svc.membership().registerNode(new RegisterNode("a:1", "10.0.0.9", 7000, 1 << 20,
+                svc.epoch(), 2, 2, "", ControlToken.random(), token), "p:2");
+        List<ResultCode> codes = svc.membership().inventory(new Inventory(back.segmentId(), 2, true, List.of(
+                new InventoryItem(0, g1, svc.epoch(), x, VALUE, io.kvpool.protocol.Tier.DISK),
+                new InventoryItem(offset, g2, svc.epoch(), x, VALUE))));
+        assertThat(codes).as("the disk copy first, then the newer memory copy wins (and frees the older)")
+                .containsExactly(ResultCode.OK, ResultCode.OK);
+        var where = svc.getReplicaList(List.of(x)).getFirst();
+        assertThat(where.code()).isEqualTo(ResultCode.OK);
+        assertThat(where.generation()).isEqualTo(g2);
+        assertThat(where.replicas()).hasSize(1);
+        assertThat(where.replicas().getFirst().tier()).isEqualTo(io.kvpool.protocol.Tier.MEMORY);
+        // the promotion's PUT_END, sent late, finds its object stored
+        assertThat(svc.putEnd(List.of(new PutEndItem(x, g2, 0))).getFirst()).isEqualTo(ResultCode.OK);
+        assertThat(a.segmentId()).isNotEqualTo(back.segmentId());
+    }
 }

@@ -213,6 +213,7 @@ final class DiskTier implements AutoCloseable {
     /** The master would not list a spilled object (the key was re-put, a reset happened): forget it. */
     void rejected(DiskStore.Entry e) {
         store.remove(e.generation());
+        node.ledger().dropRetired(e.generation());
     }
 
     MasterMessages.TierStats stats(long memReadBytes, long memWrittenBytes, long memReads) {

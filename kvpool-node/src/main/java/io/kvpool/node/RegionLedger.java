@@ -60,6 +60,8 @@ final class RegionLedger {
         boolean complete;
         boolean writing;
         boolean dead;
+        /** Moved to the SSD tier ({@link #retire}): not readable here, its header kept until the space is taken. */
+        boolean retired;
         int readers;
 
         Region(long offset, long length, long generation, long epoch, byte[] key, long valueLength) {
@@ -99,6 +101,9 @@ final class RegionLedger {
     private long completeCount;
     @GuardedBy("lock")
     private long completeBytes;
+    /** Regions {@link #retire}d and not dropped since, by generation. */
+    @GuardedBy("lock")
+    private final Map<Long, Region> retiredByGeneration = new java.util.HashMap<>();
     /** Regions being written that will be objects (lease ranges not counted): {@link #writesInProgress}. */
     @GuardedBy("lock")
     private int writes;
@@ -327,6 +332,57 @@ final class RegionLedger {
     }
 
     /**
+     * The master moved this object to the SSD tier (a NODE_FREE with the spill flag) after its value
+     * was copied out for the disk: it is no longer readable here and its space is the master's to hand
+     * out again, but its header stays COMPLETE, and the region stays in the ledger, until a write takes
+     * any of that space (then it is dropped, header marked dead, as any overlapped region) or the SSD
+     * tier lets the copy go ({@link #dropRetired}). So a node killed while the copy is still on its way
+     * to the disk (in the staging queue) finds the object again in its segment file when it restarts:
+     * an object caught between the tiers is kept in one of them, and if it reached both, the master
+     * keeps one (issue 32). Returns true if the region was here.
+     */
+    boolean retire(long offset, long generation) {
+        lock.lock();
+        try {
+            Region r = regions.get(offset);
+            if (r == null || r.generation != generation || r.dead || r.retired) {
+                return false;
+            }
+            if (r.complete) {
+                r.complete = false;
+                completeCount--;
+                completeBytes -= r.length;
+            }
+            r.retired = true;
+            retiredByGeneration.put(generation, r);
+            changed.signalAll();
+            return true;
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    /**
+     * The SSD tier let the copy of {@code generation} go (the master freed it: removed, replaced,
+     * promoted back to memory; or it refused the spill): the memory copy {@link #retire} kept goes too,
+     * so it cannot come back at a restart. Returns true if there was one.
+     */
+    boolean dropRetired(long generation) {
+        lock.lock();
+        try {
+            Region r = retiredByGeneration.remove(generation);
+            if (r == null || regions.get(r.offset) != r || r.dead) {
+                return false;
+            }
+            drop(r);
+            changed.signalAll();
+            return true;
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    /**
      * Moves to {@code newEpoch} (never backwards) and drops every object from an older epoch. Returns
      * how many complete objects were dropped. Writes from older epochs already admitted finish their
      * transfer but never become readable. Writes of the new epoch itself are kept: the master may
@@ -467,6 +523,9 @@ final class RegionLedger {
      */
     @GuardedBy("lock")
     private void drop(Region r) {
+        if (r.retired) {
+            retiredByGeneration.remove(r.generation, r);
+        }
         if (r.complete) {
             r.complete = false;
             completeCount--;

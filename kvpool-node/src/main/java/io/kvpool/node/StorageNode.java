@@ -366,10 +366,17 @@ public final class StorageNode implements AutoCloseable {
         for (NodeMessages.FreeItem it : f.items()) {
             if (it.tier() == Tier.DISK) {
                 n += disk != null && disk.remove(it.generation()) ? 1 : 0;
+                ledger.dropRetired(it.generation()); // the memory copy kept on the way to the disk, if any
                 continue;
             }
             if (it.spill() && disk != null) {
+                // the header stays until the space is written again: a kill before the disk copy is made
+                // loses nothing (RegionLedger.retire)
                 spill(it.offset(), it.generation());
+                if (ledger.retire(it.offset(), it.generation())) {
+                    n++;
+                }
+                continue;
             }
             if (ledger.free(it.offset(), it.generation())) {
                 n++;

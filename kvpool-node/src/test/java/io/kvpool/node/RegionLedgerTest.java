@@ -611,4 +611,41 @@ class RegionLedgerTest {
             }
         }
     }
+
+    // ------------------------------------------------------------------ objects on their way to the SSD tier
+
+    @Test
+    void aRetiredObjectIsNoLongerReadableButKeepsItsHeaderUntilItsSpaceIsWritten() throws Exception {
+        RegionLedger.Region r = admit(0, 1024, 7, 0);
+        assertThat(ledger.endWrite(r, true)).isTrue();
+        assertThat(ledger.retire(0, 7)).isTrue();
+        assertThat(ledger.beginRead(0, 7)).as("the master moved it to disk: not read from memory").isNull();
+        assertThat(ledger.objectCount()).isZero();
+        assertThat(ledger.completeRegions()).isEmpty();
+        assertThat(ObjectLayout.state(memory, 0)).as("a restart still finds it").isEqualTo(ObjectLayout.STATE_COMPLETE);
+        // a write over part of its value (not its header) marks the header dead before it is admitted
+        RegionLedger.Region next = admit(512, 1024, 8, 0);
+        assertThat(ObjectLayout.state(memory, 0)).isEqualTo(ObjectLayout.STATE_DEAD);
+        ledger.endWrite(next, true);
+        assertThat(ledger.dropRetired(7)).as("gone already").isFalse();
+    }
+
+    @Test
+    void aRetiredObjectWhoseDiskCopyIsLetGoIsDeadInMemoryToo() throws Exception {
+        RegionLedger.Region r = admit(0, 1024, 7, 0);
+        ledger.endWrite(r, true);
+        ledger.retire(0, 7);
+        assertThat(ledger.dropRetired(7)).isTrue();
+        assertThat(ObjectLayout.state(memory, 0)).isEqualTo(ObjectLayout.STATE_DEAD);
+        assertThat(ledger.dropRetired(7)).isFalse();
+    }
+
+    @Test
+    void aResetDropsRetiredObjectsOfOlderEpochs() throws Exception {
+        RegionLedger.Region r = admit(0, 1024, 7, 0);
+        ledger.endWrite(r, true);
+        ledger.retire(0, 7);
+        ledger.reset(1);
+        assertThat(ObjectLayout.state(memory, 0)).isEqualTo(ObjectLayout.STATE_DEAD);
+    }
 }
