@@ -290,6 +290,8 @@ final class LaunchCommand implements Callable<Integer> {
                 nm.find();
                 n.pin("--port", nm.group(2));
             }
+            // ready means usable: a put went through the pool's address (registered nodes alone were not enough)
+            ReadyCheck.awaitPut(ClientConfig.forMaster(masterAddress), readyTimeout);
             this.masterAddress = masterAddress;
             Files.writeString(logDir.resolve(PID_FILE), ProcessHandle.current().pid() + "\n");
             Path config = writeClientConfig(pool.withMaster(masterAddress));

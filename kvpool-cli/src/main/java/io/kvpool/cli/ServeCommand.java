@@ -1,12 +1,15 @@
 package io.kvpool.cli;
 
+import io.kvpool.client.ClientConfig;
 import io.kvpool.config.Size;
 import io.kvpool.etcd.MasterAddress;
+import io.kvpool.master.MasterConfig;
 import io.kvpool.node.NodeConfig;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
 
+import java.time.Duration;
 import java.util.concurrent.Callable;
 import java.util.concurrent.CountDownLatch;
 
@@ -40,8 +43,12 @@ final class ServeCommand implements Callable<Integer> {
         // installed before the pool starts: a SIGTERM while it starts leaves nothing behind either
         try (OnExit exit = OnExit.start("serve", nodeOptions.shmPath())) {
             exit.add(stop::countDown);
-            EmbeddedPool pool = exit.add(new EmbeddedPool(masterOptions.toConfig(host, exposure),
+            MasterConfig config = masterOptions.toConfig(host, exposure);
+            EmbeddedPool pool = exit.add(new EmbeddedPool(config,
                     master -> nodeOptions.toConfig(MasterAddress.of(master), host, nodePort, host, exposure)));
+            // serving means usable: a put went through (a registered node alone was not enough)
+            ReadyCheck.awaitPut(ClientConfig.forMaster(pool.masterAddress()).withSecrets(config.secrets()),
+                    Duration.ofSeconds(60));
             serve(pool);
             stop.await();
         }

@@ -101,6 +101,38 @@ class CliProcessIT {
         stopOnceServingAndCheck(p, "serve");
     }
 
+    @Test
+    void serveSaysItServesOnlyOnceAPutGoesThrough() throws Exception {
+        // issue 32, item 5: the first put after "kvpool serving" came back NO_SEGMENT for 1-3 s
+        for (int round = 0; round < 3; round++) {
+            String name = "serve-ready-" + round;
+            Process p = start(name, "serve", "--port", "0", "--node-port", "0", "--http-port", "-1",
+                    "--segment-size", "32MiB");
+            try {
+                Await.until("serve said it serves", EXIT_DEADLINE, () -> {
+                    try {
+                        return output(name).contains("kvpool serving: master ") || !p.isAlive();
+                    } catch (IOException e) {
+                        return false;
+                    }
+                });
+                java.util.regex.Matcher m = java.util.regex.Pattern.compile("kvpool serving: master (\\S+),")
+                        .matcher(output(name));
+                assertThat(m.find()).as(output(name)).isTrue();
+                try (io.kvpool.client.KvPoolClient c = io.kvpool.client.KvPoolClient.connect(
+                        io.kvpool.client.ClientConfig.forMaster(m.group(1)))) {
+                    assertThat(c.put("first/" + round, new byte[]{1, 2, 3})).as("the first put, at once")
+                            .isEqualTo(io.kvpool.client.PutStatus.OK);
+                    assertThat(c.exists("kvpool/ready-check/")).isFalse();
+                    assertThat(c.stats().keys()).as("the readiness probe removed its object").isEqualTo(1);
+                }
+            } finally {
+                p.destroy();
+                exitCode(p, name + " exited after SIGTERM");
+            }
+        }
+    }
+
     /** Once {@code p} has its segment file: SIGTERM; it must exit and leave no file of its own. */
     private static void stopOnceServingAndCheck(Process p, String command) throws Exception {
         try {

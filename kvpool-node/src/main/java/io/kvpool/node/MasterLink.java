@@ -384,8 +384,8 @@ final class MasterLink implements AutoCloseable {
             }
         } while (i < regions.size());
         segmentId = id;
+        node.gate().open(); // before it says it is registered: whoever waits for that may put at once
         setRegistered(true);
-        node.gate().open();
         log.info("node {}: registered as segment {} at epoch {}{} ({} objects kept, {} dropped, {} failed verification)",
                 node.name(), id, reply.epoch(), reply.term() > 0 ? ", term " + reply.term() : "", kept, dropped, corrupt);
         return true;
