@@ -136,6 +136,14 @@ public final class MasterMetrics {
                 service.expiredPuts::get);
         counter("master_dropped_segments_total", "Segments dropped for silence or replaced by a re-registration",
                 service.membership().droppedSegments::get);
+        counter("master_registrations_refused_total", "REGISTER_NODE refused because a live node holds that segment and"
+                + " the registration did not prove it is that node (a forged registration, or two nodes given one"
+                + " address)", service.membership().refusedRegistrations::get);
+        counter("master_node_drains_total", "Nodes that said they stop for a restart (NODE_DRAIN): nothing more was placed"
+                + " on them", service.membership().drains::get);
+        gauge("master_segments_draining", "Segments whose node stops for a restart and has not registered again",
+                () -> service.segmentInfos().stream()
+                        .filter(i -> i.state() == io.kvpool.protocol.msg.MasterMessages.SegmentInfo.STATE_DRAINING).count());
         // write leases: ranges writers fill without asking, made visible by COMMIT
         gauge("master_write_leases", "Write leases open", service.writeLeases::size);
         gauge("master_write_lease_unused_bytes", "Bytes of open write leases not committed yet (allocated, not objects)",

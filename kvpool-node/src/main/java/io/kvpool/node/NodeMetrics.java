@@ -56,6 +56,9 @@ final class NodeMetrics {
                 + " that became readable, over TCP and the same-machine path", local::partObjects);
         Series.gauge(registry, "node_master_connected", "1 while the node is registered with the master and its heartbeats"
                 + " are answered, else 0", () -> link.isRegistered() ? 1 : 0);
+        Series.gauge(registry, "node_taking_writes", "1 while the node admits writes; 0 before its registration is done,"
+                + " while a registration lists its objects, and once it drains for a restart (writes are then answered"
+                + " NO_SEGMENT)", () -> local.gate().state() == WriteGate.State.OPEN ? 1 : 0);
         if (disk != null) {
             diskGauge(registry, local.name(), disk, "node_disk_writer_up", "1 while the SSD tier's writer runs; 0 once an error"
                     + " stopped it (spills are refused, reads go on) or the node is closing", s -> s.writerRunning() ? 1.0 : 0.0);
