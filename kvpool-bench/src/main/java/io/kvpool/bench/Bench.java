@@ -57,7 +57,7 @@ public final class Bench {
     /** What to run and where to write it. */
     public record Options(boolean quick, Set<String> sections, Path outDir, PrintStream out, Path diskDir) {
         public static final Set<String> ALL = Set.of("store", "lookup", "metadata", "reset", "disk", "restore", "python",
-                "failover", "replicas", "tls", "mooncake", "rolling");
+                "failover", "replicas", "tls", "mooncake", "rolling", "restarts");
 
         public Options {
             for (String s : sections) {
@@ -157,6 +157,9 @@ public final class Bench {
         if (o.sections.contains("rolling")) {
             steps += 1;
         }
+        if (o.sections.contains("restarts")) {
+            steps += 1;
+        }
         if (o.sections.contains("tls")) {
             steps += TlsBench.steps();
         }
@@ -194,6 +197,10 @@ public final class Bench {
             sectionIf("rolling", () -> {
                 bar.setExtraMessage(" rolling restart");
                 RollingRestartBench.run(results, o.quick, () -> step("rolling"));
+            });
+            sectionIf("restarts", () -> {
+                bar.setExtraMessage(" rolling restarts under every kind of writer");
+                RestartDrill.run(results, o.quick, () -> step("restarts"));
             });
         }
         evaluate();

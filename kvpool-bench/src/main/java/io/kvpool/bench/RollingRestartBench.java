@@ -165,7 +165,7 @@ public final class RollingRestartBench {
     }
 
     /** The checkout: $KVPOOL_HOME, or the nearest directory above this one holding scripts/etcd.sh. */
-    private static Path home() {
+    static Path home() {
         String h = System.getenv("KVPOOL_HOME");
         if (h != null) {
             return Path.of(h);
@@ -186,7 +186,7 @@ public final class RollingRestartBench {
     }
 
     /** This JVM running the kvpool CLI ({@code io.kvpool.cli.Main}) with {@code args}: the jar holds it, and so do the tests' class path. */
-    private static List<String> cli(String... args) {
+    static List<String> cli(String... args) {
         List<String> cmd = new ArrayList<>(List.of(ProcessHandle.current().info().command().orElse("java"),
                 "--enable-native-access=ALL-UNNAMED", "-Xmx512m", "-cp", System.getProperty("java.class.path"),
                 "io.kvpool.cli.Main"));
@@ -194,7 +194,7 @@ public final class RollingRestartBench {
         return cmd;
     }
 
-    private static String awaitReady(Process launcher, Path log) throws Exception {
+    static String awaitReady(Process launcher, Path log) throws Exception {
         Pattern ready = Pattern.compile("^ready: master (\\S+) ");
         long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(120);
         while (System.nanoTime() < deadline) {
