@@ -50,8 +50,9 @@ import java.util.function.Predicate;
  *       {@link Limits#maxConnectionsPerHost()} from one address; one more is answered with an error
  *       naming the limit (request id 0, status {@code INTERNAL_ERROR}) and closed.</li>
  *   <li>Time: a new connection's first frame must arrive within the frame timeout (every kvpool peer
- *       sends one at once), and so must the rest of any frame once it began. After that an idle
- *       connection is a pooled one and may wait.</li>
+ *       sends one at once), and so must the rest of any frame once it began; on a secured server the
+ *       connection must also have authenticated within the frame timeout of its first byte. After
+ *       that an idle connection is a pooled one and may wait.</li>
  *   <li>Memory: a connection has a small standing body buffer ({@link BodyIntake}); a larger body
  *       reserves its whole size from the process's {@link BodyBudget} (shared with every other server
  *       in the JVM, sized from the heap), first come first served, before a byte of it is read, and
@@ -102,6 +103,7 @@ public final class FrameServer implements Closeable {
     private final Duration frameTimeout;
     private final RequestHandler handler;
     private final Tls tls;
+    private final boolean secured;
     private final ServerSocketChannel server;
     private final Set<SocketChannel> connections = ConcurrentHashMap.newKeySet();
     private final ConcurrentHashMap<InetAddress, AtomicInteger> perHost = new ConcurrentHashMap<>();
@@ -144,6 +146,7 @@ public final class FrameServer implements Closeable {
             throw new IllegalArgumentException(name + ": a server with the cluster secret needs the admin secret too");
         }
         this.tls = secrets.tls();
+        this.secured = secrets.present();
         this.budget = budget;
         this.name = name;
         this.limits = limits;
@@ -324,10 +327,19 @@ public final class FrameServer implements Closeable {
             return;
         }
         ServedConnection c = new ServedConnection(rules, wire, peer, header, !tls.enabled());
-        if (VIRTUAL_THREADS) {
+        boolean authenticated;
+        // on a secured server, authenticating must be done within the frame timeout: the connection's
+        // peer has nothing to wait for before it, so one that stalls half way is closed
+        try (Watchdog.Deadline d = secured ? Watchdog.arm(ch, frameTimeout) : null) {
+            authenticated = c.serve(true);
+            if (d != null && d.fired()) {
+                log.info("{}: closed a connection from {} that did not authenticate within {}", name, peer, frameTimeout);
+            }
+        }
+        if (authenticated && VIRTUAL_THREADS) {
             c.serve(false);
-        } else if (c.serve(true)) {
-            // authenticated: from here on it is served on a platform thread of its own
+        } else if (authenticated) {
+            // from here on it is served on a platform thread of its own
             Thread.ofPlatform().daemon().name(name + "-conn").start(() -> {
                 c.serve(false);
                 finish(ch, from, peer, c.scratch());

@@ -264,6 +264,24 @@ class FrameServerLimitsTest {
     }
 
     @Test
+    void onASecuredServerAConnectionThatStallsBeforeAuthenticatingIsClosedAtTheFrameTimeout() throws Exception {
+        start(new Limits(4096, 1 << 20), Duration.ofMillis(300), 1 << 20, SECRETS);
+        // every frame of it arrived whole and was answered, but it never proves anything
+        SocketChannel halfway = rawFrom("127.0.0.1");
+        challenge(halfway, Handshake.nonce());
+        FrameConnection proven = FrameConnection.connect(address, CALL, Limits.DEFAULT, SECRETS);
+        toClose.add(proven);
+        assertClosedByServer(halfway);
+        awaitConnections(1);
+        assertThat(server.timedOutFrames()).isEqualTo(1);
+        // an authenticated connection may stay idle past the frame timeout: it is a pooled one
+        SocketChannel probe = rawFrom("127.0.0.1");
+        assertClosedByServer(probe); // a frame timeout has certainly passed since it connected
+        assertThat(proven.call(Opcode.PING, new BodyWriter().string("later"), CALL).body().string("text"))
+                .isEqualTo("later");
+    }
+
+    @Test
     void aBodySentInPiecesArrivesWholeAndItsBufferCountsAgainstTheBudgetUntilHandled() throws Exception {
         start(new Limits(8 << 20, 1 << 20), CALL, 1 << 20);
         String text = "x".repeat(60_000);
