@@ -43,7 +43,11 @@ import java.util.concurrent.atomic.AtomicLong;
  * ({@link #sizeFor}): an eighth of {@link Runtime#maxMemory()}, at least {@link #FLOOR_BYTES} (so a
  * body of the default largest size, {@link Limits#DEFAULT_MAX_BODY_BYTES}, always fits) and at most
  * {@link #CEILING_BYTES}. The way to change it is the heap size ({@code -Xmx}). Tests make their own,
- * small ones.
+ * small ones. In such a shared process a master request that calls its own node while holding a
+ * reservation (the frees after a removal, or after an eviction a put caused) may find that node's
+ * frame waiting behind a larger body queued for the same budget. The master waits for its nodes a
+ * bounded time (5 s a call; the read lease for a removal's acknowledgements), so this can delay
+ * such a request by that much, never hold the budget for good.
  */
 final class BodyBudget {
 
