@@ -25,9 +25,11 @@ import static org.assertj.core.api.Assertions.assertThat;
  * A master process under a connection flood from other addresses of this machine: 500 connections
  * that never speak, 500 that send half a header and stop, and 48 whose header announces a 64 MiB
  * body of which 1 KiB follows (before limits were enforced, the last alone made a 256 MiB master
- * allocate 3 GiB and fail with OutOfMemoryError). While they are open an ordinary client puts and
- * reads byte-exact; the master's resident memory is measured; then the frame timeout closes every
- * one of them and the master's connections come back to what its real peers hold.
+ * allocate 3 GiB and fail with OutOfMemoryError; now the first of them reserves the whole 64 MiB body
+ * budget and the others wait their turn and are refused naming it). While they are open an ordinary
+ * client puts and reads byte-exact; the master's resident memory is measured; then every one of them
+ * is closed, at the frame timeout or refused for the budget, and the master's connections come back
+ * to what its real peers hold.
  */
 @Timeout(180)
 class ConnectionFloodIT {
@@ -102,10 +104,13 @@ class ConnectionFloodIT {
                 assertThat(rssDuring - rssBefore).as("resident growth, KiB").isLessThan(512L << 10);
                 // the bodies in flight come out of the process's budget: an eighth of 256 MiB, raised to the 64 MiB floor
                 assertThat(cluster.metric("master_body_budget_bytes")).isEqualTo(64 << 20);
-                // the frame timeout closes every one of them: none of them sent more than its connection's
-                // standing body buffer, so each is closed at its deadline
-                Await.untilChecked("the frame timeout closed all " + hostile.size() + " hostile connections",
-                        Duration.ofSeconds(120), () -> cluster.metric("master_frames_timed_out_total") >= hostile.size());
+                // every one of them is closed: the silent and half-header ones at the frame timeout, and of the
+                // 48 huge bodies the first (holding the whole budget, its body never sent) at the frame timeout
+                // too, the others refused for the budget when their turn did not come in half of it
+                Await.untilChecked("all " + hostile.size() + " hostile connections were closed", Duration.ofSeconds(120),
+                        () -> cluster.metric("master_frames_timed_out_total")
+                                + cluster.metric("master_large_bodies_refused_total") >= hostile.size());
+                assertThat(cluster.metric("master_large_bodies_refused_total")).isEqualTo(47);
                 // all 1,048 are gone; the client itself may have opened another pooled connection meanwhile
                 assertThat(cluster.metric("master_connections_open")).isLessThanOrEqualTo(base + 4);
                 putAndRead(c, "after/");

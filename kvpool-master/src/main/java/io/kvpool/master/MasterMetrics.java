@@ -232,9 +232,12 @@ public final class MasterMetrics {
         counter("master_tls_handshake_failures_total", "Connections refused for TLS: a failed or timed-out handshake"
                 + " (no client certificate, one of another CA), a plain-TCP client of a TLS port or the reverse",
                 rpc::tlsHandshakeFailures);
-        counter("master_large_bodies_refused_total", "Frames refused because the process's body budget stayed in use,"
-                + " or their body was larger than the whole budget (the name predates the budget covering every body)",
-                rpc::refusedBodies);
+        counter("master_large_bodies_refused_total", "Frames refused because their body could not reserve its size from"
+                + " the process's body budget within half the frame timeout, or was larger than the whole budget (the name"
+                + " predates the budget covering every body)", rpc::refusedBodies);
+        gauge("master_body_reservations_waiting", "Frame bodies waiting now, in the order they asked, for their"
+                + " reservation from the process's body budget (shared with any other server in the process)",
+                rpc::bodiesWaiting);
         gauge("master_body_bytes_buffered", "Bytes of the process's body budget taken now by frame bodies being received"
                 + " or handled (shared with any other server in the process)", rpc::bodyBytesBuffered);
         gauge("master_body_budget_bytes", "The process's body budget: an eighth of the heap, within 64 MiB and 1 GiB",

@@ -32,9 +32,12 @@ final class NodeMetrics {
                 + " request needed a secret they had not proven", server::refusedAuth);
         Series.counter(registry, "node_tls_handshake_failures_total", "Connections refused for TLS: a failed or timed-out"
                 + " handshake, a plain-TCP client of a TLS node or the reverse", server::tlsHandshakeFailures);
-        Series.counter(registry, "node_large_bodies_refused_total", "Frames refused because the process's body budget"
-                + " stayed in use, or their body was larger than the whole budget (the name predates the budget covering"
-                + " every body)", server::refusedBodies);
+        Series.counter(registry, "node_large_bodies_refused_total", "Frames refused because their body could not reserve"
+                + " its size from the process's body budget within half the frame timeout, or was larger than the whole"
+                + " budget (the name predates the budget covering every body)", server::refusedBodies);
+        Series.gauge(registry, "node_body_reservations_waiting", "Frame bodies waiting now, in the order they asked, for"
+                + " their reservation from the process's body budget (shared with any other server in the process)",
+                server::bodiesWaiting);
         Series.gauge(registry, "node_body_bytes_buffered", "Bytes of the process's body budget taken now by frame bodies"
                 + " being received or handled (shared with any other server in the process)", server::bodyBytesBuffered);
         Series.gauge(registry, "node_body_budget_bytes", "The process's body budget: an eighth of the heap, within 64 MiB"

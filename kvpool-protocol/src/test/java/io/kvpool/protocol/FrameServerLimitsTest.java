@@ -15,6 +15,9 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
 import java.util.concurrent.Semaphore;
 import java.util.concurrent.TimeUnit;
 
@@ -22,8 +25,9 @@ import static org.assertj.core.api.Assertions.assertThat;
 
 /**
  * What a peer can make a {@link FrameServer} hold: connections (in all and per host), time (a
- * silent new connection, a frame that stops midway) and memory (bodies grow as they arrive and every
- * grown one takes its share of a {@link BodyBudget}; before authentication, nothing past a header).
+ * silent new connection, a frame that stops midway), memory (a body larger than a connection's
+ * standing buffer reserves its whole size from a {@link BodyBudget}, in turn; before authentication,
+ * nothing past a header) and threads (none of a platform kind before authentication).
  * Timeouts here are the server's own rules being exercised; every assertion waits for an outcome (a
  * closed connection, a counter) rather than for a clock.
  */
@@ -39,7 +43,10 @@ class FrameServerLimitsTest {
     private FrameServer server;
     private HostPort address;
 
-    /** PING echoes its string body; EXIST_KEY holds its frame until the test ends. */
+    /**
+     * PING echoes its string body; BATCH_EXIST_KEY answers how many body bytes it received; EXIST_KEY
+     * holds its frame until the test ends.
+     */
     private void handle(Request req) throws IOException {
         switch (req.opcode()) {
             case PING -> {
@@ -47,6 +54,7 @@ class FrameServerLimitsTest {
                 req.body().end("ping");
                 req.reply(new BodyWriter().string(text));
             }
+            case BATCH_EXIST_KEY -> req.reply(new BodyWriter().i32(req.body().remaining()));
             case EXIST_KEY -> {
                 holding.release();
                 try {
@@ -66,7 +74,13 @@ class FrameServerLimitsTest {
 
     /** A server with {@code secrets} (secured unless NONE) and a body budget of its own. */
     private void start(Limits limits, Duration frameTimeout, int bodyBudget, Secrets secrets) throws IOException {
-        server = new FrameServer("test", new InetSocketAddress(InetAddress.getLoopbackAddress(), 0), limits,
+        start("test", limits, frameTimeout, bodyBudget, secrets);
+    }
+
+    /** The same, named {@code name} (its threads' names begin with it). */
+    private void start(String name, Limits limits, Duration frameTimeout, int bodyBudget, Secrets secrets)
+            throws IOException {
+        server = new FrameServer(name, new InetSocketAddress(InetAddress.getLoopbackAddress(), 0), limits,
                 frameTimeout, op -> true, this::handle, secrets, secrets.present() ? Opcode::access : op -> Access.NONE,
                 new BodyBudget(bodyBudget, "this test's"));
         address = new HostPort("127.0.0.1", server.port());
@@ -107,13 +121,52 @@ class FrameServerLimitsTest {
     }
 
     private static Reply read(SocketChannel ch) throws IOException {
+        RawReply r = readRaw(ch);
+        return new Reply(r.header, r.body.string("text"));
+    }
+
+    private record RawReply(FrameHeader.Decoded header, BodyReader body) {
+    }
+
+    private static RawReply readRaw(SocketChannel ch) throws IOException {
         ByteBuffer h = FrameHeader.allocate();
         Channels.readFully(ch, h);
         FrameHeader.Decoded d = FrameHeader.decode(h, Limits.DEFAULT);
         ByteBuffer body = ByteBuffer.allocate(d.bodyLength()).order(ByteOrder.LITTLE_ENDIAN);
         Channels.readFully(ch, body);
-        BodyReader r = new BodyReader(body.flip());
-        return new Reply(d, r.string("text"));
+        return new RawReply(d, new BodyReader(body.flip()));
+    }
+
+    private static RawReply exchange(SocketChannel ch, Opcode op, BodyWriter w) throws IOException {
+        ByteBuffer b = w.buffer();
+        Channels.writeFully(ch, FrameHeader.write(FrameHeader.allocate(), op.code, false, 0, 11, b.remaining(), 0), b);
+        return readRaw(ch);
+    }
+
+    /**
+     * AUTH_BEGIN on a raw connection: the server's nonce, once the server has answered (the
+     * connection is then half way through authenticating).
+     */
+    private static byte[] challenge(SocketChannel ch, byte[] clientNonce) throws IOException {
+        RawReply r = exchange(ch, Opcode.AUTH_BEGIN, new BodyWriter().bytes(clientNonce));
+        assertThat(r.header.status()).isEqualTo(FrameStatus.OK.code);
+        assertThat(r.body.u8("mode")).isEqualTo(Handshake.MODE_SECURED);
+        return r.body.bytes("server nonce");
+    }
+
+    /** Proves the cluster secret on a raw connection, as {@link Handshake#authenticate} does. */
+    private static SocketChannel authenticated(SocketChannel ch) throws IOException {
+        byte[] cn = Handshake.nonce();
+        byte[] sn = challenge(ch, cn);
+        RawReply r = exchange(ch, Opcode.AUTH_PROVE, new BodyWriter().u8(Access.DATA.code)
+                .bytes(Handshake.clientProof(SECRETS.key(Access.DATA), Access.DATA, sn, cn)));
+        assertThat(r.header.status()).isEqualTo(FrameStatus.OK.code);
+        return ch;
+    }
+
+    /** Live platform threads whose name begins with {@code prefix} (virtual threads are not listed). */
+    private static long platformThreads(String prefix) {
+        return Thread.getAllStackTraces().keySet().stream().filter(t -> t.getName().startsWith(prefix)).count();
     }
 
     private static void assertClosedByServer(SocketChannel ch) throws IOException {
@@ -211,6 +264,24 @@ class FrameServerLimitsTest {
     }
 
     @Test
+    void onASecuredServerAConnectionThatStallsBeforeAuthenticatingIsClosedAtTheFrameTimeout() throws Exception {
+        start(new Limits(4096, 1 << 20), Duration.ofMillis(300), 1 << 20, SECRETS);
+        // every frame of it arrived whole and was answered, but it never proves anything
+        SocketChannel halfway = rawFrom("127.0.0.1");
+        challenge(halfway, Handshake.nonce());
+        FrameConnection proven = FrameConnection.connect(address, CALL, Limits.DEFAULT, SECRETS);
+        toClose.add(proven);
+        assertClosedByServer(halfway);
+        awaitConnections(1);
+        assertThat(server.timedOutFrames()).isEqualTo(1);
+        // an authenticated connection may stay idle past the frame timeout: it is a pooled one
+        SocketChannel probe = rawFrom("127.0.0.1");
+        assertClosedByServer(probe); // a frame timeout has certainly passed since it connected
+        assertThat(proven.call(Opcode.PING, new BodyWriter().string("later"), CALL).body().string("text"))
+                .isEqualTo("later");
+    }
+
+    @Test
     void aBodySentInPiecesArrivesWholeAndItsBufferCountsAgainstTheBudgetUntilHandled() throws Exception {
         start(new Limits(8 << 20, 1 << 20), CALL, 1 << 20);
         String text = "x".repeat(60_000);
@@ -239,10 +310,16 @@ class FrameServerLimitsTest {
         int budget = 1 << 20;
         int medium = 256 << 10; // a quarter of the budget, a quarter of the old exemption
         start(new Limits(8 << 20, 1 << 20), Duration.ofSeconds(2), budget);
-        // a header announcing a body, with none of it sent, takes nothing
-        announce(rawFrom("127.0.0.9"), Opcode.EXIST_KEY, medium, 0);
-        // four bodies held by their handler take the whole budget...
-        for (int i = 1; i <= 4; i++) {
+        // a header announcing a body reserves all of it before a byte of it arrives...
+        SocketChannel announced = rawFrom("127.0.0.9");
+        announce(announced, Opcode.EXIST_KEY, medium, 0);
+        while (server.bodyBytesBuffered() != medium) {
+            Thread.sleep(5);
+        }
+        Channels.writeFully(announced, ByteBuffer.allocate(medium));
+        assertThat(holding.tryAcquire(CALL.toSeconds(), TimeUnit.SECONDS)).as("the announced body's handler").isTrue();
+        // ...so it and three more bodies held by their handler take the whole budget...
+        for (int i = 1; i <= 3; i++) {
             announce(rawFrom("127.0.0.1"), Opcode.EXIST_KEY, medium, medium);
             assertThat(holding.tryAcquire(CALL.toSeconds(), TimeUnit.SECONDS)).as("handler %d entered", i).isTrue();
         }
@@ -355,5 +432,130 @@ class FrameServerLimitsTest {
         assertThat(BodyBudget.sizeFor(2L << 30)).as("an eighth").isEqualTo(256 << 20);
         assertThat(BodyBudget.sizeFor(64L << 30)).as("ceiling").isEqualTo(1 << 30);
         assertThat(BodyBudget.PROCESS.toString()).contains("an eighth of the heap (-Xmx)");
+    }
+
+    /**
+     * Issue 32's flood, small: eight authenticated connections send, all at once and slowly, bodies
+     * of which the budget holds two. When bodies took the budget piecemeal as their bytes arrived,
+     * each held a share, none could ever finish, and all eight were refused when their wait ran out
+     * (the legitimate body got through only after that). Whole reservations, granted in order, let
+     * them finish in turn, and a legitimate large body sent while they hold the budget completes
+     * behind them. Taking turns needs about a second here; every wait allows 10 s (half the frame
+     * timeout).
+     */
+    @Test
+    void slowBodiesTakeTheBudgetInTurnsAndALargeBodySentDuringThemCompletes() throws Exception {
+        int budget = 4 << 20;
+        int body = 3 << 19; // 1.5 MiB: two fit in the budget at once
+        start(new Limits(8 << 20, 1 << 20), Duration.ofSeconds(20), budget, SECRETS);
+        int senders = 8;
+        List<SocketChannel> slow = new ArrayList<>();
+        for (int i = 0; i < senders; i++) {
+            slow.add(authenticated(rawFrom("127.0.0." + (1 + i % 4))));
+        }
+        CountDownLatch go = new CountDownLatch(1);
+        List<Future<RawReply>> outcomes = new ArrayList<>();
+        try (ExecutorService senderThreads = Executors.newVirtualThreadPerTaskExecutor()) {
+            for (SocketChannel ch : slow) {
+                outcomes.add(senderThreads.submit(() -> {
+                    go.await();
+                    try {
+                        Channels.writeFully(ch, FrameHeader.write(FrameHeader.allocate(), Opcode.BATCH_EXIST_KEY.code,
+                                false, 0, 12, body, 0));
+                        for (int sent = 0; sent < body; sent += 64 << 10) {
+                            Channels.writeFully(ch, ByteBuffer.allocate(Math.min(64 << 10, body - sent)));
+                            Thread.sleep(10);
+                        }
+                    } catch (IOException refusedMidway) {
+                        // the server refused the body and closed; its reply says why
+                    }
+                    return readRaw(ch);
+                }));
+            }
+            go.countDown();
+            // the flood holds the budget (whole reservations or shares of it, depending on the server)
+            while (server.bodyBytesBuffered() < 2L * body) {
+                Thread.sleep(5);
+            }
+            try (FrameConnection legit = FrameConnection.connect(address, CALL, Limits.DEFAULT, SECRETS)) {
+                BodyReader r = legit.call(Opcode.BATCH_EXIST_KEY, new BodyWriter(body).fixed(new byte[body]), CALL).body();
+                assertThat(r.i32("bytes received")).isEqualTo(body);
+            }
+            int handled = 0;
+            for (Future<RawReply> f : outcomes) {
+                RawReply r = f.get();
+                if (r.header.status() == FrameStatus.OK.code) {
+                    assertThat(r.body.i32("bytes received")).isEqualTo(body);
+                    handled++;
+                } else {
+                    assertThat(r.header.status()).isEqualTo(FrameStatus.FRAME_TOO_LARGE.code);
+                    assertThat(r.body.string("text")).contains("body budget of 4 MiB (this test's)");
+                }
+            }
+            System.out.printf("slow bodies: %d of %d handled, %d refused for the budget; budget peak %d of %d bytes%n",
+                    handled, senders, server.refusedBodies(), server.budget().peak(), budget);
+            // every slow body finished in its turn (taking turns needs about a second here; each waits 10 s)
+            assertThat(handled).as("slow bodies handled").isEqualTo(senders);
+            assertThat(server.refusedBodies()).isZero();
+        }
+        awaitBudgetGivenBack();
+    }
+
+    /**
+     * A connection is served on a virtual thread until it has authenticated: half way through the
+     * handshake, refused for sending a request without proof (and lingering while the server drains
+     * it), refused for a wrong proof or over the per-host limit, none holds a platform thread. A
+     * connection that authenticates gets one; it ends when the connection closes.
+     */
+    @Test
+    void onlyAuthenticatedConnectionsHoldAPlatformThread() throws Exception {
+        start("threads", new Limits(8 << 20, 1 << 20).withConnections(64, 16), CALL, 1 << 20, SECRETS);
+        for (int i = 0; i < 16; i++) {
+            challenge(rawFrom("127.0.0.4"), Handshake.nonce());
+        }
+        SocketChannel overLimit = rawFrom("127.0.0.4");
+        assertThat(read(overLimit).message).contains("per host");
+        List<SocketChannel> refused = new ArrayList<>();
+        for (int i = 0; i < 8; i++) {
+            // a request without proof, announcing 1 MiB of which 64 KiB come: refused from its header; the
+            // rest is still owed, so the server lingers on the connection draining it
+            SocketChannel ch = rawFrom("127.0.0.2");
+            announce(ch, Opcode.PING, 1 << 20, 64 << 10);
+            assertThat(read(ch).header.status()).isEqualTo(FrameStatus.UNAUTHORIZED.code);
+            refused.add(ch);
+        }
+        for (int i = 0; i < 8; i++) {
+            SocketChannel ch = rawFrom("127.0.0.3");
+            byte[] cn = Handshake.nonce();
+            byte[] sn = challenge(ch, cn);
+            RawReply r = exchange(ch, Opcode.AUTH_PROVE, new BodyWriter().u8(Access.DATA.code)
+                    .bytes(Handshake.clientProof(new byte[32], Access.DATA, sn, cn)));
+            assertThat(r.header.status()).isEqualTo(FrameStatus.UNAUTHORIZED.code);
+            refused.add(ch);
+        }
+        assertThat(platformThreads("threads-conn")).as("platform threads of unauthenticated or refused connections")
+                .isZero();
+        for (SocketChannel ch : refused) {
+            assertClosedByServer(ch);
+        }
+        List<FrameConnection> proven = new ArrayList<>();
+        for (int i = 0; i < 3; i++) {
+            FrameConnection c = FrameConnection.connect(address, CALL, Limits.DEFAULT, SECRETS);
+            toClose.add(c);
+            proven.add(c);
+            assertThat(c.call(Opcode.PING, new BodyWriter().string("proven"), CALL).body().string("text"))
+                    .isEqualTo("proven");
+        }
+        while (platformThreads("threads-conn") != 3) {
+            Thread.sleep(5);
+        }
+        for (FrameConnection c : proven) {
+            c.close();
+        }
+        while (platformThreads("threads-conn") != 0) {
+            Thread.sleep(5);
+        }
+        assertThat(server.refusedConnections()).isEqualTo(1);
+        assertThat(server.refusedAuth()).isEqualTo(16);
     }
 }
