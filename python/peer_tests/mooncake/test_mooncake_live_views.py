@@ -132,6 +132,6 @@ def _script(mod: ModuleType) -> list[tuple[str, Any]]:
 
 def test_the_same_edits_leave_the_same_layouts() -> None:
     theirs, mine = _script(real), _script(ours)
-    assert [step for step, _ in mine] == [step for step, _ in theirs]
     differ = [(step, t, m) for (step, t), (_, m) in zip(theirs, mine) if t != m]
     assert not differ, "\n".join(f"{step}: wheel {t!r}, kvpool {m!r}" for step, t, m in differ)
+    assert [step for step, _ in mine] == [step for step, _ in theirs]
