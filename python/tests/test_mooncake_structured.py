@@ -45,6 +45,8 @@ def data() -> dict[str, Any]:
             "blob": np.array([b"\x00\x01", b"", None, b"xyz"], dtype=object),
             "rows": np.array([np.arange(3, dtype=np.float32), np.arange(2, dtype=np.float32), None,
                               np.zeros(0, dtype=np.float32)], dtype=object),
+            "shaped": np.array([np.asarray(7, dtype=np.float32), None, np.arange(4, dtype=np.float32).reshape(2, 2),
+                                np.arange(3, dtype=np.float32)], dtype=object),
             "plain": np.array([1.0, 2.0, 3.0, 4.0]),
         },
         "meta_info": {"step": 7},
@@ -104,13 +106,13 @@ def test_a_dataproto_round_trip_by_handle(transfer: sos.MooncakeBundleTransfer, 
     assert handle["storage_group_id"].startswith("structured-")
     assert {n: e["codec"] for n, e in handle["encoded_non_tensor"].items()} == {
         "uid": "utf8_ragged", "ids": "typed_ragged", "score": "ndarray", "info": "msgpack_ragged",
-        "blob": "bytes_ragged", "rows": "typed_ragged"}
+        "blob": "bytes_ragged", "rows": "typed_ragged", "shaped": "typed_ragged"}
     got = transfer.get_dataproto(handle)
     assert same(got["batch"], d["batch"])
     expected_nt = dict(d["non_tensor_batch"])
     expected_nt["ids"] = objects([1.0, 2.0], [3.0], [4.0, 5.0, 6.0], [])  # one dtype for the column: float64
     expected_nt["blob"] = objects(b"\x00\x01", b"", None, b"xyz")
-    assert same(got["non_tensor_batch"], expected_nt)
+    assert same(got["non_tensor_batch"], expected_nt)  # "shaped": a 0-d row stays 0-d, a 2-d row 2-d
     assert got["meta_info"] == {"step": 7}
     ref2 = sos.import_dataproto_ref(handle)
     assert ref2.stage_refs["rollout"].manifest_key == ref.stage_refs["rollout"].manifest_key

@@ -424,8 +424,8 @@ def _typed_rows(values: Sequence[Any], dtype_hint: Any = None) -> tuple[dict[str
         if v is None:
             rows.append(np.asarray([], dtype=dt))
         else:
-            a = np.ascontiguousarray(np.asarray(v, dtype=dt))
-            rows.append(a)
+            a = np.asarray(v, dtype=dt)
+            rows.append(a if a.flags.c_contiguous else np.array(a, order="C"))  # (keeps 0-d rows 0-d)
     widest = max((a.ndim for a in rows), default=0)
     n = len(rows)
     offsets = np.zeros(n + 1, dtype=np.int64)

@@ -27,7 +27,8 @@ Differences from the wheel, each for a reason:
   puts are made one object after another (``max_inflight_put`` and ``put_mode`` are checked, not used).
 * No BufferPool: results are ordinary numpy arrays and tensors (the wheel may hand back arrays over its
   pool's memory, which ``release_result`` releases; here it has nothing to release). A bytes member reads
-  back as a uint8 array, as the wheel's does when it has a pool; an empty one as ``b""``.
+  back as a uint8 array where the wheel would use a pool (a set-up store with ranged reads, or a
+  ``buffer_pool`` given), else as bytes, as the wheel's does.
 
 numpy is imported when a call needs it, torch when a tensor is stored or read.
 """
@@ -692,12 +693,19 @@ class MooncakeBundleTransfer:
             spec = self._put_payload(key, memoryview(raw), len(raw) or 1, "copy", config, written)
             spec["format"] = "torch_save"
             return spec
-        obj = _tensor_object(tensor)
-        _check(_write(self.store.put, key, obj, config=_one_key_config(config)), "put_tensor", key)
-        written.append(key)
-        return {"key": key, "kind": "tensor", "bytes": len(obj), "dtype": str(tensor.dtype),
-                "shape": [int(d) for d in tensor.shape], "chunks": [{"key": key, "bytes": len(obj)}],
-                "metadata_bytes": META_SIZE}
+        if p.copy_mode != "copy":  # the store's own tensor put, as the wheel prefers (the same object)
+            put = getattr(self.store, "put_tensor" if config is None else "pub_tensor", None)
+            if callable(put):
+                n = META_SIZE + int(tensor.numel()) * int(tensor.element_size())
+                _check(_write(put, key, tensor, config=_one_key_config(config)), "put_tensor", key)
+                written.append(key)
+                return {"key": key, "kind": "tensor", "bytes": n, "dtype": str(tensor.dtype),
+                        "shape": [int(d) for d in tensor.shape], "chunks": [{"key": key, "bytes": n}],
+                        "metadata_bytes": META_SIZE}
+        obj = _tensor_object(tensor)  # the same object's bytes, put as a payload
+        spec = self._put_payload(key, memoryview(obj), len(obj), "copy", config, written)
+        spec["metadata_bytes"] = META_SIZE
+        return spec
 
     def _put_payload(self, key: str, view: memoryview, size: int, copy_mode: str, config: Any,
                      written: list[str]) -> dict[str, Any]:
@@ -948,6 +956,19 @@ class MooncakeBundleTransfer:
 
     # ---------------------------------------------------------------------------- reading members
 
+    def _pooled_reads(self) -> bool:
+        """Whether the wheel would read a bytes member into its BufferPool, and so hand back a uint8 array:
+        it has a pool (given, or made for a set-up store) and the store has ranged reads."""
+        if not callable(getattr(self.store, "get_into_ranges", None)):
+            return False
+        if self._buffer_pool is not None:
+            return True
+        capsule = getattr(self.store, "_get_pyclient_capsule", None)
+        try:
+            return callable(capsule) and capsule() is not None
+        except Exception:  # noqa: BLE001 - a store that cannot say has no pool
+            return False
+
     def _member(self, name: str, spec: Mapping[str, Any], fspec: Mapping[str, Any],
                 sl: Optional[StructuredMemberSlice], rows: Optional[Sequence[int]], dest: Any) -> Any:
         """One member, whole, sliced (``sl``) or by row indices (``rows``), into ``dest`` when given."""
@@ -960,8 +981,8 @@ class MooncakeBundleTransfer:
             if dest is not None:
                 raise ValueError(f"structured bytes member {name} does not support materialize_into")
             data = self._read(spec)
-            if not data:
-                return b""
+            if not data or not self._pooled_reads():
+                return data
             np = _np()
             return np.frombuffer(bytearray(data), dtype=np.uint8)
         if encoding == "ndarray":
@@ -1018,14 +1039,19 @@ class MooncakeBundleTransfer:
         if dest is not None and not isinstance(dest, (_ObjectBuffer, _RawDestination)):
             raise ValueError(f"structured tensor member {name} only supports tensor_object_buffer or "
                              "raw_destination destinations")
+        whole_read = sl is None and rows is None
+        if whole_read and spec.get("kind") == "tensor":  # what the store's tensor put wrote: its tensor get
+            get = getattr(self.store, "get_tensor" if dest is None else "get_tensor_into", None)
+            if callable(get):
+                return get(spec["key"]) if dest is None else get(spec["key"], dest.ptr, dest.size)
         obj = self._read_object(spec)
         meta = _parse_object(obj)
-        if sl is None and rows is None:
+        if whole_read:
             if dest is None:
                 return _tensor_of_object(obj)
             _fits(dest, len(obj), "tensor")
             ctypes.memmove(dest.ptr, obj, len(obj))
-            if spec.get("kind") == "tensor":  # the wheel answers get_tensor_into's tensor over the buffer
+            if spec.get("kind") == "tensor":  # as the store's get_tensor_into: a tensor over the buffer
                 return _tensor_from_memory(dest.ptr, len(obj))
             return dest
         shape = meta.local_shape

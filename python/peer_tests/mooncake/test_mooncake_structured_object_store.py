@@ -88,6 +88,8 @@ def _data() -> dict[str, Any]:
             "blob": np.array([b"\x00\x01", b"", None, b"xyz"], dtype=object),
             "rows": np.array([np.arange(3, dtype=np.float32), np.arange(2, dtype=np.float32), None,
                               np.zeros(0, dtype=np.float32)], dtype=object),
+            "shaped": np.array([np.asarray(7, dtype=np.float32), None, np.arange(4, dtype=np.float32).reshape(2, 2),
+                                np.arange(3, dtype=np.float32)], dtype=object),
             "plain": np.array([1.0, 2.0, 3.0, 4.0]),
         },
         "meta_info": {"step": 7, "name": "rollout"},
