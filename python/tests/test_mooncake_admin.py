@@ -5,6 +5,7 @@ SSD tier). What each call should answer was checked on the wheel mooncake-transf
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import mmap
 import os
@@ -12,7 +13,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Optional
 
 import numpy as np
 import pytest
@@ -326,9 +327,68 @@ def test_counters_and_the_memory_pool(store: MooncakeDistributedStore, caplog: p
         assert store.get_offload_rpc_read_count() == 0
         assert store.alloc_from_mem_pool(4096) == 0
         assert store.get_offload_rpc_read_count() == 0
-    assert "disk_hits" in caplog.text and "no client memory pool" in caplog.text
+    assert "disk_hits" in caplog.text and "only a store set up with setup_dummy has a memory pool" in caplog.text
     with pytest.raises(TypeError):
         store.alloc_from_mem_pool(-1)
+
+
+def _mapping_of(addr: int) -> Optional[tuple[int, str]]:
+    """(length, line) of the /proc/self/maps mapping that holds ``addr``, or None."""
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+        if lo <= addr < hi:
+            return hi - lo, line
+    return None
+
+
+def test_the_dummy_clients_memory_pool(pool: conftest.Pool) -> None:
+    """After setup_dummy, alloc_from_mem_pool maps shared memory as the wheel's dummy client does (checked on
+    mooncake-transfer-engine-non-cuda 0.3.13.post1 against its mooncake_client): a memfd named mooncake_shm
+    of the size asked, page-aligned, 0 when it cannot be had; register_buffer takes such memory only whole
+    (its address and the size asked), again without complaint, and refuses a part of it with -1;
+    unregister_buffer answers -1 for pool memory not registered; MooncakeHostMemAllocator().free frees it
+    (the two share one allocator, as in the wheel), and close() does not."""
+    s = MooncakeDistributedStore()
+    host = mc.MooncakeHostMemAllocator()
+    kept: list[int] = []
+    try:
+        assert s.setup_dummy(1 << 30, 16 << 20, pool.master) == 0
+        for size, span in ((4096, 4096), (1, 4096), (100, 4096), (5000, 8192), (1 << 20, 1 << 20)):
+            a = s.alloc_from_mem_pool(size)
+            assert a != 0 and a % mmap.PAGESIZE == 0, size
+            kept.append(a)
+            found = _mapping_of(a)
+            assert found is not None and found[0] == span and "memfd:mooncake_shm" in found[1], (size, found)
+            ctypes.memset(a, 0x5A, size)  # writable, all of it
+        assert s.alloc_from_mem_pool(0) == 0
+        assert s.alloc_from_mem_pool(1 << 50) == 0
+        with pytest.raises(TypeError):
+            s.alloc_from_mem_pool(-1)
+        a = s.alloc_from_mem_pool(5000)
+        kept.append(a)
+        assert s.register_buffer(a + 4096, 64) == -1  # a part: refused
+        assert s.register_buffer(a, 4096) == -1
+        assert s.register_buffer(a, 8192) == -1  # the mapping's pages, not the size asked
+        assert s.register_buffer(a, 5000) == 0
+        assert s.register_buffer(a, 5000) == 0  # again: fine, as the dummy client answers
+        ctypes.memmove(a, b"hello dummy" * 10, 110)
+        assert s.put_from("dummy/pool", a, 110) == 0 and s.get("dummy/pool") == b"hello dummy" * 10
+        b = s.alloc_from_mem_pool(4096)
+        assert s.register_buffer(b, 4096) == 0
+        assert s.get_into("dummy/pool", b, 4096) == 110 and ctypes.string_at(b, 11) == b"hello dummy"
+        assert s.unregister_buffer(a) == 0
+        assert s.unregister_buffer(a) == -1  # not registered any more
+        assert s.unregister_buffer(b + 10) == -1  # not the start of the memory
+        assert s.register_buffer(a, 5000) == 0
+        x = host.alloc(4096)  # the host allocator's memory is the dummy client's too
+        kept.append(x)
+        assert s.register_buffer(x, 4096) == 0
+        assert host.free(b) == 0 and _mapping_of(b) is None  # freed by the host allocator
+        assert s.remove("dummy/pool") == 0
+    finally:
+        s.close()
+    assert all(_mapping_of(p) is not None for p in kept)  # close() frees none of it, as in the wheel
+    assert all(host.free(p) == 0 for p in kept)
 
 
 def test_nof_register_is_not_supported(caplog: pytest.LogCaptureFixture) -> None:

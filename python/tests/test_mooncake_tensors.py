@@ -347,7 +347,7 @@ def test_request_objects() -> None:
     p = TensorParallelism()
     assert p.axes == []
     p.axes = (a,)
-    p.axes.append(ParallelAxis())  # reading gives copies, as in pybind11
+    p.axes.append(ParallelAxis())  # reading gives a new list (of the live axes), as in pybind11
     a.rank = 3
     assert len(p.axes) == 1 and p.axes[0].rank == -1
     with pytest.raises(TypeError):
@@ -366,6 +366,95 @@ def test_request_objects() -> None:
     with pytest.raises(TypeError):
         r.parallelism = 5  # type: ignore[assignment]
     assert {"ParallelAxis", "TensorParallelism", "ReadTarget"} <= set(mc.__all__)
+
+
+def test_axes_and_parallelism_are_live_as_in_the_wheel() -> None:
+    """The wheel binds ``TensorParallelism.axes`` (a std::vector) and ``ReadTarget.parallelism`` (a
+    std::optional) with pybind11's def_readwrite. Observed on mooncake-transfer-engine-non-cuda 0.3.13.post1:
+    reading ``axes`` gives a new list whose elements are the stored axes themselves, so editing an element
+    sticks while list edits do not; assigning copies; an assignment that fits the vector's capacity
+    overwrites the stored axes in place, so an axis read before shows the new values;
+    ``rt.parallelism`` is the stored TensorParallelism itself, and assigning it copies."""
+    src = [axis("pp", 0, 2), axis("tp", 0, 4, split_dim=1)]
+    p = TensorParallelism()
+    p.axes = src
+    assert p.axes is not p.axes and p.axes[0] is p.axes[0] and p.axes[0] is not src[0]
+    src[0].stage_id = 9  # assignment copied
+    assert p.axes[0].stage_id is None
+    p.axes[0].stage_id = 3  # an element edit sticks (Mooncake's upsert test does this)
+    assert p.axes[0].stage_id == 3
+    h = p.axes[1]
+    h.rank = 2
+    assert p.axes[1].rank == 2 and p.axes[1] is h
+    lst = p.axes  # list edits touch the list read, not the layout
+    lst[0] = axis("dp", 1, 2)
+    lst.append(axis("dp", 0, 2))
+    lst.clear()
+    p.axes.pop()
+    p.axes.reverse()
+    assert [(a.kind, a.stage_id) for a in p.axes] == [("pp", 3), ("tp", None)]
+    for a in p.axes:  # editing every axis in a loop sticks
+        a.size = 8
+    assert [a.size for a in p.axes] == [8, 8]
+    p.axes = [axis("ep", 0, 2, expert_id=5), axis("dp", 1, 3)]  # same length: overwritten in place
+    assert p.axes[1] is h and (h.kind, h.rank, h.size, h.split_dim) == ("dp", 1, 3, None)
+    h.rank = 0
+    assert p.axes[1].rank == 0
+    p.axes = [axis("tp", 1, 2, split_dim=0)]  # shorter, then longer again within the capacity of two
+    assert len(p.axes) == 1
+    p.axes = [axis("dp", 0, 2), axis("pp", 1, 2, stage_id=4)]
+    assert p.axes[1] is h and (h.kind, h.stage_id) == ("pp", 4)
+    p.axes += [axis("ep", 0, 2, expert_id=1)]  # reads, extends, assigns: sticks
+    assert [a.kind for a in p.axes] == ["dp", "pp", "ep"]
+    p.axes = (axis("dp", 0, 2),)  # any sequence of ParallelAxis
+    assert len(p.axes) == 1
+    for bad in ([1], "ab", None, [None], {axis("dp", 0, 2)}, iter([axis("dp", 0, 2)])):
+        with pytest.raises(TypeError):
+            p.axes = bad  # type: ignore[assignment]
+
+    r = ReadTarget()
+    q = par(axis("tp", 0, 2, split_dim=0))
+    r.parallelism = q
+    held = r.parallelism
+    assert held is not None and held is r.parallelism and held is not q
+    q.axes[0].rank = 1  # assignment copied
+    assert held.axes[0].rank == 0
+    r.parallelism.axes[0].rank = 1  # live through the target
+    assert held.axes[0].rank == 1
+    r.parallelism.axes.append(axis("dp", 0, 2))
+    assert len(r.parallelism.axes) == 1
+    r.parallelism.axes = r.parallelism.axes + [axis("dp", 0, 2)]
+    assert len(held.axes) == 2
+    held.axes = [axis("pp", 0, 2, stage_id=1)]
+    assert [(a.kind, a.stage_id) for a in r.parallelism.axes] == [("pp", 1)]
+    r.parallelism = par(axis("ep", 0, 2, expert_id=1))  # assigning again overwrites the stored one
+    assert r.parallelism is held and [(a.kind, a.expert_id) for a in held.axes] == [("ep", 1)]
+    r.parallelism = None
+    assert r.parallelism is None
+    r.parallelism = q
+    assert r.parallelism is held and held.axes[0].rank == 1
+    for bad2 in ([axis("dp", 0, 2)], 1, "x"):
+        with pytest.raises(TypeError):
+            r.parallelism = bad2  # type: ignore[assignment]
+
+
+def test_edited_axes_reach_the_store(store: MooncakeDistributedStore) -> None:
+    """Mooncake's own upsert test sets a PP axis's stage through ``p.axes[0].stage_id = 3`` and edits the TP
+    rank of a parallelism read back from the request; both must reach the put (before: "PP axis requires
+    stage_id", -600)."""
+    t = torch.arange(8, dtype=torch.float32).view(4, 2)
+    pp_tp = par(axis("pp", 0, 2), axis("tp", 1, 2, split_dim=0))
+    pp_tp.axes[0].stage_id = 3
+    assert store.put_tensor_with_parallelism("live", t, pp_tp) == 0
+    assert store.upsert_tensor_with_parallelism("live", t + 1, pp_tp) == 0
+    r = target("shard")
+    r.parallelism = pp_tp
+    r.parallelism.axes[1].rank = 0
+    assert r.parallelism.axes[1].rank == 0
+    pp_tp.axes[1].rank = 0
+    assert store.put_tensor_with_parallelism("live", t, pp_tp) == 0
+    r.parallelism.axes[1].rank = 1
+    assert same(store.get_tensor_with_parallelism("live", r), (t + 1)[2:])
 
 
 def test_writer_partitions_and_full_read(store: MooncakeDistributedStore) -> None:

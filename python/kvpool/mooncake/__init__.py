@@ -35,8 +35,11 @@ reads), ``descriptors`` (replica descriptors, replica and task states), ``tensor
 Mooncake's tensor objects and manifests, the safetensors codec), ``parallelism`` (``ParallelAxis``,
 ``TensorParallelism``, ``ReadTarget``, shard keys, reconstruction from shards), ``tensors`` and
 ``tensors_parallel`` (the store's tensor methods), ``ranges`` (ranged calls and sessions), ``admin``
-(replicas, segments, tasks), ``store`` (the store class), then ``buffer_pool`` (``BufferPool`` and its
-leases), ``host_memory`` (the host allocator, allocator hooks, NUMA binding) and ``engram``.
+(replicas, segments, tasks; the dummy client's memory pool takes from ``host_memory``'s allocator), ``store``
+(the store class), then ``buffer_pool`` (``BufferPool`` and its leases), ``host_memory`` (the host
+allocator, allocator hooks, NUMA binding), ``engram``, and ``structured_codecs`` and
+``structured_object_store`` (Mooncake's structured object store, ``mooncake.structured_object_store``
+after :func:`install`; not imported by this package until install or first use).
 Everything is used through this package, which is also what :func:`install` registers.
 """
 
@@ -80,9 +83,12 @@ __all__ = [
 
 def install(force: bool = False) -> types.ModuleType:
     """Makes ``import mooncake.store`` (and ``from mooncake.store import ...``) give this module, so engines
-    that import Mooncake run over kvpool unchanged. Call it before the engine imports Mooncake, in every
-    process (a ``.pth`` file or ``sitecustomize`` does that). If the real ``mooncake`` package is
-    installed, its ``store`` is replaced only with ``force=True``. Returns the ``mooncake.store`` module.
+    that import Mooncake run over kvpool unchanged; with it the wheel's pure-Python modules others import
+    beside the store: ``mooncake.mooncake_config``, ``mooncake.buffer_pool`` and
+    ``mooncake.structured_object_store`` (kvpool's own, each with the wheel's names). Call it before the
+    engine imports Mooncake, in every process (a ``.pth`` file or ``sitecustomize`` does that). If the real
+    ``mooncake`` package is installed, its ``store`` is replaced only with ``force=True``. Returns the
+    ``mooncake.store`` module.
     """
     me = sys.modules[__name__]
     current = sys.modules.get("mooncake.store")
@@ -109,7 +115,9 @@ def install(force: bool = False) -> types.ModuleType:
         parent.__file__ = me.__file__  # programs look at mooncake.__file__ to find the package's directory
         sys.modules["mooncake"] = parent
         from . import buffer_pool as buffer_pool_module, config as config_module
-        for name, module in (("mooncake_config", config_module), ("buffer_pool", buffer_pool_module)):
+        from . import structured_object_store as structured_module
+        for name, module in (("mooncake_config", config_module), ("buffer_pool", buffer_pool_module),
+                             ("structured_object_store", structured_module)):
             sys.modules[f"mooncake.{name}"] = module  # the real package's modules engines import beside the store
             setattr(parent, name, module)
     elif current is not None and not force:

@@ -17,11 +17,12 @@ differs in three ways, and this module does what is true in each:
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from ..protocol import TIER_MEMORY, value_offset
 from .args import _key_ok, _keys_arg, _str_arg, _uint
-from .codes import _INVALID, _NOT_SUPPORTED, _OK, _warn_once, log
+from .codes import _INTERNAL, _INVALID, _NOT_SUPPORTED, _OK, _warn_once, log
 from .descriptors import QueryTaskResponse, ReplicaDescriptor
 
 __all__: list[str] = []
@@ -66,6 +67,10 @@ class _AdminMethods:
     """The administration methods of ``MooncakeDistributedStore`` (a mixin; the store class composes it)."""
 
     if TYPE_CHECKING:
+        _lock: threading.Lock
+        _registered: dict[int, int]
+        _dummy: bool
+
         def _require(self, what: str) -> Any:
             """The store core's: the kvpool client, or None (logged) before setup."""
 
@@ -204,13 +209,57 @@ class _AdminMethods:
         return 0
 
     def alloc_from_mem_pool(self, size: int) -> int:
-        """0 (no address), as Mooncake answers for a client set up with ``setup()``: only its standalone
-        (dummy) client mode has a shared memory pool to allocate from, and kvpool has neither. Pass
-        your own buffers (numpy, bytearray, ``register_buffer``) to ``put_from`` / ``get_into``."""
-        _uint(size, "size")
-        _warn_once("alloc_from_mem_pool", "kvpool.mooncake alloc_from_mem_pool: returns 0: kvpool has no client "
-                   "memory pool (Mooncake's dummy-client mode); use buffers of your own with put_from/get_into")
-        return 0
+        """After ``setup_dummy``: the address of ``size`` new bytes of shared memory, as the wheel's dummy
+        client answers (a memfd named ``mooncake_shm`` of exactly that size, page-aligned, zeroed; rounded up
+        to hugepages with MC_STORE_USE_HUGEPAGE), or 0 (logged) when it cannot be had, ``size`` 0 included.
+        ``register_buffer(address, size)`` takes it; ``MooncakeHostMemAllocator().free(address)`` frees it
+        (``close()`` does not, as in the wheel). For a store set up with ``setup()``, and before any setup, 0:
+        Mooncake's real client has no such pool (kvpool reads and writes any host memory: pass buffers of
+        your own to ``put_from`` / ``get_into``)."""
+        n = _uint(size, "size")
+        if not self._dummy:
+            _warn_once("alloc_from_mem_pool", "kvpool.mooncake alloc_from_mem_pool: returns 0: only a store set up "
+                       "with setup_dummy has a memory pool (as in Mooncake); use buffers of your own with "
+                       "put_from/get_into")
+            return 0
+        from . import host_memory  # after this module in the package's order; it imports neither
+        try:
+            return host_memory._shm_alloc(n)
+        except RuntimeError as e:
+            log.error("kvpool.mooncake alloc_from_mem_pool: Failed to allocate from mem pool: %s", e)
+            return 0
+
+    def _register_pool_memory(self, ptr: int, n: int) -> Optional[int]:
+        """register_buffer of the dummy client's pool memory: 0 for a whole allocation (again too), -1 for
+        anything else inside one; None when ``ptr`` is not pool memory (the ordinary rules apply)."""
+        from . import host_memory
+        seg = host_memory._shm_segment(ptr)
+        if seg is None:
+            return None
+        page = host_memory._shm_page()
+        if page:
+            n = -(-n // page) * page
+        base, length = seg
+        if ptr != base or n != length:
+            log.error("kvpool.mooncake register_buffer: invalid buffer address or size for the memory pool: "
+                      "0x%x +%d, the allocation is 0x%x +%d (register it whole)", ptr, n, base, length)
+            return _INTERNAL
+        with self._lock:
+            self._registered[ptr] = n
+        return _OK
+
+    def _unregister_pool_memory(self, ptr: int) -> Optional[int]:
+        """unregister_buffer of the dummy client's pool memory: 0, or -1 for an address that is not the start
+        of a registered allocation; None when ``ptr`` is not pool memory."""
+        from . import host_memory
+        seg = host_memory._shm_segment(ptr)
+        if seg is None:
+            return None
+        with self._lock:
+            if ptr != seg[0] or self._registered.pop(ptr, None) is None:
+                log.error("kvpool.mooncake unregister_buffer: 0x%x is not a registered memory pool buffer", ptr)
+                return _INTERNAL
+        return _OK
 
     # -------------------------------------------------------------------------------------- segments
 

@@ -49,6 +49,59 @@ def _hugepage_flags() -> tuple[int, int]:
     return getattr(os, "MFD_HUGETLB", 0) | huge, size
 
 
+def _shm_alloc(n: int) -> int:
+    """Maps ``n`` bytes of a new memfd named ``mooncake_shm`` (rounded up to whole hugepages with
+    MC_STORE_USE_HUGEPAGE) and returns its address; RuntimeError with Mooncake's message when it cannot. The
+    one allocator of the process, as Mooncake's shared-memory helper is: the host allocator and the dummy
+    client's memory pool (``alloc_from_mem_pool``) both take from it, and ``MooncakeHostMemAllocator.free``
+    frees what either took."""
+    flags, page = _hugepage_flags()
+    if page:
+        n = -(-n // page) * page
+    try:
+        fd = os.memfd_create(_SHM_NAME, os.MFD_CLOEXEC | flags)
+    except (OSError, AttributeError) as e:
+        hint = " (Check /proc/sys/vm/nr_hugepages?)" if page else ""
+        raise RuntimeError(f"Failed to create anonymous shared memory{hint}: "
+                           f"{getattr(e, 'strerror', None) or e}") from None
+    try:
+        try:
+            os.ftruncate(fd, n)
+        except OSError as e:
+            raise RuntimeError(f"Failed to set shared memory size: {e.strerror}") from None
+        if n == 0:
+            raise RuntimeError(f"Failed to map shared memory: {os.strerror(errno.EINVAL)}")
+        try:
+            mm = mmap.mmap(fd, n, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
+                           prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        except OSError as e:
+            raise RuntimeError(f"Failed to map shared memory: {e.strerror}") from None
+        except (ValueError, OverflowError) as e:
+            raise RuntimeError(f"Failed to map shared memory: {e}") from None
+    finally:
+        os.close(fd)  # the mapping keeps the memory; kvpool hands the descriptor to no other process
+    probe = ctypes.c_char.from_buffer(mm)
+    addr = ctypes.addressof(probe)
+    del probe
+    with _shm_lock:
+        _shm_maps[addr] = mm
+    return addr
+
+
+def _shm_segment(addr: int) -> Optional[tuple[int, int]]:
+    """(address, size) of the allocation that holds ``addr``, or None if the allocator made none there."""
+    with _shm_lock:
+        for base, mm in _shm_maps.items():
+            if base <= addr < base + len(mm):
+                return base, len(mm)
+    return None
+
+
+def _shm_page() -> int:
+    """The hugepage size allocations are rounded up to, or 0 without hugepages."""
+    return _hugepage_flags()[1]
+
+
 class MooncakeHostMemAllocator:
     """Mooncake's host-memory allocator: ``alloc(size)`` maps ``size`` bytes of anonymous shared memory (a
     memfd named ``mooncake_shm``, populated; hugepages with MC_STORE_USE_HUGEPAGE) and returns its address;
@@ -60,38 +113,7 @@ class MooncakeHostMemAllocator:
     def alloc(self, size: int) -> int:
         """The address of ``size`` new bytes (zeroed, readable and writable); RuntimeError when the memory
         cannot be had (including ``size`` 0), as Mooncake raises."""
-        n = _uint(size, "size")
-        flags, page = _hugepage_flags()
-        if page:
-            n = -(-n // page) * page
-        try:
-            fd = os.memfd_create(_SHM_NAME, os.MFD_CLOEXEC | flags)
-        except (OSError, AttributeError) as e:
-            hint = " (Check /proc/sys/vm/nr_hugepages?)" if page else ""
-            raise RuntimeError(f"Failed to create anonymous shared memory{hint}: "
-                               f"{getattr(e, 'strerror', None) or e}") from None
-        try:
-            try:
-                os.ftruncate(fd, n)
-            except OSError as e:
-                raise RuntimeError(f"Failed to set shared memory size: {e.strerror}") from None
-            if n == 0:
-                raise RuntimeError(f"Failed to map shared memory: {os.strerror(errno.EINVAL)}")
-            try:
-                mm = mmap.mmap(fd, n, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
-                               prot=mmap.PROT_READ | mmap.PROT_WRITE)
-            except OSError as e:
-                raise RuntimeError(f"Failed to map shared memory: {e.strerror}") from None
-            except (ValueError, OverflowError) as e:
-                raise RuntimeError(f"Failed to map shared memory: {e}") from None
-        finally:
-            os.close(fd)  # the mapping keeps the memory; kvpool hands the descriptor to no other process
-        probe = ctypes.c_char.from_buffer(mm)
-        addr = ctypes.addressof(probe)
-        del probe
-        with _shm_lock:
-            _shm_maps[addr] = mm
-        return addr
+        return _shm_alloc(_uint(size, "size"))
 
     def free(self, ptr: int) -> int:
         """0 once the memory at ``ptr`` (an address ``alloc`` returned) is unmapped; -1, logged, for any

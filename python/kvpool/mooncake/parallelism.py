@@ -94,44 +94,72 @@ class ParallelAxis:
 
     def _copy(self) -> "ParallelAxis":
         a = ParallelAxis()
-        a._kind, a._rank, a._size = self._kind, self._rank, self._size
-        a._split_dim, a._expert_id, a._stage_id = self._split_dim, self._expert_id, self._stage_id
+        a._take(self)
         return a
+
+    def _take(self, other: "ParallelAxis") -> None:
+        """Overwrites every field with ``other``'s (C++ copy assignment of the struct)."""
+        self._kind, self._rank, self._size = other._kind, other._rank, other._size
+        self._split_dim, self._expert_id, self._stage_id = other._split_dim, other._expert_id, other._stage_id
 
     def __repr__(self) -> str:
         return (f"ParallelAxis(kind={self._kind!r}, rank={self._rank}, size={self._size}, "
                 f"split_dim={self._split_dim}, expert_id={self._expert_id}, stage_id={self._stage_id})")
 
 
+def _axes_arg(value: Any) -> list[ParallelAxis]:
+    """A sequence of ParallelAxis, as pybind11 converts one to a std::vector (a list or tuple, not a str, set
+    or iterator); TypeError otherwise."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise TypeError(f"axes must be a list of ParallelAxis, got {type(value).__name__}")
+    if not all(isinstance(a, ParallelAxis) for a in value):
+        raise TypeError("axes must be a list of ParallelAxis")
+    return list(value)
+
+
 class TensorParallelism:
     """A parallel layout (Mooncake's ``TensorParallelism``): ``axes``, a list of :class:`ParallelAxis`.
-    As in pybind11, reading ``axes`` gives copies and assigning stores copies (append to the list you
-    assign, not to the one you read)."""
 
-    __slots__ = ("_axes",)
+    It behaves as the wheel's pybind11 binding of a ``std::vector`` member does. Reading ``axes`` gives a new
+    list each time whose elements are the stored axes themselves: ``p.axes[0].stage_id = 3`` sticks, while
+    ``p.axes.append(a)`` changes only the list read. Assigning stores copies, into the axes already stored
+    while they have room (the vector's capacity: the longest list assigned since it last grew), so an axis
+    read earlier then shows the new values at its position; an assignment longer than that makes new axes and
+    leaves the ones read earlier detached (in the wheel they would point at freed memory)."""
+
+    __slots__ = ("_slots", "_size")
 
     def __init__(self) -> None:
-        self._axes: list[ParallelAxis] = []
+        self._slots: list[ParallelAxis] = []  # the vector's storage: len() is its capacity
+        self._size = 0
 
     @property
     def axes(self) -> list[ParallelAxis]:
-        return [a._copy() for a in self._axes]
+        return self._slots[:self._size]
 
     @axes.setter
     def axes(self, value: Sequence[ParallelAxis]) -> None:
-        if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
-            raise TypeError(f"axes must be a list of ParallelAxis, got {type(value).__name__}")
-        if not all(isinstance(a, ParallelAxis) for a in value):
-            raise TypeError("axes must be a list of ParallelAxis")
-        self._axes = [a._copy() for a in value]
+        self._assign(_axes_arg(value))
+
+    def _assign(self, values: Sequence[ParallelAxis]) -> None:
+        """Copy assignment of the vector: the values are copied first (they may be this layout's own axes),
+        then written over the stored axes while they fit, else into new storage of exactly their length."""
+        fresh = [a._copy() for a in values]
+        if len(fresh) > len(self._slots):
+            self._slots = fresh
+        else:
+            for slot, a in zip(self._slots, fresh):
+                slot._take(a)
+        self._size = len(fresh)
 
     def _copy(self) -> "TensorParallelism":
+        """A copy (the copy constructor: storage of exactly the axes' number)."""
         p = TensorParallelism()
-        p._axes = [a._copy() for a in self._axes]
+        p._assign(self.axes)
         return p
 
     def __repr__(self) -> str:
-        return f"TensorParallelism(axes={self._axes!r})"
+        return f"TensorParallelism(axes={self.axes!r})"
 
 
 _MODES = ("as_stored", "shard", "full")
@@ -148,13 +176,16 @@ def _parse_mode(mode: str) -> Optional[str]:
 class ReadTarget:
     """What a parallelism read returns (Mooncake's ``ReadTarget``): ``mode`` "as_stored" (default), "shard"
     or "full" (any case; another raises RuntimeError), and ``parallelism``, a :class:`TensorParallelism`
-    or None (copied in and out, as in pybind11)."""
+    or None. As the wheel's pybind11 binding of a ``std::optional`` member: reading ``parallelism`` gives the
+    stored layout itself (``rt.parallelism.axes = [...]`` and ``rt.parallelism.axes[0].rank = 1`` stick), and
+    assigning one copies it, over the stored layout when there is one."""
 
-    __slots__ = ("_mode", "_parallelism")
+    __slots__ = ("_mode", "_parallelism", "_engaged")
 
     def __init__(self) -> None:
         self._mode = "as_stored"
-        self._parallelism: Optional[TensorParallelism] = None
+        self._parallelism: Optional[TensorParallelism] = None  # the optional's storage, kept once made
+        self._engaged = False
 
     @property
     def mode(self) -> str:
@@ -171,16 +202,25 @@ class ReadTarget:
 
     @property
     def parallelism(self) -> Optional[TensorParallelism]:
-        return None if self._parallelism is None else self._parallelism._copy()
+        return self._parallelism if self._engaged else None
 
     @parallelism.setter
     def parallelism(self, value: Optional[TensorParallelism]) -> None:
         if value is not None and not isinstance(value, TensorParallelism):
             raise TypeError(f"parallelism must be a TensorParallelism or None, got {type(value).__name__}")
-        self._parallelism = None if value is None else value._copy()
+        if value is None:
+            self._engaged = False
+        elif self._engaged and self._parallelism is not None:
+            self._parallelism._assign(value.axes)  # copy assignment onto the stored layout
+        else:
+            if self._parallelism is None:
+                self._parallelism = TensorParallelism()
+            self._parallelism._slots = [a._copy() for a in value.axes]  # constructed in place: a fresh copy
+            self._parallelism._size = len(self._parallelism._slots)
+            self._engaged = True
 
     def __repr__(self) -> str:
-        return f"ReadTarget(mode={self._mode!r}, parallelism={self._parallelism!r})"
+        return f"ReadTarget(mode={self._mode!r}, parallelism={self.parallelism!r})"
 
 
 # ------------------------------------------------------------------- parallel specs (duck-typed)

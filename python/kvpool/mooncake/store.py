@@ -59,6 +59,7 @@ class MooncakeDistributedStore(_ParallelTensorMethods, _TensorMethods, _RangeMet
         self._port_holder: Optional[socket.socket] = None  # the port in get_hostname() when no node is local
         self._local_buffer_size = 0
         self._registered: dict[int, int] = {}  # base address -> size
+        self._dummy = False  # set up with setup_dummy: alloc_from_mem_pool maps memory (admin.py)
 
     # ---------------------------------------------------------------------------- lifecycle
 
@@ -180,12 +181,12 @@ class MooncakeDistributedStore(_ParallelTensorMethods, _TensorMethods, _RangeMet
             log.error("kvpool.mooncake setup failed: %s", e)
             return _INTERNAL
         name, port_holder = _segment_name(local_hostname, client)
-        self._install(client, name, port_holder, local_buffer_size)
+        self._install(client, name, port_holder, local_buffer_size, dummy=False)
         log.info("kvpool.mooncake: connected to the kvpool master at %s as %s", master, name)
         return _OK
 
     def _install(self, client: Any, hostname: str, port_holder: Optional[socket.socket],
-                 local_buffer_size: int) -> None:
+                 local_buffer_size: int, *, dummy: bool) -> None:
         """Makes ``client`` this store's client, closing the one before it (and ending its sessions)."""
         self._drop_sessions()
         with self._lock:
@@ -193,6 +194,7 @@ class MooncakeDistributedStore(_ParallelTensorMethods, _TensorMethods, _RangeMet
             old_holder, self._port_holder = self._port_holder, port_holder
             self._hostname = hostname
             self._local_buffer_size = local_buffer_size  # the capacity of a BufferPool's local buffer
+            self._dummy = dummy
             self._registered.clear()
         for thing in (old, old_holder):
             if thing is not None:
@@ -239,7 +241,9 @@ class MooncakeDistributedStore(_ParallelTensorMethods, _TensorMethods, _RangeMet
         is what every kvpool client is. ``server_address`` is the kvpool master's ``host:port`` (in Mooncake,
         the standalone store process's); the sizes are checked and ignored (kvpool needs no client-side
         shared-memory buffer). 0 on success; -1 when the master cannot be reached, as Mooncake answers a
-        server it cannot connect to. ``get_hostname()`` is then ``""``, as for Mooncake's dummy client."""
+        server it cannot connect to. ``get_hostname()`` is then ``""``, as for Mooncake's dummy client.
+        As in the wheel, the store then has a memory pool: ``alloc_from_mem_pool`` maps shared memory, which
+        ``register_buffer`` takes only whole (see there)."""
         _uint(mem_pool_size, "mem_pool_size")
         _uint(local_buffer_size, "local_buffer_size")
         server_address = _str_arg(server_address, "server_address")
@@ -253,7 +257,7 @@ class MooncakeDistributedStore(_ParallelTensorMethods, _TensorMethods, _RangeMet
         except Exception as e:  # noqa: BLE001 - a setup failure is a code, never an exception
             log.error("kvpool.mooncake setup_dummy: cannot connect to the kvpool master at %s: %s", master, e)
             return _INTERNAL
-        self._install(client, "", None, _uint(local_buffer_size, "local_buffer_size"))
+        self._install(client, "", None, _uint(local_buffer_size, "local_buffer_size"), dummy=True)
         log.info("kvpool.mooncake: dummy client connected to the kvpool master at %s", master)
         return _OK
 
@@ -318,11 +322,18 @@ class MooncakeDistributedStore(_ParallelTensorMethods, _TensorMethods, _RangeMet
 
     def register_buffer(self, buffer_ptr: int, size: int) -> int:
         """Records ``[buffer_ptr, buffer_ptr + size)`` as registered; 0, or -600 for a null pointer, a zero
-        size, an overlap with a registered range, or memory that is not readable and writable host memory."""
+        size, an overlap with a registered range, or memory that is not readable and writable host memory.
+        After ``setup_dummy``, memory of the pool (``alloc_from_mem_pool``, ``MooncakeHostMemAllocator``)
+        follows the wheel's dummy client: only a whole allocation (its address and the size asked, rounded up
+        to hugepages with them) is taken, again as often as asked (0); any part of one gives -1."""
         ptr = _uint(buffer_ptr, "buffer_ptr")
         n = _uint(size, "size")
         if self._require("register_buffer") is None:
             return _INVALID
+        if self._dummy:
+            pool_rc = self._register_pool_memory(ptr, n)
+            if pool_rc is not None:
+                return pool_rc
         if ptr == 0 or n == 0:
             log.error("kvpool.mooncake register_buffer: %s", "addr is nullptr" if ptr == 0 else "length is 0")
             return _INVALID
@@ -340,10 +351,15 @@ class MooncakeDistributedStore(_ParallelTensorMethods, _TensorMethods, _RangeMet
         return _OK
 
     def unregister_buffer(self, buffer_ptr: int) -> int:
-        """Forgets a registration by its base address; 0, or -600 if that address was not registered."""
+        """Forgets a registration by its base address; 0, or -600 if that address was not registered (-1 for
+        memory of the dummy client's pool, as the wheel's dummy client answers)."""
         ptr = _uint(buffer_ptr, "buffer_ptr")
         if self._require("unregister_buffer") is None:
             return _INVALID
+        if self._dummy:
+            pool_rc = self._unregister_pool_memory(ptr)
+            if pool_rc is not None:
+                return pool_rc
         with self._lock:
             if self._registered.pop(ptr, None) is None:
                 log.error("kvpool.mooncake unregister_buffer: 0x%x is not a registered buffer", ptr)
