@@ -194,12 +194,15 @@ class Pool:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"kvpool serve exited with {self.proc.returncode}: {self.log.read_text()[-2000:]}")
-            try:
-                with kvpool.Client(self.master, timeout=5, connect_timeout=1, secrets=self.secrets, tls=self.tls) as c:
-                    if any(s.active for s in c.status().segments):
-                        return
-            except kvpool.KvPoolError as e:
-                last = e
+            # serve says it serves once a put went through it (and its probe object is gone again)
+            if b"kvpool serving: " in self.log.read_bytes():
+                try:
+                    with kvpool.Client(self.master, timeout=5, connect_timeout=1, secrets=self.secrets,
+                                       tls=self.tls) as c:
+                        if any(s.active for s in c.status().segments):
+                            return
+                except kvpool.KvPoolError as e:
+                    last = e
             time.sleep(0.1)
         tail = self.log.read_text(errors="replace")[-2000:]  # before stop() removes the directory
         self.stop()

@@ -35,7 +35,8 @@ final class ReadyCheck {
         byte[] value = "ready".getBytes(StandardCharsets.US_ASCII);
         long deadline = System.nanoTime() + timeout.toNanos();
         String last = "no answer";
-        try (KvPoolClient c = KvPoolClient.connect(config)) {
+        // a two-phase put and no read lease: the probe leaves no write lease holding room behind it
+        try (KvPoolClient c = KvPoolClient.connect(config.withWriteLeases(false).withLocationCache(0))) {
             while (true) {
                 try {
                     PutStatus st = c.putDetailed(key, value, PutOptions.DEFAULT).status();
