@@ -7,6 +7,7 @@ import io.kvpool.etcd.MasterLocator;
 import io.kvpool.node.disk.DiskStore;
 import io.kvpool.protocol.BodyWriter;
 import io.kvpool.protocol.FrameConnection;
+import io.kvpool.protocol.FrameStatus;
 import io.kvpool.protocol.Keys;
 import io.kvpool.protocol.ObjectLayout;
 import io.kvpool.protocol.Opcode;
@@ -97,6 +98,10 @@ final class MasterLink implements AutoCloseable {
     private volatile FrameConnection conn;
     private int segmentId = -1;
     private boolean outageLogged;
+    /** A refused registration's reason, logged again only when it changes or every {@link #REFUSAL_LOG_EVERY}. */
+    private String lastRefusal;
+    private long lastRefusalLoggedNanos;
+    static final Duration REFUSAL_LOG_EVERY = Duration.ofSeconds(30);
     /** A wake that came while the loop was not sleeping. */
     @GuardedBy("lock")
     private boolean wakeRequested;
@@ -308,7 +313,24 @@ final class MasterLink implements AutoCloseable {
         ControlToken token = node.newRegistration();
         new RegisterNode(node.name(), node.advertiseHost(), node.port(), node.capacity(), ledger.epoch(), incarnation,
                 regions.size(), node.shmPath(), token, accepted).write(w);
-        RegisterReply reply = RegisterReply.read(conn.call(Opcode.REGISTER_NODE, w, rpcTimeout()).body());
+        RegisterReply reply;
+        try {
+            reply = RegisterReply.read(conn.call(Opcode.REGISTER_NODE, w, rpcTimeout()).body());
+        } catch (RemoteException e) {
+            if (e.status() != FrameStatus.BAD_REQUEST) {
+                throw e;
+            }
+            // refused (another live node holds this segment, or the request was invalid): say why, try again
+            long now = System.nanoTime();
+            if (!e.getMessage().equals(lastRefusal) || now - lastRefusalLoggedNanos > REFUSAL_LOG_EVERY.toNanos()) {
+                log.warn("node {}: master {} refused the registration: {}; trying again every {}", node.name(), master,
+                        e.getMessage(), Durations.format(config.heartbeatInterval()));
+                lastRefusal = e.getMessage();
+                lastRefusalLoggedNanos = now;
+            }
+            return false;
+        }
+        lastRefusal = null;
         accepted = token;
         kept.write(token);
         if (!node.followTerm(reply.term())) {
