@@ -72,7 +72,7 @@ public final class RollingRestartBench {
         double one = 100.0 * o.exactOneCopy() / objects;
         double two = 100.0 * o.exactTwoCopies() / objects;
         results.checks.add(new Results.Check("rolling restart: one-copy objects byte-exact afterwards", one, "%",
-                ">= 99%", one >= 99, o.exactOneCopy() + " of " + objects + "; " + basis));
+                "100%", o.exactOneCopy() == objects, o.exactOneCopy() + " of " + objects + "; " + basis));
         results.checks.add(new Results.Check("rolling restart: two-copy objects byte-exact afterwards", two, "%",
                 "100%", o.exactTwoCopies() == objects, o.exactTwoCopies() + " of " + objects));
         results.checks.add(new Results.Check("rolling restart: wrong bytes and acknowledged puts lost", o.wrongReads()
