@@ -158,17 +158,7 @@ public final class MasterService {
         this.grants = WriteGrants.of(config.secrets());
         this.writeLeases = new WriteLeases(config, clock, epoch, index, segments, eviction, nodes, generations, grants);
         this.membership = new Membership(config, clock, epoch, index, segments, spills, leases, nodes, generations,
-                eviction::accessTick, repair::markDirty, new Membership.Replaced() {
-                    @Override
-                    public void replaced(Segment old, Segment now, List<WriteLeases.Held> pending) {
-                        writeLeases.carryOver(old, now, pending);
-                    }
-
-                    @Override
-                    public boolean claimHeld(Segment seg, long offset, long length, long generation) {
-                        return writeLeases.claimHeld(seg, offset, length, generation);
-                    }
-                });
+                eviction::accessTick, repair::markDirty, writeLeases);
         this.probes = new Probes(index);
         this.resets = new RecentResets(clock);
     }

@@ -3,13 +3,10 @@ package io.kvpool.master;
 import com.google.errorprone.annotations.concurrent.GuardedBy;
 import io.kvpool.config.HostPort;
 import io.kvpool.protocol.BadRequestException;
-import io.kvpool.protocol.ObjectLayout;
 import io.kvpool.protocol.ResultCode;
-import io.kvpool.protocol.Tier;
 import io.kvpool.protocol.msg.ControlToken;
 import io.kvpool.protocol.msg.MasterMessages.HeartbeatReply;
 import io.kvpool.protocol.msg.MasterMessages.Inventory;
-import io.kvpool.protocol.msg.MasterMessages.InventoryItem;
 import io.kvpool.protocol.msg.MasterMessages.RegisterNode;
 import io.kvpool.protocol.msg.MasterMessages.RegisterReply;
 import io.kvpool.protocol.msg.MasterMessages.TierStats;
@@ -21,40 +18,34 @@ import java.time.InstantSource;
 import java.util.ArrayList;
 import java.util.Iterator;
 import java.util.List;
-import java.util.Map;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.function.Consumer;
-import java.util.function.Function;
 import java.util.function.IntSupplier;
 
 /**
- * Membership: nodes register, beat, list what they hold, report what their SSD tier took in and let
- * go, and are lost.
+ * Membership: nodes register, drain for a restart, beat, and are lost; what they report they hold goes
+ * to {@link NodeReports}, who may replace a registered segment is {@link SegmentReplacement}'s rule.
  *
  * <p>A node registers, lists its objects (each verified from its self-describing header) and then
  * takes puts. A node silent for the TTL is dropped: its replicas vanish, so its objects become misses.
  * A restarted master starts empty and rebuilds from the inventories nodes send when they re-register;
  * it adopts the newest epoch a node reports, and refuses objects from older epochs.
  *
- * <p>Owns the node-facing flow and the count of dropped segments; the segments themselves are in
- * {@link Segments}, the epoch in {@link Epoch}, spills in flight in the {@link SpillLedger}.
+ * <p>Owns the node-facing flow and the counts of dropped segments, refused registrations and drains;
+ * the segments themselves are in {@link Segments}, the epoch in {@link Epoch}.
  *
  * <p>Invariants:
  * <ul>
- *   <li>A segment takes puts only once its inventory is in (it is JOINING until then). A node that
- *       registers again replaces its segment: the old one is dropped with every replica on it, and its
- *       objects come back only through the new inventory.</li>
- *   <li>An adopted memory copy reserves its region at the offset the node reports, so new puts never
- *       overlap it. Of two copies of a key, the newer generation wins and the older one is freed; a
- *       copy from another epoch, or of a key with a put in flight, is refused (ALREADY_EXISTS tells the
- *       node to drop it).</li>
- *   <li>A spilled object comes back as a disk replica only through its spill still in the ledger.</li>
- *   <li>Generations handed out after a rebuild are above every generation adopted.</li>
+ *   <li>A node that registers again replaces its segment: the old one is dropped with every replica on
+ *       it, and its objects come back only through the new inventory. Only the same node, or a
+ *       registration of a segment with nobody behind it, replaces one (invariant I15).</li>
+ *   <li>A put pending only on a dropped segment is forgotten with it; what the old registration
+ *       placed and is still on its way is held on the new one ({@link Replaced}).</li>
+ *   <li>Nothing new is placed on a DRAINING segment.</li>
  * </ul>
  *
- * <p>Locks: registration, inventory and dropping a node hold the epoch write lock (they change the
- * set of segments, or what a reset would have to undo); disk reports hold the read lock; a heartbeat
- * takes none. The index is reached through {@link ObjectIndex#withShard} and
+ * <p>Locks: registration and dropping a node hold the epoch write lock (they change the set of
+ * segments); a heartbeat, a drain and a closed connection take none. The index is reached through
  * {@link ObjectIndex#forEachShard}.
  */
 public final class Membership {
@@ -66,12 +57,8 @@ public final class Membership {
     private final Epoch epoch;
     private final ObjectIndex index;
     private final Segments segments;
-    private final SpillLedger spills;
     private final ReadLeases leases;
     private final NodeNotifier nodes;
-    private final AtomicLong generations;
-    /** The LRU clock (eviction's access tick): adopted objects count as just read. */
-    private final IntSupplier accessTick;
 
     final AtomicLong droppedSegments = new AtomicLong();
     /** Registrations refused because they would have replaced a live node's segment without proof. */
@@ -90,6 +77,10 @@ public final class Membership {
      * those puts' and leases' deadlines ({@link WriteLeases#carryOver}).
      */
     private final Replaced replaced;
+    /** Who may replace a registered segment, and what a replaced one had placed. */
+    private final SegmentReplacement replacements;
+    /** What members report they hold. */
+    private final NodeReports reports;
 
     /** What {@link #registerNode} tells when a registration replaced an earlier one of the same name. */
     interface Replaced {
@@ -111,16 +102,16 @@ public final class Membership {
                Runnable copiesChanged, Replaced replaced) {
         this.copiesChanged = copiesChanged;
         this.replaced = replaced;
+        this.replacements = new SegmentReplacement(config, index);
+        this.reports = new NodeReports(epoch, index, segments, spills, nodes, generations, accessTick, copiesChanged,
+                replaced);
         this.config = config;
         this.clock = clock;
         this.epoch = epoch;
         this.index = index;
         this.segments = segments;
-        this.spills = spills;
         this.leases = leases;
         this.nodes = nodes;
-        this.generations = generations;
-        this.accessTick = accessTick;
     }
 
     // ================================================================== joining
@@ -158,7 +149,7 @@ public final class Membership {
             List<Segment> same = new ArrayList<>();
             for (Segment existing : segments.all()) {
                 if (existing.name.equals(r.name())) {
-                    String refusal = replacement(existing, r, peer, now);
+                    String refusal = replacements.refusal(existing, r, peer, now);
                     if (refusal != null) {
                         refusedRegistrations.incrementAndGet();
                         log.warn("{}", refusal);
@@ -169,7 +160,7 @@ public final class Membership {
             }
             List<WriteLeases.Held> pending = new ArrayList<>();
             for (Segment existing : same) {
-                pending.addAll(pendingOn(existing));
+                pending.addAll(replacements.pendingOn(existing));
                 drop(existing, existing.nodeIncarnation == r.nodeIncarnation()
                         ? "it registered again" : "its node restarted");
             }
@@ -207,46 +198,6 @@ public final class Membership {
         return new RegisterReply(seg.id, newEpoch, keep, config.term());
     }
 
-    /**
-     * Why registration {@code r} (on connection {@code peer}) may not replace {@code existing}, a segment
-     * of the same name; null when it may (see {@link #registerNode(RegisterNode, String)}).
-     */
-    private String replacement(Segment existing, RegisterNode r, String peer, long nowMillis) {
-        long silent = nowMillis - existing.lastHeartbeatMillis;
-        String link = existing.link;
-        if (existing.controlToken.matches(r.previousToken()) || link == null || link.equals(peer)
-                || silent > config.nodeTtl().toMillis()) {
-            return null;
-        }
-        return "register_node of segment " + r.name() + " from " + (peer == null ? "this process" : peer)
-                + " refused: that segment is registered (id " + existing.id + ", its node last heard from " + silent
-                + " ms ago on the connection from " + link + ") and this registration does not prove it is that"
-                + " node's next run (it does not carry the control token of that registration). If that node"
-                + " restarted, it registers once its old connection is closed or its registration expires (node TTL "
-                + config.nodeTtl().toMillis() + " ms); if another node was started with the same address, give each"
-                + " node its own --advertise-host and --port";
-    }
-
-    /** The regions pending two-phase puts reserved on {@code seg}, with their deadlines. Caller holds the epoch write lock. */
-    private List<WriteLeases.Held> pendingOn(Segment seg) {
-        List<WriteLeases.Held> out = new ArrayList<>();
-        @SuppressWarnings("GuardedBy") // ObjectIndex runs it under the shard's lock, out of the checker's sight
-        Consumer<ObjectIndex.Shard> collect = shard -> {
-            for (Map.Entry<Key, ObjectIndex.PendingPut> e : shard.pending.entrySet()) {
-                ObjectIndex.PendingPut p = e.getValue();
-                for (int i = 0; i < p.segments.length; i++) {
-                    if (p.segments[i] == seg.id) {
-                        out.add(new WriteLeases.Held(p.offsets[i],
-                                ObjectLayout.regionLength(e.getKey().bytes.length, p.valueLength), p.deadlineMillis,
-                                p.generation));
-                    }
-                }
-            }
-        };
-        index.forEachShard(collect);
-        return out;
-    }
-
     /** The peer address of a master connection that closed: the registrations that last spoke on it have nobody behind them. */
     public void linkClosed(String peer) {
         for (Segment s : segments.all()) {
@@ -274,205 +225,19 @@ public final class Membership {
         return ResultCode.OK;
     }
 
-    /** NODE_INVENTORY: take over objects a node already holds. ALREADY_EXISTS tells the node to drop one. */
+    /** NODE_INVENTORY: take over objects a node already holds ({@link NodeReports#inventory}). */
     public List<ResultCode> inventory(Inventory inv) {
-        for (InventoryItem it : inv.items()) {
-            ObjectIndex.checkKeyLength(it.key());
-        }
-        epoch.exclusive().lock();
-        try {
-            // a copy whose free the node missed (removed or evicted while it was away) is not taken back
-            // and a copy of an object that kept copies elsewhere when this segment was dropped for silence is
-            // taken only while that object lives (it may have been removed, replaced or evicted since)
-            List<ResultCode> out = eachItem(inv, "node_inventory", (seg, it, tick) ->
-                    nodes.freedWhileAway(seg.name, it.generation())
-                            || (nodes.copiedElsewhere(seg.name, it.generation()) && !live(it))
-                            ? ResultCode.ALREADY_EXISTS : adopt(seg, it, tick));
-            if (inv.last()) {
-                // still registered: nothing drops a segment while we hold the write lock
-                Segment seg = segments.get(inv.segmentId());
-                nodes.inventoryTaken(seg.name);
-                seg.active = true;
-                copiesChanged.run(); // room for copies that waited for it
-                log.info("{} active: {} objects, {} bytes used", seg, seg.allocator.allocations(), seg.allocator.used());
-            }
-            return out;
-        } finally {
-            epoch.exclusive().unlock();
-        }
+        return reports.inventory(inv);
     }
 
-    /** What a node's report asks for one item, on the reporting node's segment. */
-    private interface ItemAction {
-        /** {@code tick} is the access tick the report is handled at. */
-        ResultCode apply(Segment seg, InventoryItem it, int tick);
-    }
-
-    /**
-     * Applies {@code action} to each item of a node's report, in order, on the node's segment; refused
-     * whole if the node is not (or no longer) registered. Caller holds the epoch lock.
-     */
-    private List<ResultCode> eachItem(Inventory inv, String op, ItemAction action) {
-        Segment seg = segments.get(inv.segmentId());
-        if (seg == null || seg.nodeIncarnation != inv.nodeIncarnation()) {
-            throw new BadRequestException(op + " for segment id " + inv.segmentId()
-                    + ", which is not registered (register again)");
-        }
-        int tick = accessTick.getAsInt();
-        List<ResultCode> out = new ArrayList<>(inv.items().size());
-        for (InventoryItem it : inv.items()) {
-            out.add(action.apply(seg, it, tick));
-        }
-        return out;
-    }
-
-    /** One item of an inventory. Caller holds the epoch write lock. */
-    private ResultCode adopt(Segment seg, InventoryItem it, int tick) {
-        if (it.epoch() != epoch.current()) {
-            return ResultCode.ALREADY_EXISTS;
-        }
-        if (it.tier() == Tier.DISK) {
-            return adoptDisk(seg, it, tick);
-        }
-        byte[] key = it.key();
-        int hash = index.hash(key);
-        long regionLength = ObjectLayout.regionLength(key.length, it.valueLength());
-        @SuppressWarnings("GuardedBy") // ObjectIndex runs it under the shard's lock, out of the checker's sight
-        Function<ObjectIndex.Shard, ResultCode> adoptOne = shard -> {
-            if (shard.pending(key, hash) != null) {
-                return ResultCode.ALREADY_EXISTS;
-            }
-            ObjectTable objects = shard.objects;
-            int slot = objects.find(key, hash);
-            if (slot >= 0 && objects.generation(slot) == it.generation() && objects.valueLength(slot) == it.valueLength()) {
-                // another replica of the same object version: keep it as one more replica
-                if (objects.replicaOn(slot, seg.id) >= 0 || !seg.allocator.reserve(it.offset(), regionLength)) {
-                    return ResultCode.ALREADY_EXISTS;
-                }
-                objects.addReplica(slot, seg.id, it.offset());
-                return ResultCode.OK;
-            }
-            if (slot >= 0 && objects.generation(slot) >= it.generation()) {
-                // an older version (an upsert replaced it), or a copy that disagrees with the one held
-                return ResultCode.ALREADY_EXISTS;
-            }
-            if (!seg.allocator.reserve(it.offset(), regionLength)
-                    && !(replaced.claimHeld(seg, it.offset(), regionLength, it.generation())
-                    && seg.allocator.reserve(it.offset(), regionLength))) {
-                return ResultCode.ALREADY_EXISTS;
-            }
-            if (slot >= 0) {
-                // this copy is newer than the one listed first: it wins, the older one is freed
-                segments.release(objects, slot);
-            }
-            shard.storeOneCopy(slot, key, hash, it.valueLength(), it.generation(), tick, seg.id, it.offset());
-            generations.accumulateAndGet(it.generation() + 1, Math::max);
-            return ResultCode.OK;
-        };
-        return index.withShard(hash, adoptOne);
-    }
-
-    /**
-     * An object in a node's SSD tier (from its inventory, or just spilled there): listed as a disk
-     * replica unless the key is held by something else (a newer version, a put in flight).
-     * Caller holds the epoch lock (either mode).
-     */
-    private ResultCode adoptDisk(Segment seg, InventoryItem it, int tick) {
-        byte[] key = it.key();
-        int hash = index.hash(key);
-        long ep = epoch.current();
-        @SuppressWarnings("GuardedBy") // ObjectIndex runs it under the shard's lock, out of the checker's sight
-        Function<ObjectIndex.Shard, ResultCode> adoptOnDisk = shard -> {
-            if (shard.taken(key, hash, ep)) {
-                ObjectTable objects = shard.objects;
-                int slot = objects.find(key, hash);
-                if (slot >= 0 && objects.generation(slot) == it.generation() && objects.replicaOn(slot, seg.id) < 0) {
-                    objects.addReplica(slot, seg.id | ObjectTable.DISK_BIT, 0);
-                    return ResultCode.OK;
-                }
-                return ResultCode.ALREADY_EXISTS;
-            }
-            shard.objects.insert(key, hash, it.valueLength(), it.generation(), tick,
-                    new int[]{seg.id | ObjectTable.DISK_BIT}, new long[]{0}, 1);
-            generations.accumulateAndGet(it.generation() + 1, Math::max);
-            return ResultCode.OK;
-        };
-        return index.withShard(hash, adoptOnDisk);
-    }
-
-    // ================================================================== the SSD tier
-
-    /** NODE_DISK_ADD: objects a node just spilled to its SSD tier become visible again, as disk replicas. */
+    /** NODE_DISK_ADD ({@link NodeReports#diskAdd}). */
     public List<ResultCode> diskAdd(Inventory inv) {
-        epoch.shared().lock();
-        try {
-            return eachItem(inv, "node_disk_add", (seg, it, tick) -> {
-                if (it.epoch() != epoch.current()) {
-                    return ResultCode.FENCED;
-                }
-                int hash = index.hash(it.key());
-                // the ledger check and the adoption under the key's shard lock, which a removal of the key
-                // holds while it cancels the spill: the removal comes wholly before (the spill is gone:
-                // EXPIRED) or wholly after (it removes the disk copy), never in between
-                return index.withShard(hash, shard -> {
-                    if (spills.land(new Key(it.key(), hash), it.generation(), seg.id)) {
-                        return adoptDisk(seg, it, tick); // re-enters the same shard lock
-                    }
-                    // already listed (a report repeated after a lost reply, or the node's inventory listed
-                    // it after a re-registration): nothing to do; else removed or replaced on its way to disk
-                    return listedOnDisk(seg, it) ? ResultCode.OK : ResultCode.EXPIRED;
-                });
-            });
-        } finally {
-            epoch.shared().unlock();
-        }
+        return reports.diskAdd(inv);
     }
 
-    /** NODE_DISK_DROP: a node's SSD tier let objects go; their disk replicas (that generation only) leave the index. */
+    /** NODE_DISK_DROP ({@link NodeReports#diskDrop}). */
     public List<ResultCode> diskDrop(Inventory inv) {
-        epoch.shared().lock();
-        try {
-            return eachItem(inv, "node_disk_drop", (seg, it, tick) -> withDiskReplica(seg, it, (objects, slot, r) -> {
-                if (r < 0) {
-                    return ResultCode.NOT_FOUND;
-                }
-                if (objects.replicas(slot) == 1) {
-                    objects.remove(slot);
-                } else {
-                    objects.removeReplica(slot, r);
-                    copiesChanged.run();
-                }
-                return ResultCode.OK;
-            }));
-        } finally {
-            epoch.shared().unlock();
-        }
-    }
-
-    /** What to do, under its shard's lock, with an object's disk replica on a segment. */
-    private interface DiskReplicaAction {
-        /** {@code replica} is the replica's index, or -1 if the object has no disk replica there at that generation. */
-        ResultCode apply(ObjectTable objects, int slot, int replica);
-    }
-
-    /** Finds the disk replica of {@code it}'s key and generation on {@code seg} and applies {@code action}. */
-    private ResultCode withDiskReplica(Segment seg, InventoryItem it, DiskReplicaAction action) {
-        byte[] key = it.key();
-        int hash = index.hash(key);
-        @SuppressWarnings("GuardedBy") // ObjectIndex runs it under the shard's lock, out of the checker's sight
-        Function<ObjectIndex.Shard, ResultCode> apply = shard -> {
-            ObjectTable objects = shard.objects;
-            int slot = objects.find(key, hash);
-            int r = slot < 0 || objects.generation(slot) != it.generation() ? -1 : objects.replicaOn(slot, seg.id);
-            return action.apply(objects, slot, r >= 0 && ObjectTable.onDisk(objects.segment(slot, r)) ? r : -1);
-        };
-        return index.withShard(hash, apply);
-    }
-
-    /** Whether the key is listed at this generation with a disk replica on {@code seg}. */
-    private boolean listedOnDisk(Segment seg, InventoryItem it) {
-        return withDiskReplica(seg, it, (objects, slot, r) -> r >= 0 ? ResultCode.OK : ResultCode.NOT_FOUND)
-                == ResultCode.OK;
+        return reports.diskDrop(inv);
     }
 
     // ================================================================== liveness
@@ -548,7 +313,7 @@ public final class Membership {
             // its PUT_END had not come: that PUT_END then finds it stored). Kept, it made the node drop
             // both its copies of an object caught mid-promotion (the new one in memory, the old on disk)
             for (Iterator<ObjectIndex.PendingPut> it = shard.pending.values().iterator(); it.hasNext(); ) {
-                if (onlyOn(it.next(), seg.id)) {
+                if (SegmentReplacement.onlyOn(it.next(), seg.id)) {
                     it.remove();
                     forgotten[0]++;
                 }
@@ -580,25 +345,4 @@ public final class Membership {
         return elsewhere;
     }
 
-    /** Whether every replica of pending put {@code p} is on segment {@code id}. */
-    private static boolean onlyOn(ObjectIndex.PendingPut p, int id) {
-        for (int s : p.segments) {
-            if (s != id) {
-                return false;
-            }
-        }
-        return true;
-    }
-
-    /** Whether the index holds {@code it}'s key at {@code it}'s generation. Caller holds the epoch lock. */
-    private boolean live(InventoryItem it) {
-        byte[] key = it.key();
-        int hash = index.hash(key);
-        @SuppressWarnings("GuardedBy") // ObjectIndex runs it under the shard's lock, out of the checker's sight
-        Function<ObjectIndex.Shard, Boolean> holds = shard -> {
-            int slot = shard.objects.find(key, hash);
-            return slot >= 0 && shard.objects.generation(slot) == it.generation();
-        };
-        return index.withShard(hash, holds);
-    }
 }

@@ -62,7 +62,7 @@ import java.util.concurrent.atomic.AtomicLong;
  * Callers hold the epoch read lock. A lease's monitor is taken before any shard's lock and the
  * allocator's monitor, never the other way round.
  */
-final class WriteLeases {
+final class WriteLeases implements Membership.Replaced {
 
     private static final Logger log = LoggerFactory.getLogger(WriteLeases.class);
 
@@ -354,6 +354,11 @@ final class WriteLeases {
      * put's deadline. Returns the bytes held. Caller holds the epoch write lock, before {@code now} takes
      * its inventory (its allocator is empty, so every range fits).
      */
+    @Override
+    public void replaced(Segment old, Segment now, List<Held> pending) {
+        carryOver(old, now, pending);
+    }
+
     long carryOver(Segment old, Segment now, List<Held> pending) {
         long held = 0;
         for (Lease l : live.values()) {
@@ -405,7 +410,8 @@ final class WriteLeases {
      * object: freed, for the inventory to reserve. True if there was such a hold. Caller holds the
      * epoch write lock.
      */
-    boolean claimHeld(Segment seg, long offset, long length, long generation) {
+    @Override
+    public boolean claimHeld(Segment seg, long offset, long length, long generation) {
         Lease h = heldPuts.get(generation);
         if (h == null || h.segment != seg || h.start != offset || h.end != offset + length) {
             return false;

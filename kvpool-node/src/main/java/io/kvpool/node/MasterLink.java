@@ -8,8 +8,6 @@ import io.kvpool.node.disk.DiskStore;
 import io.kvpool.protocol.BodyWriter;
 import io.kvpool.protocol.FrameConnection;
 import io.kvpool.protocol.FrameStatus;
-import io.kvpool.protocol.Keys;
-import io.kvpool.protocol.ObjectLayout;
 import io.kvpool.protocol.Opcode;
 import io.kvpool.protocol.RemoteException;
 import io.kvpool.protocol.ResultCode;
@@ -28,7 +26,6 @@ import org.slf4j.LoggerFactory;
 import java.io.IOException;
 import java.time.Duration;
 import java.util.ArrayList;
-import java.util.Arrays;
 import java.util.List;
 import java.util.UUID;
 import java.util.concurrent.ThreadLocalRandom;
@@ -73,6 +70,8 @@ final class MasterLink implements AutoCloseable {
     private final LocalSegment node;
     /** The SSD tier, or null. */
     private final DiskTier disk;
+    /** What a registration lists (NODE_INVENTORY). */
+    private final InventoryUpload inventory;
     /** Where the token of the last registration the master accepted is kept for the next run. */
     private final RegistrationFile kept;
     /**
@@ -111,6 +110,7 @@ final class MasterLink implements AutoCloseable {
         this.disk = disk;
         this.kept = kept;
         this.accepted = kept.read();
+        this.inventory = new InventoryUpload(node, disk, incarnation);
         this.config = config;
         this.masters = masters;
         if (masters.elected()) {
@@ -350,66 +350,14 @@ final class MasterLink implements AutoCloseable {
         } else {
             ledger.adoptEpoch(reply.epoch());
         }
-        long kept = 0;
-        long dropped = 0;
-        long corrupt = 0;
-        if (disk != null && reply.keepInventory()) {
-            List<DiskStore.Entry> onDisk = disk.entries();
-            for (int from = 0; from < onDisk.size(); from += INVENTORY_CHUNK) {
-                List<DiskStore.Entry> chunk = onDisk.subList(from, Math.min(onDisk.size(), from + INVENTORY_CHUNK));
-                List<InventoryItem> items = new ArrayList<>(chunk.size());
-                for (DiskStore.Entry e : chunk) {
-                    items.add(new InventoryItem(0, e.generation(), e.epoch(), e.key(), e.valueLength(), Tier.DISK));
-                }
-                BodyWriter dw = new BodyWriter(64 + items.size() * 128);
-                new Inventory(id, incarnation, false, items).write(dw);
-                List<ResultCode> codes = MasterMessages.Codes.read(conn.call(Opcode.NODE_INVENTORY, dw, rpcTimeout()).body()).codes();
-                for (int j = 0; j < chunk.size(); j++) {
-                    if (codes.get(j) == ResultCode.OK) {
-                        kept++;
-                    } else {
-                        dropped++;
-                        disk.rejected(chunk.get(j));
-                    }
-                }
-            }
-        } else if (disk != null) {
-            disk.reset(reply.epoch());
-        }
-        int i = 0;
-        do {
-            List<RegionLedger.Region> chunk = regions.subList(i, Math.min(regions.size(), i + INVENTORY_CHUNK));
-            List<InventoryItem> items = new ArrayList<>(chunk.size());
-            List<RegionLedger.Region> sent = new ArrayList<>(chunk.size());
-            for (RegionLedger.Region r : chunk) {
-                InventoryItem item = verified(r);
-                if (item == null) {
-                    corrupt++;
-                    ledger.free(r.offset, r.generation);
-                } else {
-                    items.add(item);
-                    sent.add(r);
-                }
-            }
-            i += chunk.size();
-            boolean last = i >= regions.size();
-            BodyWriter iw = new BodyWriter(64 + items.size() * 96);
-            new Inventory(id, incarnation, last, items).write(iw);
-            MasterMessages.Codes codes = MasterMessages.Codes.read(conn.call(Opcode.NODE_INVENTORY, iw, rpcTimeout()).body());
-            for (int j = 0; j < sent.size(); j++) {
-                if (codes.codes().get(j) == ResultCode.OK) {
-                    kept++;
-                } else {
-                    dropped++;
-                    ledger.free(sent.get(j).offset, sent.get(j).generation);
-                }
-            }
-        } while (i < regions.size());
+        InventoryUpload.Counts listed = inventory.send(conn, rpcTimeout(), id, reply.keepInventory(), reply.epoch(),
+                regions);
         segmentId = id;
         node.gate().open(); // before it says it is registered: whoever waits for that may put at once
         setRegistered(true);
         log.info("node {}: registered as segment {} at epoch {}{} ({} objects kept, {} dropped, {} failed verification)",
-                node.name(), id, reply.epoch(), reply.term() > 0 ? ", term " + reply.term() : "", kept, dropped, corrupt);
+                node.name(), id, reply.epoch(), reply.term() > 0 ? ", term " + reply.term() : "", listed.kept(),
+                listed.dropped(), listed.corrupt());
         return true;
     }
 
@@ -440,34 +388,6 @@ final class MasterLink implements AutoCloseable {
     /** The node stops for good: its next start is not a restart, and proves nothing. */
     void forgetRegistration() {
         kept.delete();
-    }
-
-    /**
-     * Re-reads an object from its header in the segment and checks it against the ledger and its
-     * value checksum; null if anything disagrees.
-     */
-    private InventoryItem verified(RegionLedger.Region r) {
-        RegionLedger ledger = node.ledger();
-        RegionLedger.Region pinned = ledger.beginRead(r.offset, r.generation);
-        if (pinned == null) {
-            return null;
-        }
-        try {
-            ObjectLayout.Header h = ObjectLayout.readHeader(node.segment(), r.offset, node.segment().byteSize());
-            if (h == null || h.generation() != r.generation || h.state() != ObjectLayout.STATE_COMPLETE
-                    || h.valueLength() != r.valueLength || !Arrays.equals(h.key(), r.key)) {
-                return null;
-            }
-            int crc = ObjectLayout.valueCrc(node.segment().asSlice(r.valueOffset(), r.valueLength));
-            if (crc != h.valueCrc()) {
-                log.warn("node {}: object '{}' at offset {} fails its checksum; not listed", node.name(),
-                        Keys.decode(r.key), r.offset);
-                return null;
-            }
-            return new InventoryItem(r.offset, r.generation, h.epoch(), h.key(), h.valueLength());
-        } finally {
-            ledger.endRead(pinned);
-        }
     }
 
     /** Per-tier counters for the heartbeat. */
