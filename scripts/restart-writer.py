@@ -4,7 +4,7 @@ through the Python client until told to stop, and lists every put acknowledged O
 afterwards that each one is still there, byte-exact.
 
     restart-writer.py --master ADDR --prefix P --out FILE --stop FILE [--shared-memory 0|1] [--size BYTES]
-                      [--pace-ms MS]
+                      [--pace-ms MS] [--max-puts N]
 
 Object i is ``P/i``, with one copy when i is even and two when it is odd; its value is SHA-256(key)
 repeated to ``--size`` bytes (RestartDrill.value computes the same). Each acknowledged key is written to
@@ -42,6 +42,7 @@ def main() -> int:
     ap.add_argument("--shared-memory", type=int, choices=(0, 1), default=1)
     ap.add_argument("--size", type=int, default=16 << 10)
     ap.add_argument("--pace-ms", type=float, default=20.0)
+    ap.add_argument("--max-puts", type=int, default=0, help="stop putting after this many (0: no limit)")
     a = ap.parse_args()
     puts = ok = failed = errors = 0
     reasons: Counter[str] = Counter()
@@ -50,6 +51,9 @@ def main() -> int:
         i = 0
         while not os.path.exists(a.stop):
             t0 = time.monotonic()
+            if a.max_puts and i >= a.max_puts:
+                time.sleep(a.pace_ms / 1000)  # its share of the pool is written: idle until stopped
+                continue
             key = f"{a.prefix}/{i}"
             puts += 1
             try:

@@ -36,6 +36,8 @@ import java.util.regex.Pattern;
  * ({@code scripts/restart-writer.py}, each its own process). Meanwhile {@code kvpool rolling-restart}
  * runs {@code restarts} times in a row (each restarts both masters, then the three nodes, one at a
  * time). Then the writers stop, and a client started then reads every put that was acknowledged OK.
+ * The nodes have room for everything the writers put (each stops once it wrote its share of 60% of
+ * the pool), so nothing is evicted.
  * A put that failed is a failure its writer saw (and may retry); an acknowledged put that is missing or
  * differs afterwards is a loss, which must not happen. Every value is derived from its key
  * (SHA-256 of the key, repeated), so any read can be checked alone.
@@ -43,7 +45,11 @@ import java.util.regex.Pattern;
 public final class RestartDrill {
 
     /** Each writer puts a new object at most this often. */
-    private static final long PACE_MILLIS = 20;
+    private static final long PACE_MILLIS = 25;
+    /** Memory of each of the three nodes (a sparse /dev/shm file: only what is written takes memory). */
+    private static final long NODE_BYTES = 1L << 30;
+    /** The writers together write at most this share of the pool, so nothing is evicted: a missing object is a loss. */
+    private static final double FILL = 0.6;
 
     /** What one writer did: puts tried, acknowledged, failed (a status other than OK), failed with an exception. */
     public record Writer(String name, long puts, long ok, long failed, long errors, Map<String, Long> reasons) {
@@ -88,7 +94,11 @@ public final class RestartDrill {
     public static Outcome drill(int restarts, int valueBytes, Path dir) throws Exception {
         Path logs = dir.resolve("logs");
         Path config = dir.resolve("pool.yaml");
-        Files.writeString(config, "type: pool\ncpu: 256MiB\n");
+        Files.writeString(config, "type: pool\ncpu: " + (NODE_BYTES >> 20) + "MiB\n");
+        // every writer stops putting once it wrote its share of FILL of the pool (objects alternate one copy and
+        // two: 1.5 regions each on average), so no object is ever evicted and one missing afterwards is lost
+        long region = io.kvpool.protocol.ObjectLayout.regionLength(24, valueBytes);
+        int maxPuts = (int) (FILL * 3 * NODE_BYTES / (4 * 1.5 * region));
         ProcessBuilder lb = new ProcessBuilder(RollingRestartBench.cli("launch", "--local", "3", "--masters", "2",
                 "--master-port", "0", "--config", config.toString(), "--log-dir", logs.toString(), "--out",
                 dir.resolve("client.json").toString())).redirectErrorStream(true)
@@ -99,14 +109,15 @@ public final class RestartDrill {
         Path stop = dir.resolve("stop");
         try {
             String master = RollingRestartBench.awaitReady(launcher, dir.resolve("launch.log"));
-            JavaWriters java = new JavaWriters(master, valueBytes);
+            JavaWriters java = new JavaWriters(master, valueBytes, maxPuts);
             for (boolean shm : new boolean[]{true, false}) {
                 String name = "python-" + (shm ? "shm" : "tcp");
                 ProcessBuilder pb = new ProcessBuilder(PythonBench.python(),
                         RollingRestartBench.home().resolve("scripts").resolve("restart-writer.py").toString(),
                         "--master", master, "--prefix", name, "--out", dir.resolve(name + ".keys").toString(),
                         "--stop", stop.toString(), "--shared-memory", shm ? "1" : "0", "--size",
-                        Integer.toString(valueBytes), "--pace-ms", Long.toString(PACE_MILLIS))
+                        Integer.toString(valueBytes), "--pace-ms", Long.toString(PACE_MILLIS), "--max-puts",
+                        Integer.toString(maxPuts))
                         .redirectError(dir.resolve(name + ".log").toFile()).redirectOutput(dir.resolve(name + ".out").toFile());
                 python.add(pb.start());
             }
@@ -207,7 +218,7 @@ public final class RestartDrill {
         private final List<Thread> threads = new ArrayList<>();
         private final List<Writer> done = new ArrayList<>();
 
-        JavaWriters(String master, int valueBytes) {
+        JavaWriters(String master, int valueBytes, int maxPuts) {
             for (boolean shm : new boolean[]{true, false}) {
                 String name = "java-" + (shm ? "shm" : "tcp");
                 KvPoolClient c = KvPoolClient.connect(ClientConfig.forMaster(master).withSharedMemory(shm));
@@ -220,6 +231,14 @@ public final class RestartDrill {
                     try (c) {
                         for (int i = 0; !stop.get(); i++) {
                             long t0 = System.nanoTime();
+                            if (i >= maxPuts) {
+                                try {
+                                    Thread.sleep(PACE_MILLIS); // its share of the pool is written: idle until stopped
+                                } catch (InterruptedException e) {
+                                    return;
+                                }
+                                continue;
+                            }
                             String k = name + "/" + i;
                             puts++;
                             try {
