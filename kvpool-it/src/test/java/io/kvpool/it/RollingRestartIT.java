@@ -33,6 +33,18 @@ class RollingRestartIT {
                         + String.join("\n", lines.subList(Math.max(0, lines.size() - 200), lines.size())));
             }
         }
+        try {
+            check(o, objects);
+        } catch (AssertionError e) {
+            // the temporary directory goes with the test: keep its logs for the diagnosis
+            Path kept = Path.of("target", "it-logs", "RollingRestartIT-" + System.currentTimeMillis());
+            copy(dir, kept);
+            System.out.println("the drill's logs are kept in " + kept.toAbsolutePath());
+            throw e;
+        }
+    }
+
+    private static void check(RollingRestartBench.Outcome o, int objects) {
         assertThat(o.steps()).as("every master and node restarted").hasSize(5)
                 .anyMatch(s -> s.startsWith("master-1 ")).anyMatch(s -> s.startsWith("master-2 "))
                 .anyMatch(s -> s.startsWith("node-0 ")).anyMatch(s -> s.startsWith("node-2 "));
@@ -42,5 +54,20 @@ class RollingRestartIT {
         assertThat(o.wrongReads()).as("wrong bytes read during the restart").isZero();
         assertThat(o.acknowledgedLost()).as("acknowledged puts unreadable afterwards").isZero();
         assertThat(o.gets()).as("the clients ran throughout").isPositive();
+    }
+
+    private static void copy(Path from, Path to) throws java.io.UncheckedIOException {
+        try (var files = Files.walk(from)) {
+            for (Path f : (Iterable<Path>) files::iterator) {
+                Path t = to.resolve(from.relativize(f).toString());
+                if (Files.isDirectory(f)) {
+                    Files.createDirectories(t);
+                } else if (Files.isRegularFile(f) && !f.getFileName().toString().endsWith(".seg")) {
+                    Files.copy(f, t);
+                }
+            }
+        } catch (java.io.IOException e) {
+            throw new java.io.UncheckedIOException(e);
+        }
     }
 }

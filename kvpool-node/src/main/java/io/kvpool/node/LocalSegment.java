@@ -92,7 +92,7 @@ final class LocalSegment {
         this.memory = memory;
         this.segment = memory.segment();
         this.ledger = new RegionLedger(segment);
-        this.gate = new WriteGate(ledger::writesInProgress);
+        this.gate = new WriteGate(ledger);
         this.name = name;
         this.advertiseHost = advertiseHost;
         this.port = port;
@@ -330,7 +330,7 @@ final class LocalSegment {
                 MemorySegment.copy(value, 0, segment, adm.region().valueOffset(), value.byteSize());
                 ok = true;
             } finally {
-                ok = ledger.endWrite(adm.region(), ok);
+                ok = gate.endWrite(adm.region(), ok);
             }
             if (ok) {
                 bytesWritten.addAndGet(value.byteSize());

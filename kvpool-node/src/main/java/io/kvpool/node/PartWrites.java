@@ -207,7 +207,7 @@ final class PartWrites {
             ok = !config.verifyWrites()
                     || ObjectLayout.valueCrc(segment.asSlice(r.valueOffset(), r.valueLength)) == it.valueCrc();
         }
-        if (ledger.endWrite(r, ok)) {
+        if (node.gate().endWrite(r, ok)) {
             node.wrote(r.valueLength);
             node.partObjectDone();
             return ResultCode.OK;

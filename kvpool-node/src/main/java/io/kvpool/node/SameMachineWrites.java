@@ -130,7 +130,7 @@ final class SameMachineWrites {
             return current ? ResultCode.NO_SEGMENT : ResultCode.DEPOSED;
         }
         boolean ok = it.copied() && crcHolds(r.valueOffset(), r.valueLength, storedCrc(r.offset));
-        if (ledger.endWrite(r, ok)) {
+        if (node.gate().endWrite(r, ok)) {
             node.wrote(r.valueLength);
             return ResultCode.OK;
         }
@@ -235,7 +235,7 @@ final class SameMachineWrites {
                 codes.add(ResultCode.FAILED);
                 continue;
             }
-            RegionLedger.Carved c = ledger.carve(lease, it.offset(), length, it.generation(), w.epoch(), it.key(),
+            RegionLedger.Carved c = node.gate().carve(lease, it.offset(), length, it.generation(), w.epoch(), it.key(),
                     it.valueLength(), it.valueCrc());
             if (c.code() == ResultCode.OK) {
                 node.wrote(it.valueLength());

@@ -348,13 +348,14 @@ public final class StorageNode implements AutoCloseable {
                         Keys.decode(it.key()), it.offset());
             }
         } finally {
-            ok = ledger.endWrite(r, ok);
+            ok = local.gate().endWrite(r, ok);
         }
         if (ok) {
             local.wrote(it.valueLength());
             return ResultCode.OK;
         }
-        return ledger.epoch() > epoch ? ResultCode.FENCED : ResultCode.FAILED;
+        return ledger.epoch() > epoch ? ResultCode.FENCED
+                : local.gate().state() == WriteGate.State.CLOSED ? ResultCode.NO_SEGMENT : ResultCode.FAILED;
     }
 
     private void free(Request req) throws IOException {

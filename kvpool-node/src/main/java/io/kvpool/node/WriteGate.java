@@ -3,7 +3,6 @@ package io.kvpool.node;
 import com.google.errorprone.annotations.concurrent.GuardedBy;
 
 import java.time.Duration;
-import java.util.function.IntSupplier;
 
 /**
  * Whether this node takes writes now, and the write frames in progress.
@@ -36,16 +35,19 @@ import java.util.function.IntSupplier;
  *       finish; once CLOSED it is refused too, and the write is dropped.</li>
  *   <li>Writes in progress are the frames between {@link #enter}/{@link #carryOn} and {@link #exit},
  *       plus the writes admitted and not yet ended (begun same-machine writes and writes in parts,
- *       which span frames), counted by the ledger ({@code held}).</li>
+ *       which span frames), counted by the ledger.</li>
+ *   <li>A write becomes readable only through {@link #endWrite} (or {@link #carve}), atomically with
+ *       the gate's state: one still running when a registration gave up waiting for it (the region
+ *       wait ran out) is dropped instead of becoming readable after the inventory was taken.</li>
  * </ul>
- * Thread-safe; the waits poll the ledger's count, which has its own lock.
+ * Thread-safe. Lock order: this gate's monitor, then the ledger's lock (never the other way round).
  */
 final class WriteGate {
 
     enum State { CLOSED, OPEN, CLOSING }
 
-    /** Writes admitted and not yet ended that span frames (held by the ledger). */
-    private final IntSupplier held;
+    /** The ledger whose objects this gate admits: writes in progress are counted there, and made readable here. */
+    private final RegionLedger ledger;
     @GuardedBy("this")
     private State state = State.CLOSED;
     @GuardedBy("this")
@@ -53,8 +55,27 @@ final class WriteGate {
     @GuardedBy("this")
     private int frames;
 
-    WriteGate(IntSupplier held) {
-        this.held = held;
+    WriteGate(RegionLedger ledger) {
+        this.ledger = ledger;
+    }
+
+    /**
+     * Ends a write admitted through this gate ({@link RegionLedger#endWrite}): readable with {@code ok},
+     * unless the gate closed since (a registration or a stop that gave up waiting for it took its
+     * snapshot without it), then dropped. Atomic with the closing: an object becomes readable either
+     * before the gate closed, and is then in the registration's inventory, or never.
+     */
+    synchronized boolean endWrite(RegionLedger.Region r, boolean ok) {
+        return ledger.endWrite(r, ok && state != State.CLOSED);
+    }
+
+    /** {@link RegionLedger#carve} of a same-machine lease write, refused NO_SEGMENT once the gate closed (as {@link #endWrite}). */
+    synchronized RegionLedger.Carved carve(RegionLedger.Region lease, long offset, long length, long generation,
+                                           long writeEpoch, byte[] key, long valueLength, int valueCrc) {
+        if (state == State.CLOSED) {
+            return new RegionLedger.Carved(io.kvpool.protocol.ResultCode.NO_SEGMENT, lease);
+        }
+        return ledger.carve(lease, offset, length, generation, writeEpoch, key, valueLength, valueCrc);
     }
 
     /** A new write may begin: true (and counted until {@link #exit}) only while OPEN. */
@@ -121,13 +142,13 @@ final class WriteGate {
 
     /** Write frames in progress and writes admitted and not ended. */
     synchronized int inProgress() {
-        return frames + held.getAsInt();
+        return frames + ledger.writesInProgress();
     }
 
     private boolean awaitQuiet(Duration maxWait) throws InterruptedException {
         long deadline = System.nanoTime() + maxWait.toNanos();
         synchronized (this) {
-            while (frames + held.getAsInt() > 0) {
+            while (frames + ledger.writesInProgress() > 0) {
                 long left = deadline - System.nanoTime();
                 if (left <= 0) {
                     return false;
