@@ -491,18 +491,27 @@ final class LaunchCommand implements Callable<Integer> {
         Duration timeout = readyTimeout;
         long deadline = System.nanoTime() + timeout.toNanos();
         try (KvPoolClient c = KvPoolClient.connect(ClientConfig.forMaster(master))) {
+            List<PoolStats.SegmentStats> segs = List.of();
+            String unanswered = "";
             while (true) {
                 checkAlive();
-                List<PoolStats.SegmentStats> segs = c.stats().segments();
+                try {
+                    segs = c.stats().segments();
+                    unanswered = "";
+                } catch (RuntimeException e) {
+                    // a master restarting or a leader changing hands (it happens in the middle of a rolling
+                    // restart): ask again until the deadline
+                    unanswered = "; the master did not answer the last time (" + e.getMessage() + ")";
+                }
                 long active = segs.stream().filter(PoolStats.SegmentStats::active).count();
-                if (active >= nodes && (segment == null || segs.stream().anyMatch(
+                if (unanswered.isEmpty() && active >= nodes && (segment == null || segs.stream().anyMatch(
                         s -> s.active() && s.name().equals(segment) && s.id() != notId))) {
                     return;
                 }
                 if (System.nanoTime() > deadline) {
                     throw new LaunchFailure(active + " of " + nodes + " nodes registered within " + timeout.toSeconds()
                             + " s; registered: " + segs.stream().map(PoolStats.SegmentStats::name).toList()
-                            + "; see the node logs in " + logDir.toAbsolutePath());
+                            + unanswered + "; see the node logs in " + logDir.toAbsolutePath());
                 }
                 Thread.sleep(200);
             }
