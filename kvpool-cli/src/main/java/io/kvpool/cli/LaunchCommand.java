@@ -475,9 +475,20 @@ final class LaunchCommand implements Callable<Integer> {
      * {@code HOST:PORT}), or -1 when it holds none.
      */
     int registrationOf(String master, String segment) throws Exception {
+        long deadline = System.nanoTime() + readyTimeout.toNanos();
         try (KvPoolClient c = KvPoolClient.connect(ClientConfig.forMaster(master))) {
-            return c.stats().segments().stream().filter(s -> s.name().equals(segment))
-                    .mapToInt(PoolStats.SegmentStats::id).max().orElse(-1);
+            while (true) {
+                try {
+                    return c.stats().segments().stream().filter(s -> s.name().equals(segment))
+                            .mapToInt(PoolStats.SegmentStats::id).max().orElse(-1);
+                } catch (RuntimeException e) {
+                    if (System.nanoTime() > deadline) {
+                        throw new LaunchFailure("the master did not answer within " + readyTimeout.toSeconds() + " s ("
+                                + e.getMessage() + ")");
+                    }
+                    Thread.sleep(200); // a leader changing hands: ask again
+                }
+            }
         }
     }
 
