@@ -82,10 +82,13 @@ public final class Membership {
     /** What members report they hold. */
     private final NodeReports reports;
 
-    /** What {@link #registerNode} tells when a registration replaced an earlier one of the same name. */
+    /** What membership tells about registrations that leave and come back (see {@link WriteLeases#dropped}). */
     interface Replaced {
-        /** Caller holds the epoch write lock, before {@code now} takes its inventory. */
-        void replaced(Segment old, Segment now, List<WriteLeases.Held> pending);
+        /** Registration {@code old} left; {@code pending}: the regions of puts pending on it. Caller holds the epoch write lock. */
+        void dropped(Segment old, List<WriteLeases.Held> pending);
+
+        /** Segment {@code now} registered; what a previous registration of its name placed is held on it. Returns the bytes held. */
+        long returned(Segment now);
 
         /**
          * An inventory item of {@code seg} is the object a put pending on the previous registration was
@@ -158,9 +161,7 @@ public final class Membership {
                     same.add(existing);
                 }
             }
-            List<WriteLeases.Held> pending = new ArrayList<>();
             for (Segment existing : same) {
-                pending.addAll(replacements.pendingOn(existing));
                 drop(existing, existing.nodeIncarnation == r.nodeIncarnation()
                         ? "it registered again" : "its node restarted");
             }
@@ -177,12 +178,9 @@ public final class Membership {
             seg = segments.add(r.name(), address, r.capacity(), r.nodeIncarnation(), r.shmPath(), r.controlToken(),
                     now);
             seg.link = peer;
-            if (toReset.isEmpty()) {
-                for (Segment existing : same) {
-                    replaced.replaced(existing, seg, pending);
-                    pending = List.of();
-                }
-            }
+            // what its previous registration placed (replaced just now, or dropped for silence earlier) and
+            // may still be written is held on this one; after a reset nothing is (its writes are fenced)
+            replaced.returned(seg);
         } finally {
             epoch.exclusive().unlock();
         }
@@ -301,6 +299,8 @@ public final class Membership {
      */
     @GuardedBy("epoch.exclusive()")
     private List<Long> drop(Segment seg, String why) {
+        // what it placed that may still be written: held on its name's next registration
+        replaced.dropped(seg, replacements.pendingOn(seg));
         segments.remove(seg);
         long[] lost = {0};
         long[] kept = {0};

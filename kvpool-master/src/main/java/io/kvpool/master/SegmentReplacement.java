@@ -69,7 +69,7 @@ final class SegmentReplacement {
                     if (p.segments[i] == seg.id) {
                         out.add(new WriteLeases.Held(p.offsets[i],
                                 ObjectLayout.regionLength(e.getKey().bytes.length, p.valueLength), p.deadlineMillis,
-                                p.generation));
+                                p.generation, p.epoch));
                     }
                 }
             }

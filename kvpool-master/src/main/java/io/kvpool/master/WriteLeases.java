@@ -52,7 +52,7 @@ import java.util.concurrent.atomic.AtomicLong;
  * the node serves again (it restarted and adopted its file under a new name, it was dropped for
  * silence, or it registered once more in the same process). So the unused part of each live lease
  * of the old segment, and each region a two-phase put still pending had reserved there, is held on
- * the new one ({@link #carryOver}), at the same offsets and until that lease's or put's deadline, as
+ * the new one ({@link #dropped}, {@link #returned}), at the same offsets and until that lease's or put's deadline, as
  * a lease no writer knows the id of: nothing else is placed there while a stale write could land in
  * it. Those writes never become visible: their COMMIT finds the lease void (EXPIRED), their PUT_END
  * finds the segment gone. (A node that came back with a fresh file loses that room for at most the
@@ -338,49 +338,79 @@ final class WriteLeases implements Membership.Replaced {
     }
 
     /**
-     * A range held on a segment until a deadline, for writes placed by a registration it replaced
-     * ({@link #carryOver}): a pending put's region, with its generation.
+     * A range a registration had placed and a writer may still write, to be held on the node's next
+     * registration until its deadline ({@link #dropped}, {@link #returned}): the unused part of a write
+     * lease (generation 0), or a pending put's region (with the put's generation), in the epoch it was
+     * placed in.
      */
-    record Held(long offset, long length, long deadlineMillis, long generation) {
+    record Held(long offset, long length, long deadlineMillis, long generation, long epoch) {
     }
 
     /** Ranges held for puts pending on a replaced registration, by the put's generation ({@link #claimHeld}). */
     private final Map<Long, Lease> heldPuts = new ConcurrentHashMap<>();
+    /**
+     * What dropped registrations had placed, by segment name, until that name registers again
+     * ({@link #returned}) or every deadline passed ({@link #expire}).
+     */
+    private final Map<String, List<Held>> owedHolds = new ConcurrentHashMap<>();
 
     /**
-     * Segment {@code old} was replaced by {@code now}, a registration of the same node (see the class
-     * comment): the unused range of each live lease of {@code old}, and each region {@code pending}
-     * (two-phase puts still pending on {@code old}), is reserved on {@code now} until that lease's or
-     * put's deadline. Returns the bytes held. Caller holds the epoch write lock, before {@code now} takes
-     * its inventory (its allocator is empty, so every range fits).
+     * Registration {@code old} left (replaced by a new registration of its node, or dropped for
+     * silence): its live leases are void, and what they and the puts {@code pending} on it had placed
+     * is kept under its name, to be held on that name's next registration ({@link #returned}). Caller
+     * holds the epoch write lock.
      */
     @Override
-    public void replaced(Segment old, Segment now, List<Held> pending) {
-        carryOver(old, now, pending);
-    }
-
-    long carryOver(Segment old, Segment now, List<Held> pending) {
-        long held = 0;
+    public void dropped(Segment old, List<Held> pending) {
+        List<Held> owed = new java.util.ArrayList<>(pending);
+        long ep = epoch.current();
         for (Lease l : live.values()) {
             if (l.segment != old) {
                 continue;
             }
-            long from;
-            long deadline;
             synchronized (l) {
-                if (l.closed || l.next >= l.end) {
-                    continue;
+                if (!l.closed && l.next < l.end && l.epoch == ep) {
+                    owed.add(new Held(l.next, l.end - l.next, l.deadlineMillis, 0, ep));
                 }
-                from = l.next;
-                deadline = l.deadlineMillis;
             }
-            close(l, false); // void now: its segment left, and its range is held on the new one
-            held += hold(now, from, l.end, deadline) == null ? 0 : l.end - from;
+            close(l, false); // void now: its segment left
         }
-        for (Held h : pending) {
+        if (!owed.isEmpty()) {
+            owedHolds.merge(old.name, owed, (a, b) -> {
+                List<Held> both = new java.util.ArrayList<>(a);
+                both.addAll(b);
+                return both;
+            });
+        }
+    }
+
+    /**
+     * Segment {@code now} registered under a name whose previous registration left while writes it had
+     * placed may still come (a same-machine writer copies into the segment file before any node sees
+     * it; a slow writer's NODE_WRITE reaches the node once it serves again): each such range is
+     * reserved on {@code now} at the same offsets, until its deadline, as a lease no writer knows the
+     * id of (see the class comment). Ranges of an older epoch are not (a reset fenced their writes).
+     * Returns the bytes held. Caller holds the epoch write lock, before {@code now} takes its inventory
+     * (its allocator is empty, so every range fits).
+     */
+    @Override
+    public long returned(Segment now) {
+        List<Held> owed = owedHolds.remove(now.name);
+        if (owed == null) {
+            return 0;
+        }
+        long nowMillis = clock.millis();
+        long ep = epoch.current();
+        long held = 0;
+        for (Held h : owed) {
+            if (h.deadlineMillis() < nowMillis || h.epoch() != ep) {
+                continue;
+            }
             Lease l = hold(now, h.offset(), h.offset() + h.length(), h.deadlineMillis());
             if (l != null) {
-                heldPuts.put(h.generation(), l);
+                if (h.generation() != 0) {
+                    heldPuts.put(h.generation(), l);
+                }
                 held += h.length();
             }
         }
@@ -460,6 +490,7 @@ final class WriteLeases implements Membership.Replaced {
      * leaving. Caller holds the epoch read lock.
      */
     void expire(long nowMillis) {
+        owedHolds.entrySet().removeIf(e -> e.getValue().stream().allMatch(h -> h.deadlineMillis() < nowMillis));
         for (Lease l : live.values()) {
             boolean valid = valid(l);
             boolean due;
@@ -491,7 +522,7 @@ final class WriteLeases implements Membership.Replaced {
 
     /**
      * {@link #unusedBytes()}; without {@code held}, leaving out the ranges held for a node that came
-     * back ({@link #carryOver}): no writer can use them, so they do not count against the room live
+     * back ({@link #returned}): no writer can use them, so they do not count against the room live
      * leases may take (before, a restarted node's held ranges left every new lease at its least bytes
      * until they expired).
      */

@@ -308,6 +308,32 @@ class WriteLeasesTest {
         assertThat(usedOn("b:1")).as("held until the deadlines, then given back").isEqualTo(newObjects);
     }
 
+    @Test
+    void aNodeDroppedForSilenceAndBackLaterHoldsWhatItsOldLeasesPlaced() {
+        RegisterReply first = svc.membership().registerNode(new RegisterNode("b:1", "10.0.1.1", 50052, 1 << 20,
+                svc.epoch(), 100, 0, "/dev/shm/kvpool-b_1-7.seg", ControlToken.random()));
+        svc.membership().inventory(new Inventory(first.segmentId(), 100, true, List.of()));
+        Granted g = svc.writeLease(new Grant("b:1", REGION, 64 << 10, 8));
+        assertThat(g.code()).isEqualTo(ResultCode.OK);
+        // the node is killed and its restart outlasts the TTL: the master drops it for silence first
+        clock.advance(MasterConfig.defaults().nodeTtl().plusSeconds(1));
+        svc.tick();
+        assertThat(svc.segmentInfos().stream().noneMatch(i -> i.name().equals("b:1"))).isTrue();
+        RegisterReply again = svc.membership().registerNode(new RegisterNode("b:1", "10.0.1.1", 50052, 1 << 20,
+                svc.epoch(), 101, 0, "/dev/shm/kvpool-b_1-8.seg", ControlToken.random()));
+        svc.membership().inventory(new Inventory(again.segmentId(), 101, true, List.of()));
+        // a same-machine writer with the old lease copies into the file at its range: nothing else may be there
+        assertThat(usedOn("b:1")).as("the old lease's unused range, held").isEqualTo(g.length());
+        for (int i = 0; i < 20; i++) {
+            PutStartResult r = svc.putStart(new PutStart(false, 1, "b:1", 0,
+                    List.of(new PutStartItem(k("n" + i), VALUE)))).results().getFirst();
+            long off = r.replicas().getFirst().offset();
+            assertThat(off + REGION <= g.offset() || off >= g.offset() + g.length())
+                    .as("a new put at " + off + " lies outside the old lease [" + g.offset() + ", +" + g.length() + ")")
+                    .isTrue();
+        }
+    }
+
     private long usedOn(String name) {
         return svc.segmentInfos().stream().filter(i -> i.name().equals(name)).findFirst().orElseThrow().used();
     }
