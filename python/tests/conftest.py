@@ -373,14 +373,17 @@ def store(pool: Pool, client: kvpool.Client) -> Iterator[Any]:
         s.close()
 
 
-def mmap_raw(size: int, prot: int) -> int:
+def mmap_raw(size: int, prot: int, at: int = 0) -> int:
     """The address of ``size`` fresh bytes mapped with protection ``prot`` (0: no access), outside Python's
-    allocator, to hand a store memory it must refuse; ``munmap_raw`` unmaps it."""
+    allocator, to hand a store memory it must refuse; ``munmap_raw`` unmaps it. With ``at``, the mapping is
+    placed exactly there (MAP_FIXED), replacing whatever was mapped at those pages."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mmap.restype = ctypes.c_void_p
     libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-    p = libc.mmap(None, size, prot, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
-    assert p not in (None, ctypes.c_void_p(-1).value)
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | (0x10 if at else 0)  # MAP_FIXED is 0x10 on Linux
+    p = libc.mmap(at or None, size, prot, flags, -1, 0)
+    assert p not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
+    assert not at or p == at
     return int(p)
 
 

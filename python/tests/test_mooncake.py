@@ -309,6 +309,99 @@ def test_unmapped_or_device_like_memory_is_refused_not_a_crash(store: MooncakeDi
         conftest.munmap_raw(ro, size)
 
 
+@pytest.fixture(params=["procmap_query", "populate_probe", "maps"])
+def judged_by(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each way the host-memory check can judge a range, forced in turn: PROCMAP_QUERY (Linux 6.11), the
+    populate probe of older kernels (5.14), and a fresh read of /proc/self/maps (the rest, and large ranges)."""
+    hm = mc.args._host_memory
+    here = mc.args._SURELY_MAPPED_ADDRESS
+    if request.param == "procmap_query":
+        if hm._query(here, here + 1, True, None) is None:
+            pytest.skip("this kernel does not answer PROCMAP_QUERY (Linux 6.11 and later do)")
+        monkeypatch.setattr(hm, "_probe", lambda *a: pytest.fail("probed although PROCMAP_QUERY answers"))
+        monkeypatch.setattr(hm, "_read_maps", lambda *a: pytest.fail("read the maps although PROCMAP_QUERY answers"))
+        return request.param
+    monkeypatch.setattr(hm, "_query", lambda *a: None)
+    if request.param == "populate_probe":
+        if not hm._probe(here, here + 1, True):
+            pytest.skip("this kernel has no MADV_POPULATE_WRITE (Linux 5.14 and later have)")
+    else:
+        monkeypatch.setattr(hm, "_probe", lambda *a: False)
+    return request.param
+
+
+def test_memory_remapped_after_a_check_is_judged_as_mapped_now(store: MooncakeDistributedStore,
+                                                                judged_by: str) -> None:
+    """An address checked while it was readable and writable memory, then unmapped and mapped again with other
+    permissions (a freed buffer's address reused: what made the test above fail once in a full run), is judged
+    by the mapping there at the time of the call, never by what an earlier check saw. Each verdict is asked of
+    ``register_buffer`` first, which touches no memory, so a wrong one fails here rather than crashing."""
+    size, page = 1 << 16, mmap.PAGESIZE
+    rw = mmap.PROT_READ | mmap.PROT_WRITE
+    p = conftest.mmap_raw(size, rw)
+    try:
+        ctypes.memset(p, 7, size)
+        # the checks see [p, +size) readable and writable
+        assert store.register_buffer(p, size) == 0 and store.unregister_buffer(p) == 0
+        assert store.put_from("rm", p, 100) == 0
+        assert store.get_into("rm", p + 100, 100) == 100
+        # unmapped, then no access at the same address
+        conftest.munmap_raw(p, size)
+        assert conftest.mmap_raw(size, 0, at=p) == p
+        assert store.register_buffer(p, size) == INVALID
+        assert store.put_from("rm2", p, 100) == INVALID
+        assert store.get_into("rm", p, 100) == INVALID
+        assert store.batch_put_from_multi_buffers(["rm2"], [[p + size - 8]], [[8]]) == [INVALID]
+        # readable and writable again, then read-only at the same address: puts may read it, gets may not write it
+        conftest.mmap_raw(size, rw, at=p)
+        assert store.register_buffer(p, size) == 0 and store.unregister_buffer(p) == 0
+        assert store.get_into("rm", p, 100) == 100
+        conftest.munmap_raw(p, size)
+        assert conftest.mmap_raw(size, mmap.PROT_READ, at=p) == p
+        assert store.register_buffer(p, size) == INVALID
+        assert store.get_into("rm", p, 100) == INVALID
+        assert store.batch_get_into(["rm"], [p + page], [100]) == [INVALID]
+        assert store.put_from("rm3", p, 100) == 0 and store.get("rm3") == bytes(100)
+        # one page in the middle of a writable range replaced (MAP_FIXED over it, no munmap) by no access
+        conftest.mmap_raw(size, rw, at=p)
+        assert store.register_buffer(p, size) == 0 and store.unregister_buffer(p) == 0
+        assert store.put_from("rm4", p, size) == 0
+        conftest.mmap_raw(page, 0, at=p + 4 * page)
+        assert store.register_buffer(p, size) == INVALID
+        assert store.put_from("rm4", p, size) == INVALID
+        assert store.get_into("rm4", p, size) == INVALID
+        assert store.put_from("rm5", p, 4 * page) == 0  # the pages before it are still fine
+        # in one batch, what the check learnt of one key's buffer approves no other key's
+        three = [p, p + 4 * page, p + 5 * page]
+        assert store.batch_put_from(["rm6", "rm7", "rm8"], three, [page] * 3) == [0, INVALID, 0]
+        assert store.batch_get_into(["rm6", "rm6", "rm6"], [p + 8, p + 4 * page + 8, p + 5 * page + 8],
+                                    [page] * 3) == [page, INVALID, page]
+        two = [[p, p + 3 * page], [p + 6 * page, p + 4 * page]]  # the second key's second piece: no access
+        assert store.batch_put_from_multi_buffers(["rm9", "rm10"], two, [[8, 8]] * 2) == [0, INVALID]
+        assert store.batch_get_into_multi_buffers(["rm6", "rm6"], two, [[page // 2] * 2] * 2) == [page, INVALID]
+    finally:
+        conftest.munmap_raw(p, size)
+
+
+def test_host_memory_check_in_a_forked_child_judges_the_childs_memory() -> None:
+    """A child of fork() asks about its own mappings, not its parent's (an open /proc/self/maps keeps
+    describing the process that opened it)."""
+    hm = mc.args._host_memory
+    size = 1 << 16
+    p = conftest.mmap_raw(size, mmap.PROT_READ | mmap.PROT_WRITE)
+    try:
+        assert hm.check(p, size, True)
+
+        def child() -> bool:
+            conftest.mmap_raw(size, 0, at=p)  # in the child's memory only
+            return not hm.check(p, size, False) and not hm.check(p, 1, False)
+
+        assert conftest.in_forked_child(child)
+        assert hm.check(p, size, True)  # the parent's memory is as it was
+    finally:
+        conftest.munmap_raw(p, size)
+
+
 def test_multi_buffers_gather_scatter(store: MooncakeDistributedStore, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(mc.transfer, "STAGING_BATCH_BYTES", 3000)  # several staging windows
     k_cache, v_cache = rand(8 * 1024, 5), rand(8 * 1024, 6)

@@ -25,8 +25,11 @@ by ``python/peer_tests/test_mooncake_parity.py``; behaviour read from Mooncake's
 
 kvpool moves bytes over TCP or through shared memory on the same host: there is no RDMA, no GPU
 direct path, no transfer engine and no segment contributed by clients. Addresses must be host memory;
-each address range is checked against ``/proc/self/maps`` so that a device (GPU) pointer or a stray
-address yields -600 (INVALID_PARAMS) instead of a crash.
+each address range is checked against the process's mappings as they are at the time of the call
+(``PROCMAP_QUERY`` on ``/proc/self/maps`` on Linux 6.11 and later; on older kernels a populate probe, or
+``/proc/self/maps`` read afresh) so that a device (GPU) pointer or a stray address, also one that was
+fine before and has since been mapped again without access, yields -600 (INVALID_PARAMS) instead of a
+crash.
 
 The package's modules, each importing only those before it: ``codes`` (error numbers, enums, the
 logger), ``args`` (argument checks, sizes, addresses, host memory, the regex plan), ``config``

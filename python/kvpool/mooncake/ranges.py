@@ -37,7 +37,7 @@ import threading
 from typing import Any, Optional, Protocol, Sequence
 
 from ..buffers import RawBuffer
-from .args import Pieces, _buffer_address, _key_ok, _keys_arg, _memmove, _pieces_ok, _uint
+from .args import Pieces, _Seen, _buffer_address, _host_memory, _key_ok, _keys_arg, _memmove, _pieces_ok, _uint
 from .codes import (_EXISTS, _INTERNAL, _INVALID, _NO_SPACE, _NOT_FOUND, _OK, ErrorCode, _code_for, _put_code,
                     _warn_once, log)
 from .transfer import _replication
@@ -221,7 +221,7 @@ def _registered_room(store: _Store, ptr: int) -> Optional[int]:
 
 
 def _ranges_ok(op: str, key: str, total: int, ptr: int, room: Optional[int], dsts: list[int], srcs: list[int],
-               sizes: list[int]) -> list[bool]:
+               sizes: list[int], seen: Optional[_Seen] = None) -> list[bool]:
     """Which of one key's ranges can be read into one buffer (each refused one logged: it stays -600)."""
     ok = []
     for d, s, n in zip(dsts, srcs, sizes):
@@ -234,7 +234,7 @@ def _ranges_ok(op: str, key: str, total: int, ptr: int, room: Optional[int], dst
                       s, n, total, key[:80])
             ok.append(False)
         else:
-            ok.append(not n or _pieces_ok([(ptr + d, n)], True, op, key))
+            ok.append(not n or _pieces_ok([(ptr + d, n)], True, op, key, seen))
     return ok
 
 
@@ -273,13 +273,14 @@ def _read_ranges(op: str, client: Any, todo: list[str], wanted: dict[str, list[t
     slots: list[tuple[str, int, int, int]] = []  # key, buffer, key row, range
     offsets: list[int] = []
     targets: list[RawBuffer | bytearray] = []
+    seen = _host_memory.seen()
     for n_key, k in enumerate(todo):
         total = located.value_length(n_key)
         if total < 0:
             failed[k] = _NOT_FOUND
             continue
         for i, j in wanted[k]:
-            fits = _ranges_ok(op, k, total, ptrs[i], rooms[i], dsts[i][j], srcs[i][j], sizes[i][j])
+            fits = _ranges_ok(op, k, total, ptrs[i], rooms[i], dsts[i][j], srcs[i][j], sizes[i][j], seen)
             for r, ok in enumerate(fits):
                 if ok:
                     n = sizes[i][j][r]
@@ -461,6 +462,7 @@ class _RangeMethods:
         if self._require(op) is None or not _lists_match(op, ks, ptrs, sizes, offs, "all_src_offsets"):
             return out
         st = _sessions(self)
+        seen = _host_memory.seen()
         for i, k in enumerate(ks):
             if not len(ptrs[i]) == len(sizes[i]) == len(offs[i]):
                 log.error("kvpool.mooncake %s: key %r has mismatched buffer, size and offset lists", op, k[:80])
@@ -475,7 +477,7 @@ class _RangeMethods:
                 log.error("kvpool.mooncake %s: a range of key %r overflows its %d bytes", op, k[:80], total)
                 continue
             pieces: Pieces = list(zip(ptrs[i], sizes[i]))
-            if not _pieces_ok(pieces, True, op, k):
+            if not _pieces_ok(pieces, True, op, k, seen):
                 continue
             for (ptr, n), s in zip(pieces, offs[i]):
                 _memmove(ptr, g.base + s, n)
@@ -605,6 +607,7 @@ class _RangeMethods:
         if self._require(op) is None or not _lists_match(op, ks, ptrs, sizes, offs, "all_dst_offsets"):
             return out
         st = _sessions(self)
+        seen = _host_memory.seen()
         for i, k in enumerate(ks):
             if not len(ptrs[i]) == len(sizes[i]) == len(offs[i]):
                 log.error("kvpool.mooncake %s: key %r has mismatched buffer, size and offset lists", op, k[:80])
@@ -622,7 +625,7 @@ class _RangeMethods:
                 out[i] = _INVALID_REPLICA
                 continue
             pieces: Pieces = list(zip(ptrs[i], sizes[i]))
-            if not _pieces_ok(pieces, False, op, k):
+            if not _pieces_ok(pieces, False, op, k, seen):
                 continue
             with s.cond:
                 if not s.writable:

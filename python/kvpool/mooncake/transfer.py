@@ -9,7 +9,7 @@ from typing import Any, Optional, Sequence
 from ..buffers import RawBuffer
 from ..protocol import PIN_FOREVER
 from ..results import TOO_SMALL
-from .args import _MAX_KEY_BYTES, Pieces, _buffer_address, _key_ok, _memmove, _pieces_ok
+from .args import _MAX_KEY_BYTES, Pieces, _buffer_address, _host_memory, _key_ok, _memmove, _pieces_ok
 from .codes import _INVALID, _NOT_FOUND, _OK, _code_for, _put_code, _warn_once, log
 
 #: A soft pin without ``soft_pin_ttl_ms`` lasts this long (Mooncake's ``default_kv_soft_pin_ttl``, 30 minutes).
@@ -97,6 +97,7 @@ def write_items(client: Any, op: str, items: Sequence[Optional[_Item]], config: 
         return [code] * len(items)
     max_value = getattr(client, "max_value_bytes", None)
     todo: list[int] = []
+    seen = _host_memory.seen()
     for i, it in enumerate(items):
         if it is None:
             continue
@@ -111,7 +112,7 @@ def write_items(client: Any, op: str, items: Sequence[Optional[_Item]], config: 
             log.error("kvpool.mooncake %s: value for key %r has %d bytes; the kvpool master accepts at most %d",
                       op, it.key[:80], it.size, max_value)
             continue
-        if it.pieces is not None and not _pieces_ok(it.pieces, False, op, it.key):
+        if it.pieces is not None and not _pieces_ok(it.pieces, False, op, it.key, seen):
             continue
         todo.append(i)
     # windows: gathered values are copied into one staging buffer each, so bound the bytes per call
@@ -184,10 +185,11 @@ def read_pieces(client: Any, op: str, ks: list[str], pieces: list[Pieces]) -> li
     out = [_INVALID] * len(ks)
     direct: list[int] = []
     scatter: list[int] = []
+    seen = _host_memory.seen()
     for i, (k, pc) in enumerate(zip(ks, pieces)):
         if not _key_ok(k):
             out[i] = _NOT_FOUND  # no such object can exist in kvpool (Mooncake: OBJECT_NOT_FOUND)
-        elif not _pieces_ok(pc, True, op, k):
+        elif not _pieces_ok(pc, True, op, k, seen):
             out[i] = _INVALID
         elif len(pc) == 1 and pc[0][0] != 0:
             direct.append(i)
