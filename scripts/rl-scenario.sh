@@ -160,9 +160,11 @@ if [ "${KVPOOL_RL_INNER:-}" = "1" ]; then
       [ "$remedy" = versioned ] && flags+=(--versioned-keys) && naming=()
       start_engines "$remedy" "${flags[@]}"
       led="$(leaderships)"
+      csv=() # with faults: the hit tokens by update, for a closer look than the summary's windows
+      [ "$drill" = faults ] && csv=(--updates-csv "$KVPOOL_RL_LOGS/updates-$remedy.csv")
       rc=0
       "$here/kvpool" trainer --engines "$engines" --mode "$remedy" "${naming[@]}" --steps $((updates * every + 1)) \
-        "${soak[@]}" "${quiet[@]}" "${faults[@]}" || rc=$?
+        "${soak[@]}" "${quiet[@]}" "${faults[@]}" "${csv[@]}" || rc=$?
       stop_engines
       wait_faults
       if [ "$drill" = faults ]; then

@@ -126,6 +126,30 @@ final class RolloutTally {
         return String.format(Locale.ROOT, "%.1f%% (local %.1f%%, pool %.1f%%)", rate(s), pct(s[1], s[0]), pct(s[2], s[0]));
     }
 
+    /**
+     * One CSV line per update, after a header: the update (0: the start-up weights), when it began in
+     * seconds after update 1 began (empty for 0), the prompt tokens of the steps under the weights it
+     * loaded, their local and pool hits, and the fault injected just before it (empty: none).
+     */
+    List<String> updatesCsv() {
+        List<String> out = new ArrayList<>();
+        out.add("update,started_s,prompt_tokens,local_hit_tokens,pool_hit_tokens,fault");
+        Long first = updateStarts.get(1);
+        for (int u = 0; u < byUpdate.size(); u++) {
+            Long t = updateStarts.get(u);
+            StringBuilder f = new StringBuilder();
+            for (Fault x : faults) {
+                if (x.update() == u) {
+                    f.append(f.isEmpty() ? "" : " + ").append(label(x.command()).replace(',', ' ').replace('"', ' '));
+                }
+            }
+            long[] v = byUpdate.get(u);
+            out.add(u + "," + (t == null || first == null ? "" : String.format(Locale.ROOT, "%.3f", (t - first) / 1e9)) + ","
+                    + v[0] + "," + v[1] + "," + v[2] + "," + f);
+        }
+        return out;
+    }
+
     /** Seconds from the start of update {@code from} to that of update {@code from + window}; NaN if not both known. */
     private double windowSeconds(int from, int window) {
         Long a = updateStarts.get(from);

@@ -166,6 +166,10 @@ final class TrainerCommand implements Callable<Integer> {
             description = "With --fault: the hit rate is compared over windows of N updates (default: ${DEFAULT-VALUE}).")
     int hitWindow = 10;
 
+    @Option(names = "--updates-csv", paramLabel = "FILE",
+            description = "Write the steps' prefix hit tokens by update (and the faults) to this CSV file at the end.")
+    Path updatesCsv;
+
     @Option(names = "--api-token-file", paramLabel = "FILE",
             description = "File holding the engines' API token (default: env KVPOOL_ENGINE_TOKEN_FILE or"
                     + " KVPOOL_ENGINE_TOKEN; none: the engines' APIs are open).")
@@ -441,6 +445,10 @@ final class TrainerCommand implements Callable<Integer> {
             for (String line : tally.faultSummary(hitWindow)) {
                 log("%s", line);
             }
+        }
+        if (updatesCsv != null) {
+            java.nio.file.Files.write(updatesCsv, tally.updatesCsv());
+            log("hit tokens by update written to %s", updatesCsv);
         }
         if (verify) {
             log("stale outputs: %d of %d verified", tally.stale, tally.verified + tally.partialsChecked);

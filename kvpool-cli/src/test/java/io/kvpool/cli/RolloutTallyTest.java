@@ -69,6 +69,20 @@ class RolloutTallyTest {
     }
 
     @Test
+    void theCsvHasALinePerUpdateWithItsTimeAndFault() {
+        RolloutTally t = new RolloutTally();
+        for (int u = 0; u <= 2; u++) {
+            if (u > 0) {
+                t.updateStarted(u, 5_000_000_000L + u * 1_500_000_000L);
+            }
+            step(t, u, 40 + u, u);
+        }
+        t.fault(2, "/x/rl-fault.sh kill-node", 0, "12:00:00.000");
+        assertThat(t.updatesCsv()).containsExactly("update,started_s,prompt_tokens,local_hit_tokens,pool_hit_tokens,fault",
+                "0,,100,40,0,", "1,0.000,100,41,1,", "2,1.500,100,42,2,rl-fault.sh kill-node");
+    }
+
+    @Test
     void aFaultAtTheFirstUpdateHasNoBaseline() {
         RolloutTally t = new RolloutTally();
         for (int u = 0; u <= 3; u++) {
