@@ -173,7 +173,9 @@ final class RolloutTally {
      *       its windows' rates (the lowest is the bar below which a window counts as hurt), and how long
      *       a window took (the median);</li>
      *   <li>for each fault at update K, over the <b>span</b> from K to the next fault (at most five
-     *       windows): the rate of the first window from K and how long it took, the rate over the span
+     *       windows): the rate of the first window from K and how long it took, the first update from K
+     *       whose steps hit the pool (a pool fault shows there first: local hits partly make up for
+     *       it in the total), the rate over the span
      *       against the baseline
      *       (points, and prompt tokens fewer hit than at the baseline's rate), and when it was <b>back</b>:
      *       the first update r from K whose window (r to r + window - 1) is at or above the baseline's
@@ -226,8 +228,23 @@ final class RolloutTally {
                     i + 1, k, f.clock(), label(f.command())));
             if (k + window <= end) {
                 double d = windowSeconds(k, window);
-                b.append(String.format(Locale.ROOT, " first %d updates %.1f%%%s;", window, rate(sum(k, k + window)),
+                b.append(String.format(Locale.ROOT, " first %d updates %s%s;", window, rateText(sum(k, k + window)),
                         Double.isNaN(d) ? "" : String.format(Locale.ROOT, " in %.1f s", d)));
+            }
+            int poolBack = -1; // the first update from the fault whose steps hit the pool
+            for (int u = k; u < spanEnd && poolBack < 0; u++) {
+                if (byUpdate.get(u)[2] > 0) {
+                    poolBack = u;
+                }
+            }
+            if (poolBack == k) {
+                b.append(" the pool hit from its first update;");
+            } else if (poolBack > k) {
+                Long t = updateStarts.get(poolBack);
+                b.append(String.format(Locale.ROOT, " no pool hit until update %d (%d updates%s after the fault);", poolBack,
+                        poolBack - k, t == null ? "" : String.format(Locale.ROOT, ", %.1f s", (t - f.nanos()) / 1e9)));
+            } else {
+                b.append(String.format(Locale.ROOT, " no pool hit through update %d;", spanEnd - 1));
             }
             b.append(String.format(Locale.ROOT, " updates %d to %d %s", k, spanEnd - 1, rateText(span)));
             if (first > 1) {

@@ -45,7 +45,8 @@ class RolloutTallyTest {
         // the first window from the fault: 65%; the span is five windows (20 updates); 4 updates of 200
         // tokens lost 10 points each: 80 tokens, and the rest is at the alternating rate
         assertThat(s.get(1)).startsWith("summary: fault 1 at update 20 (12:00:00.000), rl-fault.sh kill-node:")
-                .contains("first 4 updates 65.0% in 4.0 s").contains("updates 20 to 39 73.0% (local 65.0%, pool 8.0%)")
+                .contains("first 4 updates 65.0% (local 65.0%, pool 0.0%) in 4.0 s; no pool hit until update 24 (4 updates, 4.0 s after"
+                        + " the fault);").contains("updates 20 to 39 73.0% (local 65.0%, pool 8.0%)")
                 .contains("back to the baseline's lowest window (75.0%) from update 24, 4 updates and 4.0 s after the fault");
     }
 
@@ -62,10 +63,10 @@ class RolloutTallyTest {
         assertThat(s.get(0)).contains("baseline, updates 1 to 9").contains("75.0% to 75.0%");
         assertThat(s.get(1)).contains("fault 1 at update 10").contains("updates 10 to 19 75.0%")
                 .contains("+0.0 points against the baseline (0 prompt tokens fewer hit)")
-                .contains("its first window not below the baseline's lowest (75.0%)");
+                .contains("the pool hit from its first update;").contains("its first window not below the baseline's lowest (75.0%)");
         assertThat(s.get(2)).contains("fault 2 at update 20").contains("updates 20 to 30 50.0%")
                 .contains("-25.0 points against the baseline (275 prompt tokens fewer hit)")
-                .contains("not back to the baseline's lowest window (75.0%) by update 30");
+                .contains("no pool hit through update 30;").contains("not back to the baseline's lowest window (75.0%) by update 30");
     }
 
     @Test
