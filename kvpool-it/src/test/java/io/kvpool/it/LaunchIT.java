@@ -222,9 +222,10 @@ class LaunchIT {
     @Test
     void withRestartExitedAKilledNodeComesBackWithItsObjectsAndAKilledMasterComesBack(@TempDir Path dir) throws Exception {
         Launcher l = launch(dir, "type: pool\ncpu: 64MiB\n", "--local", "1", "--restart-exited");
+        List<Long> all = new ArrayList<>();
         try {
             awaitPrinted(l, "export KVPOOL_CONFIG_PATH=");
-            List<Long> all = new ArrayList<>(l.childPids());
+            all.addAll(l.childPids());
             Path pids = dir.resolve("logs").resolve("pids");
             assertThat(Files.readAllLines(pids)).containsExactly("master " + l.pidOf("master"), "node-0 " + l.pidOf("node-0"));
             String master = new ObjectMapper().readTree(dir.resolve("client.json").toFile()).path("master").asText();
@@ -264,7 +265,14 @@ class LaunchIT {
             assertAllGone(all);
             assertThat(pids).doesNotExist();
         } finally {
+            // on a failure too: the launcher's SIGTERM stops what it started again (a SIGKILL of the launcher
+            // alone would leave those behind), then whatever is left by pid
+            l.process().destroy();
+            l.process().waitFor(60, TimeUnit.SECONDS);
             l.process().destroyForcibly();
+            for (long pid : all) {
+                ProcessHandle.of(pid).ifPresent(ProcessHandle::destroyForcibly);
+            }
         }
     }
 
