@@ -6,7 +6,7 @@
 # exit.
 #
 #   scripts/rl-scenario.sh [reset|versioned] [steps] [update-every] [freeze]
-#   scripts/rl-scenario.sh soak [updates] [update-every]
+#   scripts/rl-scenario.sh soak [updates] [update-every] [faults]
 #
 # freeze: a fault drill: the first pool node is stopped (SIGSTOP) just before the first weight
 # update and continued (SIGCONT) after the first step under the new weights.
@@ -22,21 +22,54 @@
 # Each trainer starts by emptying the pool (the runs use the same version names).
 # Each trainer ends with its summary (updates, rollouts, verified, stale, hit rates, work in flight
 # at the updates, time); exit code 0 only if the control found stale outputs and both remedies none.
+#
+# soak ... faults: the same with faults during each remedy run. The pool then has two masters elected
+# through etcd (launch --masters 2, which starts etcd itself) and the launcher restarts a process that
+# exits (launch --restart-exited), as a supervisor would. Each remedy trainer injects, through
+# scripts/rl-fault.sh, just before these weight updates (K: [updates]/4, /2, 3/4, at least 1, 2, 3):
+#   K1 kill-node:   node-0 killed with SIGKILL; started again on its address, it adopts its segment file
+#   K2 freeze-node: node-0 stopped with SIGSTOP for KVPOOL_RL_FREEZE seconds (12: past the node TTL,
+#                   10 s, and the pool request timeout, 3 s), then SIGCONT
+#   K3 kill-leader: the leading master killed with SIGKILL; the standby takes over, the killed one comes
+#                   back as a standby
+# and its summary adds the hit rate before the first fault and after each (kvpool trainer --fault).
+# Between the runs the scenario waits until every fault's watcher saw the pool back. The control runs
+# without faults.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 mode="${1:-reset}"; steps="${2:-12}"; every="${3:-4}"; drill="${4:-}"
-case "$drill" in
-  ""|freeze) ;;
-  *) echo "rl-scenario.sh: 4th argument: freeze or nothing, got '$drill'" >&2; exit 2 ;;
-esac
+if [ "$mode" = soak ]; then
+  case "$drill" in
+    ""|faults) ;;
+    *) echo "rl-scenario.sh soak: 4th argument: faults or nothing, got '$drill'" >&2; exit 2 ;;
+  esac
+else
+  case "$drill" in
+    ""|freeze) ;;
+    *) echo "rl-scenario.sh: 4th argument: freeze or nothing, got '$drill'" >&2; exit 2 ;;
+  esac
+fi
 if [ "$mode" = soak ]; then
   steps="${2:-1000}"; every="${3:-2}" # soak: steps is the number of updates
   [ "$steps" -ge 1 ] && [ "$every" -ge 2 ] || { echo "rl-scenario.sh soak: updates >= 1 and update-every >= 2 (a first and a later step per version)" >&2; exit 2; }
+  [ "$drill" != faults ] || [ "$steps" -ge 3 ] || { echo "rl-scenario.sh soak ... faults: updates >= 3 (one fault before each of three updates)" >&2; exit 2; }
 fi
 if [ "${KVPOOL_RL_INNER:-}" = "1" ]; then
   # inside kvpool launch --run: KVPOOL_CONFIG_PATH names the pool
   pids=()
-  trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true' EXIT
+  # on the way out: engines stopped; a fault's watcher stopped, and a node it left stopped continued
+  cleanup() {
+    local p
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    if [ -f "$KVPOOL_RL_LOGS/fault-watchers" ]; then
+      for p in $(cat "$KVPOOL_RL_LOGS/fault-watchers"); do kill "$p" 2>/dev/null || true; done
+    fi
+    if [ -f "$KVPOOL_RL_LOGS/pids" ]; then
+      for p in $(awk '$1 ~ /^node-/ { print $2 }' "$KVPOOL_RL_LOGS/pids"); do kill -CONT "$p" 2>/dev/null || true; done
+    fi
+  }
+  trap cleanup EXIT
   # start_engines NAME FLAGS...: two engines on ports 8101 and 8102 (KVPOOL_RL_PORT: the first; the
   # second is the next one), logs engine-NAME-PORT.log.
   # Engine i saves to node i (as an engine saves to the node on its own host), so node-0 holds what
@@ -76,6 +109,24 @@ if [ "${KVPOOL_RL_INNER:-}" = "1" ]; then
     for p in "${engine_pids[@]}"; do wait "$p" 2>/dev/null || true; done
   }
   engines="http://127.0.0.1:${ports[0]},http://127.0.0.1:${ports[1]}"
+  # leaderships taken so far (elected masters log one line each time they start serving as leader)
+  leaderships() { cat "$KVPOOL_RL_LOGS"/master-*.log 2>/dev/null | grep -c "serving as leader" || true; }
+  # wait_faults: waits until every fault's watcher is done (it saw the pool back), at most 120 s each
+  wait_faults() {
+    local f="$KVPOOL_RL_LOGS/fault-watchers" p
+    [ -f "$f" ] || return 0
+    for p in $(cat "$f"); do
+      for _ in $(seq 1 1200); do
+        kill -0 "$p" 2>/dev/null || break
+        sleep 0.1
+      done
+      if kill -0 "$p" 2>/dev/null; then
+        echo "rl soak: a fault's watcher (pid $p) still waits for the pool after 120 s; stopping it"
+        kill "$p" 2>/dev/null || true
+      fi
+    done
+    rm -f "$f"
+  }
   if [ "$mode" = soak ]; then
     updates="$steps"
     quiet=()
@@ -92,16 +143,34 @@ if [ "${KVPOOL_RL_INNER:-}" = "1" ]; then
     stop_engines
     [ "$control" = 1 ] || { echo "rl soak: the control exited $control, not 1: the verification did not see stale KV"; exit 1; }
     status=0
+    faults=()
+    if [ "$drill" = faults ]; then
+      k1=$((updates / 4)); [ "$k1" -ge 1 ] || k1=1
+      k2=$((updates / 2)); [ "$k2" -gt "$k1" ] || k2=$((k1 + 1))
+      k3=$((updates * 3 / 4)); [ "$k3" -gt "$k2" ] || k3=$((k2 + 1))
+      fault="$(printf '%q' "$here/scripts/rl-fault.sh")"
+      # a reset cascade that fails while masters change leader is tried again, the engines staying paused
+      faults=(--fault "$k1:$fault kill-node" --fault "$k2:$fault freeze-node" --fault "$k3:$fault kill-leader"
+        --reset-retry 60s)
+    fi
     for remedy in reset versioned; do
-      echo "rl soak: $remedy, $updates updates"
+      echo "rl soak: $remedy, $updates updates${faults[*]:+, faults: node-0 killed before update $k1, frozen before $k2, the leader killed before $k3}"
       flags=(--model tiny)
       naming=(--fixed-name) # the reset: every version under one name, so that the reset alone keeps old KV out
       [ "$remedy" = versioned ] && flags+=(--versioned-keys) && naming=()
       start_engines "$remedy" "${flags[@]}"
+      led="$(leaderships)"
+      csv=() # with faults: the hit tokens by update, for a closer look than the summary's windows
+      [ "$drill" = faults ] && csv=(--updates-csv "$KVPOOL_RL_LOGS/updates-$remedy.csv")
       rc=0
       "$here/kvpool" trainer --engines "$engines" --mode "$remedy" "${naming[@]}" --steps $((updates * every + 1)) \
-        "${soak[@]}" "${quiet[@]}" || rc=$?
+        "${soak[@]}" "${quiet[@]}" "${faults[@]}" "${csv[@]}" || rc=$?
       stop_engines
+      wait_faults
+      if [ "$drill" = faults ]; then
+        echo "rl soak: $remedy: leader changes during the run: $(($(leaderships) - led)) (one from kill-leader; any other: a" \
+          "leader that could not renew its etcd lease in time stepped down)"
+      fi
       echo "rl soak: $remedy exited $rc"
       [ "$rc" = 0 ] || status=1
     done
@@ -130,6 +199,9 @@ launch_flags=()
 # read lease once per engine, then a step runs); a node TTL well above that keeps the master from
 # dropping it meanwhile, so the drill always exercises a node that is stopped but still a member
 [ "$drill" = freeze ] && launch_flags=(--node-ttl 30s)
+# the soak's faults: a leader to kill (two masters through etcd, which the launcher starts), and a
+# supervisor that starts a killed process again
+[ "$drill" = faults ] && launch_flags=(--masters 2 --restart-exited)
 KVPOOL_RL_INNER=1 KVPOOL_RL_LOGS="$work/logs" exec "$here/kvpool" launch --local 2 --config "$work/pool.yaml" \
   --out "$work/client.json" --log-dir "$work/logs" --master-port 0 "${launch_flags[@]}" \
   --run "$here/scripts/rl-scenario.sh" "$mode" "$steps" "$every" $drill

@@ -56,6 +56,13 @@ import java.util.regex.Pattern;
  *       operators' scripts and fault drills: the pids of the processes this launcher started (for a
  *       host reached through ssh, the local ssh process); when it exits, the pool is stopped and
  *       its exit code returned.</li>
+ *   <li>With {@code --restart-exited}, once ready, a master or node that exits is started again with
+ *       the same arguments, as a supervisor (systemd, Kubernetes) would: a node on its address, so
+ *       that it adopts the segment file its previous run left; a master with its id and ports, as a
+ *       standby while another leads. A process that exits again within {@link #CRASH_LOOP} of being
+ *       started again is not restarted a second time (reported lost, as without the flag).</li>
+ *   <li>{@code LOG_DIR/pids} lists the process of each role ({@code NAME PID} per line), rewritten
+ *       at every start: the pids of the current processes, after restarts too.</li>
  * </ul>
  *
  * <h2>Hosts</h2>
@@ -121,6 +128,11 @@ final class LaunchCommand implements Callable<Integer> {
     @Option(names = "--ready-timeout", paramLabel = "DURATION", description = "How long nodes may take to register (default: 60s).")
     Duration readyTimeout = Duration.ofSeconds(60);
 
+    @Option(names = "--restart-exited",
+            description = "Once ready, start a master or node that exits again with the same arguments (a node on its"
+                    + " address, adopting its segment file; a master as a standby), as a supervisor would.")
+    boolean restartExited;
+
     @Option(names = "--run", arity = "1..*", paramLabel = "CMD",
             description = "Run this command once the pool is ready, with KVPOOL_CONFIG_PATH, KVPOOL_MASTER_PID and"
                     + " KVPOOL_NODE_PIDS set; stop the pool when it exits.")
@@ -130,6 +142,10 @@ final class LaunchCommand implements Callable<Integer> {
     static final Pattern NODE_LINE = Pattern.compile("kvpool node (\\S+):(\\d+): \\S+ \\S+ segment");
     /** In the log directory: this launcher's pid, once the pool is ready (for {@code kvpool rolling-restart}). */
     static final String PID_FILE = "launch.pid";
+    /** In the log directory: {@code NAME PID} of each role's current process, rewritten at every start. */
+    static final String PIDS_FILE = "pids";
+    /** A process that exits this soon after being started again is not restarted again (--restart-exited). */
+    static final Duration CRASH_LOOP = Duration.ofSeconds(10);
 
     /** Where nodes and clients find the master: {@code HOST:PORT}, or {@code etcd://...}. */
     private String masterAddress;
@@ -147,6 +163,9 @@ final class LaunchCommand implements Callable<Integer> {
     private final List<Supervised> masterProcesses = new java.util.concurrent.CopyOnWriteArrayList<>();
     private LocalEtcd localEtcd;
     private final PrintStream say = System.out;
+    /** Set by {@link #stopAll}: nothing is restarted after it. */
+    @com.google.errorprone.annotations.concurrent.GuardedBy("this")
+    private boolean stopping;
 
     /** A process this launcher runs: its role's name, where and with what arguments (a restart reuses them). */
     static final class Supervised {
@@ -155,6 +174,10 @@ final class LaunchCommand implements Callable<Integer> {
         private final List<String> args;
         private final Path log;
         private volatile Process process;
+        /** When {@link #process} was started ({@link System#nanoTime}). */
+        private volatile long startedAt = System.nanoTime();
+        /** Whether {@link #process} was started again by --restart-exited (not the first start, not a rolling restart). */
+        private volatile boolean respawned;
 
         Supervised(String name, Host host, List<String> args, Path log, Process process) {
             this.name = name;
@@ -426,6 +449,7 @@ final class LaunchCommand implements Callable<Integer> {
         Supervised s = new Supervised(name, h, new ArrayList<>(args), log, p);
         started.add(s);
         say.printf("started %s on %s (pid %d), log %s%n", name, h.address(), p.pid(), log);
+        writePids();
         return s;
     }
 
@@ -433,8 +457,53 @@ final class LaunchCommand implements Callable<Integer> {
     void restart(Supervised s) throws IOException {
         s.process = new ProcessBuilder(command(s.host(), s.args())).redirectErrorStream(true)
                 .redirectOutput(ProcessBuilder.Redirect.appendTo(s.log().toFile())).start();
+        s.startedAt = System.nanoTime();
+        s.respawned = false;
         say.printf("started %s on %s again (pid %d), log %s%n", s.name(), s.host().address(), s.process.pid(), s.log());
         say.flush();
+        writePids();
+    }
+
+    /** Rewrites {@code LOG_DIR/pids}: each role's current process. Best effort: a drill reading it finds it stale. */
+    private void writePids() {
+        StringBuilder b = new StringBuilder();
+        for (Supervised s : started) {
+            b.append(s.name()).append(' ').append(s.process().pid()).append('\n');
+        }
+        try {
+            Path tmp = logDir.resolve(PIDS_FILE + ".tmp");
+            Files.writeString(tmp, b.toString());
+            Files.move(tmp, logDir.resolve(PIDS_FILE), java.nio.file.StandardCopyOption.REPLACE_EXISTING,
+                    java.nio.file.StandardCopyOption.ATOMIC_MOVE);
+        } catch (IOException e) {
+            say.println("warning: cannot write " + logDir.resolve(PIDS_FILE) + ": " + e);
+        }
+    }
+
+    /**
+     * --restart-exited: starts {@code s}, which exited, again, unless the pool is being stopped or it
+     * exited within {@link #CRASH_LOOP} of an earlier restart of this kind. Returns whether it did.
+     */
+    private synchronized boolean respawn(Supervised s, boolean master) throws IOException {
+        if (stopping) {
+            return false;
+        }
+        Process dead = s.process();
+        String what = master ? "master lost" : "node lost";
+        if (s.respawned && System.nanoTime() - s.startedAt < CRASH_LOOP.toNanos()) {
+            say.printf("%s: %s (pid %d) exited with code %d within %d s of being started again: not restarting it"
+                    + " again; see %s%n", what, s.name(), dead.pid(), dead.exitValue(), CRASH_LOOP.toSeconds(), s.log());
+            say.flush();
+            return false;
+        }
+        say.printf("%s: %s (pid %d) exited with code %d; starting it again (--restart-exited)%s; see %s%n", what,
+                s.name(), dead.pid(), dead.exitValue(), master && masterProcesses.size() > 1
+                        ? ", as a standby: another master takes over through etcd meanwhile"
+                        : master ? "" : ", on its address: it adopts its segment file", s.log());
+        say.flush();
+        restart(s);
+        s.respawned = true;
+        return true;
     }
 
     static final class LaunchFailure extends Exception {
@@ -571,6 +640,13 @@ final class LaunchCommand implements Callable<Integer> {
         RollingRestart rolling = new RollingRestart(this, logDir, say);
         while (true) {
             rolling.serveRequest();
+            if (restartExited) {
+                for (Supervised s : started) {
+                    if (!s.process().isAlive() && !lost.contains(s.name()) && !respawn(s, masterProcesses.contains(s))) {
+                        lost.add(s.name()); // reported by respawn: not restarted again
+                    }
+                }
+            }
             Supervised master = masterProcesses.stream().filter(m -> m.process().isAlive()).findFirst()
                     .orElse(masterProcesses.getLast());
             if (!master.process().isAlive()) {
@@ -625,6 +701,7 @@ final class LaunchCommand implements Callable<Integer> {
 
     /** Stops every process started, newest first, descendants included; idempotent. */
     synchronized void stopAll() {
+        stopping = true;
         List<Supervised> roles = List.copyOf(started);
         for (int i = roles.size() - 1; i >= 0; i--) {
             Supervised s = roles.get(i);
@@ -645,6 +722,7 @@ final class LaunchCommand implements Callable<Integer> {
         masterProcesses.clear();
         try {
             Files.deleteIfExists(logDir.resolve(PID_FILE));
+            Files.deleteIfExists(logDir.resolve(PIDS_FILE));
         } catch (IOException e) {
             // a stale pid file names a dead process: rolling-restart says so
         }

@@ -3,6 +3,7 @@ package io.kvpool.cli;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.kvpool.config.Durations;
 import io.kvpool.engine.ApiToken;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
@@ -76,6 +77,15 @@ import java.util.concurrent.Executors;
  * {@code kvpool launch --run}) is stopped with SIGSTOP just before the engines are paused for a
  * weight update and continued (SIGCONT) after the first step under the new weights: a fault drill
  * for the reset cascade.
+ *
+ * <h2>Faults ({@code --fault K:COMMAND})</h2>
+ * At weight update K, just before its racing rollouts and its pause, the trainer logs the fault
+ * (update number and time) and runs {@code bash -c COMMAND}, waiting for it to exit (it must exit 0):
+ * the command injects a fault (kills or stops a process of the pool) and may leave in the background
+ * whatever brings the pool back; the trainer goes on at once. The summary then gives the prefix hit
+ * rate by update: the baseline (the updates before the first fault) and, for each fault, how far the
+ * hit rate fell, how long until it was back to the baseline, and what it cost (see
+ * {@link RolloutTally#faultSummary}).
  */
 @Command(name = "trainer", mixinStandardHelpOptions = true,
         description = "Drive engines like an RL trainer: rollouts each step, a weight update every N steps.")
@@ -140,6 +150,25 @@ final class TrainerCommand implements Callable<Integer> {
     @Option(names = "--freeze-at-update", paramLabel = "K",
             description = "The weight update --freeze-pid spans, counting from 1 (default: ${DEFAULT-VALUE}).")
     int freezeAtUpdate = 1;
+
+    @Option(names = "--reset-retry", paramLabel = "DURATION",
+            description = "A reset cascade that fails (a master failover, say) is tried again, the engines staying paused,"
+                    + " for up to this long before the trainer stops (default: ${DEFAULT-VALUE}: stop at once).")
+    Duration resetRetry = Duration.ZERO;
+
+    @Option(names = "--fault", paramLabel = "K:COMMAND",
+            description = "Fault drill: at weight update K, just before its pause, run bash -c COMMAND and wait for it"
+                    + " (exit 0 required; what it leaves in the background runs on); the summary gives the hit rate"
+                    + " before the first fault and after each. Repeatable.")
+    List<String> faults = new ArrayList<>();
+
+    @Option(names = "--hit-window", paramLabel = "N",
+            description = "With --fault: the hit rate is compared over windows of N updates (default: ${DEFAULT-VALUE}).")
+    int hitWindow = 10;
+
+    @Option(names = "--updates-csv", paramLabel = "FILE",
+            description = "Write the steps' prefix hit tokens by update (and the faults) to this CSV file at the end.")
+    Path updatesCsv;
 
     @Option(names = "--api-token-file", paramLabel = "FILE",
             description = "File holding the engines' API token (default: env KVPOOL_ENGINE_TOKEN_FILE or"
@@ -291,6 +320,25 @@ final class TrainerCommand implements Callable<Integer> {
                     + " with --update-every " + updateEvery + " make " + updates + " weight update(s) to freeze at"
                     + " (counting from 1)");
         }
+        Map<Integer, List<String>> faultsAt = new java.util.TreeMap<>();
+        for (String f : faults) {
+            int colon = f.indexOf(':');
+            int at;
+            try {
+                at = colon < 1 ? -1 : Integer.parseInt(f.substring(0, colon).trim());
+            } catch (NumberFormatException e) {
+                at = -1;
+            }
+            if (at < 1 || at > updates || f.substring(colon + 1).isBlank()) {
+                throw new IllegalArgumentException("--fault: K:COMMAND with K a weight update from 1 to " + updates
+                        + " (--steps " + steps + ", --update-every " + updateEvery + "), got '" + f + "'");
+            }
+            faultsAt.computeIfAbsent(at, k -> new ArrayList<>()).add(f.substring(colon + 1).trim());
+        }
+        Bounds.range("--hit-window", hitWindow, 1, 1_000_000, null);
+        if (resetRetry.isNegative()) {
+            throw new IllegalArgumentException("--reset-retry: a duration of 0s or more, got " + Durations.format(resetRetry));
+        }
         StringBuilder task = new StringBuilder();
         String[] words = "solve the task step by step using the tools given and report the final answer".split(" ");
         for (int i = 0; task.length() < prefixTokens; i++) {
@@ -339,6 +387,10 @@ final class TrainerCommand implements Callable<Integer> {
                         frozenAt = System.nanoTime();
                         log("froze pid %d (a pool node) before the weight update", freezePid);
                     }
+                    for (String f : faultsAt.getOrDefault(update, List.of())) {
+                        fault(update, f);
+                    }
+                    tally.updateStarted(update, System.nanoTime());
                     update();
                     if (verify) {
                         recomputed = recompute(version); // runs alongside the step: salted, it shares no KV
@@ -389,6 +441,15 @@ final class TrainerCommand implements Callable<Integer> {
         for (String line : tally.summary(mode, wall, after[0] - before[0], after[1] - before[1], verify, race)) {
             log("%s", line);
         }
+        if (!faults.isEmpty()) {
+            for (String line : tally.faultSummary(hitWindow)) {
+                log("%s", line);
+            }
+        }
+        if (updatesCsv != null) {
+            java.nio.file.Files.write(updatesCsv, tally.updatesCsv());
+            log("hit tokens by update written to %s", updatesCsv);
+        }
         if (verify) {
             log("stale outputs: %d of %d verified", tally.stale, tally.verified + tally.partialsChecked);
             return tally.stale > 0 ? 1 : 0;
@@ -431,6 +492,7 @@ final class TrainerCommand implements Callable<Integer> {
             weights = n.path("kvpool").path("weights_version").asText();
         }
         Arrays.sort(ttft);
+        tally.stepUnder(version - 1, prompt, local, external);
         detail("step %2d  weights %s  rollouts %d  prefix hit %5.1f%% (local %5.1f%%, pool %5.1f%%)  ttft p50 %6.1f ms",
                 step, weights, done.size(), 100.0 * (local + external) / prompt, 100.0 * local / prompt,
                 100.0 * external / prompt, ttft[ttft.length / 2]);
@@ -534,6 +596,65 @@ final class TrainerCommand implements Callable<Integer> {
                 r.answer().path("kvpool").path("prefix_cache_hit_tokens").asLong(),
                 r.answer().path("kvpool").path("external_hit_tokens").asLong(), got, want);
         return 1;
+    }
+
+    /** Between tries of a failed reset cascade (--reset-retry). */
+    static final Duration RESET_RETRY_PAUSE = Duration.ofMillis(500);
+
+    /**
+     * The reset cascade on one engine: {@code reset} answers the engine's JSON ({@code success},
+     * {@code removed}, {@code message}) or throws IllegalStateException (the engine answered an error).
+     * A failure is tried again after {@code pause} while less than {@code retryFor} has passed since
+     * {@code startNanos} (the engines stay paused meanwhile: nothing runs over the old KV); then it
+     * throws, naming the engine and why. Returns {objects removed, tries again}.
+     */
+    static long[] resetCascade(Callable<JsonNode> reset, String engine, long startNanos, Duration retryFor, Duration pause,
+                               java.util.function.Consumer<String> log) throws Exception {
+        int retries = 0;
+        while (true) {
+            String failure;
+            try {
+                JsonNode r = reset.call();
+                if (r.path("success").asBoolean()) {
+                    return new long[]{r.path("removed").asLong(), retries};
+                }
+                failure = engine + ": " + r.path("message").asText(r.toString());
+            } catch (IllegalStateException ex) {
+                failure = ex.getMessage();
+            }
+            long spent = System.nanoTime() - startNanos;
+            if (spent >= retryFor.toNanos()) {
+                throw new IllegalStateException("reset cascade failed" + (retries > 0 ? " (tried " + (retries + 1)
+                        + " times in " + spent / 1_000_000 + " ms)" : "") + ", stopping (KV of the old weights could be"
+                        + " served): " + failure);
+            }
+            retries++;
+            log.accept("reset cascade failed (" + failure + "); the engines stay paused; trying again (--reset-retry "
+                    + Durations.format(retryFor) + ")");
+            Thread.sleep(pause.toMillis());
+        }
+    }
+
+    /** The most a --fault command may take to inject its fault (it leaves the rest in the background). */
+    static final Duration FAULT_TIMEOUT = Duration.ofMinutes(2);
+
+    /** Runs a --fault command before weight update {@code update} and waits for it; anything but exit 0 stops the run. */
+    private void fault(int update, String command) throws Exception {
+        String clock = LocalTime.now().format(DateTimeFormatter.ofPattern("HH:mm:ss.SSS"));
+        long at = System.nanoTime();
+        log("fault at update %d: running %s", update, command);
+        Process p = new ProcessBuilder("bash", "-c", command).inheritIO().start();
+        if (!p.waitFor(FAULT_TIMEOUT.toSeconds(), java.util.concurrent.TimeUnit.SECONDS)) {
+            p.destroyForcibly();
+            throw new IllegalStateException("fault at update " + update + ": '" + command + "' did not finish within "
+                    + FAULT_TIMEOUT.toSeconds() + " s (stopped); the drill is void");
+        }
+        if (p.exitValue() != 0) {
+            throw new IllegalStateException("fault at update " + update + ": '" + command + "' exited " + p.exitValue()
+                    + "; the drill is void");
+        }
+        log("fault at update %d injected in %d ms; going on", update, (System.nanoTime() - at) / 1_000_000);
+        tally.fault(update, command, at, clock);
     }
 
     /** Sends a signal to --freeze-pid with kill(1). */
@@ -647,21 +768,16 @@ final class TrainerCommand implements Callable<Integer> {
         if (mode.equals("reset")) {
             long removed = 0;
             long r0 = System.nanoTime();
+            int retries = 0;
             for (String e : engines) {
-                // a reset that did not succeed may leave KV of the old weights servable: never go on
-                JsonNode r;
-                try {
-                    r = post(e, "/reset_prefix_cache?reset_connector=true", "");
-                } catch (IllegalStateException ex) {
-                    throw new IllegalStateException("reset cascade failed, stopping (KV of the old weights could be"
-                            + " served): " + ex.getMessage(), ex);
-                }
-                if (!r.path("success").asBoolean()) {
-                    throw new IllegalStateException("reset cascade failed on " + e + ", stopping (KV of the old weights"
-                            + " could be served): " + r.path("message").asText(r.toString()));
-                }
-                removed += r.path("removed").asLong();
+                // a reset that did not succeed may leave KV of the old weights servable: never go on (the engines
+                // stay paused); with --reset-retry, try the whole cascade on that engine again meanwhile
+                long[] done = resetCascade(() -> post(e, "/reset_prefix_cache?reset_connector=true", ""), e, r0,
+                        resetRetry, RESET_RETRY_PAUSE, m -> log("%s", m));
+                removed += done[0];
+                retries += (int) done[1];
             }
+            tally.resetRetried(retries);
             detail("reset cascade done in %d ms: local prefix caches and the pool emptied (%d blocks removed)",
                     (System.nanoTime() - r0) / 1_000_000, removed);
         } else if (mode.equals("versioned")) {

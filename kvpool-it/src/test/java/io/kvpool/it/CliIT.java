@@ -117,6 +117,8 @@ class CliIT {
                 "more than this machine's");
         expectBad(run("trainer", "--engines", "http://127.0.0.1:1", "--rollouts", "100000"),
                 "--rollouts 100000 is out of range: 1 to 1024");
+        expectBad(run("trainer", "--engines", "http://127.0.0.1:1", "--steps", "5", "--update-every", "2", "--fault",
+                "3:true"), "--fault: K:COMMAND with K a weight update from 1 to 2", "got '3:true'");
         expectBad(run("status", "--watch", "1s", "--frames", "-1"), "--frames -1 must be at least 0");
         expectBad(run("bench", "--only", "nosuch"), "--only nosuch: no such section");
         expectBad(run("offload-config", "--block-size", "0"), "--block-size 0 is out of range: 1 to 4096");

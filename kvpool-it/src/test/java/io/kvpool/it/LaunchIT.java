@@ -188,6 +188,94 @@ class LaunchIT {
         }
     }
 
+    /** Whether {@code key} reads back as {@code value} now (a miss or an error while the pool comes back: not yet). */
+    private static boolean readsBack(KvPoolClient c, String key, byte[] value) {
+        try {
+            return c.get(key).map(v -> java.util.Arrays.equals(v, value)).orElse(false);
+        } catch (RuntimeException e) {
+            return false;
+        }
+    }
+
+    /** The pid of {@code name}'s latest start by --restart-exited, once the launcher printed it. */
+    private static long restartedPid(Launcher l, String name) throws InterruptedException {
+        Pattern again = Pattern.compile("started " + Pattern.quote(name) + " on \\S+ again \\(pid (\\d+)\\)");
+        Await.until("the launcher started " + name + " again", Duration.ofSeconds(120),
+                () -> l.lines().stream().anyMatch(line -> again.matcher(line).find()) || !l.process().isAlive());
+        long pid = -1;
+        for (String line : l.lines()) {
+            Matcher m = again.matcher(line);
+            if (m.find()) {
+                pid = Long.parseLong(m.group(1));
+            }
+        }
+        assertThat(pid).as("%s started again; the launcher printed %s", name, l.lines()).isPositive();
+        return pid;
+    }
+
+    /**
+     * {@code --restart-exited}, as a supervisor: a node killed with SIGKILL is started again on its
+     * address and adopts its segment file (the object put before the kill is read back), a killed
+     * master is started again on its port and rebuilds from the node; the pids file follows, and a
+     * SIGTERM stops the processes started again too.
+     */
+    @Test
+    void withRestartExitedAKilledNodeComesBackWithItsObjectsAndAKilledMasterComesBack(@TempDir Path dir) throws Exception {
+        Launcher l = launch(dir, "type: pool\ncpu: 64MiB\n", "--local", "1", "--restart-exited");
+        List<Long> all = new ArrayList<>();
+        try {
+            awaitPrinted(l, "export KVPOOL_CONFIG_PATH=");
+            all.addAll(l.childPids());
+            Path pids = dir.resolve("logs").resolve("pids");
+            assertThat(Files.readAllLines(pids)).containsExactly("master " + l.pidOf("master"), "node-0 " + l.pidOf("node-0"));
+            String master = new ObjectMapper().readTree(dir.resolve("client.json").toFile()).path("master").asText();
+            byte[] value = "kept across a kill".getBytes(StandardCharsets.UTF_8);
+            try (KvPoolClient c = KvPoolClient.connect(master)) {
+                assertThat(c.put("kept", value)).isEqualTo(PutStatus.OK);
+            }
+
+            long node = l.pidOf("node-0");
+            ProcessHandle.of(node).orElseThrow().destroyForcibly();
+            awaitPrinted(l, "node lost: node-0 (pid " + node + ") exited with code 137; starting it again");
+            long nodeAgain = restartedPid(l, "node-0");
+            all.add(nodeAgain);
+            Await.untilChecked("the pids file names node-0's new pid", Duration.ofSeconds(60),
+                    () -> Files.readAllLines(pids).contains("node-0 " + nodeAgain));
+            try (KvPoolClient c = KvPoolClient.connect(master)) {
+                Await.until("the object put before the kill is read back from the adopted segment",
+                        Duration.ofSeconds(120), () -> readsBack(c, "kept", value));
+            }
+
+            long masterPid = l.pidOf("master");
+            ProcessHandle.of(masterPid).orElseThrow().destroyForcibly();
+            awaitPrinted(l, "master lost: master (pid " + masterPid + ") exited with code 137; starting it again");
+            all.add(restartedPid(l, "master"));
+            Await.until("the object is read back under the master started again", Duration.ofSeconds(120), () -> {
+                try (KvPoolClient c = KvPoolClient.connect(master)) { // refused until the master listens again
+                    return readsBack(c, "kept", value);
+                } catch (RuntimeException e) {
+                    return false;
+                }
+            });
+            assertThat(l.process().isAlive()).as("the pool goes on").isTrue();
+            assertThat(l.printed("FAILED")).isFalse();
+
+            l.process().destroy();
+            assertThat(l.process().waitFor(60, TimeUnit.SECONDS)).isTrue();
+            assertAllGone(all);
+            assertThat(pids).doesNotExist();
+        } finally {
+            // on a failure too: the launcher's SIGTERM stops what it started again (a SIGKILL of the launcher
+            // alone would leave those behind), then whatever is left by pid
+            l.process().destroy();
+            l.process().waitFor(60, TimeUnit.SECONDS);
+            l.process().destroyForcibly();
+            for (long pid : all) {
+                ProcessHandle.of(pid).ifPresent(ProcessHandle::destroyForcibly);
+            }
+        }
+    }
+
     @Test
     void aNodeThatCannotStartFailsTheLaunchNamingIt(@TempDir Path dir) throws Exception {
         // a disk tier where a file is in the way: the node cannot create its directory
