@@ -69,12 +69,11 @@ public final class Membership {
     /** Told when objects lost copies or a segment joined: the repair has work, or room for it. */
     private final Runnable copiesChanged;
     /**
-     * Told when a registration replaced an earlier one of the same name (the node restarted, or
-     * registered again): the old segment, the new one, and the regions two-phase puts still pending
-     * had reserved on the old one. Writes placed by the old registration may still reach the node at
-     * those offsets (a same-machine copy goes into the file before any node sees it; a slow writer's
-     * NODE_WRITE reaches the node once it serves again), so that space is held on the new segment until
-     * those puts' and leases' deadlines ({@link WriteLeases#carryOver}).
+     * Told when a registration leaves (replaced, or dropped for silence) and when a name registers:
+     * writes the old registration placed may still reach the node at those offsets (a same-machine
+     * copy goes into the file before any node sees it; a slow writer's NODE_WRITE reaches the node once
+     * it serves again), so that space is held on the name's next registration until those puts' and
+     * leases' deadlines ({@link WriteLeases#dropped}, {@link WriteLeases#returned}).
      */
     private final Replaced replaced;
     /** Who may replace a registered segment, and what a replaced one had placed. */
