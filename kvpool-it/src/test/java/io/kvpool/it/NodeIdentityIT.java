@@ -111,9 +111,7 @@ class NodeIdentityIT {
         try (InProcessCluster cluster = new InProcessCluster(1, Size.ofBytes(16 << 20));
              KvPoolClient client = cluster.client()) {
             StorageNode live = cluster.nodes.getFirst();
-            for (int i = 0; i < 10; i++) {
-                assertThat(client.put("live/" + i, Payloads.make("live/" + i, 1, 5000))).isEqualTo(PutStatus.OK);
-            }
+            putAll(client, "live/", 10);
             try (FrameConnection m = FrameConnection.connect(HostPort.parse(cluster.masterAddress()), T, Limits.DEFAULT)) {
                 BodyWriter w = new BodyWriter();
                 new MasterMessages.RegisterNode(live.name(), "127.0.0.1", live.port(), 16 << 20, live.epoch(), 42, 0, "",
@@ -125,12 +123,8 @@ class NodeIdentityIT {
                         });
             }
             assertThat(live.isRegistered()).isTrue();
-            for (int i = 0; i < 40; i++) {
-                assertThat(client.put("next/" + i, Payloads.make("next/" + i, 1, 5000))).isEqualTo(PutStatus.OK);
-            }
-            for (int i = 0; i < 10; i++) {
-                assertThat(client.get("live/" + i)).as("live/" + i).contains(Payloads.make("live/" + i, 1, 5000));
-            }
+            putAll(client, "next/", 40);
+            assertAllThere(client, "live/", 10);
         }
     }
 
@@ -139,9 +133,7 @@ class NodeIdentityIT {
         try (InProcessCluster cluster = new InProcessCluster(1, Size.ofBytes(16 << 20));
              KvPoolClient client = cluster.client()) {
             StorageNode live = cluster.nodes.getFirst();
-            for (int i = 0; i < 10; i++) {
-                assertThat(client.put("live/" + i, Payloads.make("live/" + i, 1, 5000))).isEqualTo(PutStatus.OK);
-            }
+            putAll(client, "live/", 10);
             // the same advertised address and port, listening on another loopback address of this machine
             try (StorageNode twin = new StorageNode(NodeConfig.defaults(HostPort.parse(cluster.masterAddress()),
                     Size.ofBytes(16 << 20)).withListen("127.0.0.2", live.port()).withAdvertiseHost("127.0.0.1")
@@ -149,10 +141,20 @@ class NodeIdentityIT {
                 assertThat(twin.name()).isEqualTo(live.name());
                 assertThat(twin.awaitRegistered(Duration.ofSeconds(2))).as("the twin is refused").isFalse();
                 assertThat(live.isRegistered()).isTrue();
-                for (int i = 0; i < 10; i++) {
-                    assertThat(client.get("live/" + i)).as("live/" + i).contains(Payloads.make("live/" + i, 1, 5000));
-                }
+                assertAllThere(client, "live/", 10);
             }
+        }
+    }
+
+    private static void putAll(KvPoolClient client, String prefix, int n) {
+        for (int i = 0; i < n; i++) {
+            assertThat(client.put(prefix + i, Payloads.make(prefix + i, 1, 5000))).isEqualTo(PutStatus.OK);
+        }
+    }
+
+    private static void assertAllThere(KvPoolClient client, String prefix, int n) {
+        for (int i = 0; i < n; i++) {
+            assertThat(client.get(prefix + i)).as(prefix + i).contains(Payloads.make(prefix + i, 1, 5000));
         }
     }
 }
