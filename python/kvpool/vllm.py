@@ -471,14 +471,24 @@ class KvPoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
     # -------------------------------------------------------------------------- worker side
 
     def register_kv_caches(self, kv_caches: dict) -> None:
-        """Per-layer CPU caches, as vLLM hands them: ``[B, H, N, C]`` views (vLLM 0.32; ``C`` is K then
-        V as the ``kv_layout`` says) or, from older vLLM, ``(2, B, H, N, D)`` (HND) or ``(2, B, N, H, D)``
-        (NHD). Blocks move through one staging copy each (per layer when ``layerwise``).
+        """The layers' KV caches, as vLLM hands them.
+
+        On a GPU (CUDA tensors, or ``device_edge: cpu``): vLLM 0.32's ``[B, H, N, C]`` views in any
+        ``KVCacheLayout``, read through the ``KVCacheConfig`` vLLM gave this connector
+        (``kvpool.device.vllm_layout``) and moved by the device edge (``kvpool.device``).
+
+        On vLLM's CPU backend: ``[B, H, N, C]`` views (``C`` is K then V as the ``kv_layout`` says) or, from
+        older vLLM, ``(2, B, H, N, D)`` (HND) or ``(2, B, N, H, D)`` (NHD). Blocks move through one staging copy
+        each (per layer when ``layerwise``).
 
         Layer ``i`` of a block in the pool is the ``i``-th layer in the model's order: the number in the
         layer's name (vLLM's ``extract_layer_index``), or the order vLLM hands them in when a name has no
         single number. That is also the order of the forward pass, which layerwise saves rely on. Layers
         sharing one cache (vLLM's KV sharing) are registered once, and their names stand for that layer."""
+        edge = self._edge_choice(kv_caches)
+        if edge is not None:
+            self._register_device_caches(kv_caches, edge)
+            return
         names: list[str] = []
         first: dict[tuple, str] = {}
         alias: dict[str, str] = {}
@@ -498,6 +508,37 @@ class KvPoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
         else:
             self.kv = LayeredPagedKv(layers, self.block_size, self.kv_layout)
         self._check_dtype(self.kv.kv_dtype)
+
+    def _edge_choice(self, kv_caches: dict) -> Optional[str]:
+        """``cuda`` or ``cpu`` when the caches go through the device edge, None for vLLM's CPU backend."""
+        choice = str(self._extra.get("device_edge", "auto")).lower()
+        if choice not in ("auto", "cuda", "cpu"):
+            raise ValueError(f"kv_connector_extra_config.device_edge must be auto, cuda or cpu, got {choice!r}")
+        if choice != "auto":
+            return choice
+        on_gpu = any(getattr(getattr(t, "device", None), "type", "cpu") == "cuda" for t in kv_caches.values())
+        return "cuda" if on_gpu else None
+
+    def _register_device_caches(self, kv_caches: dict, choice: str) -> None:
+        """The GPU backends' caches: one :class:`kvpool.device.DeviceKv` over the group's views."""
+        from .device import DeviceKv, edge_for
+        from .device.vllm_layout import read_groups
+        groups = read_groups(self._kv_cache_config, kv_caches)
+        if len(groups) > 1:
+            kinds = ", ".join(f"{g.index}: {g.kind}" for g in groups)
+            raise ValueError(f"kvpool connector: this model has {len(groups)} KV cache groups ({kinds}); "
+                             "models with several KV cache groups (hybrid attention) are not supported yet")
+        group = groups[0]
+        spec_block = int(self._kv_cache_config.kv_cache_groups[group.index].kv_cache_spec.block_size)
+        if spec_block != self.block_size:
+            raise ValueError(f"kvpool connector: KV cache group {group.index} holds {spec_block} tokens a block, "
+                             f"the engine's block size is {self.block_size}")
+        edge = edge_for(group.views[0], choice)
+        self.kv = DeviceKv(group.views, group.fmt, self.block_size, edge, self.keys.kv_dtype,
+                           num_blocks=group.num_blocks)
+        self._layer_index = {n: i for i, n in enumerate(group.names)}
+        self._layer_index.update({n: self._layer_index[a] for n, a in group.aliases.items()})
+        log.info("kvpool connector: %s (%s, layout %s)", self.kv, group.kind, group.layout or "?")
 
     def _split_kv(self, t: Any) -> Any:
         """A ``[B, H, N, C]`` layer view as views (no copy) of its K and V, each ``(B, N, H, D)``.
@@ -650,6 +691,8 @@ class KvPoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
             self.connector.start_saves(self.kv)
         if self.sync_save:
             self.connector.wait_for_save()
+        else:
+            self.connector.wait_for_device_copies()
 
     def handle_preemptions(self, preempted: Any = None) -> None:
         """Before preempted requests' blocks are reused: waits for their saves. Takes the step's

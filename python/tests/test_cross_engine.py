@@ -335,3 +335,89 @@ def test_layer_by_layer_reads_and_writes_the_same_bytes_as_whole_blocks_across_l
         e.stop()
         assert again["kvpool"]["external_hit_tokens"] == 32 and again["kvpool"]["recomputed_tokens"] == 0, extra
         assert again["choices"][0]["token_ids"] == first["choices"][0]["token_ids"], extra
+
+
+def gpu_layout_caches(torch: Any, order: tuple, blocks: int = 16) -> dict[str, Any]:
+    """Per-layer ``[B, H, N, C]`` float32 views of one flat buffer in a vLLM 0.32 GPU ``KVCacheLayout`` (``order``:
+    the logical axes ``[L, B, H, N, C]`` outermost first), C holding each cell's K then V, as FlashAttention
+    reads them."""
+    shape = (LAYERS, blocks, KV_HEADS, BS, 2 * HEAD_DIM)
+    strides = [0] * 5
+    step = 1
+    for dim in reversed(order):
+        strides[dim] = step
+        step *= shape[dim]
+    view = torch.as_strided(torch.full((step,), float("nan")), shape, strides)
+    return {f"model.layers.{i}.self_attn.attn": view[i] for i in range(LAYERS)}
+
+
+def attention_config(blocks: int = 16) -> Any:
+    """A ``KVCacheConfig``-shaped object for the tiny model's one full-attention group (what vLLM hands a
+    worker connector; the peer suite hands the real one)."""
+    spec = SimpleNamespace(block_size=BS, num_kv_heads=KV_HEADS, head_size=HEAD_DIM, head_size_v=HEAD_DIM,
+                           num_heads=KV_HEADS, num_states=BS, state_content_bytes=None,
+                           state_content_size_bytes=2 * HEAD_DIM * 4)
+    group = SimpleNamespace(layer_names=[f"model.layers.{i}.self_attn.attn" for i in range(LAYERS)],
+                            kv_cache_spec=spec, enable_kv_transfer=True)
+    return SimpleNamespace(num_blocks=blocks, kv_cache_groups=[group], kv_cache_layout=None)
+
+
+@pytest.mark.parametrize("order", [(1, 0, 3, 2, 4), (0, 1, 2, 3, 4)], ids=["BLNHC", "LBHNC"])
+def test_a_gpu_layout_cache_takes_java_blocks_and_gives_java_them_back(pool: Any, client: kvpool.Client,
+                                                                       java_engine: Any, tmp_path: Path,
+                                                                       order: tuple) -> None:
+    """kvpool.vllm over a GPU backend's cache layout (the device edge's CPU implementation) loads the blocks the
+    Java engine saved, each K and V where FlashAttention reads them; saves them back byte for byte; and a fresh
+    Java engine takes them as hits and generates what it generated computing everything."""
+    torch = pytest.importorskip("torch")
+    from kvpool.vllm import KVConnectorRole, KvPoolConnector
+    e1 = java_engine()
+    first = e1.complete(PROMPT, 8)
+    e1.stop()
+    hasher, keys = BlockHasher(BS, "0"), KeyFormat(MODEL, "v1", "f32")
+    names = keys.keys(hasher.hashes(PROMPT))
+    stored = [client.get(k) for k in names]
+    assert len(stored) == 3 and all(stored)
+
+    sched, _ = vllm_connectors(pool, tmp_path)
+    cfg = SimpleNamespace(
+        kv_transfer_config=SimpleNamespace(kv_connector_extra_config={
+            "master": pool.master, "hash_seed": "0", "model": MODEL, "weights_version": "v1", "device_edge": "cpu",
+            "fence_path": str(tmp_path / "fence"), "wait_for_save": True}),
+        cache_config=SimpleNamespace(block_size=BS, cache_dtype="auto"),
+        model_config=SimpleNamespace(model=MODEL, dtype="float32"),
+        parallel_config=SimpleNamespace(tensor_parallel_size=1, pipeline_parallel_size=1))
+    worker = KvPoolConnector(cfg, KVConnectorRole.WORKER, attention_config())
+    table = [9, 4, 12, 1]
+    try:
+        caches = gpu_layout_caches(torch, order)
+        worker.register_kv_caches(caches)
+        assert type(worker.kv).__name__ == "DeviceKv"
+        worker.bind_connector_metadata(plan_hit(sched, table))
+        worker.start_load_kv(None)
+        worker.wait_for_layer_load("model.layers.0.self_attn.attn")
+        worker.wait_for_save()
+        assert worker.get_block_ids_with_load_errors() == set()
+        for i, b in enumerate(table[:3]):
+            raw = np.frombuffer(stored[i], dtype="<f4").reshape(LAYERS, 2, BS, KV_HEADS, HEAD_DIM)
+            for li, t in enumerate(caches.values()):
+                k, v = t[b].transpose(0, 1).split(HEAD_DIM, dim=-1)  # FlashAttention's split: (N, H, D) each
+                assert np.array_equal(k.numpy(), raw[li, 0]) and np.array_equal(v.numpy(), raw[li, 1])
+
+        # the pool emptied, the device cache saves the blocks back: the bytes Java stored
+        assert client.remove_all(force=True) >= 3
+        saved = worker.kv.save_sources(table[:3])
+        assert [s.numpy().tobytes() for s in saved] == stored
+        pc = PoolConnector(client, hasher, keys)
+        save_prompt(pc, worker.kv, table[:3])
+        pc.close()
+        assert pc.saved_blocks == 3 and [client.get(k) for k in names] == stored
+    finally:
+        worker.shutdown()
+        sched.shutdown()
+
+    e2 = java_engine()
+    again = e2.complete(PROMPT, 8)
+    e2.stop()
+    assert again["kvpool"]["external_hit_tokens"] == 32 and again["kvpool"]["recomputed_tokens"] == 0
+    assert again["choices"][0]["token_ids"] == first["choices"][0]["token_ids"]

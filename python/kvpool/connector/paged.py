@@ -34,12 +34,29 @@ from typing import Any, Callable, Optional, Sequence
 from ..buffers import as_memoryview
 from .keys import dtype_name
 
-__all__ = ["PagedKv", "PagedKvCache", "LayeredPagedKv", "NHD", "HND"]
+__all__ = ["PagedKv", "PagedKvCache", "LayeredPagedKv", "Staged", "NHD", "HND"]
 
 #: vLLM per-layer logical layouts, as the dimension names of a layer's KV cache tensor.
 NHD = ("kv", "blocks", "tokens", "heads", "dim")   # FlashAttention: (2, num_blocks, block_size, H, D)
 HND = ("kv", "blocks", "heads", "tokens", "dim")   # CPU backend:    (2, num_blocks, H, block_size, D)
 _CANON = ("kv", "blocks", "tokens", "heads", "dim")
+
+
+class Staged:
+    """Blocks a save took from the engine's memory: :meth:`wait` returns once they have left it (the engine may
+    then overwrite them), :meth:`sources` gives their bytes in the pool's layout. Host caches read the blocks
+    only when :meth:`sources` is called (on the connector's save thread); a device cache
+    (``kvpool.device.DeviceKv``) starts copying them to host memory when the save is staged."""
+
+    def __init__(self, kv: "PagedKv", block_ids: Sequence[int]) -> None:
+        self._kv = kv
+        self._block_ids = list(block_ids)
+
+    def wait(self) -> None:
+        return None
+
+    def sources(self) -> list[Any]:
+        return self._kv.save_sources(self._block_ids)
 
 
 class PagedKv:
@@ -68,6 +85,16 @@ class PagedKv:
     def save_sources(self, block_ids: Sequence[int]) -> list[Any]:
         """Buffers holding the blocks' bytes in the pool's layout."""
         return [self.block(b) for b in block_ids]
+
+    def stage_save(self, block_ids: Sequence[int]) -> Any:
+        """The blocks' save, started on the engine's thread once the step's layers are computed: a
+        :class:`Staged` (or anything with its ``wait`` and ``sources``). Default: read on the save thread."""
+        return Staged(self, block_ids)
+
+    def layer_computed(self, layer: int) -> None:
+        """The engine's thread says layer ``layer`` of the step was computed (before its layer-by-layer save
+        reads it on the save thread): a device cache records where the engine's stream is. Default: nothing."""
+        return None
 
     @property
     def layer_bytes(self) -> int:

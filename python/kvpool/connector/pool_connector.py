@@ -64,7 +64,7 @@ from .fence import Fence, FileFence, LocalFence
 from .hashing import BlockHasher
 from . import layers
 from .keys import KeyFormat
-from .paged import PagedKv
+from .paged import PagedKv, Staged
 from .planner import Planner
 from .values import (
     COUNTERS, EMPTY_META, NO_MATCH, ConnectorMeta, ConnectorRequest, ConnectorStats, Load, Match, ResetResult, Save,
@@ -83,6 +83,7 @@ class _SaveJob(NamedTuple):
     saves: list[Save]
     generation: int
     kv: PagedKv
+    staged: Staged  # the blocks on their way to host memory (started on the engine's thread)
 
 
 _STOP = object()
@@ -143,6 +144,7 @@ class PoolConnector:
         self._step_saves: Optional[layers.StepSaves] = None  # "layer": the step's saves, from its first saved layer
         self._loader = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kvpool-load")
         self._saves_started_for: Optional[int] = None  # id() of the meta whose saves were queued
+        self._staged: Optional[Staged] = None  # the step's blocks on their way to host memory
 
         # saves in flight, by request (guarded by _save_lock)
         self._save_lock = threading.Lock()
@@ -383,7 +385,16 @@ class PoolConnector:
             return
         saves = self._plan_saves(settle=True)
         if saves:
-            self._queue(_SaveJob(saves, self._current.generation, kv), saves)
+            staged = kv.stage_save([s.block_id for s in saves])
+            if self._queue(_SaveJob(saves, self._current.generation, kv, staged), saves):
+                self._staged = staged
+
+    def wait_for_device_copies(self) -> None:
+        """Waits until the step's saved blocks have left the engine's (device) memory for host memory: the
+        engine may overwrite them after this, while the puts still run (never waits for the network)."""
+        staged, self._staged = self._staged, None
+        if staged is not None:
+            staged.wait()
 
     def _plan_saves(self, settle: bool) -> list[Save]:
         """The current step's saves, once per step (empty after the first call), but those computed over a
@@ -430,6 +441,7 @@ class PoolConnector:
                 return
             self._step_saves = job
         last = kv.num_layers - 1
+        kv.layer_computed(min(layer, last))
         if layer >= last:
             self._settle_load()  # every load of the step is in: the final word on which saves stand
         self._step_saves.through(min(layer, last), self._keep(self._step_saves))
@@ -495,7 +507,7 @@ class PoolConnector:
                     self._count(dropped_saves=n)  # planned before a reset or weight switch
                     return
                 keys = [s.key for s in job.saves]
-                sources = job.kv.save_sources([s.block_id for s in job.saves])
+                sources = job.staged.sources()
                 self._counted(self.client.put_batch(keys, sources), job.kv.block_bytes)
         except Exception as e:  # noqa: BLE001 - counted, never raised into the engine
             log.warning("kvpool save of %d blocks failed: %s", n, e)
