@@ -63,6 +63,9 @@ class DeviceEdge:
 
     name: str = "?"
     device: Any
+    #: bytes this edge has copied (both directions): a gauge of the device traffic, and proof in tests that a
+    #: path went through the edge
+    bytes_copied: int = 0
 
     def host(self, nbytes: int) -> Any:
         """A host uint8 tensor of ``nbytes`` that this edge can copy to and from at full speed."""
@@ -93,24 +96,65 @@ class DeviceEdge:
         """Makes the host range ``[address, address + nbytes)`` a DMA target; False if it could not."""
         return True
 
+    def owns(self, address: int, nbytes: int) -> bool:
+        """True if ``[address, address + nbytes)`` is device memory of this edge."""
+        raise NotImplementedError
+
+    def wrap(self, address: int, nbytes: int) -> Any:
+        """Device memory at ``address`` as a uint8 tensor of ``nbytes`` (no copy), for :meth:`copy`."""
+        raise NotImplementedError
+
     def unregister_host(self, address: int) -> None:
         return None
 
 
 class CpuEdge(DeviceEdge):
     """The CPU implementation: the "device" is host memory, copies happen on return. CI runs every device
-    path with it on tensors of the exact shapes and strides GPU backends allocate."""
+    path with it on tensors of the exact shapes and strides GPU backends allocate. Its device memory, where an
+    API takes raw addresses (``kvpool.mooncake``), is what :meth:`alloc` handed out: those addresses are
+    device addresses to :func:`kvpool.device.pointers.device_memory`, as a CUDA allocation's are."""
 
     name = "cpu"
 
     def __init__(self) -> None:
         self.device = torch.device("cpu")
+        self._lock = threading.Lock()
+        self._allocations: dict[int, Any] = {}  # address -> uint8 tensor
+
+    def alloc(self, nbytes: int) -> Any:
+        """``nbytes`` of this edge's device memory (a uint8 tensor), until :meth:`free`."""
+        t = torch.zeros(nbytes, dtype=torch.uint8)
+        with self._lock:
+            self._allocations[t.data_ptr()] = t
+        return t
+
+    def free(self, tensor: Any) -> None:
+        with self._lock:
+            self._allocations.pop(tensor.data_ptr(), None)
+
+    def _find(self, address: int, nbytes: int) -> Optional[tuple[int, Any]]:
+        with self._lock:
+            for base, t in self._allocations.items():
+                if base <= address and address + nbytes <= base + t.numel():
+                    return base, t
+        return None
+
+    def owns(self, address: int, nbytes: int) -> bool:
+        return self._find(address, nbytes) is not None
+
+    def wrap(self, address: int, nbytes: int) -> Any:
+        found = self._find(address, nbytes)
+        if found is None:
+            raise ValueError(f"kvpool device edge: [0x{address:x}, +{nbytes}) is not device memory of this edge")
+        base, t = found
+        return t[address - base:address - base + nbytes]
 
     def host(self, nbytes: int) -> Any:
         return torch.empty(nbytes, dtype=torch.uint8)
 
     def copy(self, dst: Any, src: Any) -> None:
         dst.copy_(src)
+        self.bytes_copied += dst.numel() * dst.element_size()
 
     def mark(self) -> Event:
         return Event()
@@ -152,6 +196,7 @@ class CudaEdge(DeviceEdge):
             for t in (dst, src):
                 if t.is_cuda:
                     t.record_stream(self._stream)
+        self.bytes_copied += dst.numel() * dst.element_size()
 
     @contextlib.contextmanager
     def side(self) -> Iterator[Any]:
@@ -188,6 +233,21 @@ class CudaEdge(DeviceEdge):
         with self._lock:
             if self._registered.pop(address, None) is not None:
                 torch.cuda.cudart().cudaHostUnregister(address)
+
+    def owns(self, address: int, nbytes: int) -> bool:
+        from .cudart import device_of
+        return device_of(address) == self.device.index
+
+    def wrap(self, address: int, nbytes: int) -> Any:
+        return torch.as_tensor(_CudaRange(address, nbytes), device=self.device)
+
+
+class _CudaRange:
+    """Raw device memory as torch takes it without a copy (``__cuda_array_interface__``, version 3)."""
+
+    def __init__(self, address: int, nbytes: int) -> None:
+        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (address, False),
+                                         "version": 3, "strides": None}
 
 
 def edge_for(tensor: Any, choice: Optional[str] = None) -> DeviceEdge:

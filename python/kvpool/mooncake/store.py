@@ -14,6 +14,7 @@ from .args import (DEFAULT_CLIENT_HTTP_PORT, DEFAULT_MASTER_SERVER_ADDR, Pieces,
                    _parse_bool, _str_arg, _uint, parse_byte_size, regex_removal_plan)
 from .codes import (HC_HEALTHY, HC_MASTER_UNREACHABLE, HC_NOT_INITIALIZED, _INTERNAL, _INVALID, _NOT_FOUND,
                     _NOT_SUPPORTED, _OK, _code_for, _warn_once, log)
+from . import device_buffers
 from .admin import _AdminMethods
 from .ranges import _RangeMethods
 from .replicate import ReplicateConfig, config_arg
@@ -337,9 +338,9 @@ class MooncakeDistributedStore(_ParallelTensorMethods, _TensorMethods, _RangeMet
         if ptr == 0 or n == 0:
             log.error("kvpool.mooncake register_buffer: %s", "addr is nullptr" if ptr == 0 else "length is 0")
             return _INVALID
-        if not _host_memory.check(ptr, n, writable=True):
-            log.error("kvpool.mooncake register_buffer: [0x%x, +%d) is not readable and writable host memory "
-                      "(device memory?); kvpool reads and writes host memory only", ptr, n)
+        if device_buffers.device_range(ptr, n) is None and not _host_memory.check(ptr, n, writable=True):
+            log.error("kvpool.mooncake register_buffer: [0x%x, +%d) is neither readable and writable host memory nor "
+                      "device memory of a device kvpool moves (CUDA, through torch)", ptr, n)
             return _INVALID
         with self._lock:
             for base, length in self._registered.items():
@@ -381,6 +382,10 @@ class MooncakeDistributedStore(_ParallelTensorMethods, _TensorMethods, _RangeMet
         k = _str_arg(key, "key")
         config_arg(config, op)
         item = item_of(k)
+        _keep: list[Any] = []
+        if item is not None and item.pieces is not None:
+            (pieces,), _keep = device_buffers.stage_writes([item.pieces])
+            item = _Item(k, pieces=pieces)
         if item is not None and item.size == 0 and empty_ok and self._client is not None:
             log.warning("kvpool.mooncake %s: attempting to put empty data for key %r", op, k[:80])
             return _OK  # Mooncake's put_from/put_parts return success without storing anything
@@ -455,7 +460,8 @@ class MooncakeDistributedStore(_ParallelTensorMethods, _TensorMethods, _RangeMet
         safer for callers that zip."""
         if pieces is None:
             return [_INVALID] * len(ks)
-        return self._write(op, [_Item(k, pieces=pc) for k, pc in zip(ks, pieces)], config, upsert)
+        staged, _keep = device_buffers.stage_writes(list(pieces))
+        return self._write(op, [_Item(k, pieces=pc) for k, pc in zip(ks, staged)], config, upsert)
 
     def batch_put_from(self, keys: Sequence[str], buffer_ptrs: Sequence[int], sizes: Sequence[int],
                        config: Optional[ReplicateConfig] = None) -> list[int]:
@@ -550,7 +556,10 @@ class MooncakeDistributedStore(_ParallelTensorMethods, _TensorMethods, _RangeMet
         client = self._require(op)
         if client is None or pieces is None:
             return [_INVALID] * len(ks)
-        return read_pieces(client, op, ks, pieces)
+        staged, finish = device_buffers.stage_reads(list(pieces))
+        got = read_pieces(client, op, ks, staged)
+        finish(got)
+        return got
 
     # ------------------------------------------------------------------------------ probes
 
