@@ -276,12 +276,10 @@ def test_java_saved_kv_loads_byte_identical_and_serves_java_again(pool: Any, cli
     assert third["choices"][0]["token_ids"] != first["choices"][0]["token_ids"]
 
 
-def test_layer_by_layer_reads_and_writes_the_same_bytes_as_whole_blocks_across_languages(
-        pool: Any, client: kvpool.Client, java_engine: Any, tmp_path: Path) -> None:
-    """The Java engine saves whole blocks; the Python connector loads them layer by layer byte for byte
-    (into its paged cache, and through kvpool.vllm's ``layerwise`` into per-layer caches); it saves them
-    back layer by layer, and Java engines moving whole blocks and moving layers take them as hits and
-    generate what they generated computing everything."""
+def java_saves_prompt(java_engine: Any, client: kvpool.Client) -> tuple[Any, BlockHasher, KeyFormat, list[str],
+                                                                      list[bytes]]:
+    """A Java engine computes PROMPT and saves its three full blocks: its completion, the hasher and key format
+    Python spells the blocks' keys with, the keys, and the stored bytes."""
     e1 = java_engine()
     first = e1.complete(PROMPT, 8)
     e1.stop()
@@ -289,6 +287,16 @@ def test_layer_by_layer_reads_and_writes_the_same_bytes_as_whole_blocks_across_l
     names = keys.keys(hasher.hashes(PROMPT))
     stored = [client.get(k) for k in names]
     assert len(stored) == 3 and all(stored)
+    return first, hasher, keys, names, stored
+
+
+def test_layer_by_layer_reads_and_writes_the_same_bytes_as_whole_blocks_across_languages(
+        pool: Any, client: kvpool.Client, java_engine: Any, tmp_path: Path) -> None:
+    """The Java engine saves whole blocks; the Python connector loads them layer by layer byte for byte
+    (into its paged cache, and through kvpool.vllm's ``layerwise`` into per-layer caches); it saves them
+    back layer by layer, and Java engines moving whole blocks and moving layers take them as hits and
+    generate what they generated computing everything."""
+    first, hasher, keys, names, stored = java_saves_prompt(java_engine, client)
 
     pc = PoolConnector(client, hasher, keys, granularity="layer")
     kv = PagedKvCache(16, LAYERS, BS, KV_HEADS, HEAD_DIM)
@@ -371,13 +379,7 @@ def test_a_gpu_layout_cache_takes_java_blocks_and_gives_java_them_back(pool: Any
     Java engine takes them as hits and generates what it generated computing everything."""
     torch = pytest.importorskip("torch")
     from kvpool.vllm import KVConnectorRole, KvPoolConnector
-    e1 = java_engine()
-    first = e1.complete(PROMPT, 8)
-    e1.stop()
-    hasher, keys = BlockHasher(BS, "0"), KeyFormat(MODEL, "v1", "f32")
-    names = keys.keys(hasher.hashes(PROMPT))
-    stored = [client.get(k) for k in names]
-    assert len(stored) == 3 and all(stored)
+    first, hasher, keys, names, stored = java_saves_prompt(java_engine, client)
 
     sched, _ = vllm_connectors(pool, tmp_path)
     cfg = SimpleNamespace(
