@@ -70,14 +70,18 @@ import logging
 import os
 import tempfile
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence
 
 from .connector.hashing import BlockHasher
 from .connector.keys import KeyFormat, dtype_name
+from .connector.groups import GroupedKv, group_keys, hit_end
+from .connector.planner import GroupBlocks
 from .connector.paged import HND, NHD, LayeredPagedKv, PagedKv, PagedKvCache
 from .connector.pool_connector import (
     ConnectorMeta, ConnectorRequest, FileFence, Load, PoolConnector, Save, ScheduledRequest,
 )
+
+from .vllm_hybrid import Hybrid, read_hybrid  # noqa: E402
 
 log = logging.getLogger("kvpool.vllm")
 
@@ -89,8 +93,14 @@ VLLM_TESTED_VERSION = "0.32.0"
 
 try:  # vLLM present: subclass the real base class
     from vllm.distributed.kv_transfer.kv_connector.v1.base import (  # type: ignore[import-not-found]
-        KVConnectorBase_V1, KVConnectorMetadata, KVConnectorRole,
+        KVConnectorBase_V1, KVConnectorMetadata, KVConnectorRole, SupportsHMA,
     )
+    try:
+        from vllm.distributed.kv_transfer.kv_connector.v1.base import (  # type: ignore[import-not-found]
+            KVConnectorTransferResults,
+        )
+    except ImportError:  # older vLLM: no per-request load failures
+        KVConnectorTransferResults = None
     HAVE_VLLM = True
 except Exception:  # noqa: BLE001 - any import failure means: no usable vLLM here
     HAVE_VLLM = False
@@ -103,6 +113,17 @@ except Exception:  # noqa: BLE001 - any import failure means: no usable vLLM her
 
     class KVConnectorMetadata:  # type: ignore[no-redef]
         """Stand-in for vLLM's ``KVConnectorMetadata``."""
+
+    class SupportsHMA:  # type: ignore[no-redef]
+        """Stand-in for vLLM's ``SupportsHMA`` marker (a connector that takes several KV cache groups)."""
+
+    @dataclass
+    class KVConnectorTransferResults:  # type: ignore[no-redef]
+        """Stand-in for vLLM's ``KVConnectorTransferResults``."""
+
+        finished_sending: set = field(default_factory=set)
+        finished_recving: set = field(default_factory=set)
+        failed_recving: set = field(default_factory=set)
 
     class KVConnectorBase_V1:  # type: ignore[no-redef]  # noqa: N801
         """Stand-in for vLLM's ``KVConnectorBase_V1``: the same constructor and the non-abstract
@@ -231,6 +252,13 @@ def _block_ids(blocks: Any) -> list[int]:
     return [int(b) for b in blocks]
 
 
+def _tables(blocks: Any) -> list[list[int]]:
+    """Every KV cache group's block ids, from vLLM's ``KVCacheBlocks`` or a tuple of lists."""
+    if hasattr(blocks, "get_block_ids"):
+        blocks = blocks.get_block_ids()
+    return [[int(b) for b in t] for t in blocks]
+
+
 def _model_order(names: list[str]) -> list[str]:
     """Layer names in the model's order: by the one number in each name (``model.layers.3.self_attn.attn``:
     3, as vLLM's ``extract_layer_index``), or as given when a name has none or several."""
@@ -240,7 +268,7 @@ def _model_order(names: list[str]) -> list[str]:
     return [n for _, n in sorted(zip((x[0] for x in numbers), names), key=lambda e: e[0])]
 
 
-class KvPoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
+class KvPoolConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
     """vLLM's v1 KV connector over a kvpool (see the module docstring). One instance per role: the
     scheduler's plans lookups, loads and saves; each worker's carries them out on its KV caches
     (CPU tensors only) with a :class:`kvpool.connector.PoolConnector`."""
@@ -288,20 +316,25 @@ class KvPoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
         from .client import Client  # the core client; imported here so this module imports without it
         self.client = Client(extra.get("master"))
         fence_path = extra.get("fence_path") or self._default_fence_path(self.client.master, str(model))
+        # several KV cache groups (hybrid models): see kvpool.vllm_hybrid
+        self.hybrid: Optional[Hybrid] = read_hybrid(kv_cache_config, self.block_size, self.layerwise)
         self.connector = PoolConnector(self.client, self.hasher, self.keys,
                                        reset_scope=str(extra.get("reset", "all")),
                                        max_queued_saves=int(extra.get("max_queued_saves", 64)),
                                        fence=FileFence(fence_path),
-                                       granularity="layer" if self.layerwise else "block")
+                                       granularity="layer" if self.layerwise else "block",
+                                       async_loads=self.hybrid is not None)
         # scheduler side
         self._requests: dict[str, Any] = {}
         self._block_tables: dict[str, list[int]] = {}
+        self._group_tables: dict[str, list[list[int]]] = {}  # hybrid: every group's, by vLLM's group index
         self._reqs_with_saves: set[str] = set()
         # worker side
         self.kv: Optional[PagedKv] = None
         self._layer_index: dict[str, int] = {}  # layer name -> the layer's place in a block (see register_kv_caches)
         self._layers_saved = 0
         self._started: Optional[KvPoolConnectorMetadata] = None  # the metadata whose step was started
+        self._failed_loads: set[str] = set()  # several groups: requests whose loads failed, not reported yet
         log.info("kvpool connector (%s): %s, block size %d, keys %s, %s, fence %s", self._role_name(),
                  self.client.master, self.block_size, self.keys, "layer by layer" if self.layerwise else "whole blocks",
                  fence_path)
@@ -384,12 +417,37 @@ class KvPoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
             return 0, False
         view = self._view(request)
         m = self.connector.get_num_new_matched_tokens(view, num_computed_tokens)
+        if self.hybrid is not None and m.tokens > 0:
+            m = self._hybrid_match(view, num_computed_tokens, m.tokens)
         cap = ((request.num_tokens - 1) // self.block_size) * self.block_size
         tokens = min(m.tokens, max(0, cap - num_computed_tokens))
         if tokens <= 0:
             self.connector.update_state_after_alloc(view, [], 0)  # forget the match
             return 0, False
-        return tokens, False
+        return tokens, self.hybrid is not None  # several groups: loaded across steps (kvpool.vllm_hybrid)
+
+    def _hybrid_match(self, view: Any, computed: int, tokens: int) -> Any:
+        """The primary group's match cut back to where every other group holds the blocks it needs."""
+        assert self.hybrid is not None
+        planner, bs = self.connector.planner, self.block_size
+        start = planner.first_block(view, computed)
+        end = (computed + tokens) // bs
+        hashes = planner.hashes(view)
+        keys = self.connector.keys
+
+        rules = self.hybrid.rules
+
+        def present(group: int, idx: Any) -> list[bool]:
+            if group == 0:
+                return [True] * len(idx)  # the primary group's prefix_match found them
+            fmt = group_keys(keys, group, rules[group].kind)
+            try:
+                return [bool(x) for x in self.client.batch_exists([fmt.key(hashes[b]) for b in idx])]
+            except Exception as e:  # noqa: BLE001 - a lookup failure is a miss
+                log.warning("kvpool lookup of KV cache group %d failed (%s); treating as a miss", group, e)
+                return [False] * len(idx)
+        e = hit_end(rules, start, end, present)
+        return planner.answer(view, computed, start, e - start)
 
     def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> None:
         """vLLM allocated the request's blocks (its whole block table) and takes ``num_external_tokens``
@@ -398,6 +456,10 @@ class KvPoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
             return
         rid = str(request.request_id)
         self._requests[rid] = request
+        if self.hybrid is not None:
+            ids, others = self.hybrid.split(_tables(blocks), self.connector.keys)
+            self.connector.update_state_after_alloc(self._view(request), ids, num_external_tokens, others)
+            return
         ids = _block_ids(blocks)
         self.connector.update_state_after_alloc(self._view(request), ids, num_external_tokens)
 
@@ -420,7 +482,11 @@ class KvPoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
         for nr in scheduler_output.scheduled_new_reqs:
             rid = str(nr.req_id)
             if rid in self._requests:
-                self._block_tables[rid] = _block_ids(nr.block_ids)
+                if self.hybrid is not None:
+                    self._group_tables[rid] = [list(t) for t in _tables(nr.block_ids)]
+                    self._block_tables[rid] = self._group_tables[rid][self.hybrid.order[0]]
+                else:
+                    self._block_tables[rid] = _block_ids(nr.block_ids)
                 add(rid, int(nr.num_computed_tokens))
         cached = scheduler_output.scheduled_cached_reqs
         resumed = getattr(cached, "resumed_req_ids", None)
@@ -432,14 +498,26 @@ class KvPoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
             if rid not in self._requests:
                 continue
             new = cached.new_block_ids[i]
-            if new is not None:
+            if new is not None and self.hybrid is not None:
+                tables = [list(t) for t in _tables(new)]
+                if rid in resumed or rid not in self._group_tables:
+                    self._group_tables[rid] = tables
+                else:
+                    for mine, more in zip(self._group_tables[rid], tables):
+                        mine.extend(more)
+                self._block_tables[rid] = self._group_tables[rid][self.hybrid.order[0]]
+            elif new is not None:
                 ids = _block_ids(new)
                 if rid in resumed:
                     self._block_tables[rid] = ids
                 else:
                     self._block_tables.setdefault(rid, []).extend(ids)
             add(rid, int(cached.num_computed_tokens[i]))
-        meta = self.connector.build_connector_meta(scheduled)
+        groups: Optional[dict[str, Sequence[GroupBlocks]]] = None
+        if self.hybrid is not None:
+            groups = {s.request.id: self.hybrid.split(self._group_tables[s.request.id], self.connector.keys)[1]
+                      for s in scheduled if s.request.id in self._group_tables}
+        meta = self.connector.build_connector_meta(scheduled, groups)
         for s in meta.saves:
             self._reqs_with_saves.add(s.request_id)
         preempted = {str(r) for r in (getattr(scheduler_output, "preempted_req_ids", None) or ())}
@@ -452,9 +530,15 @@ class KvPoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
         self.connector.forget(rid)
         self._requests.pop(rid, None)
         self._block_tables.pop(rid, None)
+        self._group_tables.pop(rid, None)
         keep = rid in self._reqs_with_saves
         self._reqs_with_saves.discard(rid)
         return keep, None
+
+    def request_finished_all_groups(self, request: Any, block_ids: Any = None) -> tuple[bool, Optional[dict]]:
+        """vLLM's ``SupportsHMA`` form of :meth:`request_finished` (every group's blocks are kept or freed
+        together)."""
+        return self.request_finished(request, block_ids)
 
     def reset_cache(self) -> bool:
         """``remove_all(force=True)`` on the pool (or this model's keys with ``reset: model``); work
@@ -486,6 +570,9 @@ class KvPoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
         single number. That is also the order of the forward pass, which layerwise saves rely on. Layers
         sharing one cache (vLLM's KV sharing) are registered once, and their names stand for that layer."""
         edge = self._edge_choice(kv_caches)
+        if self.hybrid is not None:
+            self._register_groups(kv_caches, edge)
+            return
         if edge is not None:
             self._register_device_caches(kv_caches, edge)
             return
@@ -508,6 +595,34 @@ class KvPoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
         else:
             self.kv = LayeredPagedKv(layers, self.block_size, self.kv_layout)
         self._check_dtype(self.kv.kv_dtype)
+
+    def _register_groups(self, kv_caches: dict, edge_choice: Optional[str]) -> None:
+        """Several KV cache groups: one cache per group (through the device edge, or vLLM's CPU backend views)
+        behind a :class:`GroupedKv`; a block of group ``n`` is ref ``n`` (``kvpool.connector.groups``)."""
+        assert self.hybrid is not None
+        from .device.vllm_layout import read_groups
+        per_group: dict[int, PagedKv] = {}
+        names: list[str] = []
+        aliases: dict[str, str] = {}
+        for g in read_groups(self._kv_cache_config, kv_caches):
+            n = self.hybrid.order.index(g.index)
+            if edge_choice is not None:
+                from .device import DeviceKv, edge_for
+                per_group[n] = DeviceKv(g.views, g.fmt, self.block_size, edge_for(g.views[0], edge_choice),
+                                        self.keys.kv_dtype, num_blocks=g.num_blocks)
+            else:
+                per_group[n] = LayeredPagedKv([self._split_kv(t) for t in g.views], self.block_size, NHD)
+                self._check_dtype(per_group[n].kv_dtype)
+            names += g.names
+            aliases.update(g.aliases)
+        kv = GroupedKv(per_group)
+        ordered = _model_order(names)
+        kv.num_layers = len(ordered)  # the whole-block save starts after the model's last layer
+        self.kv = kv
+        self._layer_index = {n: i for i, n in enumerate(ordered)}
+        self._layer_index.update({n: self._layer_index[a] for n, a in aliases.items()})
+        log.info("kvpool connector: %d KV cache groups (%s): %s", len(per_group),
+                 ", ".join(r.kind for r in self.hybrid.rules), kv)
 
     def _edge_choice(self, kv_caches: dict) -> Optional[str]:
         """``cuda`` or ``cpu`` when the caches go through the device edge, None for vLLM's CPU backend."""
@@ -711,10 +826,23 @@ class KvPoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
             self.connector.wait_for_request_saves(ids)
 
     def get_finished(self, finished_req_ids: set) -> tuple[Optional[set], Optional[set]]:
-        """(requests whose saves completed, None): vLLM frees their blocks. Loads complete within the
-        step, so nothing is ever reported as received."""
+        """(requests whose saves completed, requests whose loads are over): vLLM frees the first's blocks and
+        schedules the second. One group: loads complete within the step, so nothing is reported received."""
         done = self.connector.get_finished(finished_req_ids)
-        return (done or None), None
+        received: set = set()
+        if self.hybrid is not None:
+            received, failed = self.connector.finished_loads()
+            self._failed_loads |= failed
+        return (done or None), (received or None)
+
+    def get_transfer_results(self, finished_req_ids: set) -> Any:
+        """:meth:`get_finished` with the requests whose loads failed (several groups: vLLM recomputes them)."""
+        sending, receiving = self.get_finished(finished_req_ids)
+        failed, self._failed_loads = self._failed_loads, set()
+        if KVConnectorTransferResults is None:  # a vLLM before per-request load failures
+            return sending, receiving
+        return KVConnectorTransferResults(finished_sending=set(sending or ()), finished_recving=set(receiving or ()),
+                                          failed_recving=failed)
 
     def get_block_ids_with_load_errors(self) -> set:
         """Blocks whose load failed this step (vLLM recomputes them)."""

@@ -91,6 +91,11 @@ class PagedKv:
         :class:`Staged` (or anything with its ``wait`` and ``sources``). Default: read on the save thread."""
         return Staged(self, block_ids)
 
+    def object_bytes(self, block_id: int) -> int:
+        """The bytes of block ``block_id``'s pool object: ``block_bytes`` (a cache of several KV cache groups,
+        ``kvpool.connector.groups.GroupedKv``, answers per group)."""
+        return self.block_bytes
+
     def layer_computed(self, layer: int) -> None:
         """The engine's thread says layer ``layer`` of the step was computed (before its layer-by-layer save
         reads it on the save thread): a device cache records where the engine's stream is. Default: nothing."""

@@ -22,13 +22,23 @@ request's are refused by :class:`~kvpool.connector.values.ScheduledRequest` itse
 from __future__ import annotations
 
 import threading
-from typing import Sequence
+from typing import NamedTuple, Optional, Sequence
 
 from .hashing import BlockHasher
 from .keys import KeyFormat
 from .values import NO_MATCH, ConnectorMeta, ConnectorRequest, Load, Match, Save, ScheduledRequest
 
-__all__ = ["Planner"]
+__all__ = ["Planner", "GroupBlocks"]
+
+
+class GroupBlocks(NamedTuple):
+    """A request's blocks in another KV cache group of a hybrid model: its block refs (block ids the worker's
+    cache resolves to the group, ``kvpool.connector.groups``) by block index, the group's key format, and the
+    ref that stands for a null block (a block the engine does not keep, e.g. outside a sliding window)."""
+
+    refs: Sequence[int]
+    keys: KeyFormat
+    null: int
 
 
 class Planner:
@@ -79,8 +89,11 @@ class Planner:
             self._matched[r.id] = computed
         return Match(tokens, False)
 
-    def alloc(self, r: ConnectorRequest, block_ids: Sequence[int], external: int, keys: KeyFormat) -> None:
-        """The engine allocated ``block_ids`` and takes ``external`` tokens: plan their loads."""
+    def alloc(self, r: ConnectorRequest, block_ids: Sequence[int], external: int, keys: KeyFormat,
+              groups: Sequence[GroupBlocks] = ()) -> None:
+        """The engine allocated ``block_ids`` and takes ``external`` tokens: plan their loads. ``groups``: the
+        other KV cache groups of a hybrid model, each loaded over the same block indices (but its null blocks,
+        which the engine does not keep)."""
         with self._lock:
             computed = self._matched.pop(r.id, None)
             stale = self._void_matched.pop(r.id, None)
@@ -99,14 +112,18 @@ class Planner:
             h = self.hashes(r)
             start = computed // bs  # a partly computed first block is loaded whole: same bytes
             end = (computed + external) // bs
-            if end > len(h) or end > len(block_ids):
-                raise ValueError(f"request {r.id}: {external} external tokens after {computed} "
-                                 f"need {end} blocks; it has {len(block_ids)} allocated and {len(h)} full")
-            for b in range(start, end):
-                into.append(Load(r.id, int(block_ids[b]), b, keys.key(h[b])))
+            for ids, fmt, null in ((block_ids, keys, None), *((g.refs, g.keys, g.null) for g in groups)):
+                if end > len(h) or end > len(ids):
+                    raise ValueError(f"request {r.id}: {external} external tokens after {computed} "
+                                     f"need {end} blocks; it has {len(ids)} allocated and {len(h)} full")
+                for b in range(start, end):
+                    if null is None or int(ids[b]) != null:
+                        into.append(Load(r.id, int(ids[b]), b, fmt.key(h[b])))
 
-    def build(self, scheduled: Sequence[ScheduledRequest], keys: KeyFormat, generation: int) -> ConnectorMeta:
-        """The step's work: the loads planned since the last call, and saves of the blocks that fill in it."""
+    def build(self, scheduled: Sequence[ScheduledRequest], keys: KeyFormat, generation: int,
+              groups: Optional[dict[str, Sequence[GroupBlocks]]] = None) -> ConnectorMeta:
+        """The step's work: the loads planned since the last call, and saves of the blocks that fill in it
+        (in every KV cache group ``groups`` gives for the request, but null blocks)."""
         with self._lock:
             bs = self.hasher.block_size
             saves: list[Save] = []
@@ -116,8 +133,12 @@ class Planner:
                 if filled <= first_new:
                     continue
                 h = self.hashes(s.request)
-                for b in range(first_new, min(filled, len(s.block_ids))):
-                    saves.append(Save(s.request.id, int(s.block_ids[b]), b, keys.key(h[b])))
+                tables: list[tuple[Sequence[int], KeyFormat, Optional[int]]] = [(s.block_ids, keys, None)]
+                tables += [(g.refs, g.keys, g.null) for g in (groups or {}).get(s.request.id, ())]
+                for ids, fmt, null in tables:
+                    for b in range(first_new, min(filled, len(ids))):
+                        if null is None or int(ids[b]) != null:
+                            saves.append(Save(s.request.id, int(ids[b]), b, fmt.key(h[b])))
             meta = ConnectorMeta(list(self._planned), saves, generation, list(self._voided))
             self._planned.clear()
             self._voided.clear()

@@ -65,7 +65,7 @@ from .hashing import BlockHasher
 from . import layers
 from .keys import KeyFormat
 from .paged import PagedKv, Staged
-from .planner import Planner
+from .planner import GroupBlocks, Planner
 from .values import (
     COUNTERS, EMPTY_META, NO_MATCH, ConnectorMeta, ConnectorRequest, ConnectorStats, Load, Match, ResetResult, Save,
     ScheduledRequest,
@@ -107,6 +107,9 @@ class PoolConnector:
             sides the same :class:`FileFence` when scheduler and worker are different objects).
         granularity: ``"block"`` (whole blocks) or ``"layer"`` (layer by layer; the client then also needs
             ``locate``, ``get_ranges_into`` and ``begin_put``). See the module docstring.
+        async_loads: loads run across steps, reported per request (:meth:`finished_loads`) instead of per
+            block within the step: what an engine needs when a block id alone does not name a block (vLLM with
+            several KV cache groups). The requests must not run until reported; whole blocks only.
 
     Counters are attributes (``lookups``, ``matched_tokens``, ``loaded_blocks``, ``loaded_bytes``,
     ``failed_loads``, ``saved_blocks``, ``saved_bytes``, ``skipped_saves``, ``dropped_saves``,
@@ -114,11 +117,14 @@ class PoolConnector:
     """
 
     def __init__(self, client: Any, hasher: BlockHasher, keys: KeyFormat, *, reset_scope: str = "all",
-                 max_queued_saves: int = 64, fence: Optional[Fence] = None, granularity: str = "block") -> None:
+                 max_queued_saves: int = 64, fence: Optional[Fence] = None, granularity: str = "block",
+                 async_loads: bool = False) -> None:
         if client is None or hasher is None or keys is None:
             raise ValueError("client, hasher and keys are required")
         if granularity not in ("block", "layer"):
             raise ValueError(f"granularity must be 'block' or 'layer', got {granularity!r}")
+        if async_loads and granularity != "block":
+            raise ValueError("async_loads moves whole blocks: it cannot be combined with granularity 'layer'")
         if reset_scope not in ("all", "model"):
             raise ValueError(f"reset_scope must be 'all' or 'model', got {reset_scope!r}")
         if max_queued_saves < 1:
@@ -128,6 +134,10 @@ class PoolConnector:
         self.keys = keys
         self.reset_scope = reset_scope
         self.granularity = granularity
+        self.async_loads = async_loads
+        # async loads: (request ids, future of the ids that failed), in start order; ids already failed
+        self._async_jobs: list[tuple[set[str], concurrent.futures.Future]] = []
+        self._async_failed: set[str] = set()
         self.fence: Fence = fence if fence is not None else LocalFence()
 
         # scheduler side
@@ -211,17 +221,18 @@ class PoolConnector:
         return m
 
     def update_state_after_alloc(self, request: ConnectorRequest, block_ids: Sequence[int],
-                                 num_external_tokens: int) -> None:
+                                 num_external_tokens: int, groups: Sequence[GroupBlocks] = ()) -> None:
         """The engine allocated ``block_ids`` (the request's whole block table) and takes
         ``num_external_tokens`` tokens from the pool (0: it decided not to): plan their loads. Tokens
         the last lookup did not offer, off a block boundary or past the blocks allocated are refused
         (``ValueError``)."""
-        self.planner.alloc(request, block_ids, num_external_tokens, self.keys)
+        self.planner.alloc(request, block_ids, num_external_tokens, self.keys, groups)
 
-    def build_connector_meta(self, scheduled: Sequence[ScheduledRequest]) -> ConnectorMeta:
+    def build_connector_meta(self, scheduled: Sequence[ScheduledRequest],
+                             groups: Optional[dict[str, Sequence[GroupBlocks]]] = None) -> ConnectorMeta:
         """This step's work: the loads planned since the last call, and saves of the blocks that
-        become full this step."""
-        return self.planner.build(scheduled, self.keys, self.fence.generation())
+        become full this step (``groups``: each request's blocks in a hybrid model's other KV cache groups)."""
+        return self.planner.build(scheduled, self.keys, self.fence.generation(), groups)
 
     def request_finished(self, request: ConnectorRequest, block_ids: Sequence[int] = ()) -> bool:
         """The request is done. True if saves of its blocks are still in flight: the engine keeps
@@ -285,6 +296,9 @@ class PoolConnector:
         with self._errors_lock:
             self._load_errors.clear()
             self._step_load_errors.clear()
+        if self.async_loads:
+            self._start_async(meta, kv)
+            return
         if meta.void_loads:
             self._fail(meta.void_loads)  # accepted before a reset: the KV they name is gone or stale
         self._layers_in = None
@@ -308,13 +322,64 @@ class PoolConnector:
             try:
                 targets, commit = kv.load_targets([l.block_id for l in meta.loads])
                 got = self.client.get_into_batch(keys, targets)
-                ok = [int(g) == kv.block_bytes for g in got]
+                ok = [int(g) == kv.object_bytes(l.block_id) for g, l in zip(got, meta.loads)]
                 commit(ok)
             except Exception as e:  # noqa: BLE001 - reported as failed blocks
                 log.warning("kvpool load of %d blocks failed: %s", len(keys), e)
                 self._fail(meta.loads)
                 return
             self._loaded(meta.loads, [l for l, good in zip(meta.loads, ok) if not good], kv)
+
+    def _start_async(self, meta: ConnectorMeta, kv: PagedKv) -> None:
+        """Async loads: the step's loads go to the load thread as one job; nothing in the step waits for them."""
+        self._current_load = None
+        self._load_awaited = True
+        self._layers_in = None
+        self._count(failed_loads=len(meta.void_loads))
+        self._async_failed |= {l.request_id for l in meta.void_loads}  # accepted before a reset
+        if meta.loads:
+            ids = {l.request_id for l in meta.loads}
+            self._async_jobs.append((ids, self._loader.submit(self._load_async, meta, kv)))
+
+    def _load_async(self, meta: ConnectorMeta, kv: PagedKv) -> set[str]:
+        """One step's async loads; the requests any of whose blocks did not load."""
+        try:
+            with self.fence.shared() as gen:
+                if meta.generation != gen:
+                    self._count(failed_loads=len(meta.loads))
+                    return {l.request_id for l in meta.loads}
+                targets, commit = kv.load_targets([l.block_id for l in meta.loads])
+                got = self.client.get_into_batch([l.key for l in meta.loads], targets)
+                ok = [int(g) == kv.object_bytes(l.block_id) for g, l in zip(got, meta.loads)]
+                commit(ok)
+        except Exception as e:  # noqa: BLE001 - reported as failed requests
+            log.warning("kvpool async load of %d blocks failed: %s", len(meta.loads), e)
+            self._count(failed_loads=len(meta.loads))
+            return {l.request_id for l in meta.loads}
+        bad = [l for l, good in zip(meta.loads, ok) if not good]
+        n = len(meta.loads) - len(bad)
+        self._count(loaded_blocks=n, failed_loads=len(bad),
+                    loaded_bytes=sum(kv.object_bytes(l.block_id) for l, good in zip(meta.loads, ok) if good))
+        return {l.request_id for l in bad}
+
+    def finished_loads(self, wait: bool = False) -> tuple[set[str], set[str]]:
+        """Async loads: (requests whose loads are over, those of them that failed), each reported once; the
+        failed ones must be recomputed. ``wait``: wait for every load started so far."""
+        done: set[str] = set()
+        failed, self._async_failed = self._async_failed, set()
+        keep = []
+        for ids, fut in self._async_jobs:
+            if not (wait or fut.done()):
+                keep.append((ids, fut))
+                continue
+            done |= ids
+            try:
+                failed |= fut.result()
+            except Exception as e:  # noqa: BLE001
+                log.warning("kvpool async load failed: %s", e)
+                failed |= ids
+        self._async_jobs = keep
+        return done | failed, failed
 
     def _load_by_layer(self, meta: ConnectorMeta, kv: PagedKv, layers_in: layers.LayersIn) -> None:
         """Layer by layer: the step's loads, a layer at a time (:func:`layers.load`), under the fence."""
@@ -329,7 +394,8 @@ class PoolConnector:
 
     def _loaded(self, loads: Sequence[Load], bad: Sequence[Load], kv: PagedKv) -> None:
         n = len(loads) - len(bad)
-        self._count(loaded_blocks=n, loaded_bytes=n * kv.block_bytes)
+        failed = {id(l) for l in bad}
+        self._count(loaded_blocks=n, loaded_bytes=sum(kv.object_bytes(l.block_id) for l in loads if id(l) not in failed))
         self._fail(bad)
 
     def _fail(self, loads: Sequence[Load]) -> None:
@@ -458,19 +524,21 @@ class PoolConnector:
         if job is not None and job.open:
             job.finish_early(self._keep(job))
 
-    def _counted(self, statuses: Sequence[Any], block_bytes: int) -> None:
-        """Counts the saves' final statuses."""
-        saved = skipped = dropped = fenced = 0
-        for st in statuses:
+    def _counted(self, statuses: Sequence[Any], block_bytes: Any) -> None:
+        """Counts the saves' final statuses; ``block_bytes``: each save's object bytes, or one size for all."""
+        sizes = block_bytes if isinstance(block_bytes, (list, tuple)) else [block_bytes] * len(statuses)
+        saved = skipped = dropped = fenced = saved_bytes = 0
+        for st, size in zip(statuses, sizes):
             name = getattr(st, "name", str(st))
             if name == "OK":
                 saved += 1
+                saved_bytes += size
             elif name in ("ALREADY_EXISTS", "POOL_FULL", "NO_SEGMENT"):
                 skipped += 1
             else:  # FENCED, FAILED
                 dropped += 1
                 fenced += name == "FENCED"
-        self._count(saved_blocks=saved, saved_bytes=saved * block_bytes, skipped_saves=skipped,
+        self._count(saved_blocks=saved, saved_bytes=saved_bytes, skipped_saves=skipped,
                     dropped_saves=dropped, fenced_saves=fenced)
 
     def _over(self, saves: Sequence[Save]) -> None:
@@ -508,7 +576,8 @@ class PoolConnector:
                     return
                 keys = [s.key for s in job.saves]
                 sources = job.staged.sources()
-                self._counted(self.client.put_batch(keys, sources), job.kv.block_bytes)
+                self._counted(self.client.put_batch(keys, sources),
+                              [job.kv.object_bytes(s.block_id) for s in job.saves])
         except Exception as e:  # noqa: BLE001 - counted, never raised into the engine
             log.warning("kvpool save of %d blocks failed: %s", n, e)
             self._count(dropped_saves=n)
