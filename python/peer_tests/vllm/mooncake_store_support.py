@@ -367,9 +367,20 @@ def run_llm(spec: dict[str, Any]) -> dict[str, Any]:
     connector = get_kv_transfer_group()
     worker = connector.connector_worker
 
+    core = llm.llm_engine.engine_core.engine_core  # in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0)
+
     def generate(prompt: str) -> dict[str, Any]:
         out = llm.generate([prompt], greedy, use_tqdm=False)[0]
         worker.kv_send_thread.request_queue.join()
+        # generate() returns when the request's output is complete; vLLM keeps its blocks until a later step
+        # hears from the connector that the saves are done (delayed free). Step until then, so that a reset of
+        # vLLM's prefix cache that follows never finds blocks still held (it refuses then).
+        for _ in range(10_000):
+            if not core.scheduler.has_requests():
+                break
+            core.step()
+        else:
+            raise AssertionError("the connector never reported the request's saves done")
         return {"tokens": list(out.outputs[0].token_ids), "cached": int(out.num_cached_tokens or 0),
                 "prompt_tokens": len(out.prompt_token_ids or ())}
 

@@ -140,7 +140,7 @@ def test_a_block_from_a_gpu_layout_loads_into_vllms_cpu_backend_and_back(
         for name in layer_names():
             k, v = gpu_caches[name][1].transpose(0, 1).split(tiny_llama.HEAD_DIM, dim=-1)
             k5, v5 = gpu_caches[name][5].transpose(0, 1).split(tiny_llama.HEAD_DIM, dim=-1)
-            ck, cv = cpu._split_kv(cpu_caches[name])  # (B, N, H, D) each, as the CPU kernels read them
+            ck, cv = cpu._caches.split_kv(cpu_caches[name])  # (B, N, H, D) each, as the CPU kernels read them
             assert torch.equal(raw(ck[9]), raw(k5)) and torch.equal(raw(cv[9]), raw(v5))
             assert torch.equal(raw(k), raw(k5)) and torch.equal(raw(v), raw(v5))
     finally:
