@@ -40,7 +40,35 @@ class RawBuffer:
         return f"RawBuffer(0x{self.address:x}, {self.size})"
 
 
+class Filler:
+    """A value whose bytes are not in host memory yet (an engine's device KV): it writes itself where the pool
+    wants it. On the same-machine path under a write lease the client hands :meth:`fill` the destination in the
+    node's mapped segment, so the bytes land there in one transfer (a GPU's DMA) and are checksummed there;
+    every other path takes :meth:`materialize` (host memory the value is copied into once).
+
+    Subclasses give ``nbytes``, :meth:`fill` and :meth:`materialize` (``kvpool.device.blocks`` has the device
+    edge's)."""
+
+    nbytes: int = 0
+
+    def fill(self, address: int, mapping_base: int, mapping_size: int) -> None:
+        """Writes the value's ``nbytes`` to host address ``address``, inside the mapping of ``mapping_size``
+        bytes at ``mapping_base`` (which a device may need to register once), and returns when they are there."""
+        raise NotImplementedError
+
+    def materialize(self) -> memoryview:
+        """The value's bytes in host memory (made once; later calls give the same view)."""
+        raise NotImplementedError
+
+
 Buffer = Union[bytes, bytearray, memoryview, RawBuffer, Any]
+
+
+def materialize(views: list[Any], start: int = 0, end: int | None = None) -> None:
+    """Replaces every :class:`Filler` in ``views[start:end]`` by its bytes in host memory."""
+    for i in range(start, len(views) if end is None else end):
+        if isinstance(views[i], Filler):
+            views[i] = views[i].materialize()
 
 
 def as_memoryview(buf: Buffer, *, writable: bool = False, what: str = "buffer") -> memoryview:
@@ -53,6 +81,8 @@ def as_memoryview(buf: Buffer, *, writable: bool = False, what: str = "buffer") 
         mv = buf
     elif isinstance(buf, RawBuffer):
         return buf.view()
+    elif isinstance(buf, Filler):
+        return buf.materialize()
     elif isinstance(buf, (bytes, bytearray)):
         mv = memoryview(buf)
     elif hasattr(buf, "data_ptr") and hasattr(buf, "element_size") and hasattr(buf, "is_contiguous"):

@@ -36,7 +36,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Sequence, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 from . import lanes
 from . import protocol as p
@@ -44,7 +44,7 @@ from . import reads, two_phase
 from ._net import Connection, ConnectionPool, frame_end, parse_host_port, pid
 from .auth import Secrets
 from .tls import from_environment as tls_from_environment
-from .buffers import Buffer
+from .buffers import Buffer, Filler, materialize
 from .config import master_from_environment
 from .codec import signed64
 from .etcd import LeaderInfo, LeaderWatch, parse_etcd_url
@@ -425,7 +425,8 @@ class Client(RangedIO):
             raise ValueError(f"pin_seconds must be 0 (no pin), a positive number of seconds or PIN_FOREVER (-1), "
                              f"got {pin_seconds}")
         kb = p.encode_keys_checked(keys)
-        views = [reads.view_of(v, k, False) for k, v in zip(keys, values)]
+        # a Filler (device KV) stays one until a path needs its bytes in host memory (see kvpool.buffers.Filler)
+        views: list[Any] = [v if isinstance(v, Filler) else reads.view_of(v, k, False) for k, v in zip(keys, values)]
         for k, v in zip(keys, views):
             if v.nbytes > self.max_value_bytes:
                 raise ValueError(f"value for key {p.abbreviate(k)!r} has {v.nbytes} bytes; the master accepts at "
@@ -443,6 +444,7 @@ class Client(RangedIO):
                 leasing.put(kb, views, start, end, pref, upsert, status)
                 copies[start:end] = [1] * (end - start)
             else:
+                materialize(views, start, end)
                 two_phase.write_chunk(self, kb, views, start, end, upsert, replicas, pin_seconds, pref, batch, status,
                                       copies, pinned)
         out = []

@@ -37,10 +37,10 @@ import ctypes
 import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from ._net import pid
-from .buffers import Pins
+from .buffers import Filler, Pins
 from .crc import crc32c, crc32c_at
 from .shm import POPULATE_WINDOW, Mapping
 
@@ -143,6 +143,25 @@ def copy_in(mapping: Mapping, dests: Sequence[int], values: Sequence[memoryview]
     base = mapping.pin()
     if base is None:
         raise ValueError("the segment is not mapped for writing here (read-only, or closed)")
+    fills = [i for i, v in enumerate(values) if isinstance(v, Filler)]
+    if fills:  # values that write themselves into the segment (a device's DMA), checksummed where they land
+        address, view = ctypes.addressof(base), mapping.view
+        for i in fills:
+            at, n = dests[i], values[i].nbytes
+            mapping.prefault(at, at + n)
+            filler: Any = values[i]
+            filler.fill(address + at, address, mapping.size)
+            crcs[i] = crc32c(view[at:at + n]) if n else 0
+        keep = [i for i in range(len(values)) if i not in set(fills)]
+        if not keep:
+            del base
+            return
+        sub = [crcs[i] for i in keep]
+        copy_in(mapping, [dests[i] for i in keep], [values[i] for i in keep], sub, lanes)
+        for i, c in zip(keep, sub):
+            crcs[i] = c
+        del base
+        return
     sizes = [v.nbytes for v in values]
     if sum(sizes) < MIN_PARALLEL_BYTES:  # in this thread; slice copies cost less than pinning for foreign calls
         view = mapping.view

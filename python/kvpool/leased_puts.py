@@ -31,12 +31,13 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from . import lanes, read_lease
 from . import locations as _locations
 from . import protocol as p
 from ._net import Connection, connect
+from .buffers import Filler
 from .crc import crc32c
 from .errors import KvPoolError
 from .locations import Locations
@@ -272,6 +273,10 @@ class Leasing:
         mapping = client._shm.mapping(seg)
         if mapping is not None and mapping.writable:
             return self._write_shared(lease, seg, mapping, slots, kb, views, crcs)
+        for i, _, _ in slots:  # over TCP a Filler's bytes go from host memory
+            v: Any = views[i]
+            if isinstance(v, Filler):
+                views[i] = v.materialize()
         codes = [ResultCode.FAILED] * len(slots)
 
         def run(lo: int, hi: int) -> None:

@@ -409,7 +409,7 @@ def test_a_gpu_layout_cache_takes_java_blocks_and_gives_java_them_back(pool: Any
         # the pool emptied, the device cache saves the blocks back: the bytes Java stored
         assert client.remove_all(force=True) >= 3
         saved = worker.kv.save_sources(table[:3])
-        assert [s.numpy().tobytes() for s in saved] == stored
+        assert [bytes(kvpool.buffers.as_memoryview(s)) for s in saved] == stored
         pc = PoolConnector(client, hasher, keys)
         save_prompt(pc, worker.kv, table[:3])
         pc.close()

@@ -15,6 +15,7 @@ import kvpool
 torch = pytest.importorskip("torch")
 
 from kvpool.connector import BlockHasher, ConnectorRequest, KeyFormat, PagedKvCache, PoolConnector, ScheduledRequest  # noqa: E402
+from kvpool.buffers import as_memoryview  # noqa: E402
 from kvpool.device import CpuEdge, DeviceKv, PageFormat  # noqa: E402
 
 #: vLLM's KVCacheLayout members: logical axes [L, B, H, N, C] in physical order (outermost first)
@@ -34,6 +35,11 @@ def allocate(layout: str, layers: int, blocks: int, heads: int, tokens: int, con
     raw = torch.zeros(step, dtype=dtype)
     view = torch.as_strided(raw, shape, strides)
     return [view[i] for i in range(layers)]
+
+
+def raw(source: Any) -> bytes:
+    """A saved block's bytes (a ``DeviceBlock``, materialized in host memory)."""
+    return bytes(as_memoryview(source))
 
 
 def fill(layers: list[Any], seed: int) -> None:
@@ -74,12 +80,12 @@ def test_every_layout_saves_the_canonical_block_and_loads_it_back(layout: str, c
     fill(src, 7)
     kv = DeviceKv(src, fmt, 4, CpuEdge(), "f16")
     blocks = [4, 0, 5]
-    got = [bytes(memoryview(s.numpy()).cast("B")) for s in kv.save_sources(blocks)]
+    got = [raw(s) for s in kv.save_sources(blocks)]
     assert got == [canonical(src, b, fmt) for b in blocks]
     # layer by layer: each layer's range of the block
     lb = fmt.page_bytes
     for layer in range(3):
-        part = [bytes(s.numpy().tobytes()) for s in kv.layer_sources([5], layer)]
+        part = [raw(s) for s in kv.layer_sources([5], layer)]
         assert part == [got[2][layer * lb:(layer + 1) * lb]]
 
     # loads into another cache of another layout: only the loaded blocks change
@@ -120,7 +126,7 @@ def test_dense_blocks_are_the_reference_engines_layout() -> None:
                 views[layer][b, :, :, D:].copy_(ref.data[b, layer, 1].transpose(0, 1))
         kv = DeviceKv(views, PageFormat(H, N, 2 * D * 4, D * 4), N, CpuEdge(), "f32")
         for b, s in zip(range(B), kv.save_sources(list(range(B)))):
-            assert s.numpy().tobytes() == ref.block(b).numpy().tobytes(), layout
+            assert raw(s) == ref.block(b).numpy().tobytes(), layout
 
 
 def test_shapes_that_disagree_with_the_spec_are_refused_naming_them() -> None:
@@ -172,7 +178,7 @@ def test_a_gpu_layout_cache_and_the_reference_layout_share_blocks_through_the_po
             pc.wait_for_layer_load(layer)
         assert not pc.block_ids_with_load_errors()
     for got, want in ((1, 3), (2, 6)):
-        assert ref.block(got).numpy().tobytes() == dev.save_sources([want])[0].numpy().tobytes()
+        assert ref.block(got).numpy().tobytes() == raw(dev.save_sources([want])[0])
 
     # and back: the reference blocks into a device cache of another layout
     back = allocate("LBHNC", LAYERS, 8, HEADS, BS, 2 * DIM, torch.float32)
@@ -203,7 +209,7 @@ def test_kernel_blocks_smaller_than_the_cache_block_are_one_block_in_token_order
     fmt = PageFormat(H, R * n, C * 2, C)  # K and V halves of 4 f16 each
     kv = DeviceKv(views, fmt, R * n, CpuEdge(), "f16", num_blocks=B)
     assert kv.num_blocks == B
-    got = kv.save_sources([2])[0].numpy().tobytes()
+    got = raw(kv.save_sources([2])[0])
     want = bytearray()
     for t in views:
         pages = t.view(torch.uint8)
@@ -221,3 +227,25 @@ def test_kernel_blocks_smaller_than_the_cache_block_are_one_block_in_token_order
         assert torch.equal(a[0:R].view(torch.uint8), b[2 * R:3 * R].view(torch.uint8))
     with pytest.raises(ValueError, match="not a whole number"):
         DeviceKv(views, fmt, R * n, CpuEdge(), "f16", num_blocks=4)
+
+
+def test_on_the_same_machine_a_block_goes_from_the_device_into_the_segment_in_one_copy(either: kvpool.Client) -> None:
+    """A device block (``DeviceBlock``) is written by the edge straight into the node's mapped segment under a
+    write lease and checksummed there: one copy of its bytes, never materialized in other host memory. Over TCP
+    it is copied once into the edge's host memory and sent from there. Either way the pool holds its bytes."""
+    views = allocate("BLNHC", 2, 4, 2, 16, 16, torch.float16)
+    fill(views, 21)
+    edge = CpuEdge()
+    kv = DeviceKv(views, PageFormat(2, 16, 32, 16), 16, edge, "f16")
+    want = [canonical(views, b, kv.fmt) for b in (1, 3)]
+    blocks = kv.save_sources([1, 3])
+    before = edge.bytes_copied
+    assert all(r.status.name == "OK" for r in either.put_batch_detailed(["dev/1", "dev/3"], blocks))
+    assert edge.bytes_copied - before == 2 * kv.block_bytes  # one copy of each block, on either path
+    materialized = [b._host is not None for b in blocks]
+    if either._shm.enabled:  # the same-machine path: filled in place in the segment
+        assert either.counters["bytes_written_shm"] >= 2 * kv.block_bytes and either.counters["objects_leased"] >= 2
+        assert materialized == [False, False]
+    else:
+        assert materialized == [True, True] and either.counters["bytes_written_tcp"] >= 2 * kv.block_bytes
+    assert [either.get("dev/1"), either.get("dev/3")] == want

@@ -21,24 +21,30 @@ and saves expect.
 
 How bytes move (the same code on every edge). A save gathers the blocks on the device, in canonical order,
 into one device buffer (``index_select`` then one strided copy per plane and layer: device kernels, on the
-edge's side stream, after the event the engine's stream recorded when the save was asked for), then copies
-that buffer to host memory in one transfer; the pool's put reads it from there. A load reads the objects
-into one host buffer, copies it to the device in one transfer, and scatters it into the blocks
-(``index_copy_`` per layer), the CPU waiting for those copies before the layer is reported in. On a CPU edge
-the "device" buffers are host tensors and the copies happen at once.
+edge's side stream, after the event the engine's stream recorded when the save was asked for); the engine may
+overwrite the blocks once that gather is done. Each gathered block is then a pool value that writes itself
+(:class:`DeviceBlock`, a ``kvpool.buffers.Filler``): on the same-machine path the client hands it its place in
+the node's mapped segment under a write lease and the edge copies it there, one transfer (on a GPU a DMA into
+the segment, registered with the device once), checksummed where it landed; over TCP it is copied once into the
+edge's host memory (pinned on a GPU) and sent from there. A load reads the objects into one host buffer, copies
+it to the device in one transfer, and scatters it into the blocks (``index_copy_`` per layer), the CPU waiting
+for those copies before the layer is reported in. On a CPU edge the "device" buffers are host tensors and the
+copies happen at once.
 """
 
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 import torch
 
+from ..buffers import Filler
 from ..connector.paged import PagedKv, Staged
 from .edge import DeviceEdge, Event
 
-__all__ = ["PageFormat", "DeviceKv", "StagedSave"]
+__all__ = ["PageFormat", "DeviceKv", "StagedSave", "DeviceBlock"]
 
 
 @dataclass(frozen=True)
@@ -64,13 +70,43 @@ class PageFormat:
         return self.heads * self.tokens * self.content
 
 
-class StagedSave(Staged):
-    """Blocks on their way to host memory: :meth:`sources` waits for the device copies (never the network) and
-    gives each block's canonical bytes."""
+class DeviceBlock(Filler):
+    """One gathered block on the device, as a pool value (:class:`kvpool.buffers.Filler`): on the same-machine
+    path it is copied straight into the node's segment (the segment registered with the device once, so the copy
+    is one DMA into it), anywhere else once into host memory of the edge (pinned on a GPU)."""
 
-    def __init__(self, host: Any, count: int, block_bytes: int, done: Event) -> None:  # noqa: D107
-        # (no super().__init__: the bytes are staged already, nothing is read later)
-        self._host = host
+    def __init__(self, edge: DeviceEdge, dev: Any) -> None:
+        self._edge = edge
+        self._dev = dev  # (nbytes,) uint8 on the device, written by the gather (ordered before on the side stream)
+        self.nbytes = int(dev.numel())
+        self._host: Optional[Any] = None
+
+    def fill(self, address: int, mapping_base: int, mapping_size: int) -> None:
+        edge = self._edge
+        edge.register_host(mapping_base, mapping_size)  # once per mapping; a refusal only makes the copy slower
+        dst = torch.frombuffer((ctypes.c_char * self.nbytes).from_address(address), dtype=torch.uint8)
+        edge.copy(dst, self._dev)
+        edge.done().wait()
+
+    def materialize(self) -> memoryview:
+        if self._host is None:
+            host = self._edge.host(self.nbytes)
+            self._edge.copy(host, self._dev)
+            self._edge.done().wait()
+            self._host = host
+        # through numpy, so that the view owns the tensor (a view of its address alone would outlive it)
+        return memoryview(self._host.numpy()).cast("B")
+
+
+class StagedSave(Staged):
+    """Blocks gathered on the device in canonical order: :meth:`wait` returns once the gather is done (the engine
+    may then overwrite the blocks; never waits for the network), :meth:`sources` gives each block as a
+    :class:`DeviceBlock` the put moves from there."""
+
+    def __init__(self, edge: DeviceEdge, dev: Any, count: int, block_bytes: int, done: Event) -> None:  # noqa: D107
+        # (no super().__init__: the blocks are gathered already, nothing is read from the cache later)
+        self._edge = edge
+        self._dev = dev
         self._count = count
         self._block_bytes = block_bytes
         self.done = done
@@ -80,8 +116,9 @@ class StagedSave(Staged):
 
     def sources(self) -> list[Any]:
         self.done.wait()
-        bb = self._block_bytes
-        return [self._host[i * bb:(i + 1) * bb] for i in range(self._count)]
+        if self._dev is None:
+            return []
+        return [DeviceBlock(self._edge, self._dev[i]) for i in range(self._count)]
 
 
 def _as_bytes(t: Any, num_blocks: Optional[int], what: str) -> Any:
@@ -188,13 +225,12 @@ class DeviceKv(PagedKv):
     def _stage(self, block_ids: Sequence[int], layers: Sequence[int], ready: Event) -> StagedSave:
         n, nbytes = len(block_ids), len(layers) * self.fmt.page_bytes
         edge = self.edge
-        host = edge.host(n * nbytes)
+        dev = None
         if n:
             edge.after(ready)
             with edge.side():
                 dev = self._gather(block_ids, layers)
-            edge.copy(host, dev.view(-1))
-        return StagedSave(host, n, nbytes, edge.done())
+        return StagedSave(edge, dev, n, nbytes, edge.done())
 
     # ----------------------------------------------------------------------------- PagedKv
 
