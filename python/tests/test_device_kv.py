@@ -67,6 +67,8 @@ CASES = [  # name, heads, content elements, dtype, k elements (None: one plane)
     ("dense-f32", 3, 2 * 4, torch.float32, 4),
     ("mla-bf16", 1, 24, torch.bfloat16, None),
     ("fp8-bytes", 2, 2 * 16, torch.uint8, 16),
+    ("odd-f16", 3, 2 * 3, torch.float16, 3),  # 6-byte K and V: moved as 2-byte words
+    ("odd-fp8", 2, 2 * 5, torch.uint8, 5),  # 5-byte K and V: moved byte by byte
 ]
 
 

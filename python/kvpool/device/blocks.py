@@ -138,6 +138,20 @@ def _as_bytes(t: Any, num_blocks: Optional[int], what: str) -> Any:
     return b.unflatten(0, (blocks, rows // blocks))
 
 
+_WORDS = ((8, torch.int64), (4, torch.int32), (2, torch.int16), (1, torch.uint8))
+
+
+def _word_of(layers: Sequence[Any], fmt: PageFormat) -> tuple[Any, int]:
+    """The widest integer type whose size divides every cell part, stride, offset and address of the byte views."""
+    for size, dtype in _WORDS:
+        parts = [fmt.content] + ([] if fmt.k_bytes is None else [fmt.k_bytes])
+        if any(x % size for x in parts):
+            continue
+        if all(t.data_ptr() % size == 0 and all(st % size == 0 for st in t.stride()[:-1]) for t in layers):
+            return dtype, size
+    return torch.uint8, 1
+
+
 class DeviceKv(PagedKv):
     """One KV cache group's layers on a device, as a :class:`PagedKv` in the pool's canonical layout.
 
@@ -172,6 +186,11 @@ class DeviceKv(PagedKv):
         self.block_size = block_size
         self.block_bytes = self.num_layers * fmt.page_bytes
         self._kv_dtype = kv_dtype
+        # the widest word every cell part, stride and address divides: strided copies move words, not bytes
+        self._word, self._unit = _word_of(self._layers, fmt)
+        self._words = [t.view(self._word) for t in self._layers]
+        w = self._unit
+        self._wfmt = PageFormat(fmt.heads, fmt.tokens, fmt.content // w, None if fmt.k_bytes is None else fmt.k_bytes // w)
         self._computed: dict[int, Event] = {}  # layer -> where the engine's stream was when it was computed
 
     @property
@@ -181,9 +200,9 @@ class DeviceKv(PagedKv):
     # ----------------------------------------------------------------------------- the canonical planes
 
     def _planes(self, flat: Any) -> list[tuple[Any, slice]]:
-        """A ``(n, page_bytes)`` canonical layer buffer as its planes ``(n, N, H, bytes)`` and the content
-        bytes of a cell each plane holds."""
-        f, n = self.fmt, int(flat.shape[0])
+        """A ``(n, page words)`` canonical layer buffer as its planes ``(n, N, H, words)`` and the content words of
+        a cell each plane holds."""
+        f, n = self._wfmt, int(flat.shape[0])
         if f.k_bytes is None:
             return [(flat.view(n, f.tokens, f.heads, f.content), slice(0, f.content))]
         kb, vb = f.k_bytes, f.content - f.k_bytes
@@ -199,26 +218,29 @@ class DeviceKv(PagedKv):
     def _gather(self, block_ids: Sequence[int], layers: Sequence[int]) -> Any:
         """Device work on the side stream: the blocks' ``layers`` in canonical order, ``(n, len(layers) *
         page_bytes)`` uint8 on the device."""
-        pb, n = self.fmt.page_bytes, len(block_ids)
+        f, n = self._wfmt, len(block_ids)
+        pb = f.page_bytes  # in words
         idx = torch.tensor(list(block_ids), dtype=torch.long, device=self.edge.device)
-        out = torch.empty((n, len(layers) * pb), dtype=torch.uint8, device=self.edge.device)
-        f = self.fmt
+        out = torch.empty((n, len(layers) * self.fmt.page_bytes), dtype=torch.uint8, device=self.edge.device)
+        words = out.view(self._word)
         for j, layer in enumerate(layers):
-            sel = self._layers[layer].index_select(0, idx)  # (n, R, H, n', C)
+            sel = self._words[layer].index_select(0, idx)  # (n, R, H, n', C)
             sel = sel.transpose(1, 2).reshape(n, f.heads, f.tokens, f.content)  # a view when R == 1
-            for plane, cells in self._planes(out[:, j * pb:(j + 1) * pb]):
+            for plane, cells in self._planes(words[:, j * pb:(j + 1) * pb]):
                 plane.copy_(sel[:, :, :, cells].transpose(1, 2))
         return out
 
     def _scatter(self, block_ids: Sequence[int], layers: Sequence[int], dev: Any) -> None:
         """Device work on the side stream: ``dev`` ``(n, len(layers) * page_bytes)`` canonical into the blocks."""
-        f, pb, n = self.fmt, self.fmt.page_bytes, len(block_ids)
+        f, n = self._wfmt, len(block_ids)
+        pb = f.page_bytes  # in words
         idx = torch.tensor(list(block_ids), dtype=torch.long, device=self.edge.device)
-        cell = torch.empty((n, f.heads, f.tokens, f.content), dtype=torch.uint8, device=self.edge.device)
+        cell = torch.empty((n, f.heads, f.tokens, f.content), dtype=self._word, device=self.edge.device)
+        words = dev.view(self._word)
         for j, layer in enumerate(layers):
-            for plane, cells in self._planes(dev[:, j * pb:(j + 1) * pb]):
+            for plane, cells in self._planes(words[:, j * pb:(j + 1) * pb]):
                 cell[:, :, :, cells].copy_(plane.transpose(1, 2))
-            t = self._layers[layer]
+            t = self._words[layer]
             r = int(t.shape[1])
             t.index_copy_(0, idx, cell.view(n, f.heads, r, f.tokens // r, f.content).transpose(1, 2))
 
