@@ -273,17 +273,17 @@ class Leasing:
         mapping = client._shm.mapping(seg)
         if mapping is not None and mapping.writable:
             return self._write_shared(lease, seg, mapping, slots, kb, views, crcs)
-        for i, _, _ in slots:  # over TCP a Filler's bytes go from host memory
-            v: Any = views[i]
-            if isinstance(v, Filler):
-                views[i] = v.materialize()
         codes = [ResultCode.FAILED] * len(slots)
 
         def run(lo: int, hi: int) -> None:
             """Over TCP: a lane's share, checksummed and sent on a pooled connection of its own (as the Java
-            client's lanes), so one share's checksums and sending overlap another's."""
+            client's lanes), so one share's checksums and sending overlap another's. A device block (a Filler)
+            is copied to host memory in its lane, so one lane's device copies overlap another's sending."""
             part = slots[lo:hi]
             for i, _, _ in part:
+                v: Any = views[i]
+                if isinstance(v, Filler):
+                    views[i] = v.materialize()
                 if i not in crcs:
                     crcs[i] = crc32c(views[i])
             items = [p.WriteItem(off, gen, kb[i], views[i].nbytes, crcs[i], lease.grant) for i, off, gen in part]
