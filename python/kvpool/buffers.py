@@ -51,9 +51,10 @@ class Filler:
 
     nbytes: int = 0
 
-    def fill(self, address: int, mapping_base: int, mapping_size: int) -> None:
-        """Writes the value's ``nbytes`` to host address ``address``, inside the mapping of ``mapping_size``
-        bytes at ``mapping_base`` (which a device may need to register once), and returns when they are there."""
+    def fill(self, address: int, mapping: Any) -> None:
+        """Writes the value's ``nbytes`` to host address ``address``, inside ``mapping`` (a ``kvpool.shm.Mapping``,
+        which a device may register once, and unregister from its ``on_close``), and returns when they are
+        there."""
         raise NotImplementedError
 
     def materialize(self) -> memoryview:

@@ -150,7 +150,7 @@ def copy_in(mapping: Mapping, dests: Sequence[int], values: Sequence[memoryview]
             at, n = dests[i], values[i].nbytes
             mapping.prefault(at, at + n)
             filler: Any = values[i]
-            filler.fill(address + at, address, mapping.size)
+            filler.fill(address + at, mapping)
             crcs[i] = crc32c(view[at:at + n]) if n else 0
         keep = [i for i in range(len(values)) if i not in set(fills)]
         if not keep:

@@ -91,7 +91,7 @@ _madvise.restype = ctypes.c_int
 class Mapping:
     """One mapped segment."""
 
-    __slots__ = ("mm", "view", "writable", "size", "_base", "_populated", "_populate", "_lock", "_windows")
+    __slots__ = ("mm", "view", "writable", "size", "_base", "_populated", "_populate", "_lock", "_windows", "_on_close")
 
     def __init__(self, mm: mmap.mmap, writable: bool, size: int) -> None:
         self.mm = mm
@@ -105,6 +105,13 @@ class Mapping:
         self._populate = True
         self._lock = threading.Lock()
         self._windows: dict[int, threading.Lock] = {}
+        self._on_close: list[Callable[[], None]] = []
+
+    def on_close(self, fn: Callable[[], None]) -> None:
+        """Calls ``fn`` when the mapping is closed, before it is unmapped (a device that registered the mapping
+        unregisters it there)."""
+        with self._lock:
+            self._on_close.append(fn)
 
     def pin(self) -> ctypes.Array[ctypes.c_char] | None:
         """The ctypes array over the whole mapping (hold it while using its address), or None when the mapping
@@ -146,6 +153,13 @@ class Mapping:
                 self._populated.add(w)
 
     def close(self) -> None:
+        with self._lock:
+            hooks, self._on_close = self._on_close, []
+        for fn in hooks:
+            try:
+                fn()
+            except Exception:  # noqa: BLE001 - a hook never keeps the mapping from closing
+                pass
         self._base = None  # a lane copying holds its own reference: the map stays until it lets go
         try:
             self.view.release()

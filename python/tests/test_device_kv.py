@@ -251,3 +251,34 @@ def test_on_the_same_machine_a_block_goes_from_the_device_into_the_segment_in_on
     else:
         assert materialized == [True, True] and either.counters["bytes_written_tcp"] >= 2 * kv.block_bytes
     assert [either.get("dev/1"), either.get("dev/3")] == want
+
+
+def test_a_registered_segment_mapping_is_unregistered_before_it_is_unmapped(pool: Any) -> None:
+    """The edge registers a node's segment mapping once (the first block it fills there) and unregisters it
+    when the client closes the mapping, before the pages go (a device registration must never outlive them)."""
+
+    class Recording(CpuEdge):
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls: list[tuple[str, int]] = []
+
+        def register_host(self, address: int, nbytes: int) -> bool:
+            first = all(a != address for _, a in self.calls)
+            self.calls.append(("register", address))
+            return first
+
+        def unregister_host(self, address: int) -> None:
+            self.calls.append(("unregister", address))
+
+    edge = Recording()
+    views = allocate("LBNHC", 2, 4, 2, 16, 16, torch.float16)
+    kv = DeviceKv(views, PageFormat(2, 16, 32, 16), 16, edge, "f16")
+    c = kvpool.Client(pool.master, shared_memory=True)
+    try:
+        for i in range(3):
+            assert c.put(f"reg/{i}", kv.save_sources([i])[0]) == kvpool.PutStatus.OK
+        assert [k for k, _ in edge.calls] == ["register"] * 3  # asked each time, registered once
+    finally:
+        c.close()
+    assert [k for k, _ in edge.calls] == ["register"] * 3 + ["unregister"]
+    assert len({a for _, a in edge.calls}) == 1

@@ -81,9 +81,9 @@ class DeviceBlock(Filler):
         self.nbytes = int(dev.numel())
         self._host: Optional[Any] = None
 
-    def fill(self, address: int, mapping_base: int, mapping_size: int) -> None:
+    def fill(self, address: int, mapping: Any) -> None:
         edge = self._edge
-        edge.register_host(mapping_base, mapping_size)  # once per mapping; a refusal only makes the copy slower
+        edge.register_mapping(mapping)  # once per mapping; a refusal only makes the copy slower
         dst = torch.frombuffer((ctypes.c_char * self.nbytes).from_address(address), dtype=torch.uint8)
         edge.copy(dst, self._dev)
         edge.done().wait()

@@ -35,6 +35,7 @@ importing ``kvpool`` itself never needs it.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import threading
 from typing import Any, Iterator, Optional
 
@@ -93,8 +94,9 @@ class DeviceEdge:
         return contextlib.nullcontext()
 
     def register_host(self, address: int, nbytes: int) -> bool:
-        """Makes the host range ``[address, address + nbytes)`` a DMA target; False if it could not."""
-        return True
+        """Makes the host range ``[address, address + nbytes)`` a DMA target; True if it was registered now
+        (False: registered before, refused, or nothing to register, as on the CPU)."""
+        return False
 
     def owns(self, address: int, nbytes: int) -> bool:
         """True if ``[address, address + nbytes)`` is device memory of this edge."""
@@ -106,6 +108,16 @@ class DeviceEdge:
 
     def unregister_host(self, address: int) -> None:
         return None
+
+    def register_mapping(self, mapping: Any) -> None:
+        """Registers a shared segment's mapping (``kvpool.shm.Mapping``) as a DMA target once, and unregisters it
+        when the mapping closes (before it is unmapped: a registration must never outlive its pages)."""
+        base = mapping.pin()
+        if base is None:
+            return
+        address = ctypes.addressof(base)
+        if self.register_host(address, mapping.size):
+            mapping.on_close(lambda: self.unregister_host(address))
 
 
 class CpuEdge(DeviceEdge):
@@ -218,9 +230,10 @@ class CudaEdge(DeviceEdge):
         return Event(e)
 
     def register_host(self, address: int, nbytes: int) -> bool:
+        """True if the range was registered now (False: it was already, or the runtime refused)."""
         with self._lock:
             if address in self._registered:
-                return True
+                return False
             # cudaHostRegisterPortable (1): the range is pinned for every CUDA context
             rc = torch.cuda.cudart().cudaHostRegister(address, nbytes, 1)
             code = int(getattr(rc, "value", rc))
