@@ -177,3 +177,26 @@ def test_groups_kvpool_cannot_move_are_refused_naming_them(pool: Any, tmp_path: 
     cfg.kv_transfer_config.kv_connector_extra_config["layerwise"] = True
     with pytest.raises(ValueError, match="layerwise moves one KV cache group"):
         KvPoolConnector(cfg, KVConnectorRole.SCHEDULER, kv_cache_config())
+
+
+def test_hit_end_against_a_reference_model() -> None:
+    """``hit_end`` agrees with the rule spelled out naively (every candidate end, every group's needed blocks)
+    on random presence patterns, for full-attention and sliding-window groups."""
+    import random
+    from kvpool.connector.groups import GroupRule, hit_end
+    rng = random.Random(7)
+    for _ in range(500):
+        n = rng.randint(0, 12)
+        start = rng.randint(0, n)
+        rules = [GroupRule(0, "full")] + [GroupRule(i, "swa" if w else "full", w)
+                                          for i, w in enumerate(rng.choice([[None], [2], [3, None], [1, 4]]), 1)]
+        pres = {r.index: [rng.random() < 0.85 for _ in range(n)] for r in rules}
+
+        def present(g: int, idx: Any) -> list[bool]:
+            return [pres[g][b] for b in idx]
+        want = start
+        for e in range(n, start, -1):
+            if all(all(pres[r.index][b] for b in r.needed(start, e)) for r in rules):
+                want = e
+                break
+        assert hit_end(rules, start, n, present) == want, (n, start, rules, pres)

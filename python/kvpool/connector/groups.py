@@ -68,13 +68,20 @@ class GroupRule:
 
 def hit_end(rules: Sequence[GroupRule], start: int, end: int, present: Callable[[int, Sequence[int]], list[bool]]) -> int:
     """The largest hit end ``e`` in ``[start, end]`` for which every group holds the blocks it needs
-    (``present(group, indices)``: which of those blocks the pool holds); ``start`` when none."""
-    have: dict[int, dict[int, bool]] = {}
-    for rule in rules:
-        idx = list(range(max(start, 0), end))
-        have[rule.index] = dict(zip(idx, present(rule.index, idx))) if idx else {}
-    for e in range(end, start, -1):
-        if all(all(have[r.index].get(b, False) for b in r.needed(start, e)) for r in rules):
+    (``present(group, indices)``: which of those blocks the pool holds); ``start`` when none. Linear in the
+    blocks times the widest window: a full-attention group caps the end at its first missing block, and only
+    the windows are checked per candidate end."""
+    idx = list(range(max(start, 0), end))
+    if not idx:
+        return start
+    have = {r.index: dict(zip(idx, present(r.index, idx))) for r in rules}
+    limit = end
+    for r in rules:
+        if r.window_blocks is None:
+            limit = min(limit, next((b for b in idx if not have[r.index][b]), end))
+    windows = [r for r in rules if r.window_blocks is not None]
+    for e in range(limit, start, -1):
+        if all(all(have[r.index][b] for b in r.needed(start, e)) for r in windows):
             return e
     return start
 
