@@ -60,6 +60,11 @@ Configuration (``kv_connector_extra_config``):
                       against saves (default: one named after the master and model, in
                       ``$KVPOOL_FENCE_DIR`` if set, else /dev/shm)
     tp_rank, pp_rank  this worker's ranks when vLLM's parallel state is not available
+    load_deadline_ms  most milliseconds a step's loads may take (default: no limit); loads past it are
+                      abandoned and their blocks recomputed, so a frozen or slow pool never stalls a request
+                      longer than that (``PoolConnector(load_deadline=...)``)
+    recompute_tokens_per_s  the engine's prefill rate: loads of ``t`` tokens may take at most ``t`` over it
+                      (what recomputing them would take), or ``load_deadline_ms`` if less
 """
 
 from __future__ import annotations
@@ -122,6 +127,19 @@ def _bool(v: Any) -> bool:
     if isinstance(v, str):
         return v.strip().lower() in ("1", "true", "yes", "on")
     return bool(v)
+
+
+def _positive(extra: dict, name: str, scale: float) -> Optional[float]:
+    """``extra[name]`` times ``scale``, or None when unset; ValueError naming it unless a positive number."""
+    if extra.get(name) in (None, ""):
+        return None
+    try:
+        v = float(extra[name])
+    except (TypeError, ValueError):
+        v = -1.0
+    if not v > 0:
+        raise ValueError(f"kv_connector_extra_config.{name} must be a positive number, got {extra[name]!r}")
+    return v * scale
 
 
 def _block_ids(blocks: Any) -> list[int]:
@@ -191,6 +209,8 @@ class KvPoolConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
         # one cross-layer cache has no per-layer names to pipeline by: layerwise asks for per-layer caches
         self._cross_layer = _bool(extra.get("cross_layer_blocks", True)) and not self.layerwise
 
+        deadline = _positive(extra, "load_deadline_ms", 1e-3)  # checked before anything is opened
+        prefill_rate = _positive(extra, "recompute_tokens_per_s", 1.0)
         from .client import Client  # the core client; imported here so this module imports without it
         self.client = Client(extra.get("master"))
         fence_path = extra.get("fence_path") or self._default_fence_path(self.client.master, str(model))
@@ -201,7 +221,8 @@ class KvPoolConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
                                        max_queued_saves=int(extra.get("max_queued_saves", 64)),
                                        fence=FileFence(fence_path),
                                        granularity="layer" if self.layerwise else "block",
-                                       async_loads=self.hybrid is not None)
+                                       async_loads=self.hybrid is not None,
+                                       load_deadline=deadline, recompute_tokens_per_s=prefill_rate)
         self._caches = CacheReader(extra, self.block_size, self.keys, self.kv_layout, kv_cache_config, self.hybrid,
                                    vllm_config)
         # scheduler side

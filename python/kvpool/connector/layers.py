@@ -75,22 +75,24 @@ class LayersIn:
         """Every layer is in or failed: no waiter waits any longer (a load that stopped early)."""
         self.through(self.num_layers - 1)
 
-    def wait(self, layer: int) -> None:
-        """Returns once layer ``layer`` (the last one, if beyond) is in."""
+    def wait(self, layer: int, timeout: Optional[float] = None) -> bool:
+        """Returns once layer ``layer`` (the last one, if beyond) is in: True, or False when ``timeout`` seconds
+        passed first."""
         layer = max(0, min(layer, self.num_layers - 1))
         with self._cond:
             self._waiting += 1
             try:
-                self._cond.wait_for(lambda: self._in > layer)
+                return self._cond.wait_for(lambda: self._in > layer, timeout)
             finally:
                 self._waiting -= 1
 
 
-def load(store: Any, loads: Sequence[Load], kv: PagedKv, layers_in: LayersIn) -> list[Load]:
+def load(store: Any, loads: Sequence[Load], kv: PagedKv, layers_in: LayersIn, gate: Any = None) -> list[Load]:
     """Reads ``loads`` into their blocks a layer at a time, raising ``layers_in`` as each layer is in.
     Returns the loads that failed: a block missing, of another size, or one of whose ranges missed (the
     engine recomputes it). Never raises: a failed call fails every load (and the caller releases the
-    layers' waiters)."""
+    layers' waiters). ``gate`` (``pool_connector.LoadGate``): each layer lands only through it, and the
+    load stops once the engine abandoned it."""
     n = len(loads)
     lb = kv.layer_bytes
     failed = [True] * n
@@ -102,11 +104,21 @@ def load(store: Any, loads: Sequence[Load], kv: PagedKv, layers_in: LayersIn) ->
         if len(live) < n:
             located = located.pick(live)  # the rest read nothing more
         for layer in range(kv.num_layers):
+            if gate is not None and gate.abandoned:
+                return list(loads)
             if live:
                 targets, commit = kv.layer_targets([loads[i].block_id for i in live], layer)
+                if gate is not None:
+                    targets, commit = gate.staged(targets, commit)
                 got = store.get_ranges_into(located, [layer * lb] * len(live), targets)
                 ok = [int(g) == lb for g in got]
-                commit(ok)
+                if gate is not None:
+                    with gate.lock:
+                        if gate.abandoned:
+                            return list(loads)
+                        commit(ok)
+                else:
+                    commit(ok)
                 if not all(ok):
                     for i, good in zip(live, ok):
                         failed[i] |= not good

@@ -58,12 +58,13 @@ import logging
 import queue
 import threading
 import time
-from typing import Any, NamedTuple, Optional, Sequence
+from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 from .fence import Fence, FileFence, LocalFence
 from .hashing import BlockHasher
 from . import layers
 from .keys import KeyFormat
+from ..buffers import as_memoryview
 from .paged import PagedKv, Staged
 from .planner import GroupBlocks, Planner
 from .values import (
@@ -89,6 +90,49 @@ class _SaveJob(NamedTuple):
 _STOP = object()
 
 
+class LoadGate:
+    """One step's loads as the engine waits for them, with their deadline. The load thread puts what it read in
+    place and records the outcome only through :meth:`finish`, under the gate's lock; the engine's thread
+    abandons the loads (past the deadline) under the same lock. So an abandoned load never writes the engine's
+    memory nor its error sets later, however long the pool kept it: with a deadline, reads go to staging
+    buffers first (:meth:`staged`), never straight into the engine's blocks."""
+
+    def __init__(self, deadline: Optional[float]) -> None:
+        self.deadline = deadline
+        self.lock = threading.Lock()
+        self.abandoned = False
+        self.done = False
+
+    def remaining(self) -> Optional[float]:
+        """Seconds left (never negative), None without a deadline."""
+        return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+
+    def finish(self, land: Callable[[], None]) -> bool:
+        """Runs ``land`` (put the bytes in place, record the outcome) unless the loads were abandoned."""
+        with self.lock:
+            if self.abandoned:
+                return False
+            land()
+            self.done = True
+            return True
+
+    def staged(self, targets: list[Any], commit: Callable[[Sequence[bool]], None]) \
+            -> tuple[list[Any], Callable[[Sequence[bool]], None]]:
+        """With a deadline, ``targets`` behind staging buffers: the reads land there, and only the commit (under
+        :meth:`finish`) copies them into the targets. Without one, the targets themselves."""
+        if self.deadline is None:
+            return targets, commit
+        views = [as_memoryview(t, writable=True) for t in targets]
+        stage = [bytearray(v.nbytes) for v in views]
+
+        def copy_then_commit(ok: Sequence[bool]) -> None:
+            for v, b, good in zip(views, stage, ok):
+                if good:
+                    v[:] = b
+            commit(ok)
+        return stage, copy_then_commit
+
+
 class PoolConnector:
     """The connector over a kvpool. See the module docstring.
 
@@ -110,6 +154,10 @@ class PoolConnector:
         async_loads: loads run across steps, reported per request (:meth:`finished_loads`) instead of per
             block within the step: what an engine needs when a block id alone does not name a block (vLLM with
             several KV cache groups). The requests must not run until reported; whole blocks only.
+        load_deadline: seconds a step's loads may take at most (None: no limit); past it they are abandoned and
+            reported failed, so the engine recomputes those blocks instead of waiting (see :class:`LoadGate`).
+        recompute_tokens_per_s: the engine's prefill rate; a step's loads of ``t`` tokens may then take at most
+            ``t`` divided by it (the time recomputing them would take), or ``load_deadline`` if that is less.
 
     Counters are attributes (``lookups``, ``matched_tokens``, ``loaded_blocks``, ``loaded_bytes``,
     ``failed_loads``, ``saved_blocks``, ``saved_bytes``, ``skipped_saves``, ``dropped_saves``,
@@ -118,11 +166,15 @@ class PoolConnector:
 
     def __init__(self, client: Any, hasher: BlockHasher, keys: KeyFormat, *, reset_scope: str = "all",
                  max_queued_saves: int = 64, fence: Optional[Fence] = None, granularity: str = "block",
-                 async_loads: bool = False) -> None:
+                 async_loads: bool = False, load_deadline: Optional[float] = None,
+                 recompute_tokens_per_s: Optional[float] = None) -> None:
         if client is None or hasher is None or keys is None:
             raise ValueError("client, hasher and keys are required")
         if granularity not in ("block", "layer"):
             raise ValueError(f"granularity must be 'block' or 'layer', got {granularity!r}")
+        for name, v in (("load_deadline", load_deadline), ("recompute_tokens_per_s", recompute_tokens_per_s)):
+            if v is not None and not v > 0:
+                raise ValueError(f"{name} must be a positive number of seconds or tokens a second, got {v!r}")
         if async_loads and granularity != "block":
             raise ValueError("async_loads moves whole blocks: it cannot be combined with granularity 'layer'")
         if reset_scope not in ("all", "model"):
@@ -135,8 +187,11 @@ class PoolConnector:
         self.reset_scope = reset_scope
         self.granularity = granularity
         self.async_loads = async_loads
+        self.load_deadline = load_deadline
+        self.recompute_tokens_per_s = recompute_tokens_per_s
+        self._gate = LoadGate(None)  # the current step's sync loads
         # async loads: (request ids, future of the ids that failed), in start order; ids already failed
-        self._async_jobs: list[tuple[set[str], concurrent.futures.Future]] = []
+        self._async_jobs: list[tuple[set[str], concurrent.futures.Future, LoadGate, int]] = []
         self._async_failed: set[str] = set()
         self.fence: Fence = fence if fence is not None else LocalFence()
 
@@ -306,29 +361,56 @@ class PoolConnector:
             self._current_load = None
             self._load_awaited = True
             return
+        self._gate = gate = LoadGate(self._deadline_for(len(meta.loads)))
         if self.granularity == "layer":
             self._layers_in = layers.LayersIn(kv.num_layers)
-            self._current_load = self._loader.submit(self._load_by_layer, meta, kv, self._layers_in)
+            self._current_load = self._loader.submit(self._load_by_layer, meta, kv, self._layers_in, gate)
         else:
-            self._current_load = self._loader.submit(self._load, meta, kv)
+            self._current_load = self._loader.submit(self._load, meta, kv, gate)
         self._load_awaited = False
 
-    def _load(self, meta: ConnectorMeta, kv: PagedKv) -> None:
+    def _deadline_for(self, blocks: int) -> Optional[float]:
+        """When a step's loads of ``blocks`` blocks must be in (``time.monotonic()``), or None for no limit."""
+        budgets = []
+        if self.load_deadline is not None:
+            budgets.append(self.load_deadline)
+        if self.recompute_tokens_per_s is not None:
+            budgets.append(blocks * self.hasher.block_size / self.recompute_tokens_per_s)
+        return time.monotonic() + min(budgets) if budgets else None
+
+    def _abandon(self, gate: LoadGate, loads: Sequence[Load]) -> bool:
+        """Abandons ``loads`` if their deadline passed and they are not in yet: they fail (the engine recomputes
+        their blocks) and nothing of them reaches the engine's memory later. True if abandoned."""
+        with gate.lock:
+            if gate.done or gate.abandoned:
+                return gate.abandoned
+            gate.abandoned = True
+        self._fail(loads)
+        self._count(abandoned_loads=len(loads))
+        log.warning("kvpool: %d block loads passed their deadline; the engine recomputes them", len(loads))
+        return True
+
+    def _load(self, meta: ConnectorMeta, kv: PagedKv, gate: LoadGate) -> None:
+        if gate.abandoned:
+            return  # queued behind a load that hung: its step gave up on it already
         with self.fence.shared() as gen:
             if meta.generation != gen:
-                self._fail(meta.loads)  # planned before a reset: the KV it names is gone or stale
+                gate.finish(lambda: self._fail(meta.loads))  # planned before a reset: the KV it names is stale
                 return
             keys = [l.key for l in meta.loads]
             try:
-                targets, commit = kv.load_targets([l.block_id for l in meta.loads])
+                targets, commit = gate.staged(*kv.load_targets([l.block_id for l in meta.loads]))
                 got = self.client.get_into_batch(keys, targets)
                 ok = [int(g) == kv.object_bytes(l.block_id) for g, l in zip(got, meta.loads)]
-                commit(ok)
             except Exception as e:  # noqa: BLE001 - reported as failed blocks
                 log.warning("kvpool load of %d blocks failed: %s", len(keys), e)
-                self._fail(meta.loads)
+                gate.finish(lambda: self._fail(meta.loads))
                 return
-            self._loaded(meta.loads, [l for l, good in zip(meta.loads, ok) if not good], kv)
+
+            def land() -> None:
+                commit(ok)
+                self._loaded(meta.loads, [l for l, good in zip(meta.loads, ok) if not good], kv)
+            gate.finish(land)
 
     def _start_async(self, meta: ConnectorMeta, kv: PagedKv) -> None:
         """Async loads: the step's loads go to the load thread as one job; nothing in the step waits for them."""
@@ -339,27 +421,35 @@ class PoolConnector:
         self._async_failed |= {l.request_id for l in meta.void_loads}  # accepted before a reset
         if meta.loads:
             ids = {l.request_id for l in meta.loads}
-            self._async_jobs.append((ids, self._loader.submit(self._load_async, meta, kv)))
+            gate = LoadGate(self._deadline_for(len(meta.loads)))
+            self._async_jobs.append((ids, self._loader.submit(self._load_async, meta, kv, gate), gate,
+                                     len(meta.loads)))
 
-    def _load_async(self, meta: ConnectorMeta, kv: PagedKv) -> set[str]:
+    def _load_async(self, meta: ConnectorMeta, kv: PagedKv, gate: LoadGate) -> set[str]:
         """One step's async loads; the requests any of whose blocks did not load."""
+        everyone = {l.request_id for l in meta.loads}
+        if gate.abandoned:
+            return everyone
         try:
             with self.fence.shared() as gen:
                 if meta.generation != gen:
-                    self._count(failed_loads=len(meta.loads))
-                    return {l.request_id for l in meta.loads}
-                targets, commit = kv.load_targets([l.block_id for l in meta.loads])
+                    gate.finish(lambda: self._count(failed_loads=len(meta.loads)))
+                    return everyone
+                targets, commit = gate.staged(*kv.load_targets([l.block_id for l in meta.loads]))
                 got = self.client.get_into_batch([l.key for l in meta.loads], targets)
                 ok = [int(g) == kv.object_bytes(l.block_id) for g, l in zip(got, meta.loads)]
-                commit(ok)
         except Exception as e:  # noqa: BLE001 - reported as failed requests
             log.warning("kvpool async load of %d blocks failed: %s", len(meta.loads), e)
-            self._count(failed_loads=len(meta.loads))
-            return {l.request_id for l in meta.loads}
+            gate.finish(lambda: self._count(failed_loads=len(meta.loads)))
+            return everyone
         bad = [l for l, good in zip(meta.loads, ok) if not good]
-        n = len(meta.loads) - len(bad)
-        self._count(loaded_blocks=n, failed_loads=len(bad),
-                    loaded_bytes=sum(kv.object_bytes(l.block_id) for l, good in zip(meta.loads, ok) if good))
+
+        def land() -> None:
+            commit(ok)
+            self._count(loaded_blocks=len(meta.loads) - len(bad), failed_loads=len(bad),
+                        loaded_bytes=sum(kv.object_bytes(l.block_id) for l, good in zip(meta.loads, ok) if good))
+        if not gate.finish(land):
+            return everyone
         return {l.request_id for l in bad}
 
     def finished_loads(self, wait: bool = False) -> tuple[set[str], set[str]]:
@@ -368,9 +458,14 @@ class PoolConnector:
         done: set[str] = set()
         failed, self._async_failed = self._async_failed, set()
         keep = []
-        for ids, fut in self._async_jobs:
+        for ids, fut, gate, n in self._async_jobs:
             if not (wait or fut.done()):
-                keep.append((ids, fut))
+                left = gate.remaining()
+                if left is not None and left <= 0 and self._abandon_async(gate, n):
+                    done |= ids  # past its deadline: reported failed now, recomputed by the engine
+                    failed |= ids
+                    continue
+                keep.append((ids, fut, gate, n))
                 continue
             done |= ids
             try:
@@ -381,14 +476,26 @@ class PoolConnector:
         self._async_jobs = keep
         return done | failed, failed
 
-    def _load_by_layer(self, meta: ConnectorMeta, kv: PagedKv, layers_in: layers.LayersIn) -> None:
+    def _abandon_async(self, gate: LoadGate, blocks: int) -> bool:
+        with gate.lock:
+            if gate.done or gate.abandoned:
+                return gate.abandoned
+            gate.abandoned = True
+        self._count(failed_loads=blocks, abandoned_loads=blocks)
+        log.warning("kvpool: %d block loads passed their deadline; the engine recomputes their requests", blocks)
+        return True
+
+    def _load_by_layer(self, meta: ConnectorMeta, kv: PagedKv, layers_in: layers.LayersIn, gate: LoadGate) -> None:
         """Layer by layer: the step's loads, a layer at a time (:func:`layers.load`), under the fence."""
         try:
+            if gate.abandoned:
+                return
             with self.fence.shared() as gen:
                 if meta.generation != gen:
-                    self._fail(meta.loads)
+                    gate.finish(lambda: self._fail(meta.loads))
                     return
-                self._loaded(meta.loads, layers.load(self.client, meta.loads, kv, layers_in), kv)
+                bad = layers.load(self.client, meta.loads, kv, layers_in, gate)
+                gate.finish(lambda: self._loaded(meta.loads, bad, kv))
         finally:
             layers_in.all()  # a load that stopped early releases every layer's waiter
 
@@ -416,8 +523,11 @@ class PoolConnector:
         f = self._current_load
         if f is None:
             return
+        gate = self._gate
         try:
-            f.result()
+            f.result(gate.remaining())
+        except concurrent.futures.TimeoutError:
+            self._abandon(gate, self._current.loads)
         except Exception as e:  # noqa: BLE001
             log.warning("kvpool load failed: %s", e)
             self._fail(self._current.loads)
@@ -429,7 +539,9 @@ class PoolConnector:
         if self._load_awaited or layers_in is None:
             self._settle_load()
             return
-        layers_in.wait(layer)
+        if not layers_in.wait(layer, self._gate.remaining()):
+            if self._abandon(self._gate, self._current.loads):
+                layers_in.all()
         if layer >= layers_in.num_layers - 1:
             self._settle_load()
 

@@ -157,6 +157,7 @@ class ConnectorStats:
     resets: int = 0
     queue_full_drops: int = 0
     fenced_saves: int = 0
+    abandoned_loads: int = 0
 
 
 COUNTERS = tuple(ConnectorStats.__dataclass_fields__)
