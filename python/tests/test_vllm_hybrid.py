@@ -46,21 +46,28 @@ def kv_cache_config() -> Any:
         SimpleNamespace(layer_names=SWA, kv_cache_spec=swa, enable_kv_transfer=True)])
 
 
-def caches() -> dict[str, Any]:
-    """Per-layer [B, H, N, C] f32 views (LBNHC: each layer its own region), random."""
+def caches(hnd: bool = False) -> dict[str, Any]:
+    """Per-layer [B, H, N, C] f32 views, random: LBNHC (a GPU backend's), or LBHNC (``hnd``: vLLM's CPU
+    backend's)."""
     g = torch.Generator().manual_seed(1)
     out = {}
     for name in FULL + SWA:
-        t = torch.randn((BLOCKS, BS, H, 2 * D), generator=g).permute(0, 2, 1, 3)
-        out[name] = t
+        if hnd:
+            out[name] = torch.randn((BLOCKS, H, BS, 2 * D), generator=g)
+        else:
+            out[name] = torch.randn((BLOCKS, BS, H, 2 * D), generator=g).permute(0, 2, 1, 3)
     return out
 
 
-def vllm_config(pool: Any, tmp_path: Path) -> Any:
+def vllm_config(pool: Any, tmp_path: Path, edge: Any = "cpu") -> Any:
+    extra = {"master": pool.master, "hash_seed": "0", "model": "hybrid-test", "fence_path": str(tmp_path / "fence"),
+             "wait_for_save": True}
+    if edge is not None:
+        extra["device_edge"] = edge
+    else:  # vLLM's CPU backend: its HND views, K packed for its vec kernel
+        extra.update(kv_layout="HND", kv_cpu_isa="vec")
     return SimpleNamespace(
-        kv_transfer_config=SimpleNamespace(kv_connector_extra_config={
-            "master": pool.master, "hash_seed": "0", "model": "hybrid-test", "device_edge": "cpu",
-            "fence_path": str(tmp_path / "fence"), "wait_for_save": True}),
+        kv_transfer_config=SimpleNamespace(kv_connector_extra_config=extra),
         cache_config=SimpleNamespace(block_size=BS, cache_dtype="auto"),
         model_config=SimpleNamespace(model="hybrid-test", dtype="float32"),
         parallel_config=SimpleNamespace(tensor_parallel_size=1, pipeline_parallel_size=1))
@@ -96,17 +103,20 @@ def raw(t: Any) -> Any:
     return t.contiguous().view(torch.uint8)
 
 
+@pytest.mark.parametrize("edge", ["cpu", None], ids=["gpu-layout", "cpu-backend"])
 def test_a_hybrid_model_saves_each_group_and_loads_only_whole_hits(pool: Any, client: kvpool.Client,
-                                                                   tmp_path: Path) -> None:
-    cfg = vllm_config(pool, tmp_path)
+                                                                   tmp_path: Path, edge: Any) -> None:
+    cfg = vllm_config(pool, tmp_path, edge)
     sched = KvPoolConnector(cfg, KVConnectorRole.SCHEDULER, kv_cache_config())
     worker = KvPoolConnector(cfg, KVConnectorRole.WORKER, kv_cache_config())
-    layers = caches()
+    layers = caches(hnd=edge is None)
     try:
         assert sched.hybrid is not None and [r.kind for r in sched.hybrid.rules] == ["full", "swa"]
         assert sched.hybrid.rules[1].window_blocks == 3
         worker.register_kv_caches(layers)
         assert type(worker.kv).__name__ == "GroupedKv"
+        inner = {type(kv).__name__ for kv in worker.kv.groups.values()}
+        assert inner == ({"DeviceKv"} if edge else {"LayeredPagedKv"})
 
         # 1. request a computes its prompt: full attention in blocks 1..6, the window group in 11..16 but for
         #    two null blocks (0) where the engine keeps nothing
