@@ -51,6 +51,12 @@ final class EngineCommand implements Callable<Integer> {
                     + " and a save is dropped (default: the client's, 30s). Short values suit fault drills.")
     Duration requestTimeout;
 
+    @Option(names = "--kv-load-deadline", paramLabel = "DURATION",
+            description = "Most a step's loads from the pool may take; past it they are abandoned and their blocks"
+                    + " recomputed, so a pool that is down, frozen or slow never stalls a request longer (default: no"
+                    + " limit).")
+    Duration loadDeadline;
+
     @Mixin
     EngineOptions engine;
 
@@ -82,6 +88,9 @@ final class EngineCommand implements Callable<Integer> {
         engine.granularity(); // a bad --kv-granularity before anything starts
         if (requestTimeout != null) {
             Durations.requirePositive("--request-timeout", requestTimeout);
+        }
+        if (loadDeadline != null) {
+            Durations.requirePositive("--kv-load-deadline", loadDeadline);
         }
         ApiToken token = ApiToken.load(apiTokenFile);
         if (token == null && !insecure && !ExposureOptions.loopback(host)) {
@@ -122,6 +131,13 @@ final class EngineCommand implements Callable<Integer> {
             }
             external = loaded.config() instanceof OffloadConfig.Pool p
                     ? "kvpool at " + p.master() + " (" + cfgFile + ")" : "native offload (" + cfgFile + ")";
+        }
+        if (loadDeadline != null) {
+            if (connector instanceof PoolConnector pc) {
+                pc.loadDeadline(loadDeadline);
+            } else {
+                System.out.println("warning: --kv-load-deadline: ignored, the engine has no pool connector (" + external + ")");
+            }
         }
         if (requestTimeout != null && client == null) {
             System.out.println("warning: --request-timeout: ignored, the engine has no pool client (" + external + ")");

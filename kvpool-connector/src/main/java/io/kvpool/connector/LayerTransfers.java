@@ -4,6 +4,7 @@ import io.kvpool.client.PutStatus;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
+import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -38,7 +39,7 @@ final class LayerTransfers {
      * missed (the engine recomputes it).
      */
     static List<ConnectorMeta.Load> load(PoolStore store, List<ConnectorMeta.Load> loads, PagedKv kv,
-                                         CompletableFuture<?>[] layers) {
+                                         CompletableFuture<?>[] layers, LoadGate gate) {
         int n = loads.size();
         List<String> k = new ArrayList<>(n);
         for (ConnectorMeta.Load l : loads) {
@@ -52,6 +53,10 @@ final class LayerTransfers {
                 failed[i] = at.valueLength(i) != kv.blockBytes();
             }
             for (int layer = 0; layer < layers.length; layer++) {
+                if (gate.abandoned()) {
+                    Arrays.fill(failed, true);
+                    break;
+                }
                 long[] offsets = new long[n];
                 List<MemorySegment> dst = new ArrayList<>(n);
                 for (int i = 0; i < n; i++) {
@@ -59,9 +64,18 @@ final class LayerTransfers {
                     offsets[i] = failed[i] ? 0 : layer * layerBytes;
                     dst.add(kv.block(loads.get(i).blockId()).asSlice(layer * layerBytes, failed[i] ? 0 : layerBytes));
                 }
-                long[] got = at.read(offsets, dst);
-                for (int i = 0; i < n; i++) {
-                    failed[i] |= dst.get(i).byteSize() == 0 || got[i] != dst.get(i).byteSize();
+                try (Arena arena = Arena.ofConfined()) {
+                    List<MemorySegment> into = gate.staged(dst, arena);
+                    long[] got = at.read(offsets, into);
+                    boolean[] ok = new boolean[n];
+                    for (int i = 0; i < n; i++) {
+                        ok[i] = dst.get(i).byteSize() != 0 && got[i] == dst.get(i).byteSize();
+                        failed[i] |= !ok[i];
+                    }
+                    if (!gate.land(() -> gate.copyBack(into, dst, ok), false)) {
+                        Arrays.fill(failed, true); // abandoned: nothing of it reaches the blocks
+                        break;
+                    }
                 }
                 layers[layer].complete(null);
             }

@@ -10,7 +10,9 @@ import io.kvpool.protocol.KeyDigest;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
+import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
+import java.time.Duration;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -26,6 +28,8 @@ import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.LongAdder;
 import java.util.concurrent.locks.ReentrantReadWriteLock;
 
@@ -123,6 +127,9 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
     // worker side
     private ConnectorMeta current = ConnectorMeta.EMPTY;
     private Future<?> currentLoad = CompletableFuture.completedFuture(null);
+    private LoadGate gate = new LoadGate(-1); // the current step's loads and their deadline
+    private volatile long loadDeadlineNanos = -1;
+    private final LongAdder abandonedLoads = new LongAdder();
     private boolean loadAwaited = true;
     private boolean savesStarted = true;
     /** LAYER: layer l's loads are in (or failed) once {@code layerLoaded[l]} completes. */
@@ -360,25 +367,65 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
                 layers[l] = new CompletableFuture<Void>();
             }
             layerLoaded = layers;
-            currentLoad = io.submit(() -> loadByLayer(meta, kv, layers));
+            LoadGate g = gate = newGate(meta.loads().size());
+            currentLoad = io.submit(() -> loadByLayer(meta, kv, layers, g));
         } else {
-            currentLoad = io.submit(() -> load(meta, kv));
+            LoadGate g = gate = newGate(meta.loads().size());
+            currentLoad = io.submit(() -> load(meta, kv, g));
         }
         loadAwaited = false;
     }
 
+    /**
+     * Gives a step's loads at most {@code deadline} (null: no limit, the default): loads still out then are
+     * abandoned and reported failed, so the engine recomputes those blocks instead of waiting for a pool that is
+     * down, frozen or slow; they never write the engine's memory afterwards ({@link LoadGate}). Set it before
+     * the first step. Returns this connector.
+     */
+    public PoolConnector loadDeadline(Duration deadline) {
+        if (deadline != null && (deadline.isNegative() || deadline.isZero())) {
+            throw new IllegalArgumentException("load deadline must be positive, got " + deadline);
+        }
+        this.loadDeadlineNanos = deadline == null ? -1 : deadline.toNanos();
+        return this;
+    }
+
+    /** Block loads abandoned at their deadline so far. */
+    public long abandonedLoads() {
+        return abandonedLoads.sum();
+    }
+
+    private LoadGate newGate(int blocks) {
+        long d = loadDeadlineNanos;
+        return new LoadGate(d < 0 ? -1 : System.nanoTime() + d);
+    }
+
+    /** The step's loads passed their deadline: they fail unless they landed already. */
+    private void abandon(LoadGate g, List<ConnectorMeta.Load> loads) {
+        if (g.abandon()) {
+            fail(loads);
+            abandonedLoads.add(loads.size());
+            log.warn("kvpool: {} block loads passed their deadline; the engine recomputes them", loads.size());
+        }
+    }
+
     /** LAYER: the step's loads, a layer at a time ({@link LayerTransfers#load}), under the fence. */
-    private void loadByLayer(ConnectorMeta meta, PagedKv kv, CompletableFuture<?>[] layers) {
+    private void loadByLayer(ConnectorMeta meta, PagedKv kv, CompletableFuture<?>[] layers, LoadGate g) {
         fence.readLock().lock();
         try {
-            if (meta.generation() != generation) {
-                fail(meta.loads());
+            if (g.abandoned()) {
                 return;
             }
-            List<ConnectorMeta.Load> bad = LayerTransfers.load(store, meta.loads(), kv, layers);
-            loadedBlocks.add(meta.loads().size() - bad.size());
-            loadedBytes.add((meta.loads().size() - bad.size()) * kv.blockBytes());
-            fail(bad);
+            if (meta.generation() != generation) {
+                g.land(() -> fail(meta.loads()), true);
+                return;
+            }
+            List<ConnectorMeta.Load> bad = LayerTransfers.load(store, meta.loads(), kv, layers, g);
+            g.land(() -> {
+                loadedBlocks.add(meta.loads().size() - bad.size());
+                loadedBytes.add((meta.loads().size() - bad.size()) * kv.blockBytes());
+                fail(bad);
+            }, true);
         } finally {
             fence.readLock().unlock();
             for (CompletableFuture<?> f : layers) {
@@ -387,11 +434,14 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
         }
     }
 
-    private void load(ConnectorMeta meta, PagedKv kv) {
+    private void load(ConnectorMeta meta, PagedKv kv, LoadGate g) {
+        if (g.abandoned()) {
+            return; // its step gave up on it while it waited
+        }
         fence.readLock().lock();
-        try {
+        try (Arena arena = Arena.ofConfined()) {
             if (meta.generation() != generation) {
-                fail(meta.loads()); // planned before a reset: the KV it names is gone or stale
+                g.land(() -> fail(meta.loads()), true); // planned before a reset: the KV it names is gone or stale
                 return;
             }
             List<String> k = new ArrayList<>(meta.loads().size());
@@ -400,22 +450,30 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
                 k.add(l.key());
                 dst.add(kv.block(l.blockId()));
             }
+            List<MemorySegment> into = g.staged(dst, arena);
             long[] got;
             try {
-                got = store.getIntoBatch(k, dst);
+                got = store.getIntoBatch(k, into);
             } catch (RuntimeException e) {
                 log.warn("kvpool load of {} blocks failed: {}", k.size(), e.toString());
-                fail(meta.loads());
+                g.land(() -> fail(meta.loads()), true);
                 return;
             }
+            boolean[] ok = new boolean[got.length];
             for (int i = 0; i < got.length; i++) {
-                if (got[i] != kv.blockBytes()) {
-                    fail(List.of(meta.loads().get(i)));
-                } else {
-                    loadedBlocks.increment();
-                    loadedBytes.add(got[i]);
-                }
+                ok[i] = got[i] == kv.blockBytes();
             }
+            g.land(() -> {
+                g.copyBack(into, dst, ok);
+                for (int i = 0; i < ok.length; i++) {
+                    if (!ok[i]) {
+                        fail(List.of(meta.loads().get(i)));
+                    } else {
+                        loadedBlocks.increment();
+                        loadedBytes.add(got[i]);
+                    }
+                }
+            }, true);
         } finally {
             fence.readLock().unlock();
         }
@@ -437,12 +495,18 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
             return;
         }
         try {
-            layers[Math.max(0, Math.min(layer, layers.length - 1))].get();
+            layers[Math.max(0, Math.min(layer, layers.length - 1))].get(gate.remainingNanos(), TimeUnit.NANOSECONDS);
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
             settleLoad();
         } catch (ExecutionException e) {
             settleLoad(); // the load itself reports what failed
+        } catch (TimeoutException e) {
+            abandon(gate, current.loads());
+            loadAwaited = true; // nothing of it will be waited for
+            for (CompletableFuture<?> f : layers) {
+                f.complete(null);
+            }
         }
         if (layer >= layers.length - 1) {
             settleLoad();
@@ -456,7 +520,9 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
         }
         loadAwaited = true;
         try {
-            currentLoad.get();
+            currentLoad.get(gate.remainingNanos(), TimeUnit.NANOSECONDS);
+        } catch (TimeoutException e) {
+            abandon(gate, current.loads());
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
             fail(current.loads());

@@ -4,7 +4,10 @@ import io.kvpool.connector.hash.BlockHasher;
 import io.kvpool.connector.hash.KeyFormat;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.EnumSource;
 
+import java.lang.foreign.ValueLayout;
 import java.time.Duration;
 import java.util.List;
 import java.util.Set;
@@ -271,5 +274,66 @@ class PoolConnectorTest {
                 .hasMessageContaining("9 tokens computed but only 8 known");
         assertThatThrownBy(() -> new PoolConnector((io.kvpool.client.KvPoolClient) null, new BlockHasher(BS, "0"), KEYS,
                 PoolConnector.ResetScope.ALL_FENCED)).hasMessageContaining("client");
+    }
+
+    @ParameterizedTest
+    @EnumSource(PoolConnector.Granularity.class)
+    void loadsPastTheirDeadlineAreAbandonedNeverWriteTheBlocksAndThePoolComesBack(PoolConnector.Granularity g)
+            throws Exception {
+        MemoryStore s = new MemoryStore();
+        CountDownLatch release = new CountDownLatch(1);
+        try (ConnectorContractTest.Blocks blocks = new ConnectorContractTest.Blocks(BS)) {
+            PoolConnector p = new PoolConnector(s, new BlockHasher(BS, "0"), KEYS, PoolConnector.ResetScope.ALL_FENCED, g)
+                    .loadDeadline(Duration.ofMillis(200));
+            try {
+                for (long i = 0; i < blocks.blockBytes(); i++) {
+                    blocks.block(0).set(ValueLayout.JAVA_BYTE, i, (byte) i);
+                    blocks.block(1).set(ValueLayout.JAVA_BYTE, i, (byte) (i * 7));
+                }
+                ConnectorRequest a = new ConnectorRequest("a", tokens(8, 1));
+                p.startLoadKv(p.buildConnectorMeta(List.of(new ScheduledRequest(a, new int[]{0, 1}, 0, 8))), blocks);
+                for (int l = 0; l < blocks.numLayers(); l++) {
+                    p.saveKvLayer(l, blocks);
+                }
+                p.waitForSave();
+
+                // the pool holds every read: the step gives up at its deadline, the blocks are recomputed
+                ConnectorRequest b = new ConnectorRequest("b", tokens(9, 1));
+                assertThat(p.getNumNewMatchedTokens(b, 0).tokens()).isEqualTo(8);
+                p.updateStateAfterAlloc(b, new int[]{4, 5, 6}, 8);
+                blocks.block(4).fill((byte) 0x5A);
+                blocks.block(5).fill((byte) 0x5A);
+                s.beforeGet = k -> await(release, "the test to let the pool answer");
+                p.startLoadKv(p.buildConnectorMeta(List.of()), blocks);
+                for (int l = 0; l < blocks.numLayers(); l++) {
+                    p.waitForLayerLoad(l); // returns at the deadline, never by the release (30 s away)
+                }
+                assertThat(p.blockIdsWithLoadErrors()).containsExactlyInAnyOrder(4, 5);
+                assertThat(p.abandonedLoads()).isEqualTo(2);
+
+                // the pool answers again: the next step's loads land, the abandoned ones never do
+                s.beforeGet = k -> { };
+                release.countDown();
+                ConnectorRequest c2 = new ConnectorRequest("c", tokens(9, 1));
+                assertThat(p.getNumNewMatchedTokens(c2, 0).tokens()).isEqualTo(8);
+                p.updateStateAfterAlloc(c2, new int[]{2, 3, 7}, 8);
+                p.startLoadKv(p.buildConnectorMeta(List.of()), blocks);
+                for (int l = 0; l < blocks.numLayers(); l++) {
+                    p.waitForLayerLoad(l);
+                }
+                assertThat(p.blockIdsWithLoadErrors()).isEmpty();
+                assertThat(blocks.block(2).mismatch(blocks.block(0))).isEqualTo(-1);
+                assertThat(blocks.block(3).mismatch(blocks.block(1))).isEqualTo(-1);
+            } finally {
+                release.countDown();
+                p.close(); // waits for the abandoned load's thread too
+            }
+            for (int id : new int[]{4, 5}) {
+                for (long i = 0; i < blocks.blockBytes(); i++) {
+                    assertThat(blocks.block(id).get(ValueLayout.JAVA_BYTE, i)).as("block %d byte %d", id, i)
+                            .isEqualTo((byte) 0x5A);
+                }
+            }
+        }
     }
 }
