@@ -10,7 +10,6 @@ import io.kvpool.protocol.KeyDigest;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
-import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.time.Duration;
 import java.util.ArrayDeque;
@@ -28,8 +27,6 @@ import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
-import java.util.concurrent.TimeUnit;
-import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.LongAdder;
 import java.util.concurrent.locks.ReentrantReadWriteLock;
 
@@ -126,14 +123,12 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
 
     // worker side
     private ConnectorMeta current = ConnectorMeta.EMPTY;
-    private Future<?> currentLoad = CompletableFuture.completedFuture(null);
-    private LoadGate gate = new LoadGate(-1); // the current step's loads and their deadline
+    /** The current step's loads (engine thread), and what every step's load needs of this connector. */
+    private StepLoad step;
+    private final StepLoad.Context loads;
     private volatile long loadDeadlineNanos = -1;
     private final LongAdder abandonedLoads = new LongAdder();
-    private boolean loadAwaited = true;
     private boolean savesStarted = true;
-    /** LAYER: layer l's loads are in (or failed) once {@code layerLoaded[l]} completes. */
-    private CompletableFuture<?>[] layerLoaded = new CompletableFuture<?>[0];
     /** LAYER: the step's saves in parts (null until the first {@link #saveKvLayer} of a step). */
     private LayerTransfers.Saves stepSaves;
     /** Blocks whose load failed, until the engine asks ({@link #blockIdsWithLoadErrors}). */
@@ -204,6 +199,25 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
         this.planner = new Planner(hasher);
         this.keys = Objects.requireNonNull(keys, "keys");
         this.resetScope = Objects.requireNonNull(resetScope, "resetScope");
+        StepLoad.Outcome outcome = new StepLoad.Outcome() {
+            @Override
+            public void failed(List<ConnectorMeta.Load> loads) {
+                fail(loads);
+            }
+
+            @Override
+            public void loaded(long blocks, long bytes) {
+                loadedBlocks.add(blocks);
+                loadedBytes.add(bytes);
+            }
+
+            @Override
+            public void abandoned(int blocks) {
+                abandonedLoads.add(blocks);
+            }
+        };
+        this.loads = new StepLoad.Context(store, io, fence, () -> generation, outcome);
+        this.step = StepLoad.none(current, outcome);
     }
 
     public KeyFormat keys() {
@@ -348,7 +362,7 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
 
     @Override
     public void startLoadKv(ConnectorMeta meta, PagedKv kv) {
-        settleLoad(); // the previous step's load, if the engine never waited for it
+        step.settle(); // the previous step's load, if the engine never waited for it
         if (stepSaves != null) {
             stepSaves.finishEarly(keep(stepSaves)); // the engine never saved the last layer: what is unwritten fails
         }
@@ -358,22 +372,7 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
         savesStarted = false;
         stepSaves = null;
         fail(meta.voidLoads()); // accepted before a reset: the KV they name is gone or stale
-        if (meta.loads().isEmpty()) {
-            currentLoad = CompletableFuture.completedFuture(null);
-            layerLoaded = new CompletableFuture<?>[0];
-        } else if (granularity == Granularity.LAYER) {
-            CompletableFuture<?>[] layers = new CompletableFuture<?>[kv.numLayers()];
-            for (int l = 0; l < layers.length; l++) {
-                layers[l] = new CompletableFuture<Void>();
-            }
-            layerLoaded = layers;
-            LoadGate g = gate = newGate(meta.loads().size());
-            currentLoad = io.submit(() -> loadByLayer(meta, kv, layers, g));
-        } else {
-            LoadGate g = gate = newGate(meta.loads().size());
-            currentLoad = io.submit(() -> load(meta, kv, g));
-        }
-        loadAwaited = false;
+        step = StepLoad.start(meta, kv, granularity, loadDeadlineNanos, loads);
     }
 
     /**
@@ -395,90 +394,6 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
         return abandonedLoads.sum();
     }
 
-    private LoadGate newGate(int blocks) {
-        long d = loadDeadlineNanos;
-        return new LoadGate(d < 0 ? -1 : System.nanoTime() + d);
-    }
-
-    /** The step's loads passed their deadline: they fail unless they landed already. */
-    private void abandon(LoadGate g, List<ConnectorMeta.Load> loads) {
-        if (g.abandon()) {
-            fail(loads);
-            abandonedLoads.add(loads.size());
-            log.warn("kvpool: {} block loads passed their deadline; the engine recomputes them", loads.size());
-        }
-    }
-
-    /** LAYER: the step's loads, a layer at a time ({@link LayerTransfers#load}), under the fence. */
-    private void loadByLayer(ConnectorMeta meta, PagedKv kv, CompletableFuture<?>[] layers, LoadGate g) {
-        fence.readLock().lock();
-        try {
-            if (g.abandoned()) {
-                return;
-            }
-            if (meta.generation() != generation) {
-                g.land(() -> fail(meta.loads()), true);
-                return;
-            }
-            List<ConnectorMeta.Load> bad = LayerTransfers.load(store, meta.loads(), kv, layers, g);
-            g.land(() -> {
-                loadedBlocks.add(meta.loads().size() - bad.size());
-                loadedBytes.add((meta.loads().size() - bad.size()) * kv.blockBytes());
-                fail(bad);
-            }, true);
-        } finally {
-            fence.readLock().unlock();
-            for (CompletableFuture<?> f : layers) {
-                f.complete(null); // a load that stopped early releases every layer's waiter
-            }
-        }
-    }
-
-    private void load(ConnectorMeta meta, PagedKv kv, LoadGate g) {
-        if (g.abandoned()) {
-            return; // its step gave up on it while it waited
-        }
-        fence.readLock().lock();
-        try (Arena arena = Arena.ofConfined()) {
-            if (meta.generation() != generation) {
-                g.land(() -> fail(meta.loads()), true); // planned before a reset: the KV it names is gone or stale
-                return;
-            }
-            List<String> k = new ArrayList<>(meta.loads().size());
-            List<MemorySegment> dst = new ArrayList<>(meta.loads().size());
-            for (ConnectorMeta.Load l : meta.loads()) {
-                k.add(l.key());
-                dst.add(kv.block(l.blockId()));
-            }
-            List<MemorySegment> into = g.staged(dst, arena);
-            long[] got;
-            try {
-                got = store.getIntoBatch(k, into);
-            } catch (RuntimeException e) {
-                log.warn("kvpool load of {} blocks failed: {}", k.size(), e.toString());
-                g.land(() -> fail(meta.loads()), true);
-                return;
-            }
-            boolean[] ok = new boolean[got.length];
-            for (int i = 0; i < got.length; i++) {
-                ok[i] = got[i] == kv.blockBytes();
-            }
-            g.land(() -> {
-                g.copyBack(into, dst, ok);
-                for (int i = 0; i < ok.length; i++) {
-                    if (!ok[i]) {
-                        fail(List.of(meta.loads().get(i)));
-                    } else {
-                        loadedBlocks.increment();
-                        loadedBytes.add(got[i]);
-                    }
-                }
-            }, true);
-        } finally {
-            fence.readLock().unlock();
-        }
-    }
-
     private void fail(List<ConnectorMeta.Load> loads) {
         for (ConnectorMeta.Load l : loads) {
             stepLoadErrors.add(l.blockId());
@@ -489,47 +404,7 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
 
     @Override
     public void waitForLayerLoad(int layer) {
-        CompletableFuture<?>[] layers = layerLoaded;
-        if (loadAwaited || layers.length == 0) {
-            settleLoad();
-            return;
-        }
-        try {
-            layers[Math.max(0, Math.min(layer, layers.length - 1))].get(gate.remainingNanos(), TimeUnit.NANOSECONDS);
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-            settleLoad();
-        } catch (ExecutionException e) {
-            settleLoad(); // the load itself reports what failed
-        } catch (TimeoutException e) {
-            abandon(gate, current.loads());
-            loadAwaited = true; // nothing of it will be waited for
-            for (CompletableFuture<?> f : layers) {
-                f.complete(null);
-            }
-        }
-        if (layer >= layers.length - 1) {
-            settleLoad();
-        }
-    }
-
-    /** Waits for the step's loads (a block holds all its layers: the first layer waits for them all). */
-    private void settleLoad() {
-        if (loadAwaited) {
-            return;
-        }
-        loadAwaited = true;
-        try {
-            currentLoad.get(gate.remainingNanos(), TimeUnit.NANOSECONDS);
-        } catch (TimeoutException e) {
-            abandon(gate, current.loads());
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-            fail(current.loads());
-        } catch (ExecutionException e) {
-            log.warn("kvpool load failed: {}", e.getCause().toString());
-            fail(current.loads());
-        }
+        step.waitForLayer(layer);
     }
 
     @Override
@@ -542,7 +417,7 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
             return;
         }
         savesStarted = true; // a step's saves start once
-        settleLoad();
+        step.settle();
         ConnectorMeta meta = current;
         List<ConnectorMeta.Save> saves = meta.savesNotOverFailedLoads(Set.copyOf(stepLoadErrors));
         droppedSaves.add(meta.saves().size() - saves.size());
@@ -644,7 +519,7 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
         }
         int last = kv.numLayers() - 1;
         if (layer >= last) {
-            settleLoad(); // every load of the step is in: the final word on which saves stand
+            step.settle(); // every load of the step is in: the final word on which saves stand
         }
         stepSaves.through(Math.min(layer, last), keep(stepSaves));
     }
@@ -759,7 +634,7 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
 
     @Override
     public Set<Integer> blockIdsWithLoadErrors() {
-        settleLoad();
+        step.settle();
         Set<Integer> out = Set.copyOf(loadErrors);
         loadErrors.removeAll(out);
         return out;
