@@ -152,7 +152,8 @@ def copy_in(mapping: Mapping, dests: Sequence[int], values: Sequence[memoryview]
             filler: Any = values[i]
             filler.fill(address + at, mapping)
             crcs[i] = crc32c(view[at:at + n]) if n else 0
-        keep = [i for i in range(len(values)) if i not in set(fills)]
+        filled = set(fills)
+        keep = [i for i in range(len(values)) if i not in filled]
         if not keep:
             del base
             return
