@@ -107,6 +107,15 @@ class LoadGate:
         """Seconds left (never negative), None without a deadline."""
         return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
 
+    def abandon(self) -> bool:
+        """Gives up on the loads unless they landed; True only if this call abandoned them (so they are counted
+        once)."""
+        with self.lock:
+            if self.done or self.abandoned:
+                return False
+            self.abandoned = True
+            return True
+
     def finish(self, land: Callable[[], None]) -> bool:
         """Runs ``land`` (put the bytes in place, record the outcome) unless the loads were abandoned."""
         with self.lock:
@@ -381,14 +390,11 @@ class PoolConnector:
     def _abandon(self, gate: LoadGate, loads: Sequence[Load]) -> bool:
         """Abandons ``loads`` if their deadline passed and they are not in yet: they fail (the engine recomputes
         their blocks) and nothing of them reaches the engine's memory later. True if abandoned."""
-        with gate.lock:
-            if gate.done or gate.abandoned:
-                return gate.abandoned
-            gate.abandoned = True
-        self._fail(loads)
-        self._count(abandoned_loads=len(loads))
-        log.warning("kvpool: %d block loads passed their deadline; the engine recomputes them", len(loads))
-        return True
+        if gate.abandon():
+            self._fail(loads)
+            self._count(abandoned_loads=len(loads))
+            log.warning("kvpool: %d block loads passed their deadline; the engine recomputes them", len(loads))
+        return gate.abandoned
 
     def _load(self, meta: ConnectorMeta, kv: PagedKv, gate: LoadGate) -> None:
         if gate.abandoned:
@@ -477,13 +483,10 @@ class PoolConnector:
         return done | failed, failed
 
     def _abandon_async(self, gate: LoadGate, blocks: int) -> bool:
-        with gate.lock:
-            if gate.done or gate.abandoned:
-                return gate.abandoned
-            gate.abandoned = True
-        self._count(failed_loads=blocks, abandoned_loads=blocks)
-        log.warning("kvpool: %d block loads passed their deadline; the engine recomputes their requests", blocks)
-        return True
+        if gate.abandon():
+            self._count(failed_loads=blocks, abandoned_loads=blocks)
+            log.warning("kvpool: %d block loads passed their deadline; the engine recomputes their requests", blocks)
+        return gate.abandoned
 
     def _load_by_layer(self, meta: ConnectorMeta, kv: PagedKv, layers_in: layers.LayersIn, gate: LoadGate) -> None:
         """Layer by layer: the step's loads, a layer at a time (:func:`layers.load`), under the fence."""
