@@ -18,9 +18,15 @@
 # site-packages through a .pth file (after its own), so that a large set both need (PyPI's torch, a
 # CUDA build of several GB) is installed once: see peers/torch. A change to OTHER rebuilds both.
 #
+# A peer that is not Python (llm-d's Go indexer: peers/llm-d) is built by peer.conf's `build=` commands,
+# run after pip and before the verify commands, with the venv's bin first on PATH, PEER_DIR set to the
+# peer's definition folder (peers/NAME) and PEER_HOME to .peers/NAME; what they build goes under
+# PEER_HOME (into the venv, so that a rebuilt venv rebuilds it too). The stamp covers every file under
+# peers/NAME, subfolders included, so a changed source file, go.mod or go.sum rebuilds it.
+#
 # A peer that cannot be installed is a failure (exit 1) whose message names the peer and the step:
 # the interpreter, a Debian package, the venv, pip (with the last lines of its log), the pins'
-# completeness (pip check), or a verify command. Never a skip.
+# completeness (pip check), a build command, or a verify command. Never a skip.
 #
 # Exit status: 0 ok, 1 failure, 2 usage (or an unknown peer), 3 not installed (python, --check).
 #
@@ -81,8 +87,8 @@ fail() {
 }
 
 # load_conf NAME: sets conf_python, conf_system_site, conf_base, conf_unmet (array), conf_debian
-# (array), conf_pip_args (array), conf_verify (array) from peers/NAME/peer.conf (defaults when there is
-# none).
+# (array), conf_pip_args (array), conf_build (array), conf_verify (array) from peers/NAME/peer.conf
+# (defaults when there is none).
 load_conf() {
     local name=$1 conf=$PEERS_DIR/$1/peer.conf line key value n=0
     conf_python=/usr/bin/python3
@@ -91,6 +97,7 @@ load_conf() {
     conf_unmet=()
     conf_debian=()
     conf_pip_args=()
+    conf_build=()
     conf_verify=()
     [[ -f $conf ]] || return 0
     while IFS= read -r line || [[ -n $line ]]; do
@@ -113,6 +120,7 @@ load_conf() {
             debian) read -r -a conf_debian <<<"$value" ;;
             unmet) read -r -a conf_unmet <<<"$value" ;;
             pip_args) read -r -a conf_pip_args <<<"$value" ;;
+            build) conf_build+=("$value") ;;
             verify) conf_verify+=("$value") ;;
             *) fail "$name" "reading peer.conf" "$conf line $n: unknown key '$key'" ;;
         esac
@@ -271,6 +279,12 @@ install_one() {
         "${conf_pip_args[@]}" -r "$req" >>"$log" 2>&1 \
         || fail "$name" "pip" "pip install --no-deps -r $req exited non-zero (the last lines of its log are above)" "$log"
     check_complete "$name" "$venv" "$log"
+    for cmd in "${conf_build[@]}"; do
+        echo "=== build: $cmd" >>"$log"
+        (cd "$home" && PATH="$venv/bin:$PATH" VIRTUAL_ENV=$venv PYTHONNOUSERSITE=1 PEER_DIR="$PEERS_DIR/$name" \
+            PEER_HOME="$home" bash -c "$cmd") >>"$log" 2>&1 \
+            || fail "$name" "build" "'$cmd' failed" "$log"
+    done
     for cmd in "${conf_verify[@]}"; do
         echo "=== verify: $cmd" >>"$log"
         (cd "$home" && PATH="$venv/bin:$PATH" VIRTUAL_ENV=$venv PYTHONNOUSERSITE=1 bash -c "$cmd") >>"$log" 2>&1 \

@@ -1,5 +1,5 @@
 """kvpool's device edge on a GPU (``scripts/gpu-check.sh``): every KVCacheLayout of vLLM 0.32 and every page
-kind (dense f16/bf16, fp8 bytes, MLA latents) on CUDA tensors, saved to the pool and loaded back on both paths
+kind (dense f16/bf16, fp8 bytes, MLA latents, Mamba state) on CUDA tensors, saved to the pool and loaded back on both paths
 (shared memory and TCP), byte for byte against the canonical block; saves ordered after the engine's stream
 (events), layer by layer; and kvpool.mooncake on device addresses."""
 
@@ -63,6 +63,23 @@ def test_layouts_round_trip_through_the_pool(client: kvpool.Client, edge: Any, d
     commit([True] * 3)
     for dst, src in ((1, 9), (2, 0), (3, 4)):
         assert canonical(layers, dst, k) == canonical(layers, src, k)
+
+
+def test_mamba_state_pages_round_trip_through_the_pool(client: kvpool.Client, edge: Any, device: str) -> None:
+    """A Mamba layer's page as vLLM views a ``MambaSpec``: ``[B, 1, 1, C]`` bytes at the start of a padded page."""
+    layers, blocks, state, page = 3, 8, 2 * 1024 + 40, 4096
+    mem = torch.empty(layers * blocks * page, dtype=torch.uint8, device=device)
+    mem.random_(0, 256)
+    views = [torch.as_strided(mem, (blocks, 1, 1, state), (page, state, state, 1), l * blocks * page)
+             for l in range(layers)]
+    kv = DeviceKv(views, PageFormat(1, 1, state), 16, edge, "x")
+    want = [b"".join(t[b].reshape(-1).cpu().numpy().tobytes() for t in views) for b in (6, 2)]
+    keys = ["gpu/mamba/6", "gpu/mamba/2"]
+    assert all(s.name == "OK" for s in client.put_batch(keys, kv.save_sources([6, 2])))
+    targets, commit = kv.load_targets([0, 1])
+    assert client.get_into_batch(keys, targets) == [kv.block_bytes] * 2
+    commit([True, True])
+    assert [b"".join(t[b].reshape(-1).cpu().numpy().tobytes() for t in views) for b in (0, 1)] == want
 
 
 def test_a_save_waits_for_the_engines_stream_not_the_cpu(edge: Any, device: str) -> None:

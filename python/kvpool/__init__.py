@@ -14,10 +14,12 @@ from .protocol import VERSION as PROTOCOL_VERSION
 from .protocol import PoolStats, ProtocolError, SegmentStats
 from .parts import PutInParts
 from .ranged import Located
+from .tiers import TierCounts
+from .block_info import BlockInfo, router_block_hash
 
 __all__ = [
     "Client", "PutStatus", "PutResult", "PIN_FOREVER", "MISS", "TOO_SMALL", "RawBuffer", "as_memoryview", "KvPoolError", "MasterUnreachable", "MasterTimeout",
     "ProtocolError", "PoolStats", "SegmentStats", "PROTOCOL_VERSION", "etcd", "Secrets", "AuthenticationError",
-    "Located", "PutInParts",
+    "Located", "PutInParts", "TierCounts", "BlockInfo", "router_block_hash",
 ]
 __version__ = "0.1.0"

@@ -55,6 +55,8 @@ from .protocol import Opcode, PoolStats, ResultCode, SegmentStats
 from .ranged import RangedIO
 from .results import MISS, PutResult, PutStatus
 from .shm import SharedSegments
+from .tiers import TierCounts
+from .block_info import BlockInfo, decode_kept, encode_block_infos
 
 log = logging.getLogger("kvpool")
 
@@ -540,6 +542,35 @@ class Client(RangedIO):
             if n < len(part):
                 break
         return matched
+
+    def tier_lookup(self, keys: Sequence[str]) -> TierCounts:
+        """Of ``keys`` (a prompt's block keys, in order): how many leading ones the pool holds, and how many of
+        those are in memory and how many on the SSD tier only (TIER_LOOKUP): what a router without an event stream
+        asks. Does not count as a read for eviction."""
+        kb = p.encode_keys_checked(keys)
+        codes = bytearray(len(kb))
+        for start in range(0, len(kb), p.MAX_KEYS_PER_FRAME):
+            part = self._call_master(Opcode.TIER_LOOKUP, p.encode_keys(kb[start:start + p.MAX_KEYS_PER_FRAME]),
+                                     p.decode_tier_codes)
+            codes[start:start + len(part)] = part
+            if TierCounts.of(part).prefix_blocks < len(part):
+                break  # the prefix ended in this frame
+        return TierCounts.of(bytes(codes))
+
+    def describe_blocks(self, infos: Sequence[BlockInfo]) -> int:
+        """Tells the master what the engine knows of the blocks it is about to save (BLOCK_INFO): tokens, block
+        size, parent hash, LoRA and salt, which the master's KV events then carry in each key's ``BlockStored`` for
+        routers that hash tokens themselves (Dynamo, llm-d). Send it before the puts. Returns how many infos the
+        master kept: 0 when its events are off. Frames of at most 16,384 infos and about 4 MiB."""
+        kept = start = 0
+        while start < len(infos):
+            end, size = start, 0
+            while end < len(infos) and end - start < p.MAX_KEYS_PER_FRAME and (end == start or size < 4 << 20):
+                size += len(infos[end].key) + 4 * len(infos[end].token_ids) + 64
+                end += 1
+            kept += self._call_master(Opcode.BLOCK_INFO, encode_block_infos(infos[start:end]), decode_kept)
+            start = end
+        return kept
 
     def replica_locations(self, keys: Sequence[str]) -> list[tuple[int, int, list[tuple[str, int, int]]] | None]:
         """Where each key's copies are now: the master's answer to the lookup every read starts with

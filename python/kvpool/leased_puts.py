@@ -57,7 +57,7 @@ log = logging.getLogger("kvpool")
 Slot = tuple[int, int, int]
 
 _COMMIT_STATUS = {ResultCode.OK: PutStatus.OK, ResultCode.ALREADY_EXISTS: PutStatus.ALREADY_EXISTS,
-                  ResultCode.FENCED: PutStatus.FENCED}
+                  ResultCode.FENCED: PutStatus.FENCED, ResultCode.QUOTA_EXCEEDED: PutStatus.QUOTA_EXCEEDED}
 
 
 class Leasing:

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("kvpool")
 
 _REFUSALS = {ResultCode.ALREADY_EXISTS: PutStatus.ALREADY_EXISTS, ResultCode.POOL_FULL: PutStatus.POOL_FULL,
-             ResultCode.NO_SEGMENT: PutStatus.NO_SEGMENT}
+             ResultCode.NO_SEGMENT: PutStatus.NO_SEGMENT, ResultCode.QUOTA_EXCEEDED: PutStatus.QUOTA_EXCEEDED}
 
 
 #: Most NODE_PART_WRITE frames unanswered on one connection, and most parts in them: an answer is a 36-byte frame

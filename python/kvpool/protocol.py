@@ -1,4 +1,4 @@
-"""kvpool's wire protocol, version 12, as docs/protocol.md draws it.
+"""kvpool's wire protocol, version 14, as docs/protocol.md draws it.
 
 This module is the Python side of the contract: the 32-byte frame header, the body primitives, the
 opcode, result-code and frame-status tables, and an encoder or decoder for every body the client
@@ -8,7 +8,7 @@ drifts from the document fails loudly here instead of being misread.
 
 Frame header (section 2.1)::
 
-     0  magic u16 = 0x504B ("KP" on the wire) | version u8 = 12 | opcode u8
+     0  magic u16 = 0x504B ("KP" on the wire) | version u8 = 14 | opcode u8
      4  flags u8 (bit 0 reply) | reserved u8 = 0 | status u16
      8  request id u64
     16  body length u32
@@ -31,7 +31,7 @@ from .codec import (  # noqa: F401 - the body primitives, re-exported: kvpool.pr
     encode_keys_checked,
 )
 
-VERSION = 12
+VERSION = 14
 MAGIC = 0x504B
 HEADER = struct.Struct("<HBBBBHQIIQ")
 HEADER_BYTES = HEADER.size  # 32
@@ -107,6 +107,8 @@ class Opcode(enum.IntEnum):
     OBJECT_SIZE = 0x25
     PREFIX_MATCH_DIGEST = 0x26
     BATCH_EXIST_DIGEST = 0x27
+    TIER_LOOKUP = 0x28  # version 13: the tier of each key (section 4.38)
+    BLOCK_INFO = 0x29  # version 14: what the engine knows of blocks, for the KV events (section 4.39)
     REMOVE = 0x30
     BATCH_REMOVE = 0x31
     REMOVE_BY_PREFIX = 0x32
@@ -137,6 +139,7 @@ class ResultCode(enum.IntEnum):
     FAILED = 7
     TOO_LARGE = 8
     DEPOSED = 9  # a node refused a write authorised by a master that is no longer the leader (version 6)
+    QUOTA_EXCEEDED = 10  # version 14: the key's tenant is at its memory quota (section 5.1)
 
 
 class FrameStatus(enum.IntEnum):
@@ -548,6 +551,14 @@ def decode_flags(body: bytes, what: str) -> list[bool]:
     return list(map(bool, raw))
 
 
+def decode_tier_codes(body: bytes) -> bytes:
+    """TIER_LOOKUP's reply: a code per key (0 absent, 1 a copy in memory, 2 on the SSD tier only)."""
+    raw = _byte_items(body, "TIER_LOOKUP reply", "tier count")
+    if raw and max(raw) > 2:
+        raise ProtocolError(f"TIER_LOOKUP reply: tier code must be 0, 1 or 2, got {max(raw)}")
+    return bytes(raw)
+
+
 def decode_sizes(body: bytes) -> list[int]:
     r = BodyReader(body, "OBJECT_SIZE reply")
     out = [r.i64("value length") for _ in range(r.count("size count", 8))]
@@ -637,54 +648,7 @@ def decode_cluster_stats(body: bytes) -> PoolStats:
 
 # ------------------------------------------------------------------------------------ key digests
 
-_M64 = (1 << 64) - 1
-_KD_P1 = 0x9E3779B185EBCA87
-_KD_P2 = 0xC2B2AE3D27D4EB4F
-_KD_P3 = 0x165667B19E3779F9
-_KD_P4 = 0x85EBCA77C2B2AE63
-DIGEST_BYTES = 16
-
-
-def _rotl(x: int, r: int) -> int:
-    return ((x << r) | (x >> (64 - r))) & _M64
-
-
-def _fmix(x: int) -> int:
-    x ^= x >> 33
-    x = (x * 0xFF51AFD7ED558CCD) & _M64
-    x ^= x >> 33
-    x = (x * 0xC4CEB9FE1A85EC53) & _M64
-    return x ^ (x >> 33)
-
-
-def key_digest(key: bytes) -> tuple[int, int]:
-    """The 128-bit digest of a key ("KD1", docs/protocol.md section 4.26) as unsigned (lo, hi).
-
-    Pure Python and slow (microseconds a key): the lookups by digest are the Java client's; this
-    client sends keys (PREFIX_MATCH, BATCH_EXIST_KEY), which is faster than digesting them here. It
-    exists so that the function is specified twice, and the tests hold both to the same values.
-    """
-    n = len(key)
-    a = (_KD_P3 + n * _KD_P1) & _M64
-    c = (_KD_P4 + n * _KD_P2) & _M64
-    full = n - n % 8
-    for i in range(0, full, 8):
-        w = int.from_bytes(key[i:i + 8], "little")
-        a = (_rotl(a ^ ((w * _KD_P2) & _M64), 31) * _KD_P1) & _M64
-        c = (_rotl(c ^ ((w * _KD_P1) & _M64), 27) * _KD_P2) & _M64
-    if full < n:
-        w = int.from_bytes(key[full:], "little")
-        a = (_rotl(a ^ ((w * _KD_P3) & _M64), 23) * _KD_P2) & _M64
-        c = (_rotl(c ^ ((w * _KD_P4) & _M64), 29) * _KD_P1) & _M64
-    return _fmix((a + c) & _M64), _fmix(c ^ _rotl(a, 17))
-
-
-def encode_digests(digests: Sequence[tuple[int, int]]) -> bytes:
-    """The body of PREFIX_MATCH_DIGEST / BATCH_EXIST_DIGEST: i32 count, then (lo, hi) as u64 each."""
-    out = bytearray(struct.pack("<i", len(digests)))
-    for lo, hi in digests:
-        out += struct.pack("<QQ", lo, hi)
-    return bytes(out)
+from .digests import DIGEST_BYTES, encode_digests, key_digest  # noqa: E402,F401  (kvpool.digests; named here too)
 
 
 # --------------------------------------------------------------------------------- node messages

@@ -31,6 +31,8 @@ class PutStatus(enum.Enum):
     """A remove_all(force=True) happened while this put was in flight, so it was discarded."""
     FAILED = "failed"
     """The bytes could not be written (node unreachable or gone, or the reservation expired)."""
+    QUOTA_EXCEEDED = "quota_exceeded"
+    """The key's tenant is at its memory quota (docs/operations.md, "Tenants"); nobody else's objects were touched."""
 
 
 @dataclass(frozen=True, slots=True)

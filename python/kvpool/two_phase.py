@@ -61,7 +61,8 @@ def write_chunk(client: Client, kb: list[bytes], views: list[memoryview], lo: in
                     rep.offset, r.generation, kb[i], views[i].nbytes, crc, r.grant(rep_no, region))))
         else:
             status[i] = {ResultCode.ALREADY_EXISTS: PutStatus.ALREADY_EXISTS, ResultCode.POOL_FULL:
-                         PutStatus.POOL_FULL, ResultCode.NO_SEGMENT: PutStatus.NO_SEGMENT}.get(r.code, PutStatus.FAILED)
+                         PutStatus.POOL_FULL, ResultCode.NO_SEGMENT: PutStatus.NO_SEGMENT,
+                         ResultCode.QUOTA_EXCEEDED: PutStatus.QUOTA_EXCEEDED}.get(r.code, PutStatus.FAILED)
     if not by_segment:
         return
     failed = [0] * (hi - lo)

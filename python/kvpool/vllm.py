@@ -65,6 +65,11 @@ Configuration (``kv_connector_extra_config``):
                       longer than that (``PoolConnector(load_deadline=...)``)
     recompute_tokens_per_s  the engine's prefill rate: loads of ``t`` tokens may take at most ``t`` over it
                       (what recomputing them would take), or ``load_deadline_ms`` if less
+    load_deadline_prefill  a factor: loads of ``t`` tokens may take at most that times vLLM's own prefill of ``t``
+                      tokens, as the connector measures it on steps without loads (the shortest budget holds)
+    kv_events_info    tell the master each saved block's tokens, parent hash and block size (BLOCK_INFO; default
+                      false), so its KV events serve routers that hash tokens (Dynamo, llm-d); one master round trip
+                      per step with saves, on the save thread
 """
 
 from __future__ import annotations
@@ -211,6 +216,7 @@ class KvPoolConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
 
         deadline = _positive(extra, "load_deadline_ms", 1e-3)  # checked before anything is opened
         prefill_rate = _positive(extra, "recompute_tokens_per_s", 1.0)
+        prefill_factor = _positive(extra, "load_deadline_prefill", 1.0)
         from .client import Client  # the core client; imported here so this module imports without it
         self.client = Client(extra.get("master"))
         fence_path = extra.get("fence_path") or self._default_fence_path(self.client.master, str(model))
@@ -222,7 +228,9 @@ class KvPoolConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
                                        fence=FileFence(fence_path),
                                        granularity="layer" if self.layerwise else "block",
                                        async_loads=self.hybrid is not None,
-                                       load_deadline=deadline, recompute_tokens_per_s=prefill_rate)
+                                       load_deadline=deadline, recompute_tokens_per_s=prefill_rate,
+                                       load_deadline_prefill=prefill_factor)
+        self.connector.planner.describe = _bool(extra.get("kv_events_info", False))
         self._caches = CacheReader(extra, self.block_size, self.keys, self.kv_layout, kv_cache_config, self.hybrid,
                                    vllm_config)
         # scheduler side

@@ -100,9 +100,11 @@ class CacheReader:
         aliases: dict[str, str] = {}
         for g in read_groups(self.kv_cache_config, kv_caches):
             n = self.hybrid.order.index(g.index)
-            if edge_choice is not None:
+            # a state group (Mamba) has no K/V planes for the CPU backend's views: its bytes move through the edge
+            choice = edge_choice if edge_choice is not None or g.kind != "mamba" else "cpu"
+            if choice is not None:
                 from .device import DeviceKv, edge_for
-                per_group[n] = DeviceKv(g.views, g.fmt, self.block_size, edge_for(g.views[0], edge_choice),
+                per_group[n] = DeviceKv(g.views, g.fmt, self.block_size, edge_for(g.views[0], choice),
                                         self.keys.kv_dtype, num_blocks=g.num_blocks)
             else:
                 per_group[n] = LayeredPagedKv([self.split_kv(t) for t in g.views], self.block_size, NHD)

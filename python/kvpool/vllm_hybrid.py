@@ -10,11 +10,19 @@ ids into what :class:`~kvpool.connector.PoolConnector` plans with (``kvpool.conn
 * a hit is offered only where every group holds what it needs: full attention every block, a sliding window
   the ``cdiv(window - 1, block_size) + 1`` blocks before the hit's end (vLLM's own rule,
   ``SlidingWindowManager``, plus one block vLLM may keep beside them);
+* Mamba / linear-attention state (``MambaSpec``) in vLLM's ``align`` cache mode: the block table is indexed by
+  position and block ``i``, where vLLM keeps it, holds the state after token ``(i + 1) * block_size`` (the
+  state a chunk ends on, and the prefill checkpoint vLLM exports one block before it; the blocks between are
+  null). So a state is saved as the block it is in fills, keyed by that block's chained hash (the state is a
+  function of the whole prefix, as the hash is), and a hit ending at block ``e`` needs exactly group block
+  ``e - 1``: a window of one. vLLM allocates that block for the load (its table for a hit is nulls and one
+  block) and carries the state on from it;
 * loads are asynchronous (vLLM's ``WAITING_FOR_REMOTE_KVS``): with several groups a block id does not name a
   block, so vLLM takes load failures per request (``failed_recving``), never per block.
 
-Refused at construction, with a message naming the group: Mamba / linear-attention state (``MambaSpec``),
-groups whose block size differs from the engine's, and layer-by-layer moves.
+Refused at construction, with a message naming the group: Mamba state in another cache mode (``none`` keeps
+one running state a request, nothing a later prompt can start from) or with speculative blocks (they move
+inside the table), groups whose block size differs from the engine's, and layer-by-layer moves.
 """
 
 from __future__ import annotations
@@ -63,6 +71,19 @@ class Hybrid:
         return primary, others
 
 
+def _check_state(spec: Any, what: str) -> None:
+    """Raises ValueError unless ``spec`` (a ``MambaSpec``) keeps a state per block boundary kvpool can move."""
+    mode = getattr(spec, "mamba_cache_mode", "none")
+    if mode != "align":
+        raise ValueError(f"kvpool connector: {what} holds Mamba / linear-attention state in cache mode {mode!r}; "
+                         "kvpool moves the per-block states of mode 'align' (start vLLM with "
+                         "--mamba-cache-mode align)")
+    if int(getattr(spec, "num_speculative_blocks", 0) or 0) > 0:
+        raise ValueError(f"kvpool connector: {what} holds Mamba state with {spec.num_speculative_blocks} "
+                         "speculative blocks, which vLLM moves inside the block table; kvpool does not move "
+                         "those (turn speculative decoding off for this model)")
+
+
 def read_hybrid(kv_cache_config: Any, block_size: int, layerwise: bool) -> Optional[Hybrid]:
     """The hybrid groups of ``kv_cache_config``, or None for a model of one transferable group (or no config).
     Raises ValueError naming a group kvpool cannot move."""
@@ -71,13 +92,15 @@ def read_hybrid(kv_cache_config: Any, block_size: int, layerwise: bool) -> Optio
     groups = [(i, g) for i, g in enumerate(getattr(kv_cache_config, "kv_cache_groups", ()) or ())
               if getattr(g, "enable_kv_transfer", True) is not False]
     if len(groups) <= 1:
+        if groups and _kind(groups[0][1].kv_cache_spec) == "mamba":
+            raise ValueError("kvpool connector: this model keeps only Mamba / linear-attention state (KV cache "
+                             "group 0); kvpool moves state beside a full-attention group, whose blocks name the hits")
         return None
     kinds = {i: _kind(g.kv_cache_spec) for i, g in groups}
     for i, g in groups:
         what = f"KV cache group {i} ({type(g.kv_cache_spec).__name__}, {len(g.layer_names)} layers)"
         if kinds[i] == "mamba":
-            raise ValueError(f"kvpool connector: {what} holds Mamba / linear-attention state, which kvpool does not "
-                             "move yet")
+            _check_state(g.kv_cache_spec, what)
         if int(g.kv_cache_spec.block_size) != block_size:
             raise ValueError(f"kvpool connector: {what} holds {g.kv_cache_spec.block_size} tokens a block; the "
                              f"engine's block size is {block_size} (kvpool needs one block size for every group)")
@@ -94,5 +117,7 @@ def read_hybrid(kv_cache_config: Any, block_size: int, layerwise: bool) -> Optio
         spec = dict(groups)[v].kv_cache_spec
         window = getattr(spec, "sliding_window", None) if kinds[v] == "swa" else None
         blocks = None if window is None else -(-(int(window) - 1) // block_size) + 1
+        if kinds[v] == "mamba":
+            blocks = 1  # the state at the hit's end, in the block before it
         rules.append(GroupRule(n, kinds[v], blocks))
     return Hybrid(order, tuple(rules))

@@ -167,7 +167,8 @@ class Pool:
     """A running embedded pool (master and one node in one JVM)."""
 
     def __init__(self, *, segment_size: str = "512MiB", extra: list[str] | None = None,
-                 secrets: kvpool.Secrets | None = None, tls: ssl.SSLContext | None = None) -> None:
+                 secrets: kvpool.Secrets | None = None, tls: ssl.SSLContext | None = None,
+                 http_port: int = -1) -> None:
         self.secrets = secrets if secrets is not None else kvpool.Secrets()
         self.tls = tls  # what the readiness check connects with (a pool started with --tls-*)
         if not JAR.exists():
@@ -182,7 +183,7 @@ class Pool:
         self.dir = Path(tempfile.mkdtemp(prefix="kvpool-pytest-"))
         self.log = self.dir / "serve.log"
         cmd = [str(self.java), "--enable-native-access=ALL-UNNAMED", "-Xmx512m", "-jar", str(JAR), "serve",
-               "--port", str(self.port), "--node-port", str(self.node_port), "--http-port", "-1",
+               "--port", str(self.port), "--node-port", str(self.node_port), "--http-port", str(http_port),
                "--segment-size", segment_size, "--no-prefault", *(extra or [])]
         self.proc = subprocess.Popen(cmd, stdout=open(self.log, "wb"), stderr=subprocess.STDOUT,
                                      start_new_session=True)

@@ -113,6 +113,33 @@ def test_every_layout_saves_the_canonical_block_and_loads_it_back(layout: str, c
     assert torch.equal(dst[0][0].view(torch.uint8), before[0][0].view(torch.uint8))
 
 
+@pytest.mark.parametrize("block_outermost", [False, True], ids=["layer-outermost", "block-outermost"])
+def test_mamba_state_pages_move_their_state_bytes_and_leave_the_padding(block_outermost: bool) -> None:
+    """A Mamba / linear-attention layer's page, as vLLM's ``create_kv_cache_views`` gives a ``MambaSpec``: one
+    ``[B, 1, 1, C]`` byte view of the state's C bytes at the start of each padded page (pages of all layers of a
+    block together when block-outermost). The pool gets each layer's C bytes; the padding never moves."""
+    layers, blocks, state, page = 2, 5, 72, 128
+    g = torch.Generator().manual_seed(3)
+    raw_mem = torch.randint(-128, 128, (layers * blocks * page,), dtype=torch.int8, generator=g)
+    def views(mem: Any) -> list[Any]:
+        layer_stride, block_stride = (page, layers * page) if block_outermost else (blocks * page, page)
+        return [torch.as_strided(mem, (blocks, 1, 1, state), (block_stride, state, state, 1), l * layer_stride)
+                for l in range(layers)]
+    src = views(raw_mem)
+    kv = DeviceKv(src, PageFormat(1, 1, state), 16, CpuEdge(), "bf16")
+    assert kv.block_bytes == layers * state
+    got = [raw(s) for s in kv.save_sources([3, 1])]
+    assert got == [b"".join(bytes(t[b].reshape(-1).view(torch.uint8).tolist()) for t in src) for b in (3, 1)]
+    dst_mem = torch.zeros_like(raw_mem)
+    kv2 = DeviceKv(views(dst_mem), PageFormat(1, 1, state), 16, CpuEdge(), "bf16")
+    targets, commit = kv2.load_targets([0, 4])
+    for t, gb in zip(targets, got):
+        t.copy_(torch.frombuffer(bytearray(gb), dtype=torch.uint8))
+    commit([True, True])
+    assert [raw(s) for s in kv2.save_sources([0, 4])] == got
+    assert int((dst_mem != 0).sum()) <= 2 * layers * state  # nothing but the states' bytes was written
+
+
 def test_dense_blocks_are_the_reference_engines_layout() -> None:
     """A dense f32 block of a GPU layout is byte for byte the reference engine's block
     ``[layer][K/V][token][head][dim]`` (PagedKvCache) of the same values."""

@@ -15,6 +15,7 @@ import pytest
 
 from conftest import JAR, REPO, find_java
 from kvpool import protocol as p
+from kvpool.block_info import BlockInfo, encode_block_infos
 from kvpool.client import _signed64
 
 
@@ -99,6 +100,11 @@ def test_every_statement_of_the_protocol_version_agrees() -> None:
 def test_request_bodies_equal_java(java_vectors: dict[str, str]) -> None:
     assert p.encode_hello(ID, "host-1", 4242) == vec(java_vectors, "hello")
     assert p.encode_ping(ID) == vec(java_vectors, "ping")
+    # version 14: block infos for the KV events
+    assert encode_block_infos([
+        BlockInfo(K1.decode(), [1, 2, 70000], 16, parent_block_hash=(1 << 64) - 2, lora_id=3, lora_name="adapter-é",
+                  cache_salt="salt"),
+        BlockInfo(K2.decode(), [], 16)]) == vec(java_vectors, "block_info")
     assert p.encode_put_start(True, 2, "127.0.0.1:50052", [(K1, 1 << 20), (K2, 0)], 3600) == \
         vec(java_vectors, "put_start")
     assert p.encode_put_start(False, 0, "", [(K1, 7)], p.PIN_FOREVER) == vec(java_vectors, "put_start_pin_forever")
@@ -199,7 +205,7 @@ def test_header_checks() -> None:
     with pytest.raises(p.ProtocolError, match="malformed header"):
         p.decode_header(p.encode_header(0x01, 1, 0, flags=0x03))
     with pytest.raises(p.ProtocolError, match="unknown result code"):
-        p.decode_codes(b"\x01\x00\x00\x00\x0a", "codes")
+        p.decode_codes(b"\x01\x00\x00\x00\x0b", "codes")
     with pytest.raises(p.ProtocolError, match="does not fit"):
         p.decode_codes(b"\xff\xff\xff\x7f", "codes")
 

@@ -5,7 +5,8 @@ the shapes vLLM 0.32 hands a ``SupportsHMA`` connector (per-group block tables, 
 
 What must hold: each group's blocks are saved under keys of their own (null blocks never); a lookup offers a
 hit only where every group holds what it needs (all blocks of full attention, the window's blocks of the
-sliding window), so a hit in one group never pairs with a miss in another; loads run across steps and are
+sliding window, the state at the hit's end of Mamba / linear attention), so a hit in one group never pairs with
+a miss in another; loads run across steps and are
 reported per request (received, or failed: vLLM then recomputes); the bytes land in each group's blocks."""
 
 from __future__ import annotations
@@ -174,12 +175,95 @@ def test_a_hybrid_model_saves_each_group_and_loads_only_whole_hits(pool: Any, cl
         sched.shutdown()
 
 
+MAMBA = ["model.layers.4.mixer", "model.layers.5.mixer"]
+STATE_BYTES, PAGE = 4 * 8 * 4, 256  # a state of 128 bytes in a page padded to 256 (as vLLM pads to one page size)
+
+
+class MambaSpec(SimpleNamespace):
+    """vLLM's spec of Mamba / linear-attention state: its tensors' ``shapes`` and ``dtypes``."""
+
+
+def mamba_spec(**over: Any) -> Any:
+    fields = dict(block_size=BS, shapes=((4, 8),), dtypes=("f32",), mamba_cache_mode="align",
+                  num_speculative_blocks=0, num_heads=1, num_states=1, state_content_size_bytes=STATE_BYTES)
+    return MambaSpec(**{**fields, **over})
+
+
+def with_mamba(cfg: Any, **over: Any) -> Any:
+    cfg.kv_cache_groups.append(SimpleNamespace(layer_names=MAMBA, kv_cache_spec=mamba_spec(**over),
+                                               enable_kv_transfer=True))
+    return cfg
+
+
+def state_views() -> dict[str, Any]:
+    """Per Mamba layer the ``[B, 1, 1, C]`` byte view vLLM's ``create_kv_cache_views`` gives a state spec: the
+    state's bytes at the start of each padded page."""
+    g = torch.Generator().manual_seed(2)
+    return {n: torch.randint(-128, 128, (BLOCKS, PAGE), dtype=torch.int8, generator=g)[:, :STATE_BYTES]
+            .view(BLOCKS, 1, 1, STATE_BYTES) for n in MAMBA}
+
+
+@pytest.mark.parametrize("edge", ["cpu", None], ids=["gpu-layout", "cpu-backend"])
+def test_mamba_state_is_saved_where_vllm_keeps_it_and_a_hit_needs_the_state_at_its_end(
+        pool: Any, client: kvpool.Client, tmp_path: Path, edge: Any) -> None:
+    cfg = vllm_config(pool, tmp_path, edge)
+    sched = KvPoolConnector(cfg, KVConnectorRole.SCHEDULER, with_mamba(kv_cache_config()))
+    worker = KvPoolConnector(cfg, KVConnectorRole.WORKER, with_mamba(kv_cache_config()))
+    layers = {**caches(hnd=edge is None), **state_views()}
+    try:
+        assert [(r.kind, r.window_blocks) for r in sched.hybrid.rules] == [("full", None), ("swa", 3), ("mamba", 1)]
+        worker.register_kv_caches(layers)
+        assert type(worker.kv.groups[2]).__name__ == "DeviceKv"  # state moves through the edge on either backend
+        assert worker.kv.groups[2].block_bytes == len(MAMBA) * STATE_BYTES  # the page's padding never moves
+
+        # 1. a computes its 81 tokens in one chunk: vLLM's align mode keeps the state at 81 in column 5 and the
+        #    prefill checkpoint (the state at 80) in column 4; the columns before are null
+        a = request("a")
+        tables_a = ([1, 2, 3, 4, 5, 6], [0, 0, 13, 14, 15, 16], [0, 0, 0, 0, 24, 25])
+        assert sched.get_num_new_matched_tokens(a, 0) == (0, False)
+        sched.update_state_after_alloc(a, tables_a, 0)
+        meta = sched.build_connector_meta(step_output("a", tables_a, 0, len(PROMPT)))
+        states = [s for s in meta.meta.saves if "/g2-mamba/" in s.key]
+        assert [(s.block_index, s.block_id >> 40, s.block_id & 0xFFFF) for s in states] == [(4, 2, 24)]
+        run_step(worker, meta, layers)
+        assert all(client.batch_exists([s.key for s in meta.meta.saves]))
+
+        # 2. b: a hit of 5 blocks; its state table is nulls and the one block vLLM allocates for the state at 80
+        b = request("b")
+        assert sched.get_num_new_matched_tokens(b, 0) == (5 * BS, True)
+        tables_b = ([21, 22, 23, 24, 25, 26], [0, 0, 32, 33, 34, 35], [0, 0, 0, 0, 36])
+        sched.update_state_after_alloc(b, tables_b, 5 * BS)
+        meta = sched.build_connector_meta(step_output("x", ([], [], []), 0, 0))
+        assert len(meta.meta.loads) == 5 + 3 + 1
+        run_step(worker, meta, layers)
+        got: set = set()
+        wait_until(lambda: got.update(worker.get_transfer_results(set()).finished_recving) or "b" in got,
+                   "b's loads reported")
+        for name in MAMBA:
+            assert torch.equal(layers[name][36], layers[name][24])
+        for name in FULL:
+            assert torch.equal(raw(layers[name][25]), raw(layers[name][5]))
+
+        # 3. the state gone: the attention groups hold every block, but without the state at a hit's end there
+        #    is no hit (vLLM could not continue the recurrence from it)
+        assert client.remove(states[0].key)
+        assert sched.get_num_new_matched_tokens(request("c"), 0) == (0, False)
+        sched.update_state_after_alloc(request("c"), ([], [], []), 0)
+    finally:
+        worker.shutdown()
+        sched.shutdown()
+
+
 def test_groups_kvpool_cannot_move_are_refused_naming_them(pool: Any, tmp_path: Path) -> None:
     cfg = vllm_config(pool, tmp_path)
-    mamba = kv_cache_config()
-    mamba.kv_cache_groups[1].kv_cache_spec = SimpleNamespace(block_size=BS, shapes=((4, 8),), dtypes=("f32",))
-    with pytest.raises(ValueError, match=r"KV cache group 1 .* Mamba / linear-attention state"):
-        KvPoolConnector(cfg, KVConnectorRole.SCHEDULER, mamba)
+    with pytest.raises(ValueError, match=r"KV cache group 2 .* Mamba / linear-attention state in cache mode 'none'"):
+        KvPoolConnector(cfg, KVConnectorRole.SCHEDULER, with_mamba(kv_cache_config(), mamba_cache_mode="none"))
+    with pytest.raises(ValueError, match=r"KV cache group 2 .* Mamba state with 1 speculative blocks"):
+        KvPoolConnector(cfg, KVConnectorRole.SCHEDULER, with_mamba(kv_cache_config(), num_speculative_blocks=1))
+    only_state = with_mamba(kv_cache_config())
+    only_state.kv_cache_groups[:2] = []
+    with pytest.raises(ValueError, match=r"keeps only Mamba / linear-attention state"):
+        KvPoolConnector(cfg, KVConnectorRole.SCHEDULER, only_state)
     other = kv_cache_config()
     other.kv_cache_groups[1].kv_cache_spec.block_size = 2 * BS
     with pytest.raises(ValueError, match="holds 32 tokens a block; the engine's block size is 16"):

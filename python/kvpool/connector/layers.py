@@ -91,7 +91,7 @@ def load(store: Any, loads: Sequence[Load], kv: PagedKv, layers_in: LayersIn, ga
     """Reads ``loads`` into their blocks a layer at a time, raising ``layers_in`` as each layer is in.
     Returns the loads that failed: a block missing, of another size, or one of whose ranges missed (the
     engine recomputes it). Never raises: a failed call fails every load (and the caller releases the
-    layers' waiters). ``gate`` (``pool_connector.LoadGate``): each layer lands only through it, and the
+    layers' waiters). ``gate`` (``budget.LoadGate``): each layer lands only through it, and the
     load stops once the engine abandoned it."""
     n = len(loads)
     lb = kv.layer_bytes

@@ -22,8 +22,9 @@ request's are refused by :class:`~kvpool.connector.values.ScheduledRequest` itse
 from __future__ import annotations
 
 import threading
-from typing import NamedTuple, Optional, Sequence
+from typing import Any, NamedTuple, Optional, Sequence
 
+from .describe import block_infos
 from .hashing import BlockHasher
 from .keys import KeyFormat
 from .values import NO_MATCH, ConnectorMeta, ConnectorRequest, Load, Match, Save, ScheduledRequest
@@ -46,6 +47,8 @@ class Planner:
 
     def __init__(self, hasher: BlockHasher) -> None:
         self.hasher = hasher
+        #: put the saved blocks' tokens and parent hashes in the step's work, for the KV events (describe.py)
+        self.describe = False
         self._lock = threading.RLock()
         self._hashes: dict[str, list[bytes]] = {}
         self._matched: dict[str, int] = {}  # request -> tokens computed when the last lookup offered a match
@@ -127,6 +130,7 @@ class Planner:
         with self._lock:
             bs = self.hasher.block_size
             saves: list[Save] = []
+            infos: list[Any] = []
             for s in scheduled:
                 first_new = s.computed_before // bs  # a block partly computed before may fill now
                 filled = s.computed_after // bs
@@ -139,7 +143,10 @@ class Planner:
                     for b in range(first_new, min(filled, len(ids))):
                         if null is None or int(ids[b]) != null:
                             saves.append(Save(s.request.id, int(ids[b]), b, fmt.key(h[b])))
-            meta = ConnectorMeta(list(self._planned), saves, generation, list(self._voided))
+                if self.describe:  # the attention blocks only: routers know no other group
+                    infos += block_infos(s.request, h, keys, range(first_new, min(filled, len(s.block_ids))), bs)
+            meta = ConnectorMeta(list(self._planned), saves, generation, list(self._voided), infos,
+                                 sum(s.computed_after - s.computed_before for s in scheduled))
             self._planned.clear()
             self._voided.clear()
             return meta

@@ -57,19 +57,19 @@ import concurrent.futures
 import logging
 import queue
 import threading
-import time
 from typing import Any, Callable, NamedTuple, Optional, Sequence
 
+from .budget import LoadBudget, LoadGate, loads_again
+from .describe import DescribeBlocks
 from .fence import Fence, FileFence, LocalFence
 from .hashing import BlockHasher
 from . import layers
 from .keys import KeyFormat
-from ..buffers import as_memoryview
 from .paged import PagedKv, Staged
 from .planner import GroupBlocks, Planner
 from .values import (
     COUNTERS, EMPTY_META, NO_MATCH, ConnectorMeta, ConnectorRequest, ConnectorStats, Load, Match, ResetResult, Save,
-    ScheduledRequest,
+    ScheduledRequest, check_settings,
 )
 
 __all__ = [
@@ -88,58 +88,6 @@ class _SaveJob(NamedTuple):
 
 
 _STOP = object()
-
-
-class LoadGate:
-    """One step's loads as the engine waits for them, with their deadline. The load thread puts what it read in
-    place and records the outcome only through :meth:`finish`, under the gate's lock; the engine's thread
-    abandons the loads (past the deadline) under the same lock. So an abandoned load never writes the engine's
-    memory nor its error sets later, however long the pool kept it: with a deadline, reads go to staging
-    buffers first (:meth:`staged`), never straight into the engine's blocks."""
-
-    def __init__(self, deadline: Optional[float]) -> None:
-        self.deadline = deadline
-        self.lock = threading.Lock()
-        self.abandoned = False
-        self.done = False
-
-    def remaining(self) -> Optional[float]:
-        """Seconds left (never negative), None without a deadline."""
-        return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
-
-    def abandon(self) -> bool:
-        """Gives up on the loads unless they landed; True only if this call abandoned them (so they are counted
-        once)."""
-        with self.lock:
-            if self.done or self.abandoned:
-                return False
-            self.abandoned = True
-            return True
-
-    def finish(self, land: Callable[[], None]) -> bool:
-        """Runs ``land`` (put the bytes in place, record the outcome) unless the loads were abandoned."""
-        with self.lock:
-            if self.abandoned:
-                return False
-            land()
-            self.done = True
-            return True
-
-    def staged(self, targets: list[Any], commit: Callable[[Sequence[bool]], None]) \
-            -> tuple[list[Any], Callable[[Sequence[bool]], None]]:
-        """With a deadline, ``targets`` behind staging buffers: the reads land there, and only the commit (under
-        :meth:`finish`) copies them into the targets. Without one, the targets themselves."""
-        if self.deadline is None:
-            return targets, commit
-        views = [as_memoryview(t, writable=True) for t in targets]
-        stage = [bytearray(v.nbytes) for v in views]
-
-        def copy_then_commit(ok: Sequence[bool]) -> None:
-            for v, b, good in zip(views, stage, ok):
-                if good:
-                    v[:] = b
-            commit(ok)
-        return stage, copy_then_commit
 
 
 class PoolConnector:
@@ -163,10 +111,16 @@ class PoolConnector:
         async_loads: loads run across steps, reported per request (:meth:`finished_loads`) instead of per
             block within the step: what an engine needs when a block id alone does not name a block (vLLM with
             several KV cache groups). The requests must not run until reported; whole blocks only.
-        load_deadline: seconds a step's loads may take at most (None: no limit); past it they are abandoned and
-            reported failed, so the engine recomputes those blocks instead of waiting (see :class:`LoadGate`).
-        recompute_tokens_per_s: the engine's prefill rate; a step's loads of ``t`` tokens may then take at most
-            ``t`` divided by it (the time recomputing them would take), or ``load_deadline`` if that is less.
+        load_deadline: seconds a step's loads and a lookup may take at most (None: no limit); loads past it are
+            abandoned and reported failed, so the engine recomputes those blocks instead of waiting, and a lookup
+            past it is a miss (:mod:`~kvpool.connector.budget`).
+        recompute_tokens_per_s: the engine's prefill rate; loads or a lookup of ``t`` tokens may then take at most
+            ``t`` divided by it (the time recomputing them would take), or ``load_deadline`` if that is less;
+        load_deadline_prefill: a factor: loads of ``t`` tokens may take at most that times the engine's own prefill of
+            ``t`` tokens, as measured on its steps without loads (start_load_kv to the last layer's save or
+            wait_for_save; kvpool.vllm starts a step at its first layer hook).
+            With either set, a pool that missed a deadline is left alone (lookups miss, loads fail at once, saves
+            are skipped) until a probe of it answers.
 
     Counters are attributes (``lookups``, ``matched_tokens``, ``loaded_blocks``, ``loaded_bytes``,
     ``failed_loads``, ``saved_blocks``, ``saved_bytes``, ``skipped_saves``, ``dropped_saves``,
@@ -176,28 +130,15 @@ class PoolConnector:
     def __init__(self, client: Any, hasher: BlockHasher, keys: KeyFormat, *, reset_scope: str = "all",
                  max_queued_saves: int = 64, fence: Optional[Fence] = None, granularity: str = "block",
                  async_loads: bool = False, load_deadline: Optional[float] = None,
-                 recompute_tokens_per_s: Optional[float] = None) -> None:
-        if client is None or hasher is None or keys is None:
-            raise ValueError("client, hasher and keys are required")
-        if granularity not in ("block", "layer"):
-            raise ValueError(f"granularity must be 'block' or 'layer', got {granularity!r}")
-        for name, v in (("load_deadline", load_deadline), ("recompute_tokens_per_s", recompute_tokens_per_s)):
-            if v is not None and not v > 0:
-                raise ValueError(f"{name} must be a positive number of seconds or tokens a second, got {v!r}")
-        if async_loads and granularity != "block":
-            raise ValueError("async_loads moves whole blocks: it cannot be combined with granularity 'layer'")
-        if reset_scope not in ("all", "model"):
-            raise ValueError(f"reset_scope must be 'all' or 'model', got {reset_scope!r}")
-        if max_queued_saves < 1:
-            raise ValueError(f"max_queued_saves must be at least 1, got {max_queued_saves}")
+                 recompute_tokens_per_s: Optional[float] = None, load_deadline_prefill: Optional[float] = None) -> None:
+        check_settings(client, hasher, keys, reset_scope, max_queued_saves, granularity, async_loads)
         self.client = client
         self.hasher = hasher
         self.keys = keys
         self.reset_scope = reset_scope
         self.granularity = granularity
         self.async_loads = async_loads
-        self.load_deadline = load_deadline
-        self.recompute_tokens_per_s = recompute_tokens_per_s
+        self._budget = LoadBudget(hasher.block_size, load_deadline, recompute_tokens_per_s, None, load_deadline_prefill)
         self._gate = LoadGate(None)  # the current step's sync loads
         # async loads: (request ids, future of the ids that failed), in start order; ids already failed
         self._async_jobs: list[tuple[set[str], concurrent.futures.Future, LoadGate, int]] = []
@@ -236,9 +177,20 @@ class PoolConnector:
         self._stats_lock = threading.Lock()
         for c in COUNTERS:
             setattr(self, c, 0)
-        self._last_lookup_warning = 0.0
 
     # -------------------------------------------------------------------------- helpers
+
+    @property
+    def load_deadline(self) -> Optional[float]:
+        return self._budget.load_deadline
+
+    @load_deadline.setter
+    def load_deadline(self, seconds: Optional[float]) -> None:
+        self._budget.load_deadline = seconds
+
+    @property
+    def recompute_tokens_per_s(self) -> Optional[float]:
+        return self._budget.recompute_tokens_per_s
 
     def _count(self, **delta: int) -> None:
         with self._stats_lock:
@@ -268,18 +220,14 @@ class PoolConnector:
         start = self.planner.first_block(request, num_computed_tokens)
         if start < 0:
             return self.planner.answer(request, num_computed_tokens, start, 0)
+        if not self._budget.admit():  # the pool is left alone for now: a miss at once
+            self._count(skipped_lookups=1)
+            return self.planner.answer(request, num_computed_tokens, start, 0)
         h = self.planner.hashes(request)
         full = self.hasher.full_blocks(request.num_tokens)
         k = self.keys
         ask = [k.key(h[b]) for b in range(start, full)]
-        try:
-            present = int(self.client.prefix_match(ask))
-        except Exception as e:  # noqa: BLE001 - a lookup failure is a miss, never an engine error
-            now = time.monotonic()
-            if now - self._last_lookup_warning > 10.0:
-                self._last_lookup_warning = now
-                log.warning("kvpool lookup failed (%s); treating as a miss (logged at most every 10 s)", e)
-            present = 0
+        present = self._budget.lookup(lambda: int(self.client.prefix_match(ask)), len(ask) * self.hasher.block_size)
         m = self.planner.answer(request, num_computed_tokens, start, present)
         self._count(matched_tokens=m.tokens)
         return m
@@ -356,6 +304,7 @@ class PoolConnector:
         self._settle_load()  # the previous step's load, if the engine never waited for it
         self._end_step_saves()  # the previous step never saved its last layer: what is unwritten fails
         self._current = meta
+        self._budget.prefill.step_started(meta.step_tokens, bool(meta.loads or meta.void_loads))
         self._saves_started_for = None
         with self._errors_lock:
             self._load_errors.clear()
@@ -366,11 +315,14 @@ class PoolConnector:
         if meta.void_loads:
             self._fail(meta.void_loads)  # accepted before a reset: the KV they name is gone or stale
         self._layers_in = None
+        if meta.loads and not self._budget.admit():
+            self._fail(meta.loads)  # the pool is left alone for now: recomputed at once
+            meta = self._current = ConnectorMeta([], meta.saves, meta.generation)
         if not meta.loads:
             self._current_load = None
             self._load_awaited = True
             return
-        self._gate = gate = LoadGate(self._deadline_for(len(meta.loads)))
+        self._gate = gate = self._gate_for(meta.loads, kv)
         if self.granularity == "layer":
             self._layers_in = layers.LayersIn(kv.num_layers)
             self._current_load = self._loader.submit(self._load_by_layer, meta, kv, self._layers_in, gate)
@@ -378,22 +330,22 @@ class PoolConnector:
             self._current_load = self._loader.submit(self._load, meta, kv, gate)
         self._load_awaited = False
 
-    def _deadline_for(self, blocks: int) -> Optional[float]:
-        """When a step's loads of ``blocks`` blocks must be in (``time.monotonic()``), or None for no limit."""
-        budgets = []
-        if self.load_deadline is not None:
-            budgets.append(self.load_deadline)
-        if self.recompute_tokens_per_s is not None:
-            budgets.append(blocks * self.hasher.block_size / self.recompute_tokens_per_s)
-        return time.monotonic() + min(budgets) if budgets else None
+    def _gate_for(self, loads: Sequence[Load], kv: PagedKv) -> LoadGate:
+        """The gate of a step's ``loads``, with their deadline and the probe that asks for them again should they
+        miss it (its limit read when it runs, so a budget changed meanwhile holds)."""
+        gate = LoadGate(self._budget.deadline(len(loads)))
+        keys, sizes = [l.key for l in loads], [kv.object_bytes(l.block_id) for l in loads]
+        gate.probe = lambda: loads_again(self._budget, self.client, keys, sizes)
+        return gate
 
     def _abandon(self, gate: LoadGate, loads: Sequence[Load]) -> bool:
         """Abandons ``loads`` if their deadline passed and they are not in yet: they fail (the engine recomputes
-        their blocks) and nothing of them reaches the engine's memory later. True if abandoned."""
+        their blocks) and nothing of them reaches the engine's memory later; the pool is left alone until a probe
+        of it answers. True if abandoned."""
         if gate.abandon():
             self._fail(loads)
             self._count(abandoned_loads=len(loads))
-            log.warning("kvpool: %d block loads passed their deadline; the engine recomputes them", len(loads))
+            self._budget.breaker.failed(f"{len(loads)} block loads passed their deadline", gate.probe)
         return gate.abandoned
 
     def _load(self, meta: ConnectorMeta, kv: PagedKv, gate: LoadGate) -> None:
@@ -425,9 +377,12 @@ class PoolConnector:
         self._layers_in = None
         self._count(failed_loads=len(meta.void_loads))
         self._async_failed |= {l.request_id for l in meta.void_loads}  # accepted before a reset
-        if meta.loads:
+        if meta.loads and not self._budget.admit():  # the pool is left alone for now: recomputed at once
+            self._count(failed_loads=len(meta.loads))
+            self._async_failed |= {l.request_id for l in meta.loads}
+        elif meta.loads:
             ids = {l.request_id for l in meta.loads}
-            gate = LoadGate(self._deadline_for(len(meta.loads)))
+            gate = self._gate_for(meta.loads, kv)
             self._async_jobs.append((ids, self._loader.submit(self._load_async, meta, kv, gate), gate,
                                      len(meta.loads)))
 
@@ -452,6 +407,8 @@ class PoolConnector:
 
         def land() -> None:
             commit(ok)
+            if len(bad) < len(meta.loads):
+                self._budget.breaker.succeeded()
             self._count(loaded_blocks=len(meta.loads) - len(bad), failed_loads=len(bad),
                         loaded_bytes=sum(kv.object_bytes(l.block_id) for l, good in zip(meta.loads, ok) if good))
         if not gate.finish(land):
@@ -485,7 +442,7 @@ class PoolConnector:
     def _abandon_async(self, gate: LoadGate, blocks: int) -> bool:
         if gate.abandon():
             self._count(failed_loads=blocks, abandoned_loads=blocks)
-            log.warning("kvpool: %d block loads passed their deadline; the engine recomputes their requests", blocks)
+            self._budget.breaker.failed(f"{blocks} block loads passed their deadline", gate.probe)
         return gate.abandoned
 
     def _load_by_layer(self, meta: ConnectorMeta, kv: PagedKv, layers_in: layers.LayersIn, gate: LoadGate) -> None:
@@ -504,6 +461,8 @@ class PoolConnector:
 
     def _loaded(self, loads: Sequence[Load], bad: Sequence[Load], kv: PagedKv) -> None:
         n = len(loads) - len(bad)
+        if n > 0:
+            self._budget.breaker.succeeded()
         failed = {id(l) for l in bad}
         self._count(loaded_blocks=n, loaded_bytes=sum(kv.object_bytes(l.block_id) for l in loads if id(l) not in failed))
         self._fail(bad)
@@ -561,6 +520,7 @@ class PoolConnector:
         """Queues the current step's saves for the save thread (once per step), but those of blocks
         computed over a failed load. A full queue drops them and counts them. Layer by layer: every
         layer not written yet is written now (the forward pass is over), and the saves are finished."""
+        self._budget.prefill.step_ended()  # the forward pass is over: vLLM's step end (it may not wait_for_save)
         if self.granularity == "layer":
             self._save_layer(kv.num_layers - 1, kv)
             return
@@ -588,9 +548,14 @@ class PoolConnector:
         self._saves_started_for = id(meta)
         if not meta.saves:
             return []
+        if not self._budget.in_use():  # the pool is left alone for now
+            self._count(skipped_saves=len(meta.saves))
+            return []
         if settle:
             self._settle_load()
         saves = meta.saves_not_over_failed_loads(self._step_errors())
+        if meta.infos:  # ahead of the puts, on the same thread: their stores then carry the tokens
+            self._queue(DescribeBlocks(meta.infos), ())
         with self._save_lock:
             for s in meta.saves:
                 self._saw_saves.add(s.request_id)
@@ -675,7 +640,7 @@ class PoolConnector:
             try:
                 if job is _STOP:
                     return
-                if isinstance(job, layers.StepSaves):
+                if isinstance(job, (layers.StepSaves, DescribeBlocks)):
                     job.run(self.client, self.fence, self._outcomes)
                 else:
                     self._save(job)
@@ -702,6 +667,7 @@ class PoolConnector:
     def wait_for_save(self) -> None:
         """Waits for every save queued so far (and settles the step's loads). Layer by layer, a step
         whose last layer was not saved yet is finished first with what was written (the rest fails)."""
+        self._budget.prefill.step_ended()
         self._settle_load()
         self._end_step_saves()
         self._save_queue.join()
@@ -755,6 +721,7 @@ class PoolConnector:
         self._save_queue.put(_STOP)
         self._saver.join()
         self._loader.shutdown(wait=True)
+        self._budget.close()
         if self._reclaimer is not None:
             self._reclaimer.shutdown(wait=True)
 

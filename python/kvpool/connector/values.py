@@ -106,6 +106,11 @@ class ConnectorMeta:
     saves: list[Save] = field(default_factory=list)
     generation: int = 0
     void_loads: list[Load] = field(default_factory=list)
+    #: what the engine knows of the saved blocks, for the master's KV events (``kvpool.BlockInfo``; see
+    #: :mod:`kvpool.connector.describe`); empty unless the planner describes them
+    infos: list[Any] = field(default_factory=list)
+    #: tokens the step computes (its requests' ``computed_after - computed_before``): the prefill rate's measure
+    step_tokens: int = 0
 
     def is_empty(self) -> bool:
         return not self.loads and not self.saves and not self.void_loads
@@ -127,6 +132,21 @@ class ConnectorMeta:
 EMPTY_META = ConnectorMeta()
 
 
+def check_settings(client: Any, hasher: Any, keys: Any, reset_scope: str, max_queued_saves: int, granularity: str,
+                   async_loads: bool) -> None:
+    """``PoolConnector``'s arguments, checked: a ValueError naming the first bad one."""
+    if client is None or hasher is None or keys is None:
+        raise ValueError("client, hasher and keys are required")
+    if granularity not in ("block", "layer"):
+        raise ValueError(f"granularity must be 'block' or 'layer', got {granularity!r}")
+    if async_loads and granularity != "block":
+        raise ValueError("async_loads moves whole blocks: it cannot be combined with granularity 'layer'")
+    if reset_scope not in ("all", "model"):
+        raise ValueError(f"reset_scope must be 'all' or 'model', got {reset_scope!r}")
+    if max_queued_saves < 1:
+        raise ValueError(f"max_queued_saves must be at least 1, got {max_queued_saves}")
+
+
 @dataclass(frozen=True)
 class ResetResult:
     """Whether the pool is now empty of everything saved before, how many objects were removed, and
@@ -143,7 +163,8 @@ class ConnectorStats:
     but never stored (a reset or weight switch in between, a full save queue, a fenced or failed put,
     blocks computed over a failed load); ``queue_full_drops`` and ``fenced_saves`` are the parts of it
     that a full queue and the pool's fence caused. ``skipped_saves``: the pool already held the
-    block, or was full."""
+    block, was full, or was left alone after a missed deadline. ``abandoned_loads``: block loads past their
+    deadline; ``skipped_lookups``: lookups answered as misses while the pool was left alone."""
 
     lookups: int = 0
     matched_tokens: int = 0
@@ -158,6 +179,7 @@ class ConnectorStats:
     queue_full_drops: int = 0
     fenced_saves: int = 0
     abandoned_loads: int = 0
+    skipped_lookups: int = 0
 
 
 COUNTERS = tuple(ConnectorStats.__dataclass_fields__)

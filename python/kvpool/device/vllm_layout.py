@@ -11,8 +11,12 @@ content ``C`` of a cell holds comes from the group's ``KVCacheSpec``:
   ``state_content_bytes`` is unset and ``head_size_v > 0`` the cell is dense ``[K: head_size][V:
   head_size_v]`` of ``spec.dtype`` (FlashAttention and Triton split it so); otherwise one plane (MLA's latent
   vector: ``head_size_v == 0``; a backend's packed quantized cell).
-* anything else (``MambaSpec`` state, HiSparse pools, specs without per-layer views) is refused at
-  registration with a message naming the group and its spec.
+* ``MambaSpec`` (Mamba / linear-attention state, vLLM's ``align`` cache mode): ``H = spec.num_heads`` (1),
+  ``N = spec.num_states`` (1: one state a block), ``C = spec.state_content_size_bytes``: the layer's state
+  tensors (conv, SSM, ...) packed as the model lays them out, bytes to the pool; a padded page's padding is
+  outside the view and never moved;
+* anything else (HiSparse pools, specs without per-layer views) is refused at registration with a message
+  naming the group and its spec.
 
 Nothing here imports vLLM: the spec and config are read by attribute, so the same code reads the objects of
 the pinned vLLM (the peer suite) and of a newer one, and refuses what it cannot read.
@@ -52,9 +56,8 @@ def page_format(spec: Any, what: str = "KV cache group") -> PageFormat:
     """The page format of a vLLM ``KVCacheSpec``. Raises ValueError naming the spec when it is not one this
     module reads."""
     name = _spec_name(spec)
-    if hasattr(spec, "shapes") and hasattr(spec, "dtypes"):
-        raise ValueError(f"kvpool connector: {what} holds {name} state (Mamba / linear attention), which kvpool "
-                         "does not read yet")
+    if _is_state(spec):
+        return PageFormat(int(spec.num_heads), int(spec.num_states), int(spec.state_content_size_bytes))
     if not hasattr(spec, "num_kv_heads") or not hasattr(spec, "head_size"):
         raise ValueError(f"kvpool connector: {what} has a {name}, not an attention spec kvpool reads")
     if getattr(spec, "has_layer_views", True) is False:
@@ -73,8 +76,15 @@ def page_format(spec: Any, what: str = "KV cache group") -> PageFormat:
     return PageFormat(heads, tokens, content, k_bytes)
 
 
+def _is_state(spec: Any) -> bool:
+    """A recurrent state spec (``MambaSpec``: its state tensors' ``shapes`` and ``dtypes``)."""
+    return hasattr(spec, "shapes") and hasattr(spec, "dtypes")
+
+
 def _kind(spec: Any) -> str:
     name = _spec_name(spec)
+    if _is_state(spec):
+        return "mamba"
     if "MLA" in name:
         return "mla_attention"
     if "SlidingWindow" in name or getattr(spec, "sliding_window", None):

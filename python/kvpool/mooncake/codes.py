@@ -104,8 +104,8 @@ def _put_code(status: Any, upsert: bool) -> int:
         return _OK
     if name == "ALREADY_EXISTS":
         return _EXISTS if upsert else _OK  # put: Mooncake's Put treats an existing object as success
-    if name in ("POOL_FULL", "NO_SEGMENT"):
-        return _NO_SPACE  # Mooncake's allocator answers NO_AVAILABLE_HANDLE with no room or no segment
+    if name in ("POOL_FULL", "NO_SEGMENT", "QUOTA_EXCEEDED"):
+        return _NO_SPACE  # Mooncake's allocator answers NO_AVAILABLE_HANDLE with no room (a tenant's too) or no segment
     if name in ("FENCED", "FAILED"):
         return _TRANSFER
     return _INTERNAL

@@ -22,13 +22,15 @@ The objects come from vllm_objects.py. Fixtures (general: any connector, any ext
                          ``vllm.v1.request.Request`` with vLLM's block hasher (create_request)
     make_model_runner_output  ``make_model_runner_output(reqs, ...)``: a ``ModelRunnerOutput`` with an
                          optional ``KVConnectorOutput`` (create_model_runner_output)
+    hybrid_engines       ``hybrid_engines(specs, block_size, mamba_cache_mode=None)``: a hybrid model's engine
+                         under vLLM's scheduler (hybrid_engine.HybridEngine), shut down after the test
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Optional
 
 import pytest
 
@@ -95,3 +97,19 @@ def make_request() -> Callable[..., Any]:
 @pytest.fixture
 def make_model_runner_output() -> Callable[..., Any]:
     return create_model_runner_output
+
+
+@pytest.fixture
+def hybrid_engines(tiny_llama_dir: Path, kvpool_extra: dict[str, Any]) -> Any:
+    """``make(specs, block_size, mamba_cache_mode=None)``: a ``hybrid_engine.HybridEngine`` on the session's pool,
+    shut down after the test."""
+    from hybrid_engine import HybridEngine
+    made: list[Any] = []
+
+    def make(specs: dict[str, Any], block_size: int, mamba_cache_mode: Optional[str] = None) -> Any:
+        e = HybridEngine(create_vllm_config, tiny_llama_dir, kvpool_extra, specs, block_size, mamba_cache_mode)
+        made.append(e)
+        return e
+    yield make
+    for e in made:
+        e.shutdown()

@@ -27,6 +27,7 @@ import java.time.format.DateTimeFormatter;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Locale;
+import java.util.Map;
 import java.util.Set;
 import java.util.function.Supplier;
 import java.util.function.ToIntFunction;
@@ -49,6 +50,8 @@ import java.util.function.ToIntFunction;
  *       ({@link RollingRestartBench}).</li>
  *   <li><b>mooncake</b>: the real Mooncake Store against kvpool's Mooncake-compatible module, one workload
  *       through both ({@link MooncakeBench}).</li>
+ *   <li><b>degraded</b>: the reference engine's TTFT with a frozen node, a partitioned master and a slow link,
+ *       against no pool ({@link DegradedDrill}).</li>
  * </ul>
  * The pool under test, Redis and the raw TCP server each run in their own process.
  */
@@ -57,7 +60,7 @@ public final class Bench {
     /** What to run and where to write it. */
     public record Options(boolean quick, Set<String> sections, Path outDir, PrintStream out, Path diskDir) {
         public static final Set<String> ALL = Set.of("store", "lookup", "metadata", "reset", "disk", "restore", "python",
-                "failover", "replicas", "tls", "mooncake", "rolling", "restarts");
+                "failover", "replicas", "tls", "mooncake", "rolling", "restarts", "degraded");
 
         public Options {
             for (String s : sections) {
@@ -122,47 +125,14 @@ public final class Bench {
         results.environment.put("cpus", Runtime.getRuntime().availableProcessors());
         results.environment.put("os", System.getProperty("os.name") + " " + System.getProperty("os.version"));
         int targets = 5;
-        long steps = 0;
-        if (o.sections.contains("store")) {
-            steps += (long) sizes().size() * clientCounts().size() * targets * 2 + 3L * clientCounts().size() + 2
-                    + SmallObjectBench.steps() + 1;
-        }
-        if (o.sections.contains("lookup")) {
-            steps += 4;
-        }
-        if (o.sections.contains("metadata")) {
-            steps += 4;
-        }
-        if (o.sections.contains("reset")) {
-            steps += 2;
-        }
-        if (o.sections.contains("disk")) {
-            steps += 1;
-        }
-        if (o.sections.contains("restore")) {
-            steps += 6 + 3; // and the layer timings
-        }
-        if (o.sections.contains("python")) {
-            steps += PythonBench.steps();
-        }
-        if (o.sections.contains("mooncake")) {
-            steps += MooncakeBench.steps();
-        }
-        if (o.sections.contains("failover")) {
-            steps += FailoverBench.steps(o.quick);
-        }
-        if (o.sections.contains("replicas")) {
-            steps += 1;
-        }
-        if (o.sections.contains("rolling")) {
-            steps += 1;
-        }
-        if (o.sections.contains("restarts")) {
-            steps += 1;
-        }
-        if (o.sections.contains("tls")) {
-            steps += TlsBench.steps();
-        }
+        Map<String, Long> perSection = Map.ofEntries(Map.entry("store", (long) sizes().size() * clientCounts().size()
+                * targets * 2 + 3L * clientCounts().size() + 2 + SmallObjectBench.steps() + 1), Map.entry("lookup", 4L),
+                Map.entry("metadata", 4L), Map.entry("reset", 2L), Map.entry("disk", 1L), Map.entry("restore", 6L + 3),
+                Map.entry("python", (long) PythonBench.steps()), Map.entry("mooncake", (long) MooncakeBench.steps()),
+                Map.entry("failover", (long) FailoverBench.steps(o.quick)), Map.entry("replicas", 1L),
+                Map.entry("rolling", 1L), Map.entry("restarts", 1L), Map.entry("degraded", 1L),
+                Map.entry("tls", (long) TlsBench.steps()));
+        long steps = o.sections.stream().mapToLong(x -> perSection.getOrDefault(x, 0L)).sum();
         try (ProgressBar pb = new ProgressBarBuilder().setTaskName("bench").setInitialMax(steps)
                 .setStyle(ProgressBarStyle.ASCII).setUpdateIntervalMillis(500).continuousUpdate().build()) {
             bar = pb;
@@ -197,6 +167,11 @@ public final class Bench {
             sectionIf("rolling", () -> {
                 bar.setExtraMessage(" rolling restart");
                 RollingRestartBench.run(results, o.quick, () -> step("rolling"));
+            });
+            sectionIf("degraded", () -> {
+                bar.setExtraMessage(" a frozen node, a partitioned master, a slow link");
+                DegradedDrill.run(results, o.quick);
+                step("degraded");
             });
             sectionIf("restarts", () -> {
                 bar.setExtraMessage(" rolling restarts under every kind of writer");

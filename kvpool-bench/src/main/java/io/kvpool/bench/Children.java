@@ -8,6 +8,7 @@ import java.nio.file.DirectoryStream;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 
 /**
@@ -82,6 +83,24 @@ final class Children {
             return "exit code " + code + ": killed by signal " + (code - 128);
         }
         return "exit code " + code;
+    }
+
+    /**
+     * In a child: runs {@code running} until stopped or until the parent is gone ({@link #exitWithParent}), closing
+     * it on the way out; prints {@code ready PID} first.
+     */
+    static void serve(AutoCloseable running) throws InterruptedException {
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+            try {
+                running.close();
+            } catch (Exception ignored) {
+                // exiting
+            }
+        }));
+        exitWithParent();
+        System.out.println("ready " + ProcessHandle.current().pid());
+        System.out.flush();
+        new CountDownLatch(1).await();
     }
 
     /**

@@ -314,9 +314,14 @@ final class FailoverBench {
 
     /** Starts a {@link FailoverMain} with {@code args} and waits for its ready line. */
     static Process start(String... args) throws Exception {
+        return start(FailoverMain.class, args);
+    }
+
+    /** Starts {@code main} in a JVM of its own with {@code args} and waits for its {@code ready} line. */
+    static Process start(Class<?> main, String... args) throws Exception {
         List<String> cmd = new ArrayList<>(List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
                 "-Xmx1g", "-XX:+UseParallelGC", "--enable-native-access=ALL-UNNAMED", "-cp",
-                System.getProperty("java.class.path"), FailoverMain.class.getName()));
+                System.getProperty("java.class.path"), main.getName()));
         cmd.addAll(List.of(args));
         Process p = new ProcessBuilder(cmd).redirectErrorStream(true).start();
         CompletableFuture<Void> ready = new CompletableFuture<>();

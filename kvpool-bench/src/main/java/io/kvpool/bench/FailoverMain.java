@@ -9,7 +9,6 @@ import io.kvpool.node.NodeConfig;
 import io.kvpool.node.StorageNode;
 
 import java.time.Duration;
-import java.util.concurrent.CountDownLatch;
 
 /**
  * One process of the failover benchmark's cluster ({@link FailoverBench}): an elected master, or a
@@ -38,16 +37,6 @@ public final class FailoverMain {
             running = new StorageNode(NodeConfig.defaults(MasterAddress.parse(args[1]), Size.parse(args[2]))
                     .withListen("127.0.0.1", 0));
         }
-        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
-            try {
-                running.close();
-            } catch (Exception ignored) {
-                // exiting
-            }
-        }));
-        Children.exitWithParent();
-        System.out.println("ready " + ProcessHandle.current().pid());
-        System.out.flush();
-        new CountDownLatch(1).await();
+        Children.serve(running);
     }
 }

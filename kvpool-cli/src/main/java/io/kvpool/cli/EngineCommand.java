@@ -57,6 +57,13 @@ final class EngineCommand implements Callable<Integer> {
                     + " limit).")
     Duration loadDeadline;
 
+    @Option(names = "--kv-load-deadline-prefill", paramLabel = "FACTOR",
+            description = "Gives lookups and loads at most FACTOR times what recomputing their tokens takes, by the"
+                    + " prefill rate the connector measures on this engine's steps (e.g. 1.0; with --kv-load-deadline"
+                    + " too the shorter holds). A pool that missed a deadline is left alone for a while (1 s, doubling"
+                    + " to 30 s), then probed (default: off).")
+    Double loadDeadlinePrefill;
+
     @Mixin
     EngineOptions engine;
 
@@ -91,6 +98,9 @@ final class EngineCommand implements Callable<Integer> {
         }
         if (loadDeadline != null) {
             Durations.requirePositive("--kv-load-deadline", loadDeadline);
+        }
+        if (loadDeadlinePrefill != null && !(loadDeadlinePrefill > 0 && loadDeadlinePrefill <= 100)) {
+            throw new IllegalArgumentException("--kv-load-deadline-prefill must be in (0, 100], got " + loadDeadlinePrefill);
         }
         ApiToken token = ApiToken.load(apiTokenFile);
         if (token == null && !insecure && !ExposureOptions.loopback(host)) {
@@ -132,11 +142,12 @@ final class EngineCommand implements Callable<Integer> {
             external = loaded.config() instanceof OffloadConfig.Pool p
                     ? "kvpool at " + p.master() + " (" + cfgFile + ")" : "native offload (" + cfgFile + ")";
         }
-        if (loadDeadline != null) {
+        if (loadDeadline != null || loadDeadlinePrefill != null) {
             if (connector instanceof PoolConnector pc) {
-                pc.loadDeadline(loadDeadline);
+                pc.loadDeadline(loadDeadline).loadDeadlineFromPrefill(loadDeadlinePrefill == null ? Double.NaN : loadDeadlinePrefill);
             } else {
-                System.out.println("warning: --kv-load-deadline: ignored, the engine has no pool connector (" + external + ")");
+                System.out.println("warning: --kv-load-deadline(-prefill): ignored, the engine has no pool connector ("
+                        + external + ")");
             }
         }
         if (requestTimeout != null && client == null) {

@@ -11,6 +11,7 @@ import io.kvpool.config.Size;
 import io.kvpool.connector.config.OffloadConfig;
 import io.kvpool.connector.config.OffloadConfigs;
 import io.kvpool.etcd.EtcdTarget;
+import io.kvpool.master.Tenant;
 import io.kvpool.protocol.Secrets;
 import io.kvpool.protocol.Tls;
 import picocli.CommandLine.ArgGroup;
@@ -109,6 +110,10 @@ final class LaunchCommand implements Callable<Integer> {
 
     @Option(names = "--log-dir", paramLabel = "DIR", description = "Logs of the processes started (default: ${DEFAULT-VALUE}).")
     Path logDir = Path.of("kvpool-logs");
+    /** The offload config's tenants as the masters read them (LOG_DIR/tenants.json), or null. */
+    private Path tenantsFile;
+    /** The offload config's KV event flags for every master. */
+    private List<String> eventFlags = List.of();
 
     @Option(names = "--master-port", paramLabel = "PORT", description = "Master RPC port (default: ${DEFAULT-VALUE}; 0 picks one).")
     int masterPort = 50051;
@@ -263,6 +268,11 @@ final class LaunchCommand implements Callable<Integer> {
             throw new IllegalArgumentException("--etcd elects masters: give --masters 2 or more with it");
         }
         Files.createDirectories(logDir);
+        eventFlags = pool.eventFlags();
+        if (pool.tenantsJson() != null) { // checked here, named by the config's file; every master reads it
+            tenantsFile = logDir.resolve("tenants.json").toAbsolutePath();
+            Files.writeString(tenantsFile, Tenant.toJson(checkedTenants(pool.tenantsJson())));
+        }
         Runtime.getRuntime().addShutdownHook(new Thread(this::stopAll, "kvpool-launch-shutdown"));
         try {
             Host head = hosts.getFirst();
@@ -341,7 +351,19 @@ final class LaunchCommand implements Callable<Integer> {
         if (nodeTtl != null) {
             args.addAll(List.of("--node-ttl", Durations.format(nodeTtl)));
         }
+        if (tenantsFile != null) {
+            args.addAll(List.of("--tenants-file", tenantsFile.toString()));
+        }
+        args.addAll(eventFlags); // the config's events: the master checks them and names a bad flag
         return args;
+    }
+
+    private List<Tenant> checkedTenants(String json) {
+        try {
+            return Tenant.fromJson(json);
+        } catch (IllegalArgumentException e) {
+            throw new IllegalArgumentException((configFile == null ? "config" : configFile) + ": offload." + e.getMessage(), e);
+        }
     }
 
     /**

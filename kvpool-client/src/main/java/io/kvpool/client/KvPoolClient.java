@@ -1,10 +1,13 @@
 package io.kvpool.client;
 
+import io.kvpool.protocol.BlockInfo;
 import io.kvpool.protocol.BodyWriter;
 import io.kvpool.protocol.KeyDigest;
 import io.kvpool.protocol.Keys;
 import io.kvpool.protocol.Opcode;
 import io.kvpool.protocol.ResultCode;
+import io.kvpool.protocol.TierCounts;
+import io.kvpool.protocol.msg.BlockInfoList;
 import io.kvpool.protocol.msg.DigestList;
 import io.kvpool.protocol.msg.KeyList;
 import io.kvpool.protocol.msg.MasterMessages;
@@ -57,6 +60,8 @@ public final class KvPoolClient implements AutoCloseable {
     public static final long MISS = -1;
     /** Most keys in one master frame; larger batches are split (a 512-byte-key batch this size is ~8.5 MiB). */
     static final int MAX_KEYS_PER_FRAME = 16384;
+    /** About how large one BLOCK_INFO frame grows before the next starts. */
+    static final int BLOCK_INFO_FRAME_BYTES = 4 << 20;
 
     private final ClientConfig config;
     private final UUID clientId = UUID.randomUUID();
@@ -387,6 +392,55 @@ public final class KvPoolClient implements AutoCloseable {
         BodyWriter w = new BodyWriter(4 + (to - from) * KeyDigest.BYTES);
         DigestList.of(keys, from, to).write(w);
         return w;
+    }
+
+    /**
+     * Of {@code keys} (a prompt's block keys, in order): how many leading ones the pool holds, and how many of those
+     * are in memory and how many on the SSD tier only (TIER_LOOKUP): what a router without an event stream asks.
+     * One round trip per 16,384 keys; does not count as a read for eviction.
+     */
+    public TierCounts tierLookup(List<String> keys) {
+        List<byte[]> k = Keys.encodeAll(keys);
+        byte[] codes = new byte[k.size()];
+        for (int f = 0; f < k.size(); f += MAX_KEYS_PER_FRAME) {
+            int t = Math.min(k.size(), f + MAX_KEYS_PER_FRAME);
+            BodyWriter w = new BodyWriter();
+            new KeyList(k.subList(f, t)).write(w);
+            byte[] part = master.call(Opcode.TIER_LOOKUP, w, MasterMessages.TierCodes::read).codes();
+            System.arraycopy(part, 0, codes, f, part.length);
+            if (TierCounts.of(part).prefixBlocks() < part.length) {
+                break; // the prefix ended in this frame: the keys after it change nothing
+            }
+        }
+        return TierCounts.of(codes);
+    }
+
+    /**
+     * Tells the master what the engine knows of the blocks it is about to save under {@code keys} (BLOCK_INFO): their
+     * tokens, block size, parent hash, LoRA and salt, which the master's KV events then carry in each key's
+     * {@code BlockStored}, so routers that hash tokens themselves (Dynamo, llm-d) can use them. Send it before the
+     * puts. Returns how many infos the master kept: 0 when its events are off. Frames of at most 16,384 infos and
+     * about {@value #BLOCK_INFO_FRAME_BYTES} bytes.
+     */
+    public int describeBlocks(List<String> keys, List<BlockInfo> infos) {
+        if (keys.size() != infos.size()) {
+            throw new IllegalArgumentException("describeBlocks: " + keys.size() + " keys but " + infos.size() + " infos");
+        }
+        List<byte[]> k = Keys.encodeAll(keys);
+        int kept = 0;
+        for (int f = 0; f < k.size(); ) {
+            int t = f;
+            long bytes = 0;
+            while (t < k.size() && t - f < MAX_KEYS_PER_FRAME && (t == f || bytes < BLOCK_INFO_FRAME_BYTES)) {
+                bytes += k.get(t).length + 4L * infos.get(t).tokenIds().length + 64;
+                t++;
+            }
+            BodyWriter w = new BodyWriter((int) Math.min(bytes + 16, Integer.MAX_VALUE));
+            new BlockInfoList(k.subList(f, t), infos.subList(f, t)).write(w);
+            kept += master.call(Opcode.BLOCK_INFO, w, r -> r.i32("kept count"));
+            f = t;
+        }
+        return kept;
     }
 
     /** The value length stored under {@code key}, or empty. Does not count as a read for eviction. */

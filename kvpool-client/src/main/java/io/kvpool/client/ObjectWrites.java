@@ -324,6 +324,7 @@ final class ObjectWrites {
                 case OK -> PutStatus.OK;
                 case ALREADY_EXISTS -> PutStatus.ALREADY_EXISTS;
                 case FENCED -> PutStatus.FENCED;
+                case QUOTA_EXCEEDED -> PutStatus.QUOTA_EXCEEDED;
                 default -> PutStatus.FAILED;
             };
         }
@@ -367,6 +368,7 @@ final class ObjectWrites {
                 case ALREADY_EXISTS -> status[i] = PutStatus.ALREADY_EXISTS;
                 case POOL_FULL -> status[i] = PutStatus.POOL_FULL;
                 case NO_SEGMENT -> status[i] = PutStatus.NO_SEGMENT;
+                case QUOTA_EXCEEDED -> status[i] = PutStatus.QUOTA_EXCEEDED;
                 case TOO_LARGE -> throw new IllegalArgumentException("value for key '" + Keys.decode(k[i]) + "' of "
                         + values.get(i).byteSize() + " bytes exceeds the master's max value size");
                 default -> status[i] = PutStatus.FAILED;

@@ -86,6 +86,7 @@ final class PartReservation {
                         case ALREADY_EXISTS -> PutStatus.ALREADY_EXISTS;
                         case POOL_FULL -> PutStatus.POOL_FULL;
                         case NO_SEGMENT -> PutStatus.NO_SEGMENT;
+                        case QUOTA_EXCEEDED -> PutStatus.QUOTA_EXCEEDED;
                         default -> PutStatus.FAILED;
                     };
                     continue;

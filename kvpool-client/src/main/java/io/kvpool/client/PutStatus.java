@@ -13,5 +13,10 @@ public enum PutStatus {
     /** A removeAll(force) happened while this put was in flight, so it was discarded. */
     FENCED,
     /** The bytes could not be written (node unreachable or gone, or the reservation expired). Not stored. */
-    FAILED
+    FAILED,
+    /**
+     * The key's tenant is at its memory quota and refuses puts over it, or could not make room from its own objects
+     * (docs/operations.md, "Tenants"). Not stored; nobody else's objects were touched.
+     */
+    QUOTA_EXCEEDED
 }

@@ -6,7 +6,6 @@ import io.kvpool.client.PutStatus;
 import io.kvpool.connector.hash.BlockHash;
 import io.kvpool.connector.hash.BlockHasher;
 import io.kvpool.connector.hash.KeyFormat;
-import io.kvpool.protocol.KeyDigest;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -14,7 +13,6 @@ import java.lang.foreign.MemorySegment;
 import java.time.Duration;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
-import java.util.Arrays;
 import java.util.HashMap;
 import java.util.HashSet;
 import java.util.List;
@@ -29,6 +27,7 @@ import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.concurrent.atomic.LongAdder;
 import java.util.concurrent.locks.ReentrantReadWriteLock;
+import java.util.function.LongSupplier;
 
 /**
  * The connector over a kvpool: one pool object per KV block, named by {@link KeyFormat} from the
@@ -113,20 +112,17 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
     private final ExecutorService io = Executors.newThreadPerTaskExecutor(Thread.ofVirtual().name("kvpool-connector-", 0).factory());
 
     // scheduler side (scheduler thread; the rest of it is the planner's)
-    /** Per request: its blocks' key digests, under the key format they were made for (see {@link #digestsFor}). */
-    @GuardedBy("this")
-    private final Map<String, Digests> digests = new HashMap<>();
-
-    /** The digests ({@link KeyDigest}: lo, hi) of a request's first {@code count} block keys in {@code format}. */
-    private record Digests(KeyFormat format, long[] values, int count) {
-    }
+    /** Per request: its blocks' key digests, made once. */
+    private final RequestDigests digests = new RequestDigests();
 
     // worker side
     private ConnectorMeta current = ConnectorMeta.EMPTY;
     /** The current step's loads (engine thread), and what every step's load needs of this connector. */
     private StepLoad step;
     private final StepLoad.Context loads;
-    private volatile long loadDeadlineNanos = -1;
+    /** Deadlines of lookups and loads, and whether the pool is in use now ({@link LoadBudget}). */
+    private volatile LongSupplier clock = System::nanoTime;
+    private final LoadBudget budget = new LoadBudget(() -> clock.getAsLong(), io);
     private final LongAdder abandonedLoads = new LongAdder();
     private boolean savesStarted = true;
     /** LAYER: the step's saves in parts (null until the first {@link #saveKvLayer} of a step). */
@@ -169,7 +165,6 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
     private final LongAdder skippedSaves = new LongAdder();
     private final LongAdder droppedSaves = new LongAdder();
     private final LongAdder resets = new LongAdder();
-    private volatile long lastLookupWarning;
 
     /**
      * @param client     the pool client (not closed by this connector)
@@ -209,11 +204,15 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
             public void loaded(long blocks, long bytes) {
                 loadedBlocks.add(blocks);
                 loadedBytes.add(bytes);
+                if (blocks > 0) {
+                    budget.landed();
+                }
             }
 
             @Override
-            public void abandoned(int blocks) {
+            public void abandoned(int blocks, PoolBreaker.Probe probe) {
                 abandonedLoads.add(blocks);
+                budget.abandoned(blocks, probe);
             }
         };
         this.loads = new StepLoad.Context(store, io, fence, () -> generation, outcome);
@@ -234,47 +233,18 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
 
     // ---------------------------------------------------------------- scheduler side
 
-    /**
-     * The key digests of the request's first {@code full} blocks in format {@code k}, computed once per
-     * block: the scheduler asks about a waiting request at every step, and digesting a long prompt's
-     * keys costs about as much as the lookup's round trip.
-     */
-    private synchronized long[] digestsFor(ConnectorRequest r, List<BlockHash> h, int full, KeyFormat k) {
-        Digests d = digests.get(r.id());
-        if (d != null && d.format == k && d.count >= full) {
-            return d.values;
-        }
-        int known = d != null && d.format == k ? d.count : 0;
-        long[] values = d != null && d.format == k ? Arrays.copyOf(d.values, 2 * full) : new long[2 * full];
-        for (int b = known; b < full; b++) {
-            byte[] key = k.key(h.get(b));
-            KeyDigest.digest(key, 0, key.length, values, 2 * b);
-        }
-        digests.put(r.id(), new Digests(k, values, full));
-        return values;
-    }
-
     @Override
     public Match getNumNewMatchedTokens(ConnectorRequest request, int numComputedTokens) {
         lookups.increment();
         int start = planner.firstBlock(request, numComputedTokens);
-        if (start < 0) {
+        if (start < 0 || !budget.admit()) { // nothing to look up, or the pool is left alone for now
             return planner.answer(request, numComputedTokens, start, 0);
         }
         List<BlockHash> h = planner.hashes(request);
         int full = hasher.fullBlocks(request.numTokens());
-        long[] d = digestsFor(request, h, full, keys);
-        int present;
-        try {
-            present = store.prefixMatchDigests(d, start, full);
-        } catch (RuntimeException e) {
-            long now = System.nanoTime();
-            if (now - lastLookupWarning > 10_000_000_000L) {
-                lastLookupWarning = now;
-                log.warn("kvpool lookup failed ({}); treating as a miss (logged at most every 10 s)", e.toString());
-            }
-            present = 0;
-        }
+        long[] d = digests.of(request, h, full, keys);
+        int present = budget.lookup(() -> store.prefixMatchDigests(d, start, full),
+                (long) (full - start) * hasher.blockSize(), io, 0);
         Match m = planner.answer(request, numComputedTokens, start, present);
         matchedTokens.add(m.tokens());
         return m;
@@ -287,15 +257,14 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
 
     @Override
     public ConnectorMeta buildConnectorMeta(List<ScheduledRequest> scheduled) {
+        budget.planned(scheduled.stream().mapToLong(s -> s.computedAfter() - s.computedBefore()).sum());
         return planner.build(scheduled, keys, generation);
     }
 
     @Override
     public boolean requestFinished(ConnectorRequest request, int[] blockIds) {
         planner.forget(request.id());
-        synchronized (this) {
-            digests.remove(request.id());
-        }
+        digests.forget(request.id());
         synchronized (saveLock) {
             if (pendingSaves.getOrDefault(request.id(), 0) > 0) {
                 finishedWithSaves.add(request.id());
@@ -341,9 +310,7 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
             keys = old.withWeights(weights);
             generation++;
             planner.voidAll();
-            synchronized (this) {
-                digests.clear();
-            }
+            digests.clear();
             oldPrefix = old.versionPrefix();
         } finally {
             fence.writeLock().unlock();
@@ -372,21 +339,39 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
         savesStarted = false;
         stepSaves = null;
         fail(meta.voidLoads()); // accepted before a reset: the KV they name is gone or stale
-        step = StepLoad.start(meta, kv, granularity, loadDeadlineNanos, loads);
+        budget.started(!meta.loads().isEmpty());
+        step = StepLoad.start(meta, kv, granularity, budget.deadlineNanos((long) meta.loads().size() * hasher.blockSize()),
+                loads);
     }
 
     /**
-     * Gives a step's loads at most {@code deadline} (null: no limit, the default): loads still out then are
-     * abandoned and reported failed, so the engine recomputes those blocks instead of waiting for a pool that is
-     * down, frozen or slow; they never write the engine's memory afterwards ({@link LoadGate}). Set it before
-     * the first step. Returns this connector.
+     * Gives lookups and a step's loads at most {@code deadline} (null: no limit, the default): loads still out then
+     * are abandoned and reported failed, so the engine recomputes those blocks instead of waiting for a pool that is
+     * down, frozen or slow; they never write the engine's memory afterwards ({@link LoadGate}).
      */
     public PoolConnector loadDeadline(Duration deadline) {
-        if (deadline != null && (deadline.isNegative() || deadline.isZero())) {
-            throw new IllegalArgumentException("load deadline must be positive, got " + deadline);
-        }
-        this.loadDeadlineNanos = deadline == null ? -1 : deadline.toNanos();
+        budget.fixed(deadline);
         return this;
+    }
+
+    /**
+     * Gives lookups and loads at most {@code factor} times what recomputing their tokens takes, by the prefill rate
+     * measured on the engine's steps (NaN: off, the default; with {@link #loadDeadline}, the shorter holds). A pool
+     * that missed a deadline is left alone until a probe of it answers ({@link PoolBreaker}).
+     */
+    public PoolConnector loadDeadlineFromPrefill(double factor) {
+        budget.fromPrefill(factor);
+        return this;
+    }
+
+    /** Tests: the clock that says when a pool left alone is tried again. */
+    void useClock(LongSupplier nanos) {
+        clock = nanos;
+    }
+
+    /** Lookups answered as misses without asking the pool, while it was left alone after a missed deadline. */
+    public long skippedLookups() {
+        return budget.skipped();
     }
 
     /** Block loads abandoned at their deadline so far. */
@@ -409,6 +394,7 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
 
     @Override
     public void saveKvLayer(int layer, PagedKv kv) {
+        budget.layerDone(layer, kv.numLayers());
         if (granularity == Granularity.LAYER) {
             saveLayer(layer, kv);
             return;
@@ -419,8 +405,7 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
         savesStarted = true; // a step's saves start once
         step.settle();
         ConnectorMeta meta = current;
-        List<ConnectorMeta.Save> saves = meta.savesNotOverFailedLoads(Set.copyOf(stepLoadErrors));
-        droppedSaves.add(meta.saves().size() - saves.size());
+        List<ConnectorMeta.Save> saves = stepSaves(meta);
         if (saves.isEmpty()) {
             return;
         }
@@ -486,8 +471,7 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
             }
             savesStarted = true;
             ConnectorMeta meta = current;
-            List<ConnectorMeta.Save> saves = meta.savesNotOverFailedLoads(Set.copyOf(stepLoadErrors));
-            droppedSaves.add(meta.saves().size() - saves.size());
+            List<ConnectorMeta.Save> saves = stepSaves(meta);
             if (saves.isEmpty()) {
                 return;
             }
@@ -522,6 +506,17 @@ public final class PoolConnector implements KvConnector, VersionedKeys {
             step.settle(); // every load of the step is in: the final word on which saves stand
         }
         stepSaves.through(Math.min(layer, last), keep(stepSaves));
+    }
+
+    /** The step's saves worth starting: none while the pool is left alone, none computed over a failed load. */
+    private List<ConnectorMeta.Save> stepSaves(ConnectorMeta meta) {
+        if (!budget.poolInUse()) {
+            skippedSaves.add(meta.saves().size());
+            return List.of();
+        }
+        List<ConnectorMeta.Save> saves = meta.savesNotOverFailedLoads(Set.copyOf(stepLoadErrors));
+        droppedSaves.add(meta.saves().size() - saves.size());
+        return saves;
     }
 
     /** Which of the step's saves are still worth writing, given the load errors known now. */

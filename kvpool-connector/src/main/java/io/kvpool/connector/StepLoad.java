@@ -35,7 +35,8 @@ final class StepLoad {
 
         void loaded(long blocks, long bytes);
 
-        void abandoned(int blocks);
+        /** {@code blocks} loads passed their deadline; {@code probe} makes them again (off the engine's path). */
+        void abandoned(int blocks, PoolBreaker.Probe probe);
     }
 
     /** What a load needs of its connector. */
@@ -49,22 +50,28 @@ final class StepLoad {
     /** LAYER: layer l's loads are in (or failed) once {@code layers[l]} completes; empty for BLOCK. */
     private final CompletableFuture<?>[] layers;
     private final Outcome outcome;
+    private final PoolStore store;
+    private final long blockBytes;
+    private final long deadlineNanos;
     private boolean awaited;
 
     private StepLoad(ConnectorMeta meta, LoadGate gate, Future<?> running, CompletableFuture<?>[] layers,
-                     Outcome outcome, boolean awaited) {
+                     Outcome outcome, boolean awaited, PoolStore store, long blockBytes, long deadlineNanos) {
         this.meta = meta;
         this.gate = gate;
         this.running = running;
         this.layers = layers;
         this.outcome = outcome;
         this.awaited = awaited;
+        this.store = store;
+        this.blockBytes = blockBytes;
+        this.deadlineNanos = deadlineNanos;
     }
 
     /** A step without loads. */
     static StepLoad none(ConnectorMeta meta, Outcome outcome) {
         return new StepLoad(meta, new LoadGate(-1), CompletableFuture.completedFuture(null), new CompletableFuture<?>[0],
-                outcome, true);
+                outcome, true, null, 0, -1);
     }
 
     /** Starts the step's loads; {@code deadlineNanos}: how long they may take (-1: no limit). */
@@ -80,10 +87,10 @@ final class StepLoad {
                 layers[l] = new CompletableFuture<Void>();
             }
             return new StepLoad(meta, gate, ctx.io().submit(() -> byLayer(meta, kv, layers, gate, ctx)), layers,
-                    ctx.outcome(), false);
+                    ctx.outcome(), false, ctx.store(), kv.blockBytes(), deadlineNanos);
         }
         return new StepLoad(meta, gate, ctx.io().submit(() -> whole(meta, kv, gate, ctx)), new CompletableFuture<?>[0],
-                ctx.outcome(), false);
+                ctx.outcome(), false, ctx.store(), kv.blockBytes(), deadlineNanos);
     }
 
     /** LAYER: the step's loads, a layer at a time ({@link LayerTransfers#load}), under the fence. */
@@ -208,11 +215,26 @@ final class StepLoad {
         }
     }
 
+    /**
+     * A probe of a pool left alone after {@code loads} were abandoned: the same loads into scratch memory; true when
+     * they came back within the deadline they missed (a link that is only slow still misses it).
+     */
+    static boolean again(PoolStore store, List<ConnectorMeta.Load> loads, long blockBytes, long deadlineNanos) {
+        List<String> keys = loads.stream().map(ConnectorMeta.Load::key).toList();
+        try (Arena a = Arena.ofConfined()) {
+            List<MemorySegment> dst = keys.stream().map(k -> a.allocate(blockBytes)).toList();
+            long t0 = System.nanoTime();
+            store.getIntoBatch(keys, dst);
+            return deadlineNanos < 0 || System.nanoTime() - t0 <= deadlineNanos;
+        }
+    }
+
     /** The deadline passed: the loads fail unless they landed already. */
     private void abandon() {
         if (gate.abandon()) {
             outcome.failed(meta.loads());
-            outcome.abandoned(meta.loads().size());
+            List<ConnectorMeta.Load> loads = meta.loads();
+            outcome.abandoned(loads.size(), () -> again(store, loads, blockBytes, deadlineNanos));
             log.warn("kvpool: {} block loads passed their deadline; the engine recomputes them", meta.loads().size());
         }
     }

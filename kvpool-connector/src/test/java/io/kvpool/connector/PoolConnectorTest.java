@@ -14,6 +14,7 @@ import java.util.Set;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicReference;
 
 import static org.assertj.core.api.Assertions.assertThat;
@@ -283,8 +284,11 @@ class PoolConnectorTest {
         MemoryStore s = new MemoryStore();
         CountDownLatch release = new CountDownLatch(1);
         try (ConnectorContractTest.Blocks blocks = new ConnectorContractTest.Blocks(BS)) {
+            // a deadline no healthy in-memory call comes near, however loaded the machine
             PoolConnector p = new PoolConnector(s, new BlockHasher(BS, "0"), KEYS, PoolConnector.ResetScope.ALL_FENCED, g)
-                    .loadDeadline(Duration.ofMillis(200));
+                    .loadDeadline(Duration.ofSeconds(2));
+            AtomicLong now = new AtomicLong();
+            p.useClock(now::get);
             try {
                 for (long i = 0; i < blocks.blockBytes(); i++) {
                     blocks.block(0).set(ValueLayout.JAVA_BYTE, i, (byte) i);
@@ -311,9 +315,31 @@ class PoolConnectorTest {
                 assertThat(p.blockIdsWithLoadErrors()).containsExactlyInAnyOrder(4, 5);
                 assertThat(p.abandonedLoads()).isEqualTo(2);
 
-                // the pool answers again: the next step's loads land, the abandoned ones never do
+                // the pool is left alone for a second: the next request recomputes at once, saves are skipped
+                ConnectorRequest lone = new ConnectorRequest("lone", tokens(9, 1));
+                assertThat(p.getNumNewMatchedTokens(lone, 0).tokens()).isZero();
+                assertThat(p.skippedLookups()).isEqualTo(1);
+                long skippedBefore = p.stats().skippedSaves();
+                p.startLoadKv(p.buildConnectorMeta(List.of(new ScheduledRequest(
+                        new ConnectorRequest("d", tokens(8, 2)), new int[]{6, 7}, 0, 8))), blocks);
+                for (int l = 0; l < blocks.numLayers(); l++) {
+                    p.saveKvLayer(l, blocks);
+                }
+                p.waitForSave();
+                assertThat(p.stats().skippedSaves() - skippedBefore).isEqualTo(2);
+
+                // the pool answers again; a second later a request starts a probe (a read of an abandoned block),
+                // off its path: once that answers, the pool is in use again, the loads land, the abandoned ones never do
                 s.beforeGet = k -> { };
                 release.countDown();
+                now.addAndGet(PoolBreaker.FIRST_BACKOFF_NANOS);
+                assertThat(p.getNumNewMatchedTokens(new ConnectorRequest("probe", tokens(9, 1)), 0).tokens()).isZero();
+                long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+                while (p.getNumNewMatchedTokens(new ConnectorRequest("wait", tokens(9, 1)), 0).tokens() == 0) {
+                    assertThat(System.nanoTime()).as("the probe answered").isLessThan(until);
+                    Thread.sleep(1);
+                }
+                p.requestFinished(new ConnectorRequest("wait", tokens(9, 1)), new int[0]);
                 ConnectorRequest c2 = new ConnectorRequest("c", tokens(9, 1));
                 assertThat(p.getNumNewMatchedTokens(c2, 0).tokens()).isEqualTo(8);
                 p.updateStateAfterAlloc(c2, new int[]{2, 3, 7}, 8);
@@ -324,6 +350,7 @@ class PoolConnectorTest {
                 assertThat(p.blockIdsWithLoadErrors()).isEmpty();
                 assertThat(blocks.block(2).mismatch(blocks.block(0))).isEqualTo(-1);
                 assertThat(blocks.block(3).mismatch(blocks.block(1))).isEqualTo(-1);
+                assertThat(p.getNumNewMatchedTokens(new ConnectorRequest("e", tokens(9, 1)), 0).tokens()).isEqualTo(8);
             } finally {
                 release.countDown();
                 p.close(); // waits for the abandoned load's thread too

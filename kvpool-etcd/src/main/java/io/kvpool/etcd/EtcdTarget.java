@@ -89,6 +89,11 @@ public record EtcdTarget(List<HostPort> endpoints, String cluster) {
         return "/kvpool/" + cluster + "/owed/";
     }
 
+    /** The key of the tenant list set at run time (JSON): a new leader takes it instead of its flags'. */
+    public String tenantsKey() {
+        return "/kvpool/" + cluster + "/tenants";
+    }
+
     @Override
     public String toString() {
         StringBuilder b = new StringBuilder(SCHEME);

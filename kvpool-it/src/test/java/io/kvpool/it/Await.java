@@ -1,5 +1,9 @@
 package io.kvpool.it;
 
+import io.kvpool.client.KvPoolClient;
+import io.kvpool.client.PoolStats;
+import io.kvpool.master.MasterConfig;
+
 import java.time.Duration;
 import java.util.function.BooleanSupplier;
 
@@ -25,6 +29,20 @@ final class Await {
 
     static void until(String what, BooleanSupplier condition) throws InterruptedException {
         until(what, DEFAULT, condition);
+    }
+
+    /**
+     * Waits until objects stop moving between tiers: {@code keys} objects listed (one on its way to the
+     * SSD tier is a miss until the node reports it written) and memory below the master's high watermark,
+     * so no timer round of eviction will spill more. Only after this may a test of a tiered pool take a
+     * miss for a fault: a spill that starts after a bare "every object listed" is a miss for its flight.
+     * Assumes the default watermark and no reads that promote.
+     */
+    static void tiersSettled(KvPoolClient c, long keys) throws InterruptedException {
+        until("every object listed (memory or disk) and memory below the eviction watermark", () -> {
+            PoolStats s = c.stats();
+            return s.keys() == keys && s.allocatedBytes() < MasterConfig.DEFAULT_HIGH_WATERMARK * s.capacityBytes();
+        });
     }
 
     /** A condition whose check may throw (a metrics scrape, a log read). */

@@ -68,6 +68,13 @@ class CliIT {
         assertThat(r.code()).isEqualTo(2);
         assertThat(r.err()).contains("--orphan-grace").contains("-1s");
 
+        r = run("master", "--tenant", "a=kvp1/x/:lots", "--port", "0", "--http-port", "-1");
+        assertThat(r.code()).isEqualTo(2);
+        assertThat(r.err()).contains("--tenant").contains("bad size 'lots'");
+        r = run("master", "--tenants-file", "/no/such/tenants.json", "--port", "0", "--http-port", "-1");
+        assertThat(r.code()).isEqualTo(2);
+        assertThat(r.err()).contains("--tenants-file").contains("/no/such/tenants.json");
+
         r = run("master", "--no-such-flag");
         assertThat(r.code()).isEqualTo(2);
         assertThat(r.err()).contains("--no-such-flag");

@@ -84,7 +84,7 @@ class DiskTierIT {
              KvPoolClient c = cluster.client(cfg -> cfg.withTierLog(true))) {
             assertThat(cluster.nodes.getFirst().hasDiskTier()).isTrue();
             Map<String, byte[]> stored = fill(c, "spill/", 96); // 24 MiB into 8 MiB of memory
-            await("every object is listed again (memory or disk)", () -> c.stats().keys() == stored.size());
+            Await.tiersSettled(c, stored.size());
             assertThat(diskObjects(c)).as("objects live in the SSD tier").isPositive();
             List<String> keys = new ArrayList<>(stored.keySet());
             List<Optional<byte[]>> got = c.getBatch(keys);
@@ -105,7 +105,7 @@ class DiskTierIT {
         try (InProcessCluster cluster = cluster(disk, Size.ofMiB(8), Size.ofMiB(128), 0);
              KvPoolClient c = cluster.client(cfg -> cfg.withDiskLoadBudget(ClientConfig.MIN_DISK_LOAD_BUDGET))) {
             Map<String, byte[]> stored = fill(c, "budget/", 96);
-            await("every object is listed again (memory or disk)", () -> c.stats().keys() == stored.size());
+            Await.tiersSettled(c, stored.size());
             assertThat(diskObjects(c)).isPositive();
             List<String> keys = new ArrayList<>(stored.keySet());
             try (var pool = java.util.concurrent.Executors.newFixedThreadPool(4)) {
@@ -157,6 +157,7 @@ class DiskTierIT {
                 assertThat(r.copies()).as(k).isEqualTo(2);
                 stored.put(k, v);
             }
+            Await.tiersSettled(c, stored.size());
             await("every object is listed again with both copies, in memory or on disk", () -> {
                 PoolStats s = c.stats();
                 long copies = s.segments().stream().mapToLong(g -> g.objects() + g.diskObjects()).sum();
@@ -185,7 +186,7 @@ class DiskTierIT {
                 n -> n.withDisk(disk, Size.ofMiB(128)).withPromoteAfter(0).withHeartbeatInterval(Duration.ofMillis(200)));
              KvPoolClient c = cluster.client()) {
             Map<String, byte[]> stored = fill(c, "restart/", 64);
-            await("every object is listed again", () -> c.stats().keys() == stored.size());
+            Await.tiersSettled(c, stored.size());
             // the disk count comes with the node's heartbeats: wait until it accounts for every object
             await("the node's disk statistics caught up", () -> diskObjects(c)
                     + c.stats().segments().stream().mapToLong(PoolStats.SegmentStats::objects).sum() == stored.size());
@@ -215,7 +216,7 @@ class DiskTierIT {
         try (InProcessCluster cluster = cluster(disk, Size.ofMiB(8), Size.ofMiB(128), 0);
              KvPoolClient c = cluster.client()) {
             Map<String, byte[]> stored = fill(c, "corrupt/", 64);
-            await("every object is listed again", () -> c.stats().keys() == stored.size());
+            Await.tiersSettled(c, stored.size());
             // flip one value byte of every record in the first log file
             Path log;
             try (Stream<Path> files = Files.list(disk)) {
@@ -283,7 +284,7 @@ class DiskTierIT {
         try (InProcessCluster cluster = cluster(disk, Size.ofMiB(8), Size.ofMiB(128), 2);
              KvPoolClient c = cluster.client(cfg -> cfg.withLocationCache(0))) {
             Map<String, byte[]> stored = fill(c, "promote/", 64);
-            await("every object is listed again", () -> c.stats().keys() == stored.size());
+            Await.tiersSettled(c, stored.size());
             // the first objects were evicted first: read them until promoted
             String seg = cluster.nodes.getFirst().name();
             String hot = stored.keySet().iterator().next();

@@ -53,7 +53,10 @@ final class HaCluster implements AutoCloseable {
     ProcessCluster.Managed startMaster(String id, String... extra) throws Exception {
         int port = masterPorts.computeIfAbsent(id, k -> freePort());
         List<String> args = new ArrayList<>(List.of("master", "--host", "127.0.0.1", "--port", "" + port,
-                "--http-port", "-1", "--summary-interval", "0s", "--etcd", url, "--id", id));
+                "--summary-interval", "0s", "--etcd", url, "--id", id));
+        if (!List.of(extra).contains("--http-port")) {
+            args.addAll(List.of("--http-port", "-1"));
+        }
         args.addAll(List.of(extra));
         ProcessCluster.Managed m = ProcessCluster.launch(logDir.resolve(id + "-" + (++started) + ".log"), id, args,
                 line -> line.startsWith("kvpool master " + id + " standing for election"));

@@ -132,7 +132,9 @@ class LaunchIT {
 
     @Test
     void launchesOnePoolWritesTheClientConfigAndStopsEverythingOnSigterm(@TempDir Path dir) throws Exception {
-        Launcher l = launch(dir, "type: pool\ncpu: 64MiB\n", "--local", "2");
+        int events = ProcessCluster.freePort();
+        Launcher l = launch(dir, "type: pool\ncpu: 64MiB\ntenants:\n  - {name: t, prefixes: [quota/], memory: 200KiB}\n"
+                + "events: {endpoint: 'tcp://127.0.0.1:" + events + "', topic: kv@it@m}\n", "--local", "2");
         try {
             awaitPrinted(l, "export KVPOOL_CONFIG_PATH=");
             assertThat(l.printed("ready: master")).isTrue();
@@ -145,7 +147,15 @@ class LaunchIT {
                 assertThat(c.stats().capacityBytes()).isEqualTo(128L << 20);
                 assertThat(c.put("launched", "yes".getBytes(StandardCharsets.UTF_8))).isEqualTo(PutStatus.OK);
                 assertThat(c.get("launched")).hasValue("yes".getBytes(StandardCharsets.UTF_8));
+                // the config's tenant reached the master: three values of 64 KiB fit its 200 KiB, a fourth not
+                for (int i = 0; i < 3; i++) {
+                    assertThat(c.put("quota/" + i, new byte[64 << 10])).isEqualTo(PutStatus.OK);
+                }
+                assertThat(c.put("quota/3", new byte[64 << 10])).isEqualTo(PutStatus.QUOTA_EXCEEDED);
             }
+            // and its events block: the master publishes on the endpoint the config names
+            assertThat(Files.readString(dir.resolve("logs").resolve("master.log")))
+                    .contains("KV events: publishing on tcp://127.0.0.1:" + events).contains("topic 'kv@it@m'");
             List<Long> children = l.childPids();
             assertThat(children).hasSize(3);
             l.process().destroy(); // SIGTERM, as an operator's Ctrl-C or a scheduler would

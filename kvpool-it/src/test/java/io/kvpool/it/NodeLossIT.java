@@ -56,7 +56,7 @@ class NodeLossIT {
                     cluster.startNode("64MiB"));
             PutOptions two = PutOptions.DEFAULT.withReplicas(2);
             try (KvPoolClient c = client(cluster)) {
-                ProcessCluster.awaitStats(c, s -> s.segments().size() == 3, "three nodes registered");
+                ProcessCluster.awaitActive(c, 3, "three nodes registered");
                 List<String> keys = Payloads.keys("loss/", OBJECTS);
                 for (PutResult r : c.putBatchDetailed(keys, values(keys), two)) {
                     assertThat(r.status()).isEqualTo(PutStatus.OK);
@@ -151,7 +151,7 @@ class NodeLossIT {
             List<ProcessCluster.Managed> nodes = List.of(cluster.startNode("64MiB"), cluster.startNode("64MiB"),
                     cluster.startNode("64MiB"));
             try (KvPoolClient c = client(cluster)) {
-                ProcessCluster.awaitStats(c, s -> s.segments().size() == 3, "three nodes registered");
+                ProcessCluster.awaitActive(c, 3, "three nodes registered");
                 List<String> keys = Payloads.keys("single/", OBJECTS);
                 for (PutResult r : c.putBatchDetailed(keys, values(keys), PutOptions.DEFAULT.withReplicas(1))) {
                     assertThat(r.status()).isEqualTo(PutStatus.OK);

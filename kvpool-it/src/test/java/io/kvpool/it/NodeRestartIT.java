@@ -75,7 +75,7 @@ class NodeRestartIT {
             ProcessCluster.Managed node = cluster.startNode("64MiB", shm.toString(), port);
             List<String> keys = new ArrayList<>();
             try (KvPoolClient c = KvPoolClient.connect(ClientConfig.forMaster(cluster.masterAddress()))) {
-                int first = ProcessCluster.awaitStats(c, s -> s.segments().size() == 1, "the node registered")
+                int first = ProcessCluster.awaitActive(c, 1, "the node registered")
                         .segments().getFirst().id();
                 putAll(c);
                 for (int i = 0; i < 500; i++) {
@@ -119,7 +119,7 @@ class NodeRestartIT {
             ProcessCluster.Managed node = cluster.startNode("64MiB", shm.toString(), port);
             try (KvPoolClient c = KvPoolClient.connect(ClientConfig.forMaster(cluster.masterAddress())
                     .withSharedMemory(false))) {
-                int first = ProcessCluster.awaitStats(c, s -> s.segments().size() == 1, "the node registered")
+                int first = ProcessCluster.awaitActive(c, 1, "the node registered")
                         .segments().getFirst().id();
                 putAll(c);
                 node.kill9();

@@ -214,6 +214,17 @@ final class ProcessCluster implements AutoCloseable {
     }
 
     /** Polls the cluster's stats until {@code condition} holds (a condition, not a timing assumption). */
+    /**
+     * Waits until the master lists exactly {@code n} segments and takes puts on every one of them. A
+     * node that has registered is first "joining" (listing its inventory), and a put then is refused
+     * NO_SEGMENT or placed on the other nodes only: a test that puts after a registration waits for this,
+     * never for the registration alone.
+     */
+    static PoolStats awaitActive(KvPoolClient c, int n, String what) throws InterruptedException {
+        return awaitStats(c, s -> s.segments().size() == n
+                && s.segments().stream().allMatch(x -> x.active() && !x.draining()), what + " (active)");
+    }
+
     static PoolStats awaitStats(KvPoolClient c, Predicate<PoolStats> condition, String what) throws InterruptedException {
         long deadline = System.nanoTime() + Duration.ofSeconds(60).toNanos();
         PoolStats last = null;

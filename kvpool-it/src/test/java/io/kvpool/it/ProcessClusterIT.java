@@ -57,7 +57,7 @@ class ProcessClusterIT {
             }
             try (KvPoolClient c = KvPoolClient.connect(io.kvpool.client.ClientConfig.forMaster(cluster.masterAddress())
                     .withAutoDetectLocal(false))) {
-                ProcessCluster.awaitStats(c, s -> s.segments().size() == 3, "three segments are registered");
+                ProcessCluster.awaitActive(c, 3, "three segments are registered");
                 Map<String, byte[]> stored = fill(c, "spread/", 300, null);
                 assertAllReadBack(c, stored);
                 PoolStats s = c.stats();
@@ -95,7 +95,7 @@ class ProcessClusterIT {
                 cluster.startNode("64MiB");
             }
             try (KvPoolClient c = KvPoolClient.connect(cluster.masterAddress())) {
-                ProcessCluster.awaitStats(c, s -> s.segments().size() == 3, "three segments are registered");
+                ProcessCluster.awaitActive(c, 3, "three segments are registered");
                 // place a known set of objects on each node
                 List<Map<String, byte[]>> perNode = new ArrayList<>();
                 for (int n = 0; n < 3; n++) {
@@ -167,7 +167,7 @@ class ProcessClusterIT {
 
                 // a replacement node joins and takes writes
                 ProcessCluster.Managed fresh = cluster.startNode("64MiB");
-                ProcessCluster.awaitStats(c, st -> st.segments().size() == 3, "the new node is registered");
+                ProcessCluster.awaitActive(c, 3, "the new node is registered");
                 Map<String, byte[]> more = fill(c, "fresh/", 10, fresh.name);
                 assertAllReadBack(c, more);
             }
@@ -181,7 +181,7 @@ class ProcessClusterIT {
             cluster.startNode("64MiB");
             try (KvPoolClient c = KvPoolClient.connect(io.kvpool.client.ClientConfig.forMaster(cluster.masterAddress())
                     .withAutoDetectLocal(false))) {
-                ProcessCluster.awaitStats(c, s -> s.segments().size() == 2, "two segments are registered");
+                ProcessCluster.awaitActive(c, 2, "two segments are registered");
                 c.removeAll(true);
                 long epoch = c.stats().epoch();
                 Map<String, byte[]> stored = fill(c, "keep/", 200, null);

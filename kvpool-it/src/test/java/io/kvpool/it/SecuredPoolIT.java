@@ -329,4 +329,31 @@ class SecuredPoolIT {
         assertThat(admin.get("kept")).isPresent();
         assertThat(List.of(admin.put("after-admin", new byte[10]))).containsExactly(PutStatus.OK);
     }
+
+    /** Tenants over HTTP on a secured master: reading them takes the cluster secret, changing them the admin secret. */
+    @Test
+    void tenantsAreReadWithTheClusterSecretAndChangedOnlyWithTheAdminSecret() throws Exception {
+        java.net.http.HttpClient http = java.net.http.HttpClient.newHttpClient();
+        String url = "http://127.0.0.1:" + cluster.master.httpPort() + "/api/tenants";
+        String list = "{\"tenants\": [{\"name\": \"t\", \"prefixes\": [\"secured/\"], \"memory\": \"1MiB\"}]}";
+        java.util.function.BiFunction<String, String, Integer> call = (method, bearer) -> {
+            var b = java.net.http.HttpRequest.newBuilder(java.net.URI.create(url));
+            if (bearer != null) {
+                b.header("Authorization", "Bearer " + bearer);
+            }
+            b.method(method, method.equals("PUT") ? java.net.http.HttpRequest.BodyPublishers.ofString(list)
+                    : java.net.http.HttpRequest.BodyPublishers.noBody());
+            try {
+                return http.send(b.build(), java.net.http.HttpResponse.BodyHandlers.discarding()).statusCode();
+            } catch (Exception e) {
+                throw new IllegalStateException(e);
+            }
+        };
+        assertThat(call.apply("GET", null)).isEqualTo(401);
+        assertThat(call.apply("GET", "cluster-secret-of-the-secured-pool-it")).isEqualTo(200);
+        assertThat(call.apply("PUT", null)).isEqualTo(401);
+        assertThat(call.apply("PUT", "cluster-secret-of-the-secured-pool-it")).as("the cluster secret").isEqualTo(401);
+        assertThat(cluster.master.service().config().tenants()).isEmpty();
+        assertThat(call.apply("PUT", "admin-secret-of-the-secured-pool-it")).isEqualTo(200);
+    }
 }

@@ -82,7 +82,7 @@ class TlsPoolIT {
         cluster.startNode("64MiB", "none", 0, flags);
         good = KvPoolClient.connect(ClientConfig.forMaster(cluster.masterAddress()).withSecrets(secrets())
                 .withTls(tls("client", "ca")).withSharedMemory(false));
-        PoolStats s = ProcessCluster.awaitStats(good, st -> st.segments().size() == 1, "the node registered");
+        PoolStats s = ProcessCluster.awaitActive(good, 1, "the node registered");
         node = new HostPort(s.segments().getFirst().host(), s.segments().getFirst().port());
     }
 

@@ -19,6 +19,7 @@ import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.time.InstantSource;
 import java.util.HashSet;
+import java.util.List;
 import java.util.Set;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
@@ -159,8 +160,10 @@ public final class ElectedMaster implements AutoCloseable {
                     log.warn("master {}: the previous leader owed frees to {}; they come back empty", options.id(), owed);
                 }
                 standbyPages(false);
-                s = new MasterServer(config.withTerm(l.term()), InstantSource.system(), RandomGenerator.getDefault(),
-                        l::valid, owed, http);
+                s = new MasterServer(config.withTerm(l.term()).withTenants(tenants()), InstantSource.system(),
+                        RandomGenerator.getDefault(), l::valid, owed, http);
+                Election.Leadership held = l;
+                s.keepTenantsIn(t -> keepTenants(held, t));
             } catch (IOException | RuntimeException e) {
                 standbyPages(true);
                 log.error("master {}: elected at term {} but cannot serve: {}; resigning", options.id(), l.term(),
@@ -256,6 +259,34 @@ public final class ElectedMaster implements AutoCloseable {
             log.warn("master {}: cannot read {} ({})", options.id(), prefix, e.getMessage());
         }
         return names;
+    }
+
+    /** The tenants a PUT set at run time, kept in etcd; the flags' when none was. */
+    private List<Tenant> tenants() {
+        try {
+            EtcdGateway.Range r = election.etcd().range(options.etcd().tenantsKey());
+            if (!r.kvs().isEmpty()) {
+                return Tenant.fromJson(new String(r.first().value(), StandardCharsets.UTF_8));
+            }
+        } catch (EtcdException e) {
+            log.warn("master {}: cannot read the tenants kept in etcd ({}); taking the flags'", options.id(), e.getMessage());
+        } catch (IllegalArgumentException e) {
+            log.error("master {}: the tenants kept in etcd are not readable ({}); taking the flags'", options.id(),
+                    e.getMessage());
+        }
+        return config.tenants();
+    }
+
+    /** Keeps a tenant list PUT at run time for the next leader; refused when this master no longer leads. */
+    private void keepTenants(Election.Leadership l, List<Tenant> t) throws IOException {
+        if (!l.valid()) {
+            throw new IOException("this master is no longer the leader");
+        }
+        try {
+            election.etcd().put(options.etcd().tenantsKey(), Tenant.toJson(t).getBytes(StandardCharsets.UTF_8), 0);
+        } catch (EtcdException e) {
+            throw new IOException("etcd: " + e.getMessage(), e);
+        }
     }
 
     /** Makes the owed list in etcd this leader's ({@link UndeliveredFrees}), when it changed. */

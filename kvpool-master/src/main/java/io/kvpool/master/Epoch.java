@@ -69,6 +69,7 @@ final class Epoch {
         index.forEachShard(clear);
         segments.resetAllocators();
         value = newEpoch;
+        index.events.allCleared(); // under the write lock: nothing is stored meanwhile (ObjectEvents)
         return n;
     }
 

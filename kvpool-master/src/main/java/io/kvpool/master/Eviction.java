@@ -136,7 +136,8 @@ public final class Eviction {
 
     /**
      * One eviction round: frees at least {@code targetBytes} (if that much is evictable) by removing
-     * the least recently read complete objects. Returns bytes freed. Caller holds the epoch read lock.
+     * the least recently read complete objects, those of tenants over their memory quota first
+     * ({@link Tenants}). Returns bytes freed. Caller holds the epoch read lock.
      */
     long evict(long targetBytes) {
         lock.lock();
@@ -144,6 +145,16 @@ public final class Eviction {
             attempts.incrementAndGet();
             long now = clock.millis();
             long[] freedAndKeys = {0, 0};
+            Tenants tenants = index.events.tenants;
+            long over = tenants.active() ? tenants.memoryOverQuota() : 0;
+            if (over > 0) {
+                boolean[] overQuota = tenants.overMemoryQuota();
+                evictRound(Math.min(targetBytes, over), (objects, slot) -> {
+                    int ns = tenants.namespace(objects, slot); // a new list meanwhile may name more namespaces
+                    return objects.pinned(slot, now) || ns >= overQuota.length || !overQuota[ns] ? -1
+                            : memoryWeight(objects, slot);
+                }, freedAndKeys);
+            }
             evictRound(targetBytes, (objects, slot) -> objects.pinned(slot, now) ? -1 : memoryWeight(objects, slot),
                     freedAndKeys);
             if (freedAndKeys[0] < targetBytes && index.pinnedBytes() > 0) {
@@ -165,6 +176,27 @@ public final class Eviction {
     }
 
     /**
+     * Evicts namespace {@code ns}'s own least recently read unpinned objects until {@code targetBytes} of its memory
+     * is freed, or none is left: a tenant over its quota set to evict ({@link Tenants#admit}). Returns bytes freed
+     * and objects taken. Caller holds the epoch read lock and no shard lock.
+     */
+    long[] evictNamespace(int ns, long targetBytes) {
+        lock.lock();
+        try {
+            long now = clock.millis();
+            Tenants tenants = index.events.tenants;
+            long[] freedAndKeys = {0, 0};
+            evictRound(targetBytes, (objects, slot) -> objects.pinned(slot, now) || tenants.namespace(objects, slot) != ns
+                    ? -1 : memoryWeight(objects, slot), freedAndKeys);
+            evictedKeys.addAndGet(freedAndKeys[1]);
+            evictedBytes.addAndGet(freedAndKeys[0]);
+            return freedAndKeys;
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    /**
      * Removes the least recently read objects that {@code weight} does not leave out until
      * {@code freedAndKeys[0]} reaches {@code targetBytes}; adds to it the bytes freed and to
      * {@code freedAndKeys[1]} the objects taken.
@@ -177,7 +209,11 @@ public final class Eviction {
         }
         // evict buckets below the cutoff entirely, and the cutoff bucket whole or until the target is met
         FreeBatch frees = new FreeBatch();
-        FreeBatch.SpillChoice spill = spills::begin;
+        Tenants tenants = index.events.tenants;
+        // a spill that would take its tenant past its SSD quota (spills in flight counted) drops the object instead
+        FreeBatch.SpillChoice spill = (objects, slot, seg) -> (!tenants.active() || tenants.maySpill(
+                tenants.namespace(objects, slot), spills.spilling(tenants.namespace(objects, slot))
+                        + objects.regionLength(slot))) && spills.begin(objects, slot, seg);
         @SuppressWarnings("GuardedBy") // ObjectIndex runs it under the shard's lock, out of the checker's sight
         Consumer<ObjectIndex.Shard> round = shard -> {
             if (freedAndKeys[0] >= targetBytes && !cut.whole()) {

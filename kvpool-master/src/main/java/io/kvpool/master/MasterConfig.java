@@ -2,11 +2,13 @@ package io.kvpool.master;
 
 import io.kvpool.config.Durations;
 import io.kvpool.config.Size;
+import io.kvpool.master.events.KvEventsConfig;
 import io.kvpool.protocol.Limits;
 import io.kvpool.protocol.Secrets;
 import io.kvpool.protocol.Tls;
 
 import java.time.Duration;
+import java.util.List;
 
 /**
  * Everything the master is configured with, typed, with defaults in one place.
@@ -33,11 +35,16 @@ import java.time.Duration;
  *                          election sets it for each leadership.
  * @param maxPinnedFraction most of the memory capacity pinned objects may hold (their regions times
  *                          their copies); a put asking for a pin past it is stored unpinned, and says so
+ * @param secrets           what connections prove ({@link Secrets#NONE}: an open master)
+ * @param kvEvents          KV events for routers ({@link KvEventsConfig#OFF} by default)
+ * @param tenants           namespaces by key prefix and their quotas ({@link Tenant}; none by default); an elected
+ *                          master takes the list kept in etcd instead when there is one (changed at run time)
  */
 public record MasterConfig(String listenHost, int port, int httpPort, Duration nodeTtl, Duration clientTtl,
                            Duration readLease, Duration putTimeout, double highWatermark, double evictionRatio, Size maxValueSize,
                            int defaultReplicas, Duration tickInterval, Duration summaryInterval, Duration frameTimeout,
-                           Limits limits, long term, double maxPinnedFraction, Secrets secrets) {
+                           Limits limits, long term, double maxPinnedFraction, Secrets secrets,
+                           KvEventsConfig kvEvents, List<Tenant> tenants) {
 
     public static final int DEFAULT_PORT = 50051;
     public static final int DEFAULT_HTTP_PORT = 9003;
@@ -110,6 +117,10 @@ public record MasterConfig(String listenHost, int port, int httpPort, Duration n
             throw new IllegalArgumentException("master: the cluster secret needs the admin secret too"
                     + " (--admin-secret-file or KVPOOL_ADMIN_SECRET_FILE)");
         }
+        tenants = Tenant.checked(tenants == null ? List.of() : tenants);
+        if (kvEvents == null) {
+            throw new IllegalArgumentException("master: KV events config must not be null (KvEventsConfig.OFF for none)");
+        }
         if (maxValueSize.bytes() > limits.maxPayloadBytes()) {
             throw new IllegalArgumentException("master: max value size (--max-value-size) " + maxValueSize
                     + " exceeds the frame payload limit " + Size.ofBytes(limits.maxPayloadBytes()));
@@ -119,7 +130,8 @@ public record MasterConfig(String listenHost, int port, int httpPort, Duration n
     public static MasterConfig defaults() {
         return new MasterConfig("0.0.0.0", DEFAULT_PORT, DEFAULT_HTTP_PORT, DEFAULT_NODE_TTL, DEFAULT_CLIENT_TTL, DEFAULT_READ_LEASE,
                 DEFAULT_PUT_TIMEOUT, DEFAULT_HIGH_WATERMARK, DEFAULT_EVICTION_RATIO, DEFAULT_MAX_VALUE_SIZE, 1,
-                DEFAULT_TICK, DEFAULT_SUMMARY_INTERVAL, Duration.ofSeconds(30), Limits.DEFAULT, 0, DEFAULT_MAX_PINNED, Secrets.NONE);
+                DEFAULT_TICK, DEFAULT_SUMMARY_INTERVAL, Duration.ofSeconds(30), Limits.DEFAULT, 0, DEFAULT_MAX_PINNED, Secrets.NONE,
+                KvEventsConfig.OFF, List.of());
     }
 
     /**
@@ -139,63 +151,77 @@ public record MasterConfig(String listenHost, int port, int httpPort, Duration n
     public MasterConfig withSecrets(Secrets s) {
         return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, readLease, putTimeout, highWatermark,
                 evictionRatio, maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term,
-                maxPinnedFraction, s);
+                maxPinnedFraction, s, kvEvents, tenants);
     }
 
     public MasterConfig withListen(String host, int rpcPort, int http) {
         return new MasterConfig(host, rpcPort, http, nodeTtl, clientTtl, readLease, putTimeout, highWatermark, evictionRatio,
-                maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term, maxPinnedFraction, secrets);
+                maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term, maxPinnedFraction, secrets, kvEvents, tenants);
     }
 
     /** The same configuration for the leadership of {@code t}. */
     public MasterConfig withTerm(long t) {
         return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, readLease, putTimeout, highWatermark,
-                evictionRatio, maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, t, maxPinnedFraction, secrets);
+                evictionRatio, maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, t, maxPinnedFraction, secrets, kvEvents, tenants);
     }
 
     public MasterConfig withNodeTtl(Duration d) {
         return new MasterConfig(listenHost, port, httpPort, d, clientTtl, readLease, putTimeout, highWatermark, evictionRatio,
-                maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term, maxPinnedFraction, secrets);
+                maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term, maxPinnedFraction, secrets, kvEvents, tenants);
     }
 
     public MasterConfig withPutTimeout(Duration d) {
         return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, readLease, d, highWatermark, evictionRatio,
-                maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term, maxPinnedFraction, secrets);
+                maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term, maxPinnedFraction, secrets, kvEvents, tenants);
     }
 
     public MasterConfig withEviction(double watermark, double ratio) {
         return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, readLease, putTimeout, watermark, ratio,
-                maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term, maxPinnedFraction, secrets);
+                maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term, maxPinnedFraction, secrets, kvEvents, tenants);
     }
 
     public MasterConfig withReplicas(int n) {
         return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, readLease, putTimeout, highWatermark,
-                evictionRatio, maxValueSize, n, tickInterval, summaryInterval, frameTimeout, limits, term, maxPinnedFraction, secrets);
+                evictionRatio, maxValueSize, n, tickInterval, summaryInterval, frameTimeout, limits, term, maxPinnedFraction, secrets, kvEvents, tenants);
     }
 
     public MasterConfig withSummaryInterval(Duration d) {
         return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, readLease, putTimeout, highWatermark,
-                evictionRatio, maxValueSize, defaultReplicas, tickInterval, d, frameTimeout, limits, term, maxPinnedFraction, secrets);
+                evictionRatio, maxValueSize, defaultReplicas, tickInterval, d, frameTimeout, limits, term, maxPinnedFraction, secrets, kvEvents, tenants);
     }
 
     public MasterConfig withTickInterval(Duration d) {
         return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, readLease, putTimeout, highWatermark,
-                evictionRatio, maxValueSize, defaultReplicas, d, summaryInterval, frameTimeout, limits, term, maxPinnedFraction, secrets);
+                evictionRatio, maxValueSize, defaultReplicas, d, summaryInterval, frameTimeout, limits, term, maxPinnedFraction, secrets, kvEvents, tenants);
     }
 
     public MasterConfig withMaxValueSize(Size s) {
         return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, readLease, putTimeout, highWatermark,
-                evictionRatio, s, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term, maxPinnedFraction, secrets);
+                evictionRatio, s, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term, maxPinnedFraction, secrets, kvEvents, tenants);
     }
 
     public MasterConfig withReadLease(Duration d) {
         return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, d, putTimeout, highWatermark,
-                evictionRatio, maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term, maxPinnedFraction, secrets);
+                evictionRatio, maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term, maxPinnedFraction, secrets, kvEvents, tenants);
     }
 
     public MasterConfig withMaxPinned(double fraction) {
         return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, readLease, putTimeout, highWatermark,
                 evictionRatio, maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term,
-                fraction, secrets);
+                fraction, secrets, kvEvents, tenants);
+    }
+
+    /** The same configuration with {@code t} as its tenants. */
+    public MasterConfig withTenants(List<Tenant> t) {
+        return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, readLease, putTimeout, highWatermark,
+                evictionRatio, maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term,
+                maxPinnedFraction, secrets, kvEvents, t);
+    }
+
+    /** The same configuration publishing KV events as {@code k} says ({@link KvEventsConfig#OFF}: none). */
+    public MasterConfig withKvEvents(KvEventsConfig k) {
+        return new MasterConfig(listenHost, port, httpPort, nodeTtl, clientTtl, readLease, putTimeout, highWatermark,
+                evictionRatio, maxValueSize, defaultReplicas, tickInterval, summaryInterval, frameTimeout, limits, term,
+                maxPinnedFraction, secrets, k, tenants);
     }
 }

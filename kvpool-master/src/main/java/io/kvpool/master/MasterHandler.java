@@ -1,5 +1,6 @@
 package io.kvpool.master;
 
+import io.kvpool.master.events.KvEventPublisher;
 import io.kvpool.protocol.BadRequestException;
 import io.kvpool.protocol.BodyReader;
 import io.kvpool.protocol.BodyWriter;
@@ -10,6 +11,7 @@ import io.kvpool.protocol.Opcode;
 import io.kvpool.protocol.Request;
 import io.kvpool.protocol.RequestHandler;
 import io.kvpool.protocol.ResultCode;
+import io.kvpool.protocol.msg.BlockInfoList;
 import io.kvpool.protocol.msg.DigestList;
 import io.kvpool.protocol.msg.KeyList;
 import io.kvpool.protocol.msg.LeaseMessages;
@@ -30,11 +32,14 @@ final class MasterHandler implements RequestHandler {
     private final MasterService service;
     private final MasterMetrics metrics;
     private final BooleanSupplier leading;
+    /** KV events for routers, or null when they are off (BLOCK_INFO then keeps nothing). */
+    private final KvEventPublisher events;
 
-    MasterHandler(MasterService service, MasterMetrics metrics, BooleanSupplier leading) {
+    MasterHandler(MasterService service, MasterMetrics metrics, BooleanSupplier leading, KvEventPublisher events) {
         this.service = service;
         this.metrics = metrics;
         this.leading = leading;
+        this.events = events;
     }
 
     @Override
@@ -148,6 +153,19 @@ final class MasterHandler implements RequestHandler {
                     int n = service.probes().prefixMatch(kl.keys());
                     out.i32(n);
                     metrics.record(op, kl.keys().size(), 0, kl.keys().size() - n, false);
+                }
+                case BLOCK_INFO -> {
+                    BlockInfoList bl = BlockInfoList.read(body);
+                    end(body, op);
+                    out.i32(events == null ? 0 : events.describe(bl.keys(), bl.infos()));
+                    metrics.record(op, bl.keys().size(), 0, 0, false);
+                }
+                case TIER_LOOKUP -> {
+                    KeyList kl = KeyList.read(body);
+                    end(body, op);
+                    byte[] tiers = service.probes().tiers(kl.keys());
+                    new MasterMessages.TierCodes(tiers).write(out);
+                    metrics.record(op, tiers.length, 0, 0, false);
                 }
                 case PREFIX_MATCH_DIGEST -> {
                     DigestList dl = DigestList.read(body);

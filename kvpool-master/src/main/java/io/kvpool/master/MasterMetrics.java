@@ -2,6 +2,7 @@ package io.kvpool.master;
 
 import com.google.errorprone.annotations.concurrent.GuardedBy;
 import io.kvpool.config.Size;
+import io.kvpool.master.events.KvEventPublisher;
 import io.kvpool.protocol.FrameServer;
 import io.kvpool.protocol.Opcode;
 import io.kvpool.protocol.Tier;
@@ -12,11 +13,13 @@ import io.prometheus.metrics.core.metrics.GaugeWithCallback;
 import io.prometheus.metrics.model.registry.PrometheusRegistry;
 import io.kvpool.web.Series;
 
+import java.util.List;
 import java.util.Locale;
 import java.util.concurrent.atomic.LongAdder;
 import java.util.function.BooleanSupplier;
 import java.util.function.DoubleSupplier;
 import java.util.function.LongSupplier;
+import java.util.function.ObjIntConsumer;
 import java.util.function.ToDoubleFunction;
 
 /**
@@ -242,6 +245,57 @@ public final class MasterMetrics {
                 + " or handled (shared with any other server in the process)", rpc::bodyBytesBuffered);
         gauge("master_body_budget_bytes", "The process's body budget: an eighth of the heap, within 64 MiB and 1 GiB",
                 rpc::bodyBudgetBytes);
+    }
+
+    /**
+     * KV events for routers ({@code io.kvpool.master.events}): what the publisher sent and dropped, and
+     * where its stream is. Zero (and -1) with events off ({@code p} null).
+     */
+    void kvEvents(KvEventPublisher p) {
+        counter("master_kv_events_published_total", "KV events sent to routers, in vLLM's format (docs/operations.md,"
+                + " \"KV events\")", () -> p == null ? 0 : p.publishedEvents());
+        counter("master_kv_events_batches_total", "KV event batches sent (one ZMQ message each)",
+                () -> p == null ? 0 : p.publishedBatches());
+        counter("master_kv_events_dropped_total", "KV events dropped because the publisher's queue was full: routers'"
+                + " view of the pool is behind (--kv-events-queue-size)", () -> p == null ? 0 : p.droppedEvents());
+        gauge("master_kv_events_sequence", "Sequence number of the last KV event batch sent (-1: none yet); a new"
+                + " leadership starts its stream at term << 32", () -> p == null ? -1 : p.lastSequence());
+        gauge("master_kv_events_block_infos", "Block infos (tokens, parent hash, ...) connectors sent that the master"
+                + " keeps for the events' BlockStored", () -> p == null ? 0 : p.blockInfos());
+        gauge("master_kv_events_block_info_bytes", "Estimated memory of the block infos kept (--kv-events-info-bytes)",
+                () -> p == null ? 0 : p.blockInfoBytes());
+        counter("master_kv_events_block_infos_let_go_total", "Block infos let go for room: their keys' later stores go"
+                + " out without tokens (raise --kv-events-info-bytes)", () -> p == null ? 0 : p.blockInfosLetGo());
+    }
+
+    /**
+     * Tenants ({@link Tenants}): per namespace, what it holds in each tier and its quota there (-1: none), puts
+     * refused over quota and objects it evicted for its own quota. Nothing without tenants.
+     */
+    void tenants(Tenants t) {
+        GaugeWithCallback.builder().name("master_tenant_bytes").help("Bytes a tenant's objects hold, by tier (every"
+                + " copy's region)").labelNames("tenant", "tier").callback(cb -> eachTenant(t, (x, ns) -> {
+                    cb.call(t.memoryUsed(ns), x.name(), Tier.MEMORY.label());
+                    cb.call(t.diskUsed(ns), x.name(), Tier.DISK.label());
+                })).register(registry);
+        GaugeWithCallback.builder().name("master_tenant_quota_bytes").help("A tenant's quota by tier (-1: none)")
+                .labelNames("tenant", "tier").callback(cb -> eachTenant(t, (x, ns) -> {
+                    cb.call(x.memoryBytes(), x.name(), Tier.MEMORY.label());
+                    cb.call(x.diskBytes(), x.name(), Tier.DISK.label());
+                })).register(registry);
+        CounterWithCallback.builder().name("master_tenant_refused_puts_total").help("Puts refused QUOTA_EXCEEDED")
+                .labelNames("tenant").callback(cb -> eachTenant(t, (x, ns) -> cb.call(t.refusedPuts(ns), x.name())))
+                .register(registry);
+        CounterWithCallback.builder().name("master_tenant_own_evictions_total").help("Objects a tenant set to evict lost"
+                + " to make room for its own puts at its quota").labelNames("tenant")
+                .callback(cb -> eachTenant(t, (x, ns) -> cb.call(t.ownEvictions(ns), x.name()))).register(registry);
+    }
+
+    private static void eachTenant(Tenants t, ObjIntConsumer<Tenant> body) {
+        List<Tenant> ts = t.tenants();
+        for (int i = 0; i < ts.size(); i++) {
+            body.accept(ts.get(i), i + 1);
+        }
     }
 
     /**

@@ -5,6 +5,7 @@ import com.sun.net.httpserver.HttpServer;
 import io.kvpool.config.HostPort;
 import io.kvpool.web.StatusPages;
 import io.kvpool.config.Durations;
+import io.kvpool.master.events.KvEventPublisher;
 import io.kvpool.protocol.FrameServer;
 import io.kvpool.protocol.Opcode;
 import org.slf4j.Logger;
@@ -41,6 +42,10 @@ public final class MasterServer implements AutoCloseable {
     /** False when the HTTP server is an elected master's, which outlives this server. */
     private final boolean ownsHttp;
     private final MasterStatus status;
+    /** GET and PUT /api/tenants. */
+    private final TenantsPage tenantsPage;
+    /** KV events for routers, or null when they are off. */
+    private final KvEventPublisher events;
     private final StatusPages pages;
     private final Thread timer;
     private final Thread repairer;
@@ -87,10 +92,32 @@ public final class MasterServer implements AutoCloseable {
         this.nodes = new NodeControl(config.limits(), config.readLease(), config.term(), config.secrets());
         nodes.owedBefore(owedBefore);
         this.service = MasterService.serving(config, clock, random, nodes);
+        try {
+            // before the first request: a restarted or newly elected master announces what it rebuilds
+            this.events = config.kvEvents().enabled() ? new KvEventPublisher(config.kvEvents(),
+                    KvEventPublisher.firstSequence(config.term()), clock) : null;
+        } catch (IOException e) {
+            nodes.close();
+            throw e;
+        }
+        if (events != null) {
+            service.publishEvents(events.sink());
+        }
         this.metrics = new MasterMetrics(service);
-        this.rpc = new FrameServer("master", new InetSocketAddress(config.listenHost(), config.port()), config.limits(),
-                config.frameTimeout(), op -> !op.isNodeOp(), new MasterHandler(service, metrics, leading), config.secrets(),
-                Opcode::access);
+        metrics.kvEvents(events);
+        metrics.tenants(service.tenants());
+        this.tenantsPage = new TenantsPage(service, config.secrets());
+        try {
+            this.rpc = new FrameServer("master", new InetSocketAddress(config.listenHost(), config.port()),
+                    config.limits(), config.frameTimeout(), op -> !op.isNodeOp(), new MasterHandler(service, metrics, leading, events),
+                    config.secrets(), Opcode::access);
+        } catch (IOException | RuntimeException e) {
+            nodes.close();
+            if (events != null) {
+                events.close();
+            }
+            throw e;
+        }
         metrics.connections(rpc);
         metrics.leadership(config.term(), leading);
         this.status = new MasterStatus(service, metrics, config, leading, clock);
@@ -102,6 +129,9 @@ public final class MasterServer implements AutoCloseable {
             } catch (IOException e) {
                 rpc.close();
                 nodes.close();
+                if (events != null) {
+                    events.close();
+                }
                 throw e;
             }
         }
@@ -109,6 +139,8 @@ public final class MasterServer implements AutoCloseable {
             String address = new HostPort(config.listenHost(), rpc.port()).toString();
             p = StatusPages.mount(h, "/", metrics.registry(), () -> status.view(address), status.history);
             p.context("/health", this::health);
+            p.context("/api/tiers", new TierLookupPage(service.probes(), config.secrets()));
+            p.context("/api/tenants", tenantsPage);
             if (sharedHttp == null) {
                 h.start();
             }
@@ -147,6 +179,16 @@ public final class MasterServer implements AutoCloseable {
      */
     public HttpServer http() {
         return http;
+    }
+
+    /** The KV events publisher (its endpoints, its counts), or null when events are off. */
+    /** Where a tenant list PUT at run time is kept before it is applied (etcd, for an elected master). */
+    void keepTenantsIn(TenantsPage.Store store) {
+        tenantsPage.keepIn(store);
+    }
+
+    public KvEventPublisher kvEvents() {
+        return events;
     }
 
     /** Adds a link to the master's status page header. */
@@ -243,6 +285,9 @@ public final class MasterServer implements AutoCloseable {
             }
         }
         nodes.close();
+        if (events != null) {
+            events.close();
+        }
         log.info("master stopped");
     }
 

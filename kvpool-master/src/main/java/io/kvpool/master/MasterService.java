@@ -1,6 +1,7 @@
 package io.kvpool.master;
 
 import com.google.errorprone.annotations.concurrent.GuardedBy;
+import io.kvpool.master.events.KvEventSink;
 import io.kvpool.protocol.ObjectLayout;
 import io.kvpool.protocol.ResultCode;
 import io.kvpool.protocol.WriteGrants;
@@ -105,6 +106,7 @@ public final class MasterService {
     private final SpillLedger spills;
     private final Epoch epoch;
     private final Eviction eviction;
+    private final PutEnds putEnds;
     private final Membership membership;
     private final Probes probes;
     private final Repair repair;
@@ -151,7 +153,7 @@ public final class MasterService {
         this.generations = new AtomicLong(startMillis << 10);
         this.leases = new ReadLeases(incarnation, config.readLease(), leaseNanos, startGrace);
         this.segments = new Segments(nodes);
-        this.spills = new SpillLedger(segments, nodes, clock);
+        this.spills = new SpillLedger(segments, nodes, clock, index.events.tenants);
         this.epoch = new Epoch(index, segments, spills);
         this.eviction = new Eviction(config, clock, startMillis, random, index, segments, spills, nodes);
         this.repair = new Repair(clock, epoch, index, segments, nodes, random);
@@ -161,6 +163,8 @@ public final class MasterService {
                 eviction::accessTick, repair::markDirty, writeLeases);
         this.probes = new Probes(index);
         this.resets = new RecentResets(clock);
+        this.putEnds = new PutEnds(epoch, segments, nodes, repair);
+        index.events.tenants.configure(config.tenants(), index);
     }
 
     /** The master as a server runs it: leases on the monotonic clock, with the start grace. */
@@ -189,6 +193,26 @@ public final class MasterService {
     /** Eviction rounds and their counters. */
     public Eviction eviction() {
         return eviction;
+    }
+
+    /** Namespaces by key prefix, their use and quotas. */
+    Tenants tenants() {
+        return index.events.tenants;
+    }
+
+    /** Takes {@code t} as the tenants from now on (a run-time change), re-counting what each holds. */
+    public void configureTenants(List<Tenant> t) {
+        epoch.shared().lock(); // no reset clears a shard mid-count
+        try {
+            index.events.tenants.configure(t, index);
+        } finally {
+            epoch.shared().unlock();
+        }
+    }
+
+    /** From now on tells {@code sink} what the index lists, and where (KV events for routers; NONE: nobody). */
+    public void publishEvents(KvEventSink sink) {
+        index.events.publishTo(sink);
     }
 
     /** Background repair of objects below the copies their put asked for. */
@@ -274,6 +298,10 @@ public final class MasterService {
             return PutStartResult.of(ResultCode.ALREADY_EXISTS);
         }
         long regionLength = ObjectLayout.regionLength(key.length, item.valueLength());
+        ResultCode quota = tenants().admit(key, regionLength * replicas, eviction); // may evict the tenant's own
+        if (quota != ResultCode.OK) {
+            return PutStartResult.of(quota);
+        }
         List<Placement.Placed> placed = eviction.place(regionLength, replicas, preferred);
         if (placed.isEmpty()) {
             return PutStartResult.of(segments.placeableCapacity() == 0 ? ResultCode.NO_SEGMENT : ResultCode.POOL_FULL);
@@ -360,7 +388,7 @@ public final class MasterService {
         try {
             int tick = eviction.accessTick();
             @SuppressWarnings("GuardedBy") // ObjectIndex runs it under the shard's lock, out of the checker's sight
-            ObjectIndex.KeyVisitor end = (shard, i, key, hash) -> out[i] = putEndOne(shard, items.get(i), key, hash, tick,
+            ObjectIndex.KeyVisitor end = (shard, i, key, hash) -> out[i] = putEnds.one(shard, items.get(i), key, hash, tick,
                     upserted);
             index.forEachKey(items, PutEndItem::key, end);
         } finally {
@@ -372,63 +400,6 @@ public final class MasterService {
             settle(leases.publishKeys(upserted));
         }
         return new ArrayList<>(Arrays.asList(out));
-    }
-
-    /** One item of PUT_END. Caller holds the epoch read lock too. */
-    @GuardedBy("shard.lock")
-    private ResultCode putEndOne(ObjectIndex.Shard shard, PutEndItem it, byte[] key, int hash, int tick,
-                                 List<byte[]> upserted) {
-        ObjectTable objects = shard.objects;
-        ObjectIndex.PendingPut p = shard.pending(key, hash);
-        if (p == null || p.generation != it.generation()) {
-            int slot = objects.find(key, hash);
-            return slot >= 0 && objects.generation(slot) == it.generation() ? ResultCode.OK : ResultCode.EXPIRED;
-        }
-        shard.pending.remove(new Key(key, hash));
-        long regionLength = ObjectLayout.regionLength(key.length, p.valueLength);
-        if (p.epoch != epoch.current()) {
-            return ResultCode.FENCED;
-        }
-        int kept = 0;
-        int[] segs = new int[p.segments.length];
-        long[] offs = new long[p.segments.length];
-        for (int i = 0; i < p.segments.length; i++) {
-            boolean failed = i < 64 && (it.failedReplicas() & (1L << i)) != 0;
-            Segment s = segments.get(p.segments[i]);
-            if (failed || s == null) {
-                if (s != null) {
-                    s.allocator.free(p.offsets[i], regionLength);
-                    nodes.free(s, p.offsets[i], p.generation, Tier.MEMORY, false);
-                }
-                continue;
-            }
-            segs[kept] = p.segments[i];
-            offs[kept] = p.offsets[i];
-            kept++;
-        }
-        if (kept == 0) {
-            return ResultCode.FAILED;
-        }
-        int slot = objects.find(key, hash);
-        if (slot >= 0) {
-            // an upsert completes: the old version's regions are freed as the new one takes its place
-            segments.release(objects, slot);
-            objects.replace(slot, p.valueLength, p.generation, tick, segs, offs, kept);
-        } else {
-            slot = objects.insert(key, hash, p.valueLength, p.generation, tick, segs, offs, kept);
-        }
-        if (p.wanted > kept) {
-            // placed on fewer segments than asked, or a copy failed: the repair makes up for it when it can
-            objects.setWanted(slot, p.wanted);
-            repair.markDirty();
-        }
-        if (p.pinUntil != 0) {
-            objects.pin(slot, p.pinUntil);
-        }
-        if (p.upsert) {
-            upserted.add(key);
-        }
-        return ResultCode.OK;
     }
 
     /** PUT_REVOKE: give back a reservation whose bytes could not be written. */
@@ -520,27 +491,7 @@ public final class MasterService {
 
     /** GET_REPLICA_LIST: where to read each object. Counts as a read for LRU. */
     public List<ReplicaList> getReplicaList(List<byte[]> keys) {
-        ReplicaList[] out = new ReplicaList[keys.size()];
-        int tick = eviction.accessTick();
-        @SuppressWarnings("GuardedBy") // ObjectIndex runs it under the shard's lock, out of the checker's sight
-        ObjectIndex.SlotVisitor locate = (shard, i, slot) -> {
-            if (slot < 0) {
-                out[i] = ReplicaList.NOT_FOUND;
-                return;
-            }
-            ObjectTable objects = shard.objects;
-            objects.touch(slot, tick);
-            int n = objects.replicas(slot);
-            List<Replica> reps = new ArrayList<>(n);
-            for (int r = 0; r < n; r++) {
-                int stored = objects.segment(slot, r);
-                reps.add(new Replica(ObjectTable.segmentId(stored), ObjectTable.onDisk(stored) ? Tier.DISK : Tier.MEMORY,
-                        objects.offset(slot, r)));
-            }
-            out[i] = new ReplicaList(ResultCode.OK, objects.valueLength(slot), objects.generation(slot), reps);
-        };
-        index.lookupEach(keys, locate);
-        return new ArrayList<>(Arrays.asList(out));
+        return Locations.of(index, eviction.accessTick(), keys);
     }
 
     // ================================================================== removal
@@ -575,6 +526,7 @@ public final class MasterService {
     public long removeByPrefix(byte[] prefix) {
         long[] n = {0};
         FreeBatch frees = new FreeBatch();
+        long cleared = prefix.length == 0 ? index.events.allCleared() : 0; // KV events: see ObjectEvents
         epoch.shared().lock();
         try {
             @SuppressWarnings("GuardedBy") // ObjectIndex runs it under the shard's lock, out of the checker's sight
@@ -586,6 +538,7 @@ public final class MasterService {
                         frees.addObject(objects, slot, FreeBatch.SpillChoice.NEVER);
                     }
                     n[0] += objects.size();
+                    objects.events.clearing(objects, cleared);
                     objects.clear();
                 } else {
                     n[0] += objects.removeIf(slot -> {

@@ -129,6 +129,21 @@ final class MasterStatus {
                     disk ? s.tiers().diskUsed() : null, disk ? s.tiers().diskQueueBytes() : null,
                     disk ? s.tiers().diskDrops() : null);
         }
+        Tenants tenants = service.tenants();
+        if (tenants.active()) {
+            StatusView.Table tt = v.table("tenants", "Tenants").column("name", "Tenant", Unit.TEXT)
+                    .column("memory", "Memory", Unit.BYTES).column("memory_quota", "Memory quota", Unit.BYTES)
+                    .column("disk", "SSD", Unit.BYTES).column("disk_quota", "SSD quota", Unit.BYTES)
+                    .column("over_quota", "Over quota", Unit.TEXT).column("refused", "Puts refused", Unit.COUNT)
+                    .column("own_evictions", "Own evictions", Unit.COUNT);
+            List<Tenant> ts = tenants.tenants();
+            for (int i = 0; i < ts.size(); i++) {
+                Tenant x = ts.get(i);
+                tt.row(x.name(), tenants.memoryUsed(i + 1), x.memoryBytes() < 0 ? null : x.memoryBytes(),
+                        tenants.diskUsed(i + 1), x.diskBytes() < 0 ? null : x.diskBytes(), x.overQuota().spelling(),
+                        tenants.refusedPuts(i + 1), tenants.ownEvictions(i + 1));
+            }
+        }
         StatusView.Table r = v.table("resets", "Recent resets").empty("no reset since this master started")
                 .column("time", "Time", Unit.TIME).column("what", "What", Unit.TEXT)
                 .column("removed", "Objects removed", Unit.COUNT).column("epoch", "Epoch after", Unit.COUNT);

@@ -86,8 +86,8 @@ final class ObjectIndex {
         @GuardedBy("lock")
         final HashMap<Key, PendingPut> pending = new HashMap<>();
 
-        Shard(AtomicLong poolPinned) {
-            this.objects = new ObjectTable(poolPinned);
+        Shard(AtomicLong poolPinned, ObjectEvents events) {
+            this.objects = new ObjectTable(poolPinned, events.newShard());
         }
 
         /**
@@ -159,6 +159,8 @@ final class ObjectIndex {
     private final Shard[] shards = new Shard[SHARDS];
     /** Region bytes held by pins over every shard (each shard's table adds its changes). */
     private final AtomicLong pinnedBytes = new AtomicLong();
+    /** What the index lists, told to a sink for routers (KV events; off until {@link ObjectEvents#publishTo}). */
+    final ObjectEvents events = new ObjectEvents();
     /** All ones, except in tests that force keys into few shards and few hash values. */
     private final int hashMask;
 
@@ -173,7 +175,7 @@ final class ObjectIndex {
     ObjectIndex(int hashMask) {
         this.hashMask = hashMask;
         for (int i = 0; i < SHARDS; i++) {
-            shards[i] = new Shard(pinnedBytes);
+            shards[i] = new Shard(pinnedBytes, events);
         }
     }
 

@@ -109,13 +109,16 @@ final class ObjectTable {
     /** Replicas after the first, for the few objects that have more than one. */
     private final HashMap<Integer, long[]> extras = new HashMap<>();
     private final SlotPins pins;
+    /** Told of every change of a key's media (KV events for routers; {@link ObjectEvents} draws the hooks). */
+    final ObjectEvents.Shard events;
 
     ObjectTable() {
-        this(new AtomicLong());
+        this(new AtomicLong(), ObjectEvents.Shard.off());
     }
 
-    ObjectTable(AtomicLong poolPinned) {
+    ObjectTable(AtomicLong poolPinned, ObjectEvents.Shard events) {
         this.pins = new SlotPins(poolPinned);
+        this.events = events;
     }
 
     private KeySlabs keys = new KeySlabs();
@@ -340,10 +343,6 @@ final class ObjectTable {
         return pins.bytes();
     }
 
-    int pinCount() {
-        return pins.count();
-    }
-
     /** Drops the pins whose deadline passed; returns how many. */
     int expirePins(long nowMillis) {
         return pins.expire(nowMillis, this::pinWeight);
@@ -389,16 +388,6 @@ final class ObjectTable {
         return -1;
     }
 
-    /** True when every copy of the object is in an SSD tier: it takes no memory. */
-    boolean diskOnly(int slot) {
-        for (int i = 0, n = replicas(slot); i < n; i++) {
-            if (!onDisk(segment(slot, i))) {
-                return false;
-            }
-        }
-        return true;
-    }
-
     /** The region the object takes on each of its memory replicas (header, key and value). */
     long regionLength(int slot) {
         return ObjectLayout.regionLength(keyLength(slot), valueLength(slot));
@@ -431,14 +420,17 @@ final class ObjectTable {
         size++;
         setVersion(slot, valueLength, generation, segs, offs, n);
         placeCell(hash, slot);
+        events.changed(this, slot, 0);
         return slot;
     }
 
     /** Replaces an object's version in place (same key): value length, generation and replicas; unpinned. */
     void replace(int slot, long valueLength, long generation, int tick, int[] segs, long[] offs, int n) {
+        long was = events.state(this, slot);
         touch(slot, tick);
         pin(slot, 0);
         setVersion(slot, valueLength, generation, segs, offs, n);
+        events.changed(this, slot, was);
     }
 
     private void setVersion(int slot, long valueLength, long generation, int[] segs, long[] offs, int n) {
@@ -470,6 +462,7 @@ final class ObjectTable {
      */
     void addReplica(int slot, int segment, long offset) {
         int n = replicas(slot);
+        long was = events.state(this, slot);
         if (n >= 0xFF) {
             throw new IllegalStateException("slot " + slot + " has " + n + " replicas");
         }
@@ -482,6 +475,7 @@ final class ObjectTable {
             setWanted(slot, wanted);
         }
         setWord(slot, SEG, ((long) wanted << 40) | ((long) (n + 1) << 32) | (word(slot, SEG) & 0xFFFF_FFFFL));
+        events.changed(this, slot, was);
     }
 
     /** Removes replica {@code replica} of an object that has at least two, keeping the others' order. */
@@ -490,6 +484,7 @@ final class ObjectTable {
         if (n < 2) {
             throw new IllegalStateException("the last replica goes with its object (remove it instead)");
         }
+        long was = events.state(this, slot);
         long[] x = extras.get(slot);
         long seg0 = word(slot, SEG) & 0xFFFF_FFFFL;
         if (replica == 0) {
@@ -506,6 +501,7 @@ final class ObjectTable {
             extras.put(slot, y);
         }
         setWord(slot, SEG, ((long) wanted(slot) << 40) | ((long) (n - 1) << 32) | seg0);
+        events.changed(this, slot, was);
     }
 
     /**
@@ -516,6 +512,7 @@ final class ObjectTable {
         if (slot < 0 || slot >= size) {
             throw new IndexOutOfBoundsException("slot " + slot + " of " + size);
         }
+        events.removed(this, slot);
         deleteCell(cellOf(slot));
         pin(slot, 0);
         keys.release(word(slot, KEY));
@@ -555,9 +552,8 @@ final class ObjectTable {
     }
 
     /**
-     * Tests every object once and removes those that pass. Scans from the last slot down, so the
-     * object that a removal moves into the current slot (from the last slot) was already tested.
-     * Returns how many were removed.
+     * Tests every object once and removes those that pass; returns how many. Scans from the last slot
+     * down, so the object a removal moves into the current slot (from the last) was already tested.
      */
     int removeIf(SlotPredicate p) {
         int removed = 0;
@@ -588,6 +584,7 @@ final class ObjectTable {
         extras.clear();
         pins.clear();
         keys = new KeySlabs();
+        events.cleared();
     }
 
     /** After removals: a smaller table when it is mostly empty, a key compaction when mostly garbage. */

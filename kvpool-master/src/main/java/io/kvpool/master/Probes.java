@@ -1,5 +1,7 @@
 package io.kvpool.master;
 
+import io.kvpool.protocol.TierCounts;
+
 import java.util.List;
 
 /**
@@ -47,6 +49,28 @@ public final class Probes {
     public int prefixMatchDigests(long[] digests, int count) {
         return leading(count, (from, to, present) ->
                 index.lookupDigests(digests, from, to, (shard, i, slot) -> present[i] = slot >= 0));
+    }
+
+    /**
+     * TIER_LOOKUP: per key {@link TierCounts#MEMORY} (a copy in memory), {@link TierCounts#STORAGE} (copies on the
+     * SSD tier only) or {@link TierCounts#ABSENT}.
+     */
+    public byte[] tiers(List<byte[]> keys) {
+        byte[] out = new byte[keys.size()];
+        @SuppressWarnings("GuardedBy") // ObjectIndex runs it under the shard's lock, out of the checker's sight
+        ObjectIndex.SlotVisitor tier = (shard, i, slot) -> {
+            if (slot < 0) {
+                return;
+            }
+            out[i] = TierCounts.STORAGE;
+            for (int r = 0; r < shard.objects.replicas(slot); r++) {
+                if (!ObjectTable.onDisk(shard.objects.segment(slot, r))) {
+                    out[i] = TierCounts.MEMORY;
+                }
+            }
+        };
+        index.lookupEach(keys, tier);
+        return out;
     }
 
     /** OBJECT_SIZE: value length per key, or -1. */

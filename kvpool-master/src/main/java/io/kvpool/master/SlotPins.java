@@ -98,10 +98,6 @@ final class SlotPins {
         return bytes;
     }
 
-    int count() {
-        return until.size();
-    }
-
     /** Checks the slots are below {@code size} and the bytes add up; throws if not. For tests. */
     void check(int size, IntToLongFunction weight) {
         long counted = 0;

@@ -38,8 +38,11 @@ final class SpillLedger {
     /** How long a spill may take to be reported before it is forgotten. */
     static final long TIMEOUT_MILLIS = 60_000;
 
-    /** A spill in flight: which version of the object, to which segment's SSD tier, reported by when. */
-    private record Spill(long generation, int segmentId, long deadlineMillis) {
+    /**
+     * A spill in flight: which version of the object, to which segment's SSD tier, reported by when; its tenant's
+     * namespace (-1 without tenants) and its bytes, counted against the tenant's SSD quota until it is resolved.
+     */
+    private record Spill(long generation, int segmentId, long deadlineMillis, int namespace, long bytes) {
     }
 
     /** By key, the spills of its copies (one per segment); the lists are never changed, only replaced. */
@@ -47,11 +50,26 @@ final class SpillLedger {
     private final Segments segments;
     private final NodeNotifier nodes;
     private final InstantSource clock;
+    private final Tenants tenants;
+    /** Bytes in flight to the SSD tier, by tenant namespace. */
+    private final Map<Integer, Long> spillingBytes = new ConcurrentHashMap<>();
 
-    SpillLedger(Segments segments, NodeNotifier nodes, InstantSource clock) {
+    SpillLedger(Segments segments, NodeNotifier nodes, InstantSource clock, Tenants tenants) {
         this.segments = segments;
         this.nodes = nodes;
         this.clock = clock;
+        this.tenants = tenants;
+    }
+
+    /** Bytes of namespace {@code ns} on their way to the SSD tier (spilled, not reported yet). */
+    long spilling(int ns) {
+        return spillingBytes.getOrDefault(ns, 0L);
+    }
+
+    private void resolved(Spill s) {
+        if (s.namespace >= 0) {
+            spillingBytes.merge(s.namespace, -s.bytes, (a, b) -> a + b == 0 ? null : a + b);
+        }
     }
 
     /**
@@ -64,19 +82,26 @@ final class SpillLedger {
         if (s == null || !s.tiers.hasDisk()) {
             return false;
         }
-        Spill spill = new Spill(objects.generation(slot), segmentId, clock.millis() + TIMEOUT_MILLIS);
+        int ns = tenants.active() ? tenants.namespace(objects, slot) : -1;
+        Spill spill = new Spill(objects.generation(slot), segmentId, clock.millis() + TIMEOUT_MILLIS, ns,
+                objects.regionLength(slot));
         inFlight.compute(new Key(objects.key(slot), objects.hash(slot)), (k, was) -> {
             List<Spill> now = new ArrayList<>();
             if (was != null) {
                 for (Spill s2 : was) {
                     if (s2.segmentId != segmentId) {
                         now.add(s2); // another copy's spill, to another node
+                    } else {
+                        resolved(s2);
                     }
                 }
             }
             now.add(spill);
             return List.copyOf(now);
         });
+        if (ns >= 0) {
+            spillingBytes.merge(ns, spill.bytes, Long::sum);
+        }
         return true;
     }
 
@@ -92,6 +117,7 @@ final class SpillLedger {
             for (Spill s : was) {
                 if (!landed[0] && s.generation == generation && s.segmentId == segmentId) {
                     landed[0] = true;
+                    resolved(s);
                 } else {
                     now.add(s);
                 }
@@ -108,6 +134,7 @@ final class SpillLedger {
             return false;
         }
         for (Spill s : gone) {
+            resolved(s);
             Segment seg = segments.get(s.segmentId);
             if (seg != null) {
                 nodes.free(seg, 0, s.generation, Tier.DISK, false);
@@ -135,6 +162,8 @@ final class SpillLedger {
                 for (Spill s : was) {
                     if (s.deadlineMillis >= nowMillis) {
                         now.add(s);
+                    } else {
+                        resolved(s);
                     }
                 }
                 return now.isEmpty() ? null : List.copyOf(now);
@@ -145,5 +174,6 @@ final class SpillLedger {
     /** Forgets every spill (a reset). Caller holds the epoch write lock. */
     void clear() {
         inFlight.clear();
+        spillingBytes.clear();
     }
 }

@@ -253,6 +253,7 @@ final class WriteLeases implements Membership.Replaced {
     List<ResultCode> commit(Commit req, List<byte[]> upserted) {
         List<CommitItem> items = req.items();
         ResultCode[] out = new ResultCode[items.size()];
+        ResultCode[] quota = admit(items); // before the lease's lock: a tenant set to evict may evict its own
         Lease l = live.get(req.leaseId());
         if (l == null) {
             Arrays.fill(out, ResultCode.EXPIRED);
@@ -279,6 +280,16 @@ final class WriteLeases implements Membership.Replaced {
                 if (misfit != null) {
                     log.debug("lease {}: item {} refused: {}", l.id, i, misfit);
                     out[i] = ResultCode.FAILED;
+                    continue;
+                }
+                if (quota != null && quota[i] != ResultCode.OK) {
+                    // over its tenant's quota: its region goes back with the gap before it, the node drops it
+                    long end = it.offset() + ObjectLayout.regionLength(it.key().length, it.valueLength());
+                    freePart(l.segment, l.next, end);
+                    nodes.free(l.segment, it.offset(), it.generation(), Tier.MEMORY, false);
+                    l.next = end;
+                    l.lastGeneration = it.generation();
+                    out[i] = quota[i];
                     continue;
                 }
                 fits[i] = true;
@@ -321,6 +332,20 @@ final class WriteLeases implements Membership.Replaced {
             committed.addAndGet(countOk(out));
         }
         return Arrays.asList(out);
+    }
+
+    /** Each item's admission by its tenant's quota ({@link Tenants#admit}), or null without tenants. */
+    private ResultCode[] admit(List<CommitItem> items) {
+        Tenants tenants = index.events.tenants;
+        if (!tenants.active()) {
+            return null;
+        }
+        ResultCode[] out = new ResultCode[items.size()];
+        for (int i = 0; i < items.size(); i++) {
+            CommitItem it = items.get(i);
+            out[i] = tenants.admit(it.key(), ObjectLayout.regionLength(it.key().length, it.valueLength()), eviction);
+        }
+        return out;
     }
 
     private static int countOk(ResultCode[] codes) {

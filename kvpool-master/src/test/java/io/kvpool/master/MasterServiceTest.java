@@ -511,11 +511,11 @@ class MasterServiceTest {
     }
 
     /** A free as a recording notifier saw it. */
-    private record Freed(int segment, long generation, Tier tier, boolean spill) {
+    record Freed(int segment, long generation, Tier tier, boolean spill) {
     }
 
     /** Records frees; delivers nothing. */
-    private static final class RecordingNotifier implements NodeNotifier {
+    static final class RecordingNotifier implements NodeNotifier {
         final List<Freed> freed = new ArrayList<>();
 
         @Override

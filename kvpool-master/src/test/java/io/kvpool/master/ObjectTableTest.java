@@ -70,7 +70,7 @@ class ObjectTableTest {
         final Map<String, Long> pins = new HashMap<>();
         final Map<String, Integer> wanted = new HashMap<>();
         final AtomicLong poolPinned = new AtomicLong();
-        final ObjectTable table = new ObjectTable(poolPinned);
+        final ObjectTable table = new ObjectTable(poolPinned, ObjectEvents.Shard.off());
         int tick;
         long gen = 1_000;
         int steps;

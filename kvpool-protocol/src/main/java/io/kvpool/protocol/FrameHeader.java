@@ -68,9 +68,11 @@ public final class FrameHeader {
      * layer-by-layer loads and saves use; 12 restarts that lose nothing: NODE_DRAIN (a node stopping
      * for a restart is placed on no more), the segment state DRAINING, the previous registration's
      * control token in REGISTER_NODE (the proof that a registration is the same node's next one), and
-     * NO_SEGMENT from a node that takes no writes while it registers or drains.
+     * NO_SEGMENT from a node that takes no writes while it registers or drains; 13 TIER_LOOKUP, the tier of
+     * each key, for routers; 14 BLOCK_INFO (what the engine knows of a block, for the KV events) and the result
+     * code QUOTA_EXCEEDED (a namespace over its quota).
      */
-    public static final byte VERSION = 12;
+    public static final byte VERSION = 14;
     public static final byte FLAG_REPLY = 0x01;
 
     public static final int MAGIC_OFFSET = 0;

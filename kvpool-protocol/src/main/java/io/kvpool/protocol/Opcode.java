@@ -49,6 +49,13 @@ public enum Opcode {
     PREFIX_MATCH_DIGEST(0x26, "prefix_match_digest"),
     /** BATCH_EXIST_KEY with 16-byte key digests instead of keys. Body: {@code DigestList}. */
     BATCH_EXIST_DIGEST(0x27, "batch_exist_digest"),
+    /** In which tier each key is: memory, only the SSD tier, or absent (version 13). Body: {@code KeyList}. */
+    TIER_LOOKUP(0x28, "tier_lookup"),
+    /**
+     * What the engine knows of blocks the client is about to save (tokens, parent hash, block size, LoRA, salt),
+     * for the master's KV events (version 14). Body: {@code BlockInfoList}; reply: i32, infos kept.
+     */
+    BLOCK_INFO(0x29, "block_info"),
 
     // ---- master: removal ----
     REMOVE(0x30, "remove"),
@@ -132,7 +139,7 @@ public enum Opcode {
     /** True for the forms that carry many items in one round trip. */
     public boolean isBatch() {
         return metricName.startsWith("batch_") || this == PREFIX_MATCH || this == PREFIX_MATCH_DIGEST
-                || this == OBJECT_SIZE || this == COMMIT;
+                || this == OBJECT_SIZE || this == COMMIT || this == TIER_LOOKUP || this == BLOCK_INFO;
     }
 
     /** True for operations served by nodes rather than the master. */

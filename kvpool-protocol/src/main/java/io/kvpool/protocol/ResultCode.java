@@ -31,7 +31,12 @@ public enum ResultCode {
      * A node refused a write authorised by a master that is no longer the leader (the node knows a
      * newer term; version 6). Nothing was written; the writer asks the current leader again.
      */
-    DEPOSED(9);
+    DEPOSED(9),
+    /**
+     * The key's tenant is at its memory quota (version 14): its namespace refuses puts over it, or could not make
+     * room from its own objects. Nothing was stored, and no other tenant's object was touched.
+     */
+    QUOTA_EXCEEDED(10);
 
     private static final ResultCode[] BY_CODE = values();
 

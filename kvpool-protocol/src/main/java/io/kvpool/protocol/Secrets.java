@@ -124,6 +124,21 @@ public final class Secrets {
         return admin != null;
     }
 
+    /**
+     * Whether {@code token} is the cluster secret (compared in constant time): the bearer token of the master's
+     * HTTP lookups when it is secured. False when no secret is held.
+     */
+    public boolean isClusterSecret(String token) {
+        return data != null && token != null
+                && java.security.MessageDigest.isEqual(data, token.strip().getBytes(StandardCharsets.UTF_8));
+    }
+
+    /** Whether {@code token} is the admin secret (constant time): the bearer token of the master's HTTP changes. */
+    public boolean isAdminSecret(String token) {
+        return admin != null && token != null
+                && java.security.MessageDigest.isEqual(admin, token.strip().getBytes(StandardCharsets.UTF_8));
+    }
+
     /** The level these secrets can prove: ADMIN with the admin secret, DATA with the cluster secret alone. */
     public Access level() {
         return admin != null ? Access.ADMIN : data != null ? Access.DATA : Access.NONE;

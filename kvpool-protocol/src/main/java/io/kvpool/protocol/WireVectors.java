@@ -45,6 +45,9 @@ public final class WireVectors {
         out.put("hello", body(w -> new MasterMessages.Hello(MasterMessages.Role.CLIENT, id, "host-1", 4242).write(w)));
         out.put("hello_reply", body(w -> new MasterMessages.HelloReply(77, 3, 512, 256L << 20, 2, 0x0A0B0C0DL).write(w)));
         out.put("ping", body(w -> new MasterMessages.Ping(id).write(w)));
+        out.put("block_info", body(w -> new io.kvpool.protocol.msg.BlockInfoList(List.of(k1, k2), List.of(
+                new BlockInfo(-2L, 16, new int[]{1, 2, 70000}, 3L, "adapter-é", "salt"),
+                BlockInfo.of(null, 16, new int[0]))).write(w)));
         out.put("put_start", body(w -> new MasterMessages.PutStart(true, 2, "127.0.0.1:50052", 3600, List.of(
                 new MasterMessages.PutStartItem(k1, 1 << 20, 0), new MasterMessages.PutStartItem(k2, 0, 0))).write(w)));
         out.put("put_start_pin_forever", body(w -> new MasterMessages.PutStart(false, 0, "",

@@ -1,5 +1,7 @@
 package io.kvpool.connector.config;
 
+import java.util.List;
+
 import io.kvpool.config.Size;
 
 import java.nio.file.Path;
@@ -64,14 +66,22 @@ public sealed interface OffloadConfig {
 
     /**
      * kvpool: each node contributes {@code cpu} of memory and optionally a disk tier; {@code shmGroup}
-     * (null: none) is the group its segment file is given to (the node's {@code --shm-group}).
+     * (null: none) is the group its segment file is given to (the node's {@code --shm-group}); {@code tenantsJson}
+     * (null: none) the master's tenants, {@code {"tenants": [...]}} as the master reads them (its
+     * {@code --tenants-file}; the launcher checks them, the engine side has no use for them); {@code eventFlags}
+     * the master's KV event flags from the config's {@code events} ({@code --kv-events-endpoint ...}; empty: off).
      */
     record Pool(Size cpu, Disk disk, int promoteAfter, String reset, String master, boolean versionedKeys,
-                Transfer transfer, String shmGroup) implements OffloadConfig {
+                Transfer transfer, String shmGroup, String tenantsJson, List<String> eventFlags) implements OffloadConfig {
+
+        public Pool {
+            eventFlags = eventFlags == null ? List.of() : List.copyOf(eventFlags);
+        }
 
         /** The same config with the master address the launcher chose. */
         public Pool withMaster(String address) {
-            return new Pool(cpu, disk, promoteAfter, reset, address, versionedKeys, transfer, shmGroup);
+            return new Pool(cpu, disk, promoteAfter, reset, address, versionedKeys, transfer, shmGroup, tenantsJson,
+                    eventFlags);
         }
     }
 }

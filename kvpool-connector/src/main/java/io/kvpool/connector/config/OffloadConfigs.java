@@ -40,7 +40,13 @@ public final class OffloadConfigs {
     }
 
     private static final Set<String> COMMON = Set.of("type", "cpu", "disk", "versioned_keys", "transfer");
-    private static final Set<String> POOL_ONLY = Set.of("promote_after", "reset", "master", "shm_group");
+    private static final Set<String> POOL_ONLY = Set.of("promote_after", "reset", "master", "shm_group", "tenants",
+            "events");
+    /** The config's {@code events} fields and the master flag each becomes. */
+    private static final Map<String, String> EVENT_FLAGS = new LinkedHashMap<>(Map.of(
+            "endpoint", "--kv-events-endpoint", "replay_endpoint", "--kv-events-replay-endpoint",
+            "topic", "--kv-events-topic", "buffer_steps", "--kv-events-buffer-steps",
+            "queue_size", "--kv-events-queue-size", "hwm", "--kv-events-hwm", "info_bytes", "--kv-events-info-bytes"));
     private static final Map<String, String> RETIRED = Map.ofEntries(
             Map.entry("cpu_size", "cpu"),
             Map.entry("local_cpu", "cpu"),
@@ -156,8 +162,42 @@ public final class OffloadConfigs {
             }
             shmGroup = g.textValue();
         }
-        return new Loaded(new OffloadConfig.Pool(cpu, disk, promote, reset, master, versioned, transfer, shmGroup),
-                warnings);
+        String tenants = null;
+        if (n.hasNonNull("tenants")) {
+            if (!n.get("tenants").isArray()) {
+                throw new IllegalArgumentException("offload.tenants: a list of {name, prefixes, memory, disk, over_quota},"
+                        + " got " + n.get("tenants"));
+            }
+            tenants = "{\"tenants\":" + n.get("tenants") + "}";
+        }
+        return new Loaded(new OffloadConfig.Pool(cpu, disk, promote, reset, master, versioned, transfer, shmGroup,
+                tenants, eventFlags(n.get("events"))), warnings);
+    }
+
+    /** The master's KV event flags from {@code events} (the master checks the values and names its flag). */
+    private static List<String> eventFlags(JsonNode e) {
+        if (e == null || e.isNull()) {
+            return List.of();
+        }
+        if (!e.isObject() || !e.hasNonNull("endpoint")) {
+            throw new IllegalArgumentException("offload.events: {endpoint: tcp://HOST:PORT, replay_endpoint, topic,"
+                    + " buffer_steps, queue_size, hwm, info_bytes}, endpoint required; got " + e);
+        }
+        List<String> flags = new ArrayList<>();
+        for (var it = e.fields(); it.hasNext(); ) {
+            var f = it.next();
+            String flag = EVENT_FLAGS.get(f.getKey());
+            if (flag == null) {
+                throw new IllegalArgumentException("offload.events." + f.getKey() + ": unknown field; known fields: "
+                        + EVENT_FLAGS.keySet());
+            }
+            if (!f.getValue().isValueNode() || f.getValue().isNull()) {
+                throw new IllegalArgumentException("offload.events." + f.getKey() + ": a value, got " + f.getValue());
+            }
+            flags.add(flag);
+            flags.add(f.getValue().asText());
+        }
+        return flags;
     }
 
     private static OffloadConfig.Disk disk(JsonNode d, String type) {

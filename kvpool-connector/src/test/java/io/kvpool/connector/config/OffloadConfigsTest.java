@@ -45,6 +45,16 @@ class OffloadConfigsTest {
         });
         assertThat(((OffloadConfig.Pool) OffloadConfigs.parse("type: pool\ncpu: 1GiB\nshm_group: kvpool", true).config())
                 .shmGroup()).isEqualTo("kvpool");
+        // tenants travel as the master reads them (its --tenants-file), checked by the launcher
+        OffloadConfig.Pool t = (OffloadConfig.Pool) OffloadConfigs.parse("type: pool\ncpu: 1GiB\ntenants:\n"
+                + "  - {name: a, prefixes: [kvp1/llama/], memory: 8GiB, over_quota: evict}\n", true).config();
+        assertThat(t.tenantsJson()).isEqualTo("{\"tenants\":[{\"name\":\"a\",\"prefixes\":[\"kvp1/llama/\"],"
+                + "\"memory\":\"8GiB\",\"over_quota\":\"evict\"}]}");
+        assertThat(t.withMaster("h:1").tenantsJson()).isEqualTo(t.tenantsJson());
+        OffloadConfig.Pool e = (OffloadConfig.Pool) OffloadConfigs.parse("type: pool\ncpu: 1GiB\nevents: {endpoint: "
+                + "'tcp://*:5557', topic: kv@kvpool@llama, info_bytes: 8MiB}\n", true).config();
+        assertThat(e.eventFlags()).containsExactly("--kv-events-endpoint", "tcp://*:5557", "--kv-events-topic",
+                "kv@kvpool@llama", "--kv-events-info-bytes", "8MiB");
     }
 
     private static void rejected(String yaml, String... messageParts) {
@@ -72,6 +82,9 @@ class OffloadConfigsTest {
         rejected("type: pool\n  cpu: [", "not valid YAML");
         rejected("type: pool\ncpu: 1GiB\nshm_group: [a]", "offload.shm_group: the name of a group");
         rejected("type: pool\ncpu: 1GiB\nshm_group: ''", "offload.shm_group");
+        rejected("type: pool\ncpu: 1GiB\ntenants: {name: a}", "offload.tenants: a list");
+        rejected("type: pool\ncpu: 1GiB\nevents: {topic: x}", "offload.events", "endpoint required");
+        rejected("type: pool\ncpu: 1GiB\nevents: {endpoint: 'tcp://*:1', port: 3}", "offload.events.port: unknown field");
     }
 
     @Test

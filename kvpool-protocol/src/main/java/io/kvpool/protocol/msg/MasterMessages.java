@@ -346,6 +346,27 @@ public final class MasterMessages {
         }
     }
 
+    /**
+     * TIER_LOOKUP reply: one byte per key, {@link io.kvpool.protocol.TierCounts#ABSENT},
+     * {@link io.kvpool.protocol.TierCounts#MEMORY} (a copy in memory) or {@link io.kvpool.protocol.TierCounts#STORAGE}
+     * (copies on the SSD tier only).
+     */
+    public record TierCodes(byte[] codes) {
+        public void write(BodyWriter w) {
+            w.i32(codes.length).fixed(codes);
+        }
+
+        public static TierCodes read(BodyReader r) {
+            byte[] c = r.fixed(r.count("tier count", 1), "tier codes");
+            for (byte b : c) {
+                if (b < 0 || b > io.kvpool.protocol.TierCounts.STORAGE) {
+                    throw new MalformedFrameException(FrameStatus.MALFORMED_FRAME, "tier code " + b + " is not 0, 1 or 2");
+                }
+            }
+            return new TierCodes(c);
+        }
+    }
+
     /** OBJECT_SIZE reply: one i64 per key, -1 for a key that is not present. */
     public record Sizes(long[] values) {
         public void write(BodyWriter w) {

@@ -128,6 +128,32 @@ class MessageRoundTripTest {
     }
 
     @Test
+    void blockInfoList() {
+        BlockInfoList l = new BlockInfoList(List.of(key("a"), randomKey(), key("k".repeat(512))), List.of(
+                new io.kvpool.protocol.BlockInfo(-1L, 16, new int[]{0, 5, Integer.MAX_VALUE}, Long.MIN_VALUE, "lora-é", "s"),
+                io.kvpool.protocol.BlockInfo.of(null, 1, new int[0]),
+                new io.kvpool.protocol.BlockInfo(7L, 65_536, new int[]{1}, null, null, "")));
+        BlockInfoList back = roundTrip(l, BlockInfoList::write, BlockInfoList::read);
+        assertThat(back.infos()).isEqualTo(l.infos());
+    }
+
+    @Test
+    void blockInfoListRejectsUnknownFlagsAndBadFieldsAsBadRequests() {
+        BodyWriter flags = new BodyWriter().i32(1).bytes(key("a")).u8(16).i32(16).i32(0);
+        assertThatThrownBy(() -> BlockInfoList.read(new BodyReader(flags.buffer())))
+                .isInstanceOf(BadRequestException.class).hasMessageContaining("flags");
+        BodyWriter size = new BodyWriter().i32(1).bytes(key("a")).u8(0).i32(0).i32(0);
+        assertThatThrownBy(() -> BlockInfoList.read(new BodyReader(size.buffer())))
+                .isInstanceOf(BadRequestException.class).hasMessageContaining("block size 0");
+        BodyWriter token = new BodyWriter().i32(1).bytes(key("a")).u8(0).i32(16).i32(1).i32(-3);
+        assertThatThrownBy(() -> BlockInfoList.read(new BodyReader(token.buffer())))
+                .isInstanceOf(BadRequestException.class).hasMessageContaining("token id -3");
+        BodyWriter tokens = new BodyWriter().i32(1).bytes(key("a")).u8(0).i32(16).i32(1000);
+        assertThatThrownBy(() -> BlockInfoList.read(new BodyReader(tokens.buffer())))
+                .isInstanceOf(MalformedFrameException.class).hasMessageContaining("token count");
+    }
+
+    @Test
     void keyListRejectsEmptyAndOverlongKeys() {
         // a bad key length is invalid content, not broken framing: BAD_REQUEST, connection kept
         BodyWriter empty = new BodyWriter().i32(1).bytes(new byte[0]).u8(0).u8(0);
