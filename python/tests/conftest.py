@@ -60,6 +60,16 @@ def wait_until(cond: Callable[[], object], what: str, timeout: float = 30.0, int
         time.sleep(interval)
 
 
+def tiers_settled(c: kvpool.Client, n: int) -> bool:
+    """Nothing moves any more in a pool with an SSD tier: all ``n`` objects are listed (none is on its way to the
+    SSD tier, which unlists it) and every segment's memory is under the default eviction watermark (90%), so the
+    master's timer starts no eviction round. A bare "every object listed" is not enough: the timer's round after
+    the last put spills a few more, and an object in that flight is a miss. Assumes reads that promote nothing
+    (``--promote-after 0``) or no reads while waiting."""
+    st = c.status()
+    return st.keys == n and all(s.used < 0.9 * s.capacity for s in st.segments)
+
+
 def in_forked_child(fn: Callable[[], bool]) -> bool:
     """Runs ``fn`` in a forked child; True if it returned True there (without raising)."""
     r, w = os.pipe()

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import kvpool
-from conftest import free_port, start_pool, wait_until
+from conftest import free_port, start_pool, tiers_settled, wait_until
 from kvpool.tiers import TierCounts
 
 
@@ -27,14 +27,6 @@ def http_tiers(port: int, keys: list[str], block_size: int, token: str | None = 
         return json.loads(r.read())
 
 
-def settled(c: kvpool.Client, n: int) -> bool:
-    """Nothing moves any more: every object is listed (none is on its way to the SSD tier, which unlists it) and
-    memory use is under the eviction watermark (90%), so no eviction starts; nothing is read, so nothing is
-    promoted."""
-    st = c.status()
-    return st.keys == n and all(s.used < 0.9 * s.capacity for s in st.segments)
-
-
 def test_the_client_and_the_masters_http_answer_count_each_tier_alike() -> None:
     disk = Path(tempfile.mkdtemp(prefix="kvpool-pytest-tiers-"))
     port = free_port()
@@ -44,7 +36,7 @@ def test_the_client_and_the_masters_http_answer_count_each_tier_alike() -> None:
             keys = [f"tiers/{i}" for i in range(64)]
             for k in keys:  # 16 MiB into 8 MiB of memory: the oldest spill
                 assert c.put(k, bytes([len(k)]) * (256 << 10)) is kvpool.PutStatus.OK
-            wait_until(lambda: settled(c, len(keys)), "every object listed again (memory or disk), under the watermark")
+            wait_until(lambda: tiers_settled(c, len(keys)), "every object listed again (memory or disk), under the watermark")
             t = c.tier_lookup(keys)
             assert (t.keys, t.prefix_blocks) == (64, 64)
             assert t.storage_blocks > 0 and t.memory_blocks > 0 and t.memory_blocks + t.storage_blocks == 64
