@@ -5,6 +5,7 @@ import org.junit.jupiter.api.Test;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.concurrent.AbstractExecutorService;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
@@ -95,7 +96,7 @@ class LoadBudgetTest {
         LoadBudget b = new LoadBudget(now::get, Runnable::run); // probes inline
         assertThat(b.active()).isFalse();
         assertThat(b.deadlineNanos(1000)).isEqualTo(-1);
-        ExecutorService io = Executors.newVirtualThreadPerTaskExecutor();
+        SwitchableIo io = new SwitchableIo();
         try {
             assertThat(b.lookup(() -> {
                 throw new IllegalStateException("no master");
@@ -128,6 +129,9 @@ class LoadBudgetTest {
             assertThat(b.admit()).as("and the pool is left alone").isFalse();
             assertThat(b.poolInUse()).isFalse();
             now.addAndGet(PoolBreaker.FIRST_BACKOFF_NANOS);
+            // the probe waits for its lookup in real time, at most the deadline (100 µs here): a lookup on a thread
+            // of its own could miss that on a busy machine (it did, once in a fresh clone), so it runs inline
+            io.inline = true;
             assertThat(b.admit()).as("the probe (the lookup again, answering now) runs off the request").isFalse();
             assertThat(b.poolInUse()).isTrue();
             assertThat(b.admit()).isTrue();
@@ -140,6 +144,46 @@ class LoadBudgetTest {
         }
         assertThatThrownBy(() -> b.fromPrefill(0)).hasMessageContaining("(0, 100]");
         assertThatThrownBy(() -> b.fixed(Duration.ZERO)).hasMessageContaining("must be positive");
+    }
+
+    /** Tasks on virtual threads, or, once {@code inline}, on the submitting thread (done when submit returns). */
+    private static final class SwitchableIo extends AbstractExecutorService {
+        volatile boolean inline;
+        private final ExecutorService threads = Executors.newVirtualThreadPerTaskExecutor();
+
+        @Override
+        public void execute(Runnable task) {
+            if (inline) {
+                task.run();
+            } else {
+                threads.execute(task);
+            }
+        }
+
+        @Override
+        public void shutdown() {
+            threads.shutdown();
+        }
+
+        @Override
+        public List<Runnable> shutdownNow() {
+            return threads.shutdownNow();
+        }
+
+        @Override
+        public boolean isShutdown() {
+            return threads.isShutdown();
+        }
+
+        @Override
+        public boolean isTerminated() {
+            return threads.isTerminated();
+        }
+
+        @Override
+        public boolean awaitTermination(long timeout, TimeUnit unit) throws InterruptedException {
+            return threads.awaitTermination(timeout, unit);
+        }
     }
 
     private static void await(CountDownLatch l) {
