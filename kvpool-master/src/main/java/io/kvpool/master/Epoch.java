@@ -69,8 +69,16 @@ final class Epoch {
         index.forEachShard(clear);
         segments.resetAllocators();
         value = newEpoch;
+        restated();
         index.events.allCleared(); // under the write lock: nothing is stored meanwhile (ObjectEvents)
         return n;
+    }
+
+    /** The epoch moved: standby masters hear it (with generations 0: the snapshot and the objects tell those). */
+    private void restated() {
+        if (index.events.feed.on()) {
+            index.events.feed.append(FeedRecords.epoch(value, 0));
+        }
     }
 
     /**
@@ -83,6 +91,7 @@ final class Epoch {
         if (!known) {
             value = Math.max(value, reported);
             known = true;
+            restated();
             return false;
         }
         if (reported > value) {

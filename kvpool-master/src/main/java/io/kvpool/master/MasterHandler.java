@@ -17,6 +17,7 @@ import io.kvpool.protocol.msg.KeyList;
 import io.kvpool.protocol.msg.LeaseMessages;
 import io.kvpool.protocol.msg.MasterMessages;
 import io.kvpool.protocol.msg.MasterMessages.Codes;
+import io.kvpool.protocol.msg.StandbyMessages;
 import io.kvpool.protocol.msg.WriteLeaseMessages;
 
 import java.io.IOException;
@@ -262,6 +263,26 @@ final class MasterHandler implements RequestHandler {
                     List<ResultCode> codes = service.membership().inventory(inv);
                     new Codes(codes).write(out);
                     metrics.record(op, codes.size(), countNot(codes, ResultCode.OK), 0, false);
+                }
+                case FEED_FOLLOW -> {
+                    StandbyMessages.Follow f = StandbyMessages.Follow.read(body);
+                    end(body, op);
+                    StandbyMessages.FeedBatch b;
+                    try {
+                        b = service.feed.follow(f);
+                    } catch (InterruptedException e) {
+                        Thread.currentThread().interrupt();
+                        throw new java.io.InterruptedIOException("feed_follow interrupted");
+                    }
+                    b.write(out);
+                    metrics.record(op, Math.max(1, b.count()), 0, 0, false);
+                }
+                case FEED_SNAPSHOT -> {
+                    StandbyMessages.Snapshot sn = StandbyMessages.Snapshot.read(body);
+                    end(body, op);
+                    StandbyMessages.SnapshotPart p = service.feed.snapshot(sn);
+                    p.write(out);
+                    metrics.record(op, Math.max(1, p.count()), 0, 0, false);
                 }
                 default -> throw new MalformedFrameException(FrameStatus.UNKNOWN_OPCODE, req.requestId(),
                         op.metricName + " is not served by the master");

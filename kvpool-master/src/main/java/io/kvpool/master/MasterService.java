@@ -119,6 +119,8 @@ public final class MasterService {
     private final Map<UUID, Long> clients = new ConcurrentHashMap<>();
     /** Read leases and invalidations: what makes removals, resets and upserts absolute (see {@link ReadLeases}). */
     final ReadLeases leases;
+    /** What standby masters follow (FEED_FOLLOW, FEED_SNAPSHOT). */
+    final FeedSource feed;
 
     final AtomicLong expiredPuts = new AtomicLong();
     /** The last resets, for the status page. */
@@ -152,7 +154,7 @@ public final class MasterService {
         // generations only need to be unique per region; starting from the clock keeps them rising across restarts
         this.generations = new AtomicLong(startMillis << 10);
         this.leases = new ReadLeases(incarnation, config.readLease(), leaseNanos, startGrace);
-        this.segments = new Segments(nodes);
+        this.segments = new Segments(nodes, index.events.feed);
         this.spills = new SpillLedger(segments, nodes, clock, index.events.tenants);
         this.epoch = new Epoch(index, segments, spills);
         this.eviction = new Eviction(config, clock, startMillis, random, index, segments, spills, nodes);
@@ -165,6 +167,7 @@ public final class MasterService {
         this.resets = new RecentResets(clock);
         this.putEnds = new PutEnds(epoch, segments, nodes, repair);
         index.events.tenants.configure(config.tenants(), index);
+        this.feed = new FeedSource(incarnation, config.term(), index, segments, epoch, generations);
     }
 
     /** The master as a server runs it: leases on the monotonic clock, with the start grace. */

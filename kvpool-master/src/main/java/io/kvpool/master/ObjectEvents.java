@@ -55,10 +55,22 @@ final class ObjectEvents {
     private static final int STORAGE = 2;
 
     private volatile KvEventSink sink = KvEventSink.NONE;
+    /** The change feed standby masters follow (off until one asks; {@link ChangeFeed}). */
+    final ChangeFeed feed;
+    /** Shards made so far: the next one's index. */
+    private int shards;
     /** Namespaces and their quotas; the shards count for it. */
     final Tenants tenants = new Tenants();
     /** Raised by every {@link #allCleared}: the announcements a store may come after. */
     private final AtomicLong clears = new AtomicLong();
+
+    ObjectEvents() {
+        this(new ChangeFeed(ChangeFeed.DEFAULT_MAX_BYTES));
+    }
+
+    ObjectEvents(ChangeFeed feed) {
+        this.feed = feed;
+    }
 
     /** From now on tell {@code s} (KvEventSink.NONE: nobody). */
     void publishTo(KvEventSink s) {
@@ -74,7 +86,7 @@ final class ObjectEvents {
 
     /** A table's hooks; each table has its own (its mark is that shard's). */
     Shard newShard() {
-        Shard s = new Shard(this);
+        Shard s = new Shard(this, shards++);
         tenants.register(s);
         return s;
     }
@@ -82,11 +94,21 @@ final class ObjectEvents {
     /** The hooks of one shard's table, called under that shard's lock. */
     static final class Shard {
         private final ObjectEvents hub;
+        /** Which shard of its index (the order shards were made in). */
+        private final int index;
         /** The mark current when this shard last said stored (under the shard's lock). */
         private long storedMark;
 
-        private Shard(ObjectEvents hub) {
+        private Shard(ObjectEvents hub, int index) {
             this.hub = hub;
+            this.index = index;
+        }
+
+        /** The object's pin or copies wanted changed: only the change feed cares. */
+        void restated(ObjectTable t, int slot) {
+            if (hub.feed.on()) {
+                hub.feed.append(FeedRecords.object(t, slot));
+            }
         }
 
         /** Hooks that tell nobody: a table outside an index (tests). */
@@ -129,6 +151,7 @@ final class ObjectEvents {
 
         /** The object in {@code slot} held {@code before} and changed: counts it, and says what it entered and left. */
         void changed(ObjectTable t, int slot, long before) {
+            restated(t, slot);
             long after = state(t, slot);
             count(t, slot, before, after);
             KvEventSink s = hub.sink;
@@ -147,6 +170,9 @@ final class ObjectEvents {
 
         /** The object in {@code slot} is about to leave the table. */
         void removed(ObjectTable t, int slot) {
+            if (hub.feed.on()) {
+                hub.feed.append(FeedRecords.removed(t.key(slot)));
+            }
             long before = state(t, slot);
             count(t, slot, before, 0);
             KvEventSink s = hub.sink;
@@ -184,6 +210,9 @@ final class ObjectEvents {
 
         /** The table was emptied at once (a reset, a remove_all). */
         void cleared() {
+            if (hub.feed.on()) {
+                hub.feed.append(FeedRecords.cleared(index));
+            }
             memory = new long[memory.length];
             disk = new long[disk.length];
         }

@@ -160,7 +160,7 @@ final class ObjectIndex {
     /** Region bytes held by pins over every shard (each shard's table adds its changes). */
     private final AtomicLong pinnedBytes = new AtomicLong();
     /** What the index lists, told to a sink for routers (KV events; off until {@link ObjectEvents#publishTo}). */
-    final ObjectEvents events = new ObjectEvents();
+    final ObjectEvents events;
     /** All ones, except in tests that force keys into few shards and few hash values. */
     private final int hashMask;
 
@@ -173,9 +173,26 @@ final class ObjectIndex {
      * in shard 0 with the same hash, and {@code 0xF} in shard 0 with 16 distinct hashes.
      */
     ObjectIndex(int hashMask) {
+        this(hashMask, new ChangeFeed(ChangeFeed.DEFAULT_MAX_BYTES));
+    }
+
+    /** With a change feed of its own (tests of a small one). */
+    ObjectIndex(int hashMask, ChangeFeed feed) {
         this.hashMask = hashMask;
+        this.events = new ObjectEvents(feed);
         for (int i = 0; i < SHARDS; i++) {
             shards[i] = new Shard(pinnedBytes, events);
+        }
+    }
+
+    /** Runs {@code body} on shard {@code i} (0 .. SHARDS-1) under its lock. */
+    <T> T atShard(int i, Function<? super Shard, T> body) {
+        Shard s = shards[i];
+        s.lock.lock();
+        try {
+            return body.apply(s);
+        } finally {
+            s.lock.unlock();
         }
     }
 
@@ -209,13 +226,7 @@ final class ObjectIndex {
 
     /** Runs {@code body} on the shard of a key whose hash is {@code hash}, under that shard's lock. */
     <T> T withShard(int hash, Function<? super Shard, T> body) {
-        Shard s = shard(hash);
-        s.lock.lock();
-        try {
-            return body.apply(s);
-        } finally {
-            s.lock.unlock();
-        }
+        return atShard(shardOf(hash), body);
     }
 
     /** A batch's keys, their hashes, and their positions ordered by shard (a stable counting sort). */

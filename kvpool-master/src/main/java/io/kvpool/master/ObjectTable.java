@@ -310,6 +310,7 @@ final class ObjectTable {
         }
         pins.reweigh(slot, regionLength(slot) * (wanted - wanted(slot)));
         setWord(slot, SEG, (word(slot, SEG) & ~(0xFFL << 40)) | ((long) wanted << 40));
+        events.restated(this, slot);
     }
 
     /** True when the object has fewer copies than its put asked for. */
@@ -331,7 +332,10 @@ final class ObjectTable {
 
     /** Pins the object until {@code untilMillis} (Long.MAX_VALUE: until removed), or unpins it with 0. */
     void pin(int slot, long untilMillis) {
-        pins.set(slot, untilMillis, pinWeight(slot));
+        if (pins.until(slot) != untilMillis) {
+            pins.set(slot, untilMillis, pinWeight(slot));
+            events.restated(this, slot);
+        }
     }
 
     private long pinWeight(int slot) {
@@ -514,7 +518,7 @@ final class ObjectTable {
         }
         events.removed(this, slot);
         deleteCell(cellOf(slot));
-        pin(slot, 0);
+        pins.set(slot, 0, pinWeight(slot)); // not pin(): the feed already heard the removal
         keys.release(word(slot, KEY));
         if (replicas(slot) > 1) {
             extras.remove(slot);

@@ -32,9 +32,12 @@ final class Segments {
     private final Map<Integer, Segment> byId = new ConcurrentHashMap<>();
     private final AtomicInteger nextId = new AtomicInteger(1);
     private final NodeNotifier nodes;
+    /** Told of every registration that comes and goes, for standby masters. */
+    private final ChangeFeed feed;
 
-    Segments(NodeNotifier nodes) {
+    Segments(NodeNotifier nodes, ChangeFeed feed) {
         this.nodes = nodes;
+        this.feed = feed;
     }
 
     /** The segment with this id, or null if it is gone. */
@@ -53,12 +56,18 @@ final class Segments {
         Segment seg = new Segment(nextId.getAndIncrement(), name, address, capacity, nodeIncarnation, shmPath,
                 controlToken, nowMillis);
         byId.put(seg.id, seg);
+        if (feed.on()) {
+            feed.append(FeedRecords.segment(seg));
+        }
         return seg;
     }
 
     /** Forgets a segment. Caller holds the epoch write lock. */
     void remove(Segment seg) {
         byId.remove(seg.id);
+        if (feed.on()) {
+            feed.append(FeedRecords.segmentGone(seg.id));
+        }
     }
 
     /** Capacity of the active segments. */

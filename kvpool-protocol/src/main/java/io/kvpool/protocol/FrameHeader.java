@@ -70,9 +70,10 @@ public final class FrameHeader {
      * control token in REGISTER_NODE (the proof that a registration is the same node's next one), and
      * NO_SEGMENT from a node that takes no writes while it registers or drains; 13 TIER_LOOKUP, the tier of
      * each key, for routers; 14 BLOCK_INFO (what the engine knows of a block, for the KV events) and the result
-     * code QUOTA_EXCEEDED (a namespace over its quota).
+     * code QUOTA_EXCEEDED (a namespace over its quota); 15 FEED_FOLLOW and FEED_SNAPSHOT, the leader's
+     * change feed that standby masters follow.
      */
-    public static final byte VERSION = 14;
+    public static final byte VERSION = 15;
     public static final byte FLAG_REPLY = 0x01;
 
     public static final int MAGIC_OFFSET = 0;

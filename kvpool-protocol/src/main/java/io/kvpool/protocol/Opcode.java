@@ -80,6 +80,18 @@ public enum Opcode {
      */
     NODE_DRAIN(0x55, "node_drain"),
 
+    // ---- master to master: a standby follows the leader (version 15; docs/architecture.md, "Hot standby") ----
+    /**
+     * (version 15) The leader's change feed from a position: full-state records of what changed, waiting a
+     * little when there is nothing yet. Body: {@code StandbyMessages.Follow} / {@code FeedBatch}.
+     */
+    FEED_FOLLOW(0x56, "feed_follow"),
+    /**
+     * (version 15) One part of one shard of the leader's index as records (or the segments and the epoch), what a
+     * standby starts from before it follows. Body: {@code StandbyMessages.Snapshot} / {@code SnapshotPart}.
+     */
+    FEED_SNAPSHOT(0x57, "feed_snapshot"),
+
     // ---- node: object bytes ----
     NODE_WRITE(0x80, "node_write"),
     NODE_READ(0x81, "node_read"),
@@ -156,7 +168,7 @@ public enum Opcode {
     public Access access() {
         return switch (this) {
             case REMOVE_ALL, REMOVE_BY_PREFIX, REGISTER_NODE, NODE_HEARTBEAT, NODE_INVENTORY, NODE_DISK_ADD,
-                 NODE_DISK_DROP, NODE_DRAIN, NODE_FREE, NODE_RESET, NODE_REPLICATE -> Access.ADMIN;
+                 NODE_DISK_DROP, NODE_DRAIN, NODE_FREE, NODE_RESET, NODE_REPLICATE, FEED_FOLLOW, FEED_SNAPSHOT -> Access.ADMIN;
             default -> Access.DATA;
         };
     }
