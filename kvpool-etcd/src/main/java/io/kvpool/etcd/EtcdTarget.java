@@ -89,6 +89,14 @@ public record EtcdTarget(List<HostPort> endpoints, String cluster) {
         return "/kvpool/" + cluster + "/owed/";
     }
 
+    /**
+     * The key of the standbys in sync with the leader (their ids, one per line, under the leader's term): a
+     * standby elected leader takes over its copy of the metadata only if it is named here for the term it followed.
+     */
+    public String standbysKey() {
+        return "/kvpool/" + cluster + "/standbys";
+    }
+
     /** The key of the tenant list set at run time (JSON): a new leader takes it instead of its flags'. */
     public String tenantsKey() {
         return "/kvpool/" + cluster + "/tenants";

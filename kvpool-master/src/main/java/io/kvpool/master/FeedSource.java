@@ -7,6 +7,7 @@ import io.kvpool.protocol.msg.StandbyMessages.Snapshot;
 import io.kvpool.protocol.msg.StandbyMessages.SnapshotPart;
 
 import java.io.ByteArrayOutputStream;
+import java.io.IOException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.function.Function;
@@ -34,8 +35,11 @@ final class FeedSource {
     private final Segments segments;
     private final Epoch epoch;
     private final AtomicLong generations;
+    /** The standbys acknowledged writes wait for. */
+    private volatile SyncSet sync;
 
     FeedSource(long feedId, long term, ObjectIndex index, Segments segments, Epoch epoch, AtomicLong generations) {
+        this.sync = new SyncSet(() -> index.events.feed.end(), SyncSet.UNPUBLISHED, DEFAULT_SYNC_TIMEOUT.toNanos());
         this.feedId = feedId;
         this.term = term;
         this.index = index;
@@ -44,11 +48,35 @@ final class FeedSource {
         this.generations = generations;
     }
 
+    /** How long a write waits for a standby in sync before the standby is dropped from the set. */
+    static final java.time.Duration DEFAULT_SYNC_TIMEOUT = java.time.Duration.ofMillis(100);
+
     ChangeFeed feed() {
         return index.events.feed;
     }
 
-    FeedBatch follow(Follow f) throws InterruptedException {
+    /** From now on the standbys in sync are made known through {@code p} (an elected master: etcd), waiting {@code timeout}. */
+    void publishSyncTo(SyncSet.Publisher p, java.time.Duration timeout) {
+        this.sync = new SyncSet(() -> index.events.feed.end(), p, timeout.toNanos());
+    }
+
+    SyncSet sync() {
+        return sync;
+    }
+
+    /**
+     * Called after a write and before its acknowledgement: returns once every standby in sync has read the write's
+     * records (every record in the feed now), or has been dropped from the set.
+     */
+    void replicated() throws IOException {
+        SyncSet s = sync;
+        ChangeFeed f = feed();
+        if (f.on()) {
+            s.await(f.end());
+        }
+    }
+
+    FeedBatch follow(Follow f) throws InterruptedException, IOException {
         ChangeFeed feed = feed();
         if (f.from() < 0) {
             return new FeedBatch(feedId, term, false, feed.start(), 0, new byte[0]);
@@ -61,6 +89,7 @@ final class FeedSource {
             throw new BadRequestException("feed position " + f.from() + " is past the end of this master's feed ("
                     + feed.end() + "): it is another master's");
         }
+        sync.acked(f.follower(), f.from()); // it applied every record below from
         ChangeFeed.Batch b = feed.read(f.from(), f.maxBytes(),
                 TimeUnit.MILLISECONDS.toNanos(Math.min(f.waitMillis(), MAX_WAIT_MILLIS)));
         return new FeedBatch(feedId, term, b.behind(), b.next(), b.count(), b.records());

@@ -39,6 +39,8 @@ final class Follower implements AutoCloseable {
     static final int BATCH_BYTES = 8 << 20;
 
     private final StandbyCopy copy;
+    /** This standby's master id, as the leader's sync set names it (empty: never waited for). */
+    private final String self;
     private final Supplier<HostPort> leader;
     private final Limits limits;
     private final Secrets secrets;
@@ -55,7 +57,8 @@ final class Follower implements AutoCloseable {
     final AtomicLong snapshotMillis = new AtomicLong();
     final AtomicLong records = new AtomicLong();
 
-    Follower(StandbyCopy copy, Supplier<HostPort> leader, Limits limits, Secrets secrets) {
+    Follower(String self, StandbyCopy copy, Supplier<HostPort> leader, Limits limits, Secrets secrets) {
+        this.self = self;
         this.copy = copy;
         this.leader = leader;
         this.limits = limits;
@@ -116,7 +119,7 @@ final class Follower implements AutoCloseable {
     /** Snapshot, then follow, until the feed changes (returns) or the connection fails (throws). */
     private void follow(FrameConnection c, HostPort at) throws IOException {
         long started = System.nanoTime();
-        FeedBatch start = FeedBatch.read(c.call(Opcode.FEED_FOLLOW, body(new Follow(-1, 1, 0)), CALL_TIMEOUT).body());
+        FeedBatch start = FeedBatch.read(c.call(Opcode.FEED_FOLLOW, body(new Follow(-1, 1, 0, self)), CALL_TIMEOUT).body());
         long id = start.feedId();
         long at0 = start.next();
         copy.clear();
@@ -141,7 +144,7 @@ final class Follower implements AutoCloseable {
                 term, copy.objects(), copy.segments.size(), snapshotMillis.get());
         while (!closed) {
             FeedBatch b = FeedBatch.read(c.call(Opcode.FEED_FOLLOW,
-                    body(new Follow(position, BATCH_BYTES, (int) WAIT.toMillis())), CALL_TIMEOUT).body());
+                    body(new Follow(position, BATCH_BYTES, (int) WAIT.toMillis(), self)), CALL_TIMEOUT).body());
             lastBatchNanos = System.nanoTime();
             if (b.feedId() != id || b.behind()) {
                 log.info("standby: the leader's feed {}; taking a new snapshot",

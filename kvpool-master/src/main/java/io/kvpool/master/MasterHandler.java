@@ -291,8 +291,16 @@ final class MasterHandler implements RequestHandler {
             metrics.recordError(op);
             throw e;
         }
+        if (SYNCED.contains(op)) {
+            service.feed.replicated(); // the standbys in sync have it before the writer hears OK
+        }
         req.reply(out);
     }
+
+    /** Writes acknowledged only once the standbys in sync have read them ({@link SyncSet}). */
+    private static final java.util.Set<Opcode> SYNCED = java.util.EnumSet.of(Opcode.PUT_END, Opcode.BATCH_PUT_END,
+            Opcode.COMMIT, Opcode.REMOVE, Opcode.BATCH_REMOVE, Opcode.REMOVE_BY_PREFIX, Opcode.REMOVE_ALL,
+            Opcode.NODE_DISK_ADD);
 
     @Override
     public void connectionClosed(String peer) {

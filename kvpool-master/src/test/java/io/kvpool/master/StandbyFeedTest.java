@@ -193,10 +193,10 @@ class StandbyFeedTest {
     }
 
     /** Follows from {@code from} until the feed's end; returns the position reached. */
-    static long drain(FeedSource source, StandbyCopy copy, long from, int maxBytes) throws InterruptedException {
+    static long drain(FeedSource source, StandbyCopy copy, long from, int maxBytes) throws Exception {
         long at = from;
         while (true) {
-            FeedBatch b = source.follow(new Follow(at, maxBytes, 0));
+            FeedBatch b = source.follow(new Follow(at, maxBytes, 0, ""));
             assertThat(b.behind()).as("the follower fell behind at " + at).isFalse();
             copy.apply(b.records(), b.count());
             if (b.count() == 0) {
@@ -216,7 +216,7 @@ class StandbyFeedTest {
         }
         StandbyCopy copy = new StandbyCopy(new ObjectIndex(mask));
         FeedSource source = leader.svc.feed;
-        long at = source.follow(new Follow(-1, 1 << 20, 0)).next();
+        long at = source.follow(new Follow(-1, 1 << 20, 0, "")).next();
         snapshot(source, copy, () -> {
             for (int i = 0, n = leader.rnd.nextInt(6); i < n; i++) {
                 leader.step();
@@ -243,15 +243,15 @@ class StandbyFeedTest {
         ChangeFeed small = new ChangeFeed(4096);
         Leader leader = new Leader(42, new ObjectIndex(-1, small));
         FeedSource source = leader.svc.feed;
-        long start = source.follow(new Follow(-1, 1 << 20, 0)).next();
+        long start = source.follow(new Follow(-1, 1 << 20, 0, "")).next();
         for (int i = 0; i < 300; i++) {
             leader.step();
         }
         assertThat(small.bytes()).isLessThanOrEqualTo(4096);
         assertThat(small.dropped()).isPositive();
-        assertThat(source.follow(new Follow(start, 1 << 20, 0)).behind()).as("records were dropped").isTrue();
+        assertThat(source.follow(new Follow(start, 1 << 20, 0, "")).behind()).as("records were dropped").isTrue();
         StandbyCopy copy = new StandbyCopy(new ObjectIndex());
-        long at = source.follow(new Follow(-1, 1 << 20, 0)).next();
+        long at = source.follow(new Follow(-1, 1 << 20, 0, "")).next();
         snapshot(source, copy, () -> { });
         drain(source, copy, at, 1 << 20);
         assertThat(dump(copy.index)).isEqualTo(dump(leader.index)).isNotEmpty();
@@ -260,11 +260,11 @@ class StandbyFeedTest {
     @Test
     void positionsOfAnotherFeedAreBehindOrRefused() throws Exception {
         FeedSource source = new Leader(7, -1).svc.feed;
-        assertThat(source.follow(new Follow(5, 1024, 0)).behind()).as("the feed is off: another master's position").isTrue();
-        long end = source.follow(new Follow(-1, 1024, 0)).next();
-        assertThatThrownBy(() -> source.follow(new Follow(end + 5, 1024, 0)))
+        assertThat(source.follow(new Follow(5, 1024, 0, "")).behind()).as("the feed is off: another master's position").isTrue();
+        long end = source.follow(new Follow(-1, 1024, 0, "")).next();
+        assertThatThrownBy(() -> source.follow(new Follow(end + 5, 1024, 0, "")))
                 .isInstanceOf(io.kvpool.protocol.BadRequestException.class).hasMessageContaining("past the end");
-        FeedBatch waited = source.follow(new Follow(end, 1024, 1));
+        FeedBatch waited = source.follow(new Follow(end, 1024, 1, ""));
         assertThat(waited.count()).as("nothing changed: the wait ends empty").isZero();
         assertThat(waited.next()).isEqualTo(end);
     }
@@ -279,7 +279,7 @@ class StandbyFeedTest {
                 leader.step();
             }
             StandbyCopy copy = new StandbyCopy(new ObjectIndex());
-            try (Follower f = new Follower(copy, () -> new HostPort("127.0.0.1", m.port()), cfg.limits(),
+            try (Follower f = new Follower("standby-1", copy, () -> new HostPort("127.0.0.1", m.port()), cfg.limits(),
                     io.kvpool.protocol.Secrets.NONE)) {
                 for (int round = 0; round < 5; round++) {
                     for (int i = 0; i < 200; i++) {

@@ -12,13 +12,15 @@ import io.kvpool.protocol.MalformedFrameException;
  *
  * <pre>
  *  Follow        from (i64, -1: "where does the feed end now", and turns the feed on) | max bytes (i32) | wait ms (i32)
+ *                | follower (str: the standby's master id; empty for a reader that is no candidate)
  *  FeedBatch     feed id (i64) | term (i64) | behind (bool) | next (i64) | count (i32) | bytes (i32) | records
  *  Snapshot      shard (i32, -1: segments and epoch) | part (i32) | parts (i32, 0: the leader chooses)
  *  SnapshotPart  feed id (i64) | parts (i32) | count (i32) | bytes (i32) | records
  * </pre>
  * The feed id names the leader's incarnation: positions from another incarnation mean nothing, and a
  * follower that sees a new id starts over from a snapshot. {@code behind} says the position asked for
- * is no longer kept (the follower starts over too).
+ * is no longer kept (the follower starts over too). A FEED_FOLLOW from position p tells the leader that its
+ * follower applied every record below p: writes the leader acknowledges wait for that from the standbys in sync.
  */
 public final class StandbyMessages {
 
@@ -28,7 +30,7 @@ public final class StandbyMessages {
     /** Largest records part a reply carries (a frame's body is at most 64 MiB by default). */
     public static final int MAX_RECORD_BYTES = 48 << 20;
 
-    public record Follow(long from, int maxBytes, int waitMillis) {
+    public record Follow(long from, int maxBytes, int waitMillis, String follower) {
         public Follow {
             if (from < -1) {
                 throw new IllegalArgumentException("feed position " + from);
@@ -36,18 +38,19 @@ public final class StandbyMessages {
         }
 
         public void write(BodyWriter w) {
-            w.i64(from).i32(maxBytes).i32(waitMillis);
+            w.i64(from).i32(maxBytes).i32(waitMillis).string(follower);
         }
 
         public static Follow read(BodyReader r) {
             long from = r.i64("feed position");
             int max = r.i32("max bytes");
             int wait = r.i32("wait millis");
+            String follower = r.string("follower");
             if (from < -1 || max < 1 || wait < 0) {
                 throw new MalformedFrameException(FrameStatus.MALFORMED_FRAME,
                         "feed_follow from " + from + ", max bytes " + max + ", wait " + wait + " ms");
             }
-            return new Follow(from, Math.min(max, MAX_RECORD_BYTES), wait);
+            return new Follow(from, Math.min(max, MAX_RECORD_BYTES), wait, follower);
         }
     }
 
