@@ -244,7 +244,7 @@ public final class Eviction {
     private static long memoryWeight(ObjectTable objects, int slot) {
         int inMemory = 0;
         for (int i = 0, n = objects.replicas(slot); i < n; i++) {
-            if (!ObjectTable.onDisk(objects.segment(slot, i))) {
+            if (!StoredSegment.onDisk(objects.segment(slot, i))) {
                 inMemory++;
             }
         }

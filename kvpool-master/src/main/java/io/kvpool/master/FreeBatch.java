@@ -63,8 +63,8 @@ final class FreeBatch {
         long memory = 0;
         for (int i = 0, n = objects.replicas(slot); i < n; i++) {
             int stored = objects.segment(slot, i);
-            if (ObjectTable.onDisk(stored)) {
-                add(ObjectTable.segmentId(stored), objects.offset(slot, i), 0, generation, Tier.DISK, false);
+            if (StoredSegment.onDisk(stored)) {
+                add(StoredSegment.id(stored), objects.offset(slot, i), 0, generation, Tier.DISK, false);
             } else {
                 add(stored, objects.offset(slot, i), len, generation, Tier.MEMORY, spill.spills(objects, slot, stored));
                 memory += len;

@@ -33,7 +33,7 @@ final class Locations {
             List<Replica> reps = new ArrayList<>(n);
             for (int r = 0; r < n; r++) {
                 int stored = objects.segment(slot, r);
-                reps.add(new Replica(ObjectTable.segmentId(stored), ObjectTable.onDisk(stored) ? Tier.DISK : Tier.MEMORY,
+                reps.add(new Replica(StoredSegment.id(stored), StoredSegment.onDisk(stored) ? Tier.DISK : Tier.MEMORY,
                         objects.offset(slot, r)));
             }
             out[i] = new ReplicaList(ResultCode.OK, objects.valueLength(slot), objects.generation(slot), reps);

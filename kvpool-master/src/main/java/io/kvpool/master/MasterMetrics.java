@@ -268,6 +268,19 @@ public final class MasterMetrics {
                 + " out without tokens (raise --kv-events-info-bytes)", () -> p == null ? 0 : p.blockInfosLetGo());
     }
 
+    /** The change feed standby masters follow ({@link FeedSource}): its size, what it dropped, who is in sync. */
+    void standbyFeed(FeedSource f) {
+        gauge("master_feed_position", "Records appended to the change feed standby masters follow (0 until one asks)",
+                () -> f.feed().end());
+        gauge("master_feed_bytes", "Bytes of change feed records kept for standbys", () -> f.feed().bytes());
+        counter("master_feed_dropped_total", "Change feed records dropped unread for room: a standby behind them takes"
+                + " a new snapshot", () -> f.feed().dropped());
+        gauge("master_standbys_in_sync", "Standby masters every acknowledged write waits for",
+                () -> f.sync().published().size());
+        counter("master_standbys_dropped_total", "Standby masters dropped from the sync set for not reading a write"
+                + " in time", () -> f.sync().dropped());
+    }
+
     /**
      * Tenants ({@link Tenants}): per namespace, what it holds in each tier and its quota there (-1: none), puts
      * refused over quota and objects it evicted for its own quota. Nothing without tenants.

@@ -106,6 +106,7 @@ public final class MasterServer implements AutoCloseable {
         this.metrics = new MasterMetrics(service);
         metrics.kvEvents(events);
         metrics.tenants(service.tenants());
+        metrics.standbyFeed(service.feed);
         this.tenantsPage = new TenantsPage(service, config.secrets());
         try {
             this.rpc = new FrameServer("master", new InetSocketAddress(config.listenHost(), config.port()),

@@ -177,13 +177,13 @@ final class NodeReports {
                 ObjectTable objects = shard.objects;
                 int slot = objects.find(key, hash);
                 if (slot >= 0 && objects.generation(slot) == it.generation() && objects.replicaOn(slot, seg.id) < 0) {
-                    objects.addReplica(slot, seg.id | ObjectTable.DISK_BIT, 0);
+                    objects.addReplica(slot, seg.id | StoredSegment.DISK_BIT, 0);
                     return ResultCode.OK;
                 }
                 return ResultCode.ALREADY_EXISTS;
             }
             shard.objects.insert(key, hash, it.valueLength(), it.generation(), tick,
-                    new int[]{seg.id | ObjectTable.DISK_BIT}, new long[]{0}, 1);
+                    new int[]{seg.id | StoredSegment.DISK_BIT}, new long[]{0}, 1);
             generations.accumulateAndGet(it.generation() + 1, Math::max);
             return ResultCode.OK;
         };
@@ -254,7 +254,7 @@ final class NodeReports {
             ObjectTable objects = shard.objects;
             int slot = objects.find(key, hash);
             int r = slot < 0 || objects.generation(slot) != it.generation() ? -1 : objects.replicaOn(slot, seg.id);
-            return action.apply(objects, slot, r >= 0 && ObjectTable.onDisk(objects.segment(slot, r)) ? r : -1);
+            return action.apply(objects, slot, r >= 0 && StoredSegment.onDisk(objects.segment(slot, r)) ? r : -1);
         };
         return index.withShard(hash, apply);
     }

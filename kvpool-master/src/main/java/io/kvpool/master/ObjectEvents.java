@@ -128,7 +128,7 @@ final class ObjectEvents {
             int memory = 0;
             int disk = 0;
             for (int i = 0, n = t.replicas(slot); i < n; i++) {
-                if (ObjectTable.onDisk(t.segment(slot, i))) {
+                if (StoredSegment.onDisk(t.segment(slot, i))) {
                     disk++;
                 } else {
                     memory++;

@@ -366,26 +366,12 @@ final class ObjectTable {
         return extras.get(slot)[2 * (replica - 1) + 1];
     }
 
-    // ================================================================== replicas by tier
-
-    /**
-     * A replica's stored segment: the segment id, with {@code DISK_BIT} set for a copy in that node's
-     * SSD tier (found there by generation; its offset is 0).
-     */
-    static final int DISK_BIT = 1 << 30;
-
-    static boolean onDisk(int storedSegment) {
-        return (storedSegment & DISK_BIT) != 0;
-    }
-
-    static int segmentId(int storedSegment) {
-        return storedSegment & ~DISK_BIT;
-    }
+    // ================================================================== replicas by tier ({@link StoredSegment})
 
     /** Which replica of the object in {@code slot} is on segment {@code segmentId} (either tier), or -1. */
     int replicaOn(int slot, int segmentId) {
         for (int i = 0, n = replicas(slot); i < n; i++) {
-            if (segmentId(segment(slot, i)) == segmentId) {
+            if (StoredSegment.id(segment(slot, i)) == segmentId) {
                 return i;
             }
         }

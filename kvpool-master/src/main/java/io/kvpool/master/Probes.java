@@ -64,7 +64,7 @@ public final class Probes {
             }
             out[i] = TierCounts.STORAGE;
             for (int r = 0; r < shard.objects.replicas(slot); r++) {
-                if (!ObjectTable.onDisk(shard.objects.segment(slot, r))) {
+                if (!StoredSegment.onDisk(shard.objects.segment(slot, r))) {
                     out[i] = TierCounts.MEMORY;
                 }
             }

@@ -193,10 +193,10 @@ final class Repair {
             long offset = 0;
             Set<Integer> holding = new HashSet<>();
             for (int i = 0; i < c.stored.length; i++) {
-                int id = ObjectTable.segmentId(c.stored[i]);
+                int id = StoredSegment.id(c.stored[i]);
                 holding.add(id);
                 Segment s = segments.get(id);
-                boolean disk = ObjectTable.onDisk(c.stored[i]);
+                boolean disk = StoredSegment.onDisk(c.stored[i]);
                 // a memory copy is the better source: no disk read on the way
                 if (s != null && s.active && (source == null || tier == Tier.DISK && !disk)) {
                     source = s;

@@ -146,12 +146,12 @@ final class Segments {
         long freed = 0;
         for (int i = 0, n = objects.replicas(slot); i < n; i++) {
             int stored = objects.segment(slot, i);
-            Segment s = byId.get(ObjectTable.segmentId(stored));
+            Segment s = byId.get(StoredSegment.id(stored));
             if (s == null) {
                 continue;
             }
             long offset = objects.offset(slot, i);
-            if (ObjectTable.onDisk(stored)) {
+            if (StoredSegment.onDisk(stored)) {
                 nodes.free(s, offset, generation, Tier.DISK, false);
             } else {
                 s.allocator.free(offset, len);

@@ -107,7 +107,7 @@ class ObjectEventsTest {
             for (int slot = 0; slot < t.size(); slot++) {
                 EnumSet<Medium> m = EnumSet.noneOf(Medium.class);
                 for (int r = 0; r < t.replicas(slot); r++) {
-                    m.add(ObjectTable.onDisk(t.segment(slot, r)) ? Medium.STORAGE : Medium.CPU);
+                    m.add(StoredSegment.onDisk(t.segment(slot, r)) ? Medium.STORAGE : Medium.CPU);
                 }
                 out.put(new String(t.key(slot), StandardCharsets.UTF_8), m);
             }

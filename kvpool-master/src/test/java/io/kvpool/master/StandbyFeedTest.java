@@ -300,4 +300,49 @@ class StandbyFeedTest {
             }
         }
     }
+
+    /**
+     * Through the master's port: once a standby is in sync, a PUT_END acknowledged OK is already in its copy and a
+     * REMOVE acknowledged is already gone from it, checked the moment each returns, with no wait; on a master that
+     * did not wait for the standby these checks would fail whenever the standby was slower than the reply.
+     */
+    @Test
+    void whatTheLeaderAcknowledgesIsInTheCopyOfAStandbyInSync() throws Exception {
+        MasterConfig cfg = MasterConfig.defaults().withListen("127.0.0.1", 0, -1).withNodeTtl(Duration.ofHours(1))
+                .withSummaryInterval(Duration.ZERO);
+        try (MasterServer m = new MasterServer(cfg)) {
+            new Leader(5, m.service(), null); // registers three nodes
+            // a minute before a late standby is dropped: a loaded machine cannot drop it within this test
+            m.service().feed.publishSyncTo(SyncSet.UNPUBLISHED, Duration.ofMinutes(1));
+            StandbyCopy copy = new StandbyCopy(new ObjectIndex());
+            HostPort at = new HostPort("127.0.0.1", m.port());
+            try (Follower f = new Follower("standby-1", copy, () -> at, cfg.limits(), io.kvpool.protocol.Secrets.NONE);
+                 io.kvpool.protocol.FrameConnection c = io.kvpool.protocol.FrameConnection.connect(at,
+                         Duration.ofSeconds(10), cfg.limits())) {
+                long deadline = System.nanoTime() + Duration.ofSeconds(60).toNanos();
+                while (!m.service().feed.sync().published().contains("standby-1")) {
+                    assertThat(System.nanoTime()).as("the standby joins the sync set").isLessThan(deadline);
+                    Thread.sleep(5);
+                }
+                for (int i = 0; i < 200; i++) {
+                    byte[] key = ("acked/" + i).getBytes(java.nio.charset.StandardCharsets.US_ASCII);
+                    io.kvpool.protocol.BodyWriter w = new io.kvpool.protocol.BodyWriter();
+                    new PutStart(false, 1, "", 0, List.of(new PutStartItem(key, 4096))).write(w);
+                    PutStartReply started = PutStartReply.read(c.call(io.kvpool.protocol.Opcode.PUT_START, w,
+                            Duration.ofSeconds(10)).body());
+                    w = new io.kvpool.protocol.BodyWriter();
+                    new io.kvpool.protocol.msg.MasterMessages.PutEnd(List.of(new PutEndItem(key,
+                            started.results().getFirst().generation(), 0))).write(w);
+                    assertThat(io.kvpool.protocol.msg.MasterMessages.Codes.read(c.call(io.kvpool.protocol.Opcode.PUT_END, w,
+                            Duration.ofSeconds(10)).body()).codes()).containsExactly(io.kvpool.protocol.ResultCode.OK);
+                    assertThat(dump(copy.index)).as("put %d acknowledged", i).containsKey(HexFormat.of().formatHex(key));
+                    w = new io.kvpool.protocol.BodyWriter();
+                    new io.kvpool.protocol.msg.KeyList(List.of(key)).write(w);
+                    c.call(io.kvpool.protocol.Opcode.REMOVE, w, Duration.ofSeconds(10));
+                    assertThat(dump(copy.index)).as("removal %d acknowledged", i).doesNotContainKey(HexFormat.of().formatHex(key));
+                }
+                assertThat(m.service().feed.sync().dropped()).as("the standby kept up").isZero();
+            }
+        }
+    }
 }
