@@ -74,6 +74,13 @@ final class Epoch {
         return n;
     }
 
+    /** A promoted standby's: the epoch its copy of the previous leader had, known (not taken from the first node). */
+    @GuardedBy("exclusive()")
+    void takeOver(long e) {
+        value = e;
+        known = true;
+    }
+
     /** The epoch moved: standby masters hear it (with generations 0: the snapshot and the objects tell those). */
     private void restated() {
         if (index.events.feed.on()) {

@@ -239,8 +239,8 @@ final class MasterHandler implements RequestHandler {
                 case NODE_HEARTBEAT -> {
                     MasterMessages.Heartbeat hb = MasterMessages.Heartbeat.read(body);
                     end(body, op);
-                    service.membership().heartbeat(hb.segmentId(), hb.nodeIncarnation(), hb.tiers(), req.peer())
-                            .write(out);
+                    service.membership().heartbeat(hb.segmentId(), hb.nodeIncarnation(), hb.tiers(), req.peer(),
+                            hb.term()).write(out);
                     metrics.record(op, 1, 0, 0, false);
                 }
                 case NODE_DRAIN -> {

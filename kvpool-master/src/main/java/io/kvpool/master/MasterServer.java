@@ -86,12 +86,18 @@ public final class MasterServer implements AutoCloseable {
      */
     public MasterServer(MasterConfig config, InstantSource clock, RandomGenerator random, BooleanSupplier leading,
                         Set<String> owedBefore, HttpServer sharedHttp) throws IOException {
+        this(config, clock, random, leading, owedBefore, sharedHttp, null);
+    }
+
+    /** A promoted standby's: serves from {@code copy}, its copy of the previous leader's metadata, at once. */
+    MasterServer(MasterConfig config, InstantSource clock, RandomGenerator random, BooleanSupplier leading,
+                 Set<String> owedBefore, HttpServer sharedHttp, StandbyCopy copy) throws IOException {
         this.config = config;
         this.leading = leading;
         // nodes get as long to acknowledge a removal or reset as a frozen client can make it wait
         this.nodes = new NodeControl(config.limits(), config.readLease(), config.term(), config.secrets());
         nodes.owedBefore(owedBefore);
-        this.service = MasterService.serving(config, clock, random, nodes);
+        this.service = MasterService.serving(config, clock, random, nodes, copy);
         try {
             // before the first request: a restarted or newly elected master announces what it rebuilds
             this.events = config.kvEvents().enabled() ? new KvEventPublisher(config.kvEvents(),

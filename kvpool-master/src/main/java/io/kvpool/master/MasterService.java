@@ -170,10 +170,18 @@ public final class MasterService {
         this.feed = new FeedSource(incarnation, config.term(), index, segments, epoch, generations);
     }
 
-    /** The master as a server runs it: leases on the monotonic clock, with the start grace. */
-    public static MasterService serving(MasterConfig config, InstantSource clock, RandomGenerator random,
-                                        NodeNotifier nodes) {
-        return new MasterService(config, clock, random, nodes, new ObjectIndex(), System::nanoTime, true);
+    /**
+     * The master as a server runs it: leases on the monotonic clock, with the start grace; over a promoted
+     * standby's copy of the previous leader's metadata unless {@code copy} is null ({@link TakeOver}).
+     */
+    static MasterService serving(MasterConfig config, InstantSource clock, RandomGenerator random, NodeNotifier nodes,
+                                 StandbyCopy copy) {
+        MasterService s = new MasterService(config, clock, random, nodes, copy == null ? new ObjectIndex() : copy.index,
+                System::nanoTime, true);
+        if (copy != null) {
+            TakeOver.apply(copy, s.index, s.segments, s.epoch, s.generations, clock.millis());
+        }
+        return s;
     }
 
     public MasterConfig config() {

@@ -251,9 +251,24 @@ public final class Membership {
 
     /** NODE_HEARTBEAT received on master connection {@code peer} (null: in-process), which the registration now speaks on. */
     public HeartbeatReply heartbeat(int segmentId, long nodeIncarnation, TierStats tiers, String peer) {
+        return heartbeat(segmentId, nodeIncarnation, tiers, peer, config.term());
+    }
+
+    /**
+     * NODE_HEARTBEAT from a node following master term {@code nodeTerm}. A segment a promoted standby took over
+     * ({@link Segment#awaitingTerm}) takes puts once its node follows this master's term, so the old leader's
+     * grants are refused there before anything new is placed.
+     */
+    public HeartbeatReply heartbeat(int segmentId, long nodeIncarnation, TierStats tiers, String peer, long nodeTerm) {
         Segment seg = segments.get(segmentId);
         if (seg == null || seg.nodeIncarnation != nodeIncarnation) {
-            return new HeartbeatReply(ResultCode.NOT_FOUND, epoch.current());
+            return new HeartbeatReply(ResultCode.NOT_FOUND, epoch.current(), config.term());
+        }
+        if (seg.awaitingTerm && nodeTerm == config.term()) {
+            seg.awaitingTerm = false;
+            seg.active = true;
+            copiesChanged.run();
+            log.info("{} follows term {}: taking puts", seg, nodeTerm);
         }
         if (tiers != null) {
             seg.tiers = tiers;
@@ -262,7 +277,7 @@ public final class Membership {
             seg.link = peer;
         }
         seg.lastHeartbeatMillis = clock.millis();
-        return new HeartbeatReply(ResultCode.OK, epoch.current());
+        return new HeartbeatReply(ResultCode.OK, epoch.current(), config.term());
     }
 
     /** Drops the nodes silent past the TTL (the timer's part; takes the epoch write lock only if there is one). */

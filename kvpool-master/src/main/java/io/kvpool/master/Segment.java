@@ -30,6 +30,11 @@ final class Segment {
      */
     volatile boolean draining;
     /**
+     * Taken over by a promoted standby from the leader before it: listed and read at once, placed on only once
+     * its node heartbeats in this master's term ({@link Membership#heartbeat}).
+     */
+    volatile boolean awaitingTerm;
+    /**
      * The peer address of the master connection this registration last spoke on (its registration or a
      * heartbeat), or null once that connection closed: a registration with nobody behind it any more,
      * which another may replace without proof ({@link Membership#registerNode}). Null too for a

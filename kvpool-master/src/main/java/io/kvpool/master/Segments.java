@@ -62,6 +62,20 @@ final class Segments {
         return seg;
     }
 
+    /**
+     * Takes over a segment the previous leader registered (a promoted standby's copy): same id, name, address,
+     * incarnation, shared-memory file and control token, placed on only once its node follows this master's term.
+     * Caller holds the epoch write lock.
+     */
+    Segment adopt(FeedRecords.SegmentRecord r, long nowMillis) {
+        Segment seg = new Segment(r.id(), r.name(), r.address(), r.capacity(), r.nodeIncarnation(), r.shmPath(),
+                r.controlToken(), nowMillis);
+        seg.awaitingTerm = true;
+        byId.put(seg.id, seg);
+        nextId.accumulateAndGet(seg.id + 1, Math::max);
+        return seg;
+    }
+
     /** Forgets a segment. Caller holds the epoch write lock. */
     void remove(Segment seg) {
         byId.remove(seg.id);

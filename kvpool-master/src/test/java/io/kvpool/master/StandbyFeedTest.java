@@ -86,12 +86,19 @@ class StandbyFeedTest {
             }
         }
 
+        final java.util.Map<Integer, Long> incarnations = new java.util.HashMap<>();
+
+        long nodeIncarnation(int segmentId) {
+            return incarnations.get(segmentId);
+        }
+
         void register() {
             int i = ++nodes;
             RegisterReply r = svc.membership().registerNode(new RegisterNode("n" + i + ":1", "10.0.0." + i, 1,
                     1L << 30, svc.epoch(), i, 0, "", ControlToken.random(), ControlToken.NONE));
             svc.membership().inventory(new Inventory(r.segmentId(), i, true, List.of()));
             segments.add(r.segmentId());
+            incarnations.put(r.segmentId(), (long) i);
         }
 
         /** One random operation. */
@@ -344,5 +351,76 @@ class StandbyFeedTest {
                 assertThat(m.service().feed.sync().dropped()).as("the standby kept up").isZero();
             }
         }
+    }
+
+    /**
+     * A promoted standby's master over its copy ({@link TakeOver}): it answers every lookup as the old leader did,
+     * lists the same segments, places nothing until a node heartbeats in its term, then places new objects beside
+     * the copied ones (never over one) with generations above every copied generation.
+     */
+    @ParameterizedTest(name = "seed {0}, hash mask {1}")
+    @MethodSource("runs")
+    void aPromotedCopyAnswersAsTheLeaderDidAndPlacesBesideWhatItHolds(long seed, int mask) throws Exception {
+        Leader leader = new Leader(seed, mask);
+        for (int i = 0; i < 300; i++) {
+            leader.step();
+        }
+        StandbyCopy copy = new StandbyCopy(new ObjectIndex(mask));
+        FeedSource source = leader.svc.feed;
+        long at = source.follow(new Follow(-1, 1 << 20, 0, "")).next();
+        snapshot(source, copy, leader::step);
+        drain(source, copy, at, 1 << 20);
+        TreeMap<String, String> objects = dump(leader.index);
+        // the standby's clock is where the leader's started: generations from the clock alone would repeat old ones
+        MasterService promoted = MasterService.serving(MasterConfig.defaults(), new ManualClock(1_700_000_000_000L),
+                new SplittableRandom(seed), NodeNotifier.NONE, copy);
+        String why = "seed " + seed + ", mask " + Integer.toHexString(mask);
+        assertThat(promoted.getReplicaList(leader.keys)).as(why).isEqualTo(leader.svc.getReplicaList(leader.keys));
+        assertThat(segmentsOf(promoted)).as(why).isEqualTo(segmentsOf(leader.svc));
+        byte[] fresh = "after-the-promotion".getBytes(java.nio.charset.StandardCharsets.US_ASCII);
+        PutStart one = new PutStart(false, 1, "", 0, List.of(new PutStartItem(fresh, 1 << 14)));
+        assertThat(promoted.putStart(one).results().getFirst().code()).as("no node follows the new term yet: " + why)
+                .isEqualTo(io.kvpool.protocol.ResultCode.NO_SEGMENT);
+        for (io.kvpool.protocol.msg.MasterMessages.SegmentInfo seg : promoted.segmentInfos()) {
+            assertThat(promoted.membership().heartbeat(seg.id(), leader.nodeIncarnation(seg.id()), null, null,
+                    MasterConfig.defaults().term()).code()).isEqualTo(io.kvpool.protocol.ResultCode.OK);
+        }
+        long copied = 0;
+        for (String v : objects.values()) {
+            String[] f = v.split(" ");
+            copied = Math.max(copied, Long.parseLong(f[2]));
+        }
+        for (int i = 0; i < 40; i++) {
+            byte[] k = ("new/" + i).getBytes(java.nio.charset.StandardCharsets.US_ASCII);
+            PutStartResult r = promoted.putStart(new PutStart(false, 1, "", 0, List.of(new PutStartItem(k, 1 << 14))))
+                    .results().getFirst();
+            assertThat(r.code()).as(why).isEqualTo(io.kvpool.protocol.ResultCode.OK);
+            assertThat(r.generation()).as(why).isGreaterThan(copied);
+            assertThat(promoted.putEnd(List.of(new PutEndItem(k, r.generation(), 0))))
+                    .containsExactly(io.kvpool.protocol.ResultCode.OK);
+        }
+        // every region in memory, old and new, on its own: the allocators hold what the copy placed
+        TreeMap<Integer, TreeMap<Long, Long>> regions = new TreeMap<>();
+        @SuppressWarnings("GuardedBy") // forEachShard runs it under the shard's lock
+        Consumer<ObjectIndex.Shard> each = sh -> {
+            ObjectTable t = sh.objects;
+            for (int slot = 0; slot < t.size(); slot++) {
+                for (int i = 0; i < t.replicas(slot); i++) {
+                    if (!StoredSegment.onDisk(t.segment(slot, i))) {
+                        Long clash = regions.computeIfAbsent(t.segment(slot, i), x -> new TreeMap<>())
+                                .put(t.offset(slot, i), t.regionLength(slot));
+                        assertThat(clash).as("two objects at one offset, %s", why).isNull();
+                    }
+                }
+            }
+        };
+        copy.index.forEachShard(each);
+        regions.forEach((segId, byOffset) -> {
+            long end = -1;
+            for (var e : byOffset.entrySet()) {
+                assertThat(e.getKey()).as("regions overlap on segment %d, %s", segId, why).isGreaterThanOrEqualTo(end);
+                end = e.getKey() + e.getValue();
+            }
+        });
     }
 }

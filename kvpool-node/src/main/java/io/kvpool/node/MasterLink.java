@@ -186,7 +186,8 @@ final class MasterLink implements AutoCloseable {
                 if (conn != null && masters.elected() && !sameLeader(masters.latest())) {
                     log.info("node {}: the leader changed to {}; leaving {}", node.name(), masters.latest(), master);
                     closeConn();
-                    segmentId = -1;
+                    // the segment id is kept: a standby promoted with the leader's metadata knows it (a heartbeat
+                    // answers OK and names its term); any other leader answers NOT_FOUND, and the node registers
                     setRegistered(false);
                 }
                 if (conn == null || conn.isBroken()) {
@@ -208,6 +209,20 @@ final class MasterLink implements AutoCloseable {
                             node.name());
                     segmentId = -1;
                     setRegistered(false);
+                    continue;
+                }
+                if (hb.term() != node.term()) {
+                    // a new leader that kept this registration (a promoted standby): follow its term, then heartbeat
+                    // again at once, which tells it the node refuses the old leader's writes from now on
+                    if (!node.followTerm(hb.term())) {
+                        log.warn("node {}: master {} answered with term {}, older than term {} this node follows;"
+                                + " looking for the leader again", node.name(), master, hb.term(), node.term());
+                        closeConn();
+                        sleep(retryInterval());
+                    } else {
+                        log.info("node {}: kept segment {} under the leader of term {}", node.name(), segmentId,
+                                hb.term());
+                    }
                     continue;
                 }
                 setRegistered(true);
@@ -400,7 +415,8 @@ final class MasterLink implements AutoCloseable {
 
     private HeartbeatReply heartbeat() throws IOException {
         BodyWriter w = new BodyWriter(40);
-        new Heartbeat(segmentId, incarnation, node.ledger().epoch(), node.ledger().objectCount(), tierStats()).write(w);
+        new Heartbeat(segmentId, incarnation, node.ledger().epoch(), node.ledger().objectCount(), tierStats(),
+                node.term()).write(w);
         return HeartbeatReply.read(conn.call(Opcode.NODE_HEARTBEAT, w, rpcTimeout()).body());
     }
 

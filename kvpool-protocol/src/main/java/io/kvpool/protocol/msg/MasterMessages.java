@@ -578,31 +578,39 @@ public final class MasterMessages {
         }
     }
 
-    /** NODE_HEARTBEAT. */
-    public record Heartbeat(int segmentId, long nodeIncarnation, long epoch, long objects, TierStats tiers) {
+    /** NODE_HEARTBEAT; {@code term}: the master term the node follows (version 15). */
+    public record Heartbeat(int segmentId, long nodeIncarnation, long epoch, long objects, TierStats tiers, long term) {
         public Heartbeat(int segmentId, long nodeIncarnation, long epoch, long objects) {
-            this(segmentId, nodeIncarnation, epoch, objects, TierStats.NONE);
+            this(segmentId, nodeIncarnation, epoch, objects, TierStats.NONE, 0);
         }
 
         public void write(BodyWriter w) {
             w.i32(segmentId).i64(nodeIncarnation).i64(epoch).i64(objects);
             tiers.write(w);
+            w.i64(term);
         }
 
         public static Heartbeat read(BodyReader r) {
             return new Heartbeat(r.i32("segment id"), r.i64("node incarnation"), r.i64("epoch"), r.i64("objects"),
-                    TierStats.read(r));
+                    TierStats.read(r), r.i64("term"));
         }
     }
 
-    /** NODE_HEARTBEAT reply: OK, or NOT_FOUND when the master does not know the node (it must re-register). */
-    public record HeartbeatReply(ResultCode code, long epoch) {
+    /**
+     * NODE_HEARTBEAT reply: OK, or NOT_FOUND when the master does not know the node (it must re-register);
+     * {@code term}: the master's (version 15), which a node that kept its registration across a promotion follows.
+     */
+    public record HeartbeatReply(ResultCode code, long epoch, long term) {
+        public HeartbeatReply(ResultCode code, long epoch) {
+            this(code, epoch, 0);
+        }
+
         public void write(BodyWriter w) {
-            w.u8(code.code).i64(epoch);
+            w.u8(code.code).i64(epoch).i64(term);
         }
 
         public static HeartbeatReply read(BodyReader r) {
-            return new HeartbeatReply(ResultCode.of(r.u8("result")), r.i64("epoch"));
+            return new HeartbeatReply(ResultCode.of(r.u8("result")), r.i64("epoch"), r.i64("term"));
         }
     }
 

@@ -364,12 +364,28 @@ class MessageRoundTripTest {
     }
 
     @Test
+    void standbyFeedMessages() {
+        byte[] records = new byte[1 + rnd.nextInt(64)];
+        rnd.nextBytes(records);
+        roundTrip(new StandbyMessages.Follow(-1, 1 << 20, 200, "standby-1"), StandbyMessages.Follow::write,
+                StandbyMessages.Follow::read);
+        roundTrip(new StandbyMessages.Follow(rnd.nextLong(1L << 62), 8, 0, ""), StandbyMessages.Follow::write,
+                StandbyMessages.Follow::read);
+        roundTrip(new StandbyMessages.FeedBatch(rnd.nextLong(), 7, true, rnd.nextLong(), 3, records),
+                StandbyMessages.FeedBatch::write, StandbyMessages.FeedBatch::read);
+        roundTrip(new StandbyMessages.Snapshot(-1, 0, 0), StandbyMessages.Snapshot::write, StandbyMessages.Snapshot::read);
+        roundTrip(new StandbyMessages.Snapshot(63, 2, 3), StandbyMessages.Snapshot::write, StandbyMessages.Snapshot::read);
+        roundTrip(new StandbyMessages.SnapshotPart(rnd.nextLong(), 4, 9, records), StandbyMessages.SnapshotPart::write,
+                StandbyMessages.SnapshotPart::read);
+    }
+
+    @Test
     void heartbeatAndReply() {
         roundTrip(new Heartbeat(3, rnd.nextLong(), 4, 5000), Heartbeat::write, Heartbeat::read);
         roundTrip(new Heartbeat(3, rnd.nextLong(), 4, 5000, new TierStats(rnd.nextLong(), 2, 3, 1L << 40, 5, 6, 7, 8,
-                9, 10, 11, 12, 13, Long.MAX_VALUE)), Heartbeat::write, Heartbeat::read);
+                9, 10, 11, 12, 13, Long.MAX_VALUE), rnd.nextLong()), Heartbeat::write, Heartbeat::read);
         for (ResultCode c : ResultCode.values()) {
-            roundTrip(new HeartbeatReply(c, 42), HeartbeatReply::write, HeartbeatReply::read);
+            roundTrip(new HeartbeatReply(c, 42, rnd.nextLong()), HeartbeatReply::write, HeartbeatReply::read);
         }
     }
 
