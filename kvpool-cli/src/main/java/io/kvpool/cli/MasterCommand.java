@@ -43,6 +43,12 @@ final class MasterCommand implements Callable<Integer> {
             description = "How long a new leader waits for the previous leader's nodes to register before it serves anyway (default: 3s).")
     Duration rebuildGrace = ElectedMaster.Options.DEFAULT_REBUILD_GRACE;
 
+    @Option(names = "--hot-standby",
+            description = "While standing by, keep a copy of the leader's metadata (its change feed) and, elected, serve"
+                    + " from it at once instead of rebuilding from the nodes; a leader that is gone (its port refuses"
+                    + " connections) is replaced without waiting for its lease (docs/architecture.md, \"Hot standby\").")
+    boolean hotStandby;
+
     @Mixin
     MasterOptions options;
 
@@ -59,7 +65,7 @@ final class MasterCommand implements Callable<Integer> {
                     : ("0.0.0.0".equals(host) || "::".equals(host) ? LocalHost.defaultAdvertiseAddress() : host);
             String name = id != null ? id : (advertise + "-" + config.port()).replace(':', '-');
             ElectedMaster m = new ElectedMaster(config, new ElectedMaster.Options(EtcdTarget.parse(etcd), name,
-                    advertise, leaderLease, rebuildGrace));
+                    advertise, leaderLease, rebuildGrace, hotStandby));
             running = m;
             System.out.printf("kvpool master %s standing for election in %s; will serve on %s:%d, metrics on port %d%n",
                     name, etcd, advertise, config.port(), config.httpPort());

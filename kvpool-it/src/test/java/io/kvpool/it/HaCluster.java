@@ -105,6 +105,38 @@ final class HaCluster implements AutoCloseable {
         }
     }
 
+    /** Waits until the leader names standby {@code id} in sync in etcd (hot standby: it may serve from its copy). */
+    void awaitStandbyInSync(String id) throws Exception {
+        try (EtcdGateway g = new EtcdGateway(target.endpoints(), Duration.ofSeconds(5))) {
+            long deadline = System.nanoTime() + Duration.ofSeconds(60).toNanos();
+            while (true) {
+                EtcdGateway.Range r = g.range(target.standbysKey());
+                if (!r.kvs().isEmpty()) {
+                    List<String> lines = List.of(new String(r.first().value(), java.nio.charset.StandardCharsets.UTF_8)
+                            .split("\n"));
+                    if (lines.subList(1, lines.size()).contains(id)) {
+                        return;
+                    }
+                }
+                if (System.nanoTime() > deadline) {
+                    throw new AssertionError("the leader did not name standby " + id + " in sync in etcd");
+                }
+                Thread.sleep(20);
+            }
+        }
+    }
+
+    /** Everything master or node {@code id} printed, over its restarts (their log files here). */
+    String log(String id) throws IOException {
+        StringBuilder out = new StringBuilder();
+        try (var files = Files.list(logDir)) {
+            for (Path f : files.filter(f -> f.getFileName().toString().startsWith(id + "-")).sorted().toList()) {
+                out.append(Files.readString(f));
+            }
+        }
+        return out.toString();
+    }
+
     /** Waits until the leader lists at least one segment it owes frees to in etcd. */
     void awaitOwedListed() throws Exception {
         try (EtcdGateway g = new EtcdGateway(target.endpoints(), Duration.ofSeconds(5))) {

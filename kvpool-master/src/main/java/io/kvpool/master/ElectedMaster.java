@@ -6,6 +6,8 @@ import io.kvpool.etcd.Election;
 import io.kvpool.etcd.EtcdException;
 import io.kvpool.etcd.EtcdGateway;
 import io.kvpool.etcd.EtcdTarget;
+import io.kvpool.etcd.LeaderRecord;
+import io.kvpool.etcd.LeaderWatch;
 import io.kvpool.protocol.msg.MasterMessages;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -61,9 +63,15 @@ public final class ElectedMaster implements AutoCloseable {
      * @param leaseTtl      the leader's etcd lease: how long a dead leader keeps the role (etcd grants at least 2 s)
      * @param rebuildGrace  how long a new leader waits for the previous leader's nodes before it serves anyway
      */
-    public record Options(EtcdTarget etcd, String id, String advertiseHost, Duration leaseTtl, Duration rebuildGrace) {
+    public record Options(EtcdTarget etcd, String id, String advertiseHost, Duration leaseTtl, Duration rebuildGrace,
+                          boolean hotStandby) {
         public static final Duration DEFAULT_LEASE_TTL = Duration.ofSeconds(2);
         public static final Duration DEFAULT_REBUILD_GRACE = Duration.ofSeconds(3);
+
+        /** Without a hot standby: a new leader rebuilds from the nodes. */
+        public Options(EtcdTarget etcd, String id, String advertiseHost, Duration leaseTtl, Duration rebuildGrace) {
+            this(etcd, id, advertiseHost, leaseTtl, rebuildGrace, false);
+        }
 
         public Options {
             if (id == null || !id.matches("[A-Za-z0-9._-]{1,64}")) {
@@ -94,6 +102,10 @@ public final class ElectedMaster implements AutoCloseable {
     @GuardedBy("this")
     private StandbyPages standby;
     private final Thread runner;
+    /** The leader record as etcd has it (hot standby: whom to follow, and whose port to check when it is gone). */
+    private final LeaderWatch watch;
+    /** While standing by with a hot standby: the copy of the leader's metadata being kept. */
+    private volatile Follower follower;
     private final CountDownLatch firstServing = new CountDownLatch(1);
     private volatile MasterServer server;
     private volatile long term;
@@ -121,6 +133,7 @@ public final class ElectedMaster implements AutoCloseable {
             h.start();
         }
         this.http = h;
+        this.watch = options.hotStandby() ? new LeaderWatch(options.etcd(), options.leaseTtl()).start() : null;
         this.runner = Thread.ofPlatform().name("kvpool-master-election").start(this::run);
     }
 
@@ -142,14 +155,23 @@ public final class ElectedMaster implements AutoCloseable {
     private void run() {
         while (!closed) {
             Election.Leadership l;
+            if (watch != null) {
+                follower = new Follower(options.id(), new StandbyCopy(new ObjectIndex()), this::leaderToFollow,
+                        config.limits(), config.secrets(), this::leaderGone);
+            }
             try {
                 l = election.campaign();
             } catch (InterruptedException e) {
-                return;
+                l = null;
             }
             if (l == null) {
+                Follower f = follower;
+                if (f != null) {
+                    f.close();
+                }
                 return;
             }
+            StandbyCopy copy = promotable(l.term());
             CountDownLatch lost = new CountDownLatch(1);
             l.onLost(lost::countDown);
             MasterServer s;
@@ -161,9 +183,10 @@ public final class ElectedMaster implements AutoCloseable {
                 }
                 standbyPages(false);
                 s = new MasterServer(config.withTerm(l.term()).withTenants(tenants()), InstantSource.system(),
-                        RandomGenerator.getDefault(), l::valid, owed, http);
+                        RandomGenerator.getDefault(), l::valid, owed, http, copy);
                 Election.Leadership held = l;
                 s.keepTenantsIn(t -> keepTenants(held, t));
+                s.service().feed.publishSyncTo(ids -> keepStandbys(held, ids), FeedSource.DEFAULT_SYNC_TIMEOUT);
             } catch (IOException | RuntimeException e) {
                 standbyPages(true);
                 log.error("master {}: elected at term {} but cannot serve: {}; resigning", options.id(), l.term(),
@@ -177,7 +200,8 @@ public final class ElectedMaster implements AutoCloseable {
             published = null;
             publishedOwed = null;
             try {
-                long waited = awaitPreviousNodes(s, l);
+                // a promoted standby serves at once: its copy lists every node the previous leader had
+                long waited = copy != null ? 0 : awaitPreviousNodes(s, l);
                 l.markReady();
                 log.info("master {}: serving as leader at term {} ({} objects from {} segments after {} ms)",
                         options.id(), l.term(), s.service().keyCount(), s.service().segmentInfos().size(), waited);
@@ -206,6 +230,82 @@ public final class ElectedMaster implements AutoCloseable {
             if (Thread.currentThread().isInterrupted()) {
                 return;
             }
+        }
+    }
+
+    /** The leader to follow as a hot standby: the one etcd names, unless it is this master. */
+    private HostPort leaderToFollow() {
+        LeaderRecord r = watch.latest();
+        return r == null || r.id().equals(options.id()) ? null : HostPort.parse(r.address());
+    }
+
+    /**
+     * The follower found the leader's port refusing connections: its process is gone, so its key need not wait
+     * for the lease to run out. Deleted only if it is still that leadership's (its create revision is the term).
+     */
+    private void leaderGone(HostPort at) {
+        LeaderRecord r = watch.latest();
+        if (r == null || r.id().equals(options.id()) || !HostPort.parse(r.address()).equals(at)) {
+            return;
+        }
+        try {
+            if (election.etcd().deleteIfCreated(options.etcd().leaderKey(), r.term()).succeeded()) {
+                log.warn("master {}: leader {} of term {} is gone (its port {} refuses connections); its key deleted"
+                        + " without waiting for its lease", options.id(), r.id(), r.term(), at);
+            }
+        } catch (EtcdException e) {
+            log.info("master {}: could not delete the gone leader's key ({}); its lease will", options.id(),
+                    e.getMessage());
+        }
+    }
+
+    /**
+     * Stops following and returns the copy when this master may serve from it: it was following the leader of
+     * the term before {@code term}, whole, and that leader named it in sync in etcd ({@link SyncSet}). Else null
+     * (the new leader rebuilds from the nodes).
+     */
+    private StandbyCopy promotable(long term) {
+        Follower f = follower;
+        follower = null;
+        if (f == null) {
+            return null;
+        }
+        f.close();
+        if (!f.following()) {
+            log.info("master {}: elected at term {} with no whole copy of the previous leader; rebuilding from the"
+                    + " nodes", options.id(), term);
+            return null;
+        }
+        try {
+            EtcdGateway.Range r = election.etcd().range(options.etcd().standbysKey());
+            List<String> lines = r.kvs().isEmpty() ? List.of()
+                    : List.of(new String(r.first().value(), StandardCharsets.UTF_8).split("\n"));
+            if (!lines.isEmpty() && lines.getFirst().equals(Long.toString(f.term()))
+                    && lines.subList(1, lines.size()).contains(options.id())) {
+                log.info("master {}: elected at term {}; serving from its copy of term {} ({} objects)", options.id(),
+                        term, f.term(), f.copy().objects());
+                return f.copy();
+            }
+            log.info("master {}: elected at term {}, but the leader of term {} did not name it in sync ({});"
+                    + " rebuilding from the nodes", options.id(), term, f.term(), lines);
+        } catch (EtcdException e) {
+            log.warn("master {}: cannot read the standbys in sync ({}); rebuilding from the nodes", options.id(),
+                    e.getMessage());
+        }
+        return null;
+    }
+
+    /** Names the standbys in sync in etcd, under this leadership's term (SyncSet's publisher). */
+    private void keepStandbys(Election.Leadership l, Set<String> ids) throws IOException {
+        if (!l.valid()) {
+            throw new IOException("this master is no longer the leader");
+        }
+        StringBuilder v = new StringBuilder(Long.toString(l.term()));
+        ids.forEach(id -> v.append('\n').append(id));
+        try {
+            election.etcd().put(options.etcd().standbysKey(), v.toString().getBytes(StandardCharsets.UTF_8), 0);
+        } catch (EtcdException e) {
+            throw new IOException("etcd: " + e.getMessage(), e);
         }
     }
 
@@ -355,6 +455,13 @@ public final class ElectedMaster implements AutoCloseable {
     @Override
     public void close() {
         closed = true;
+        Follower f = follower;
+        if (f != null) {
+            f.close();
+        }
+        if (watch != null) {
+            watch.close();
+        }
         election.close();
         runner.interrupt();
         try {

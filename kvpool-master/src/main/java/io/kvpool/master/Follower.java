@@ -16,6 +16,7 @@ import org.slf4j.LoggerFactory;
 import java.io.IOException;
 import java.time.Duration;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.function.Consumer;
 import java.util.function.Supplier;
 
 /**
@@ -42,6 +43,7 @@ final class Follower implements AutoCloseable {
     /** This standby's master id, as the leader's sync set names it (empty: never waited for). */
     private final String self;
     private final Supplier<HostPort> leader;
+    private final Consumer<HostPort> gone;
     private final Limits limits;
     private final Secrets secrets;
     private final Thread thread;
@@ -58,6 +60,13 @@ final class Follower implements AutoCloseable {
     final AtomicLong records = new AtomicLong();
 
     Follower(String self, StandbyCopy copy, Supplier<HostPort> leader, Limits limits, Secrets secrets) {
+        this(self, copy, leader, limits, secrets, at -> { });
+    }
+
+    /** {@code gone} hears of a leader whose port refused a connection: its process is gone. */
+    Follower(String self, StandbyCopy copy, Supplier<HostPort> leader, Limits limits, Secrets secrets,
+             Consumer<HostPort> gone) {
+        this.gone = gone;
         this.self = self;
         this.copy = copy;
         this.leader = leader;
@@ -66,7 +75,10 @@ final class Follower implements AutoCloseable {
         this.thread = Thread.ofPlatform().daemon().name("kvpool-standby-follower").start(this::run);
     }
 
-    /** True while the copy is whole and following the leader of {@link #term()}. */
+    /**
+     * True while the copy is whole: a snapshot of the leader of {@link #term()} and every batch read since (a lost
+     * connection leaves it so; the next snapshot clears it first).
+     */
     boolean following() {
         return following;
     }
@@ -97,7 +109,6 @@ final class Follower implements AutoCloseable {
         while (!closed) {
             HostPort at = leader.get();
             if (at == null) {
-                following = false;
                 sleep(50);
                 continue;
             }
@@ -105,12 +116,17 @@ final class Follower implements AutoCloseable {
                 open = c;
                 follow(c, at);
             } catch (IOException | RuntimeException e) {
-                if (!closed) {
+                if (!closed && e.getCause() instanceof java.net.ConnectException) {
+                    // refused: nothing listens on the leader's port, its process is gone
+                    gone.accept(at);
+                    sleep(20);
+                } else if (!closed) {
                     log.info("standby: following the leader at {} stopped ({}); starting over", at, e.getMessage());
-                    sleep(100);
+                    sleep(20);
                 }
             } finally {
-                following = false;
+                // a lost connection leaves the copy whole as of its last batch: whether it may be served from is
+                // for the leader's sync set to say (etcd), not for this connection
                 open = null;
             }
         }
@@ -122,6 +138,7 @@ final class Follower implements AutoCloseable {
         FeedBatch start = FeedBatch.read(c.call(Opcode.FEED_FOLLOW, body(new Follow(-1, 1, 0, self)), CALL_TIMEOUT).body());
         long id = start.feedId();
         long at0 = start.next();
+        following = false;
         copy.clear();
         for (int shard = -1; shard < ObjectIndex.SHARDS && !closed; shard++) {
             SnapshotPart first = snapshot(c, new Snapshot(shard, 0, 0), id);
@@ -149,7 +166,6 @@ final class Follower implements AutoCloseable {
             if (b.feedId() != id || b.behind()) {
                 log.info("standby: the leader's feed {}; taking a new snapshot",
                         b.behind() ? "dropped records this standby had not read" : "is another master's");
-                following = false;
                 return;
             }
             copy.apply(b.records(), b.count());
