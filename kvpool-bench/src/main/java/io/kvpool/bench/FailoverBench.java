@@ -4,6 +4,7 @@ import io.kvpool.client.ClientConfig;
 import io.kvpool.client.KvPoolClient;
 import io.kvpool.client.PutStatus;
 import io.kvpool.config.Ports;
+import io.kvpool.etcd.EtcdGateway;
 import io.kvpool.etcd.EtcdTarget;
 import io.kvpool.etcd.LeaderRecord;
 import io.kvpool.etcd.LeaderWatch;
@@ -32,8 +33,11 @@ import java.util.concurrent.atomic.AtomicLongArray;
 
 /**
  * The {@code failover} section: the leader of two elected masters killed with SIGKILL while clients
- * put and get, with a pool of 100K and of 1M objects. Every role is its own process (a real etcd
- * started by scripts/etcd.sh, two {@link FailoverMain} masters, one node); the clients run here.
+ * put and get, with a pool of 100K and of 1M objects, in three ways in the same run: masters that rebuild
+ * from the nodes, masters with a hot standby (the leader killed: its port refuses, the standby takes its key at
+ * once), and a hot standby whose leader is frozen with SIGSTOP (the standby waits for the lease). Every role is its
+ * own process (a real etcd started by scripts/etcd.sh, two {@link FailoverMain} masters, one node); the clients
+ * run here.
  *
  * <p>Measured from the kill: the first successful get and put through the new leader, and the moment
  * every client has done both (reattached). Then, with traffic stopped: how many of the objects
@@ -48,14 +52,33 @@ final class FailoverBench {
     private FailoverBench() {
     }
 
+    /** How the leader fails and what replaces it. */
+    enum Mode {
+        REBUILD("leader killed, new leader rebuilds from the node"),
+        HOT_KILL("leader killed, hot standby"),
+        HOT_FREEZE("leader frozen (SIGSTOP), hot standby");
+
+        final String label;
+
+        Mode(String label) {
+            this.label = label;
+        }
+
+        boolean hot() {
+            return this != REBUILD;
+        }
+    }
+
     static int steps(boolean quick) {
-        return quick ? 1 : 2;
+        return quick ? 2 : 6;
     }
 
     static void run(Results results, boolean quick, Runnable step) throws Exception {
         for (int objects : quick ? new int[]{100_000} : new int[]{100_000, 1_000_000}) {
-            once(results, objects);
-            step.run();
+            for (Mode mode : quick ? new Mode[]{Mode.REBUILD, Mode.HOT_KILL} : Mode.values()) {
+                once(results, objects, mode);
+                step.run();
+            }
         }
     }
 
@@ -72,7 +95,7 @@ final class FailoverBench {
         return v;
     }
 
-    private static void once(Results results, int objects) throws Exception {
+    private static void once(Results results, int objects, Mode mode) throws Exception {
         Path dir = Files.createTempDirectory("kvpool-failover-bench");
         List<Process> processes = java.util.Collections.synchronizedList(new ArrayList<>());
         Path script = Path.of(System.getenv().getOrDefault("KVPOOL_HOME", "."), "scripts", "etcd.sh").toAbsolutePath();
@@ -80,7 +103,7 @@ final class FailoverBench {
         Thread cleanUp = new Thread(() -> cleanUp(processes, script, dir), "failover-bench-clean-up");
         Runtime.getRuntime().addShutdownHook(cleanUp);
         try {
-            once(results, objects, processes, script, dir);
+            once(results, objects, mode, processes, script, dir);
         } finally {
             try {
                 Runtime.getRuntime().removeShutdownHook(cleanUp);
@@ -107,15 +130,16 @@ final class FailoverBench {
         }
     }
 
-    private static void once(Results results, int objects, List<Process> processes, Path script, Path dir)
+    private static void once(Results results, int objects, Mode mode, List<Process> processes, Path script, Path dir)
             throws Exception {
         int etcdPort = freePort();
         run(List.of("bash", script.toString(), "start", dir.resolve("etcd").toString(), "" + etcdPort, "" + freePort()));
         String url = "etcd://127.0.0.1:" + etcdPort + "/bench";
         try (LeaderWatch watch = new LeaderWatch(EtcdTarget.parse(url), Duration.ofSeconds(2)).start()) {
-            processes.add(start("master", url, "m1", "" + freePort()));
+            String hot = mode.hot() ? "hot" : "cold";
+            processes.add(start("master", url, "m1", "" + freePort(), hot));
             LeaderRecord first = watch.await(LeaderRecord::ready, Duration.ofSeconds(60));
-            processes.add(start("master", url, "m2", "" + freePort()));
+            processes.add(start("master", url, "m2", "" + freePort(), hot));
             processes.add(start("node", url, objects > 200_000 ? "2GiB" : "512MiB"));
             try (KvPoolClient loader = KvPoolClient.connect(ClientConfig.forMaster(url))) {
                 long deadline = System.nanoTime() + Duration.ofSeconds(60).toNanos();
@@ -137,28 +161,46 @@ final class FailoverBench {
                 }
                 Thread.sleep(500); // the leader publishes its node list within 200 ms
             }
+            if (mode.hot()) {
+                awaitInSync(url, "m2");
+            }
             Traffic t = new Traffic(url, objects);
             t.awaitWarm();
             long killedAt = System.nanoTime();
-            processes.getFirst().destroyForcibly(); // m1 leads: it started first and was awaited
-            processes.getFirst().waitFor(30, TimeUnit.SECONDS);
+            Process leader = processes.getFirst(); // m1 leads: it started first and was awaited
+            if (mode == Mode.HOT_FREEZE) {
+                run(List.of("kill", "-STOP", "" + leader.pid()));
+                killedAt = System.nanoTime(); // the leader answered calls until kill(1) ran, milliseconds after the fork
+            } else {
+                leader.destroyForcibly();
+                leader.waitFor(30, TimeUnit.SECONDS);
+            }
             t.killedAt(killedAt);
             LeaderRecord next = watch.await(r -> r.ready() && r.term() > first.term(), Duration.ofSeconds(60));
             t.awaitReattached(Duration.ofSeconds(60));
             t.stop();
             Verdict v = t.verify();
-            String n = String.format(Locale.ROOT, "%dK objects", objects / 1000);
+            if (mode == Mode.HOT_FREEZE) {
+                leader.destroyForcibly(); // SIGKILL ends a stopped process too
+            }
+            String n = String.format(Locale.ROOT, "%dK objects, %s", objects / 1000, mode.label);
             double firstOk = t.firstOkMillis();
             double all = t.allReattachedMillis();
-            results.add(new Results.Row("failover", "kvpool", "first get+put after killing the leader", VALUE, CLIENTS,
+            results.add(new Results.Row("failover", "kvpool", "first get+put after the fault", VALUE, CLIENTS,
                     Double.NaN, Double.NaN, firstOk * 1000, Double.NaN, n + "; new leader " + next.id() + " at term "
                     + next.term() + " (was " + first.term() + "); figure in the p50 column, in us"));
             results.add(new Results.Row("failover", "kvpool", "every client reattached", VALUE, CLIENTS, Double.NaN,
                     Double.NaN, all * 1000, Double.NaN, n));
-            double goal = objects > 200_000 ? 5000 : 3000;
+            // issue 35: a hot standby within 1 s of a kill; a frozen leader is waited for its lease (2 s); the
+            // rebuild path keeps its earlier goals (3 s at 100K, 5 s at 1M)
+            double goal = switch (mode) {
+                case HOT_KILL -> 1000;
+                case HOT_FREEZE -> 3000;
+                case REBUILD -> objects > 200_000 ? 5000 : 3000;
+            };
             results.checks.add(new Results.Check("failover with " + n + ": until every client got and put again",
                     all, "ms", "< " + (long) goal + " ms", all < goal, String.format(Locale.ROOT,
-                    "first success %.0f ms after the kill", firstOk)));
+                    "first success %.0f ms after the fault", firstOk)));
             double readable = 100.0 * v.readable / objects;
             results.checks.add(new Results.Check("failover with " + n + ": objects readable byte-exact afterwards",
                     readable, "%", ">= 99.9%", readable >= 99.9, v.readable + " of " + objects));
@@ -166,6 +208,27 @@ final class FailoverBench {
                     v.wrong + v.partial, "", "0", v.wrong + v.partial == 0, v.wrong + " wrong reads, " + v.partial
                     + " partly visible puts of " + v.attempted + " attempted (" + v.acknowledged + " acknowledged, "
                     + v.lostAcknowledged + " acknowledged and gone)"));
+        }
+    }
+
+    /** Waits until the leader names {@code standby} in sync in etcd: from then on it may serve from its copy. */
+    private static void awaitInSync(String url, String standby) throws Exception {
+        EtcdTarget target = EtcdTarget.parse(url);
+        try (EtcdGateway g = new EtcdGateway(target.endpoints(), Duration.ofSeconds(5))) {
+            long deadline = System.nanoTime() + Duration.ofSeconds(60).toNanos();
+            while (true) {
+                EtcdGateway.Range r = g.range(target.standbysKey());
+                if (!r.kvs().isEmpty()) {
+                    List<String> lines = List.of(new String(r.first().value(), StandardCharsets.UTF_8).split("\n"));
+                    if (lines.subList(1, lines.size()).contains(standby)) {
+                        return;
+                    }
+                }
+                if (System.nanoTime() > deadline) {
+                    throw new IllegalStateException("the leader did not name " + standby + " in sync within 60 s");
+                }
+                Thread.sleep(20);
+            }
         }
     }
 
@@ -332,8 +395,10 @@ final class FailoverBench {
                 while ((line = r.readLine()) != null) {
                     if (line.startsWith("ready ")) {
                         ready.complete(null);
-                    } else if (out.length() < 20_000) {
+                    } else if (!ready.isDone() && out.length() < 20_000) {
                         out.append(line).append('\n');
+                    } else if ((line.contains(" WARN ") && !line.contains("unreachable")) || line.contains("TakeOver")) {
+                        System.err.println("  " + args[0] + (args.length > 2 ? " " + args[2] : "") + ": " + line);
                     }
                 }
             } catch (IOException ignored) {

@@ -16,7 +16,7 @@ import java.time.Duration;
  * until its parent is gone ({@link Children#exitWithParent}).
  *
  * <pre>
- *   java -cp ... io.kvpool.bench.FailoverMain master ETCD_URL ID PORT
+ *   java -cp ... io.kvpool.bench.FailoverMain master ETCD_URL ID PORT [hot]
  *   java -cp ... io.kvpool.bench.FailoverMain node ETCD_URL SEGMENT_SIZE
  * </pre>
  */
@@ -27,12 +27,14 @@ public final class FailoverMain {
 
     public static void main(String[] args) throws Exception {
         System.setProperty("org.slf4j.simpleLogger.defaultLogLevel", "warn");
+        System.setProperty("org.slf4j.simpleLogger.log.io.kvpool.master.TakeOver", "info"); // what the bench prints
         AutoCloseable running;
         if (args[0].equals("master")) {
             MasterConfig mc = MasterConfig.defaults().withListen("127.0.0.1", Integer.parseInt(args[3]), -1)
                     .withSummaryInterval(Duration.ZERO);
             running = new ElectedMaster(mc, new ElectedMaster.Options(EtcdTarget.parse(args[1]), args[2], "127.0.0.1",
-                    ElectedMaster.Options.DEFAULT_LEASE_TTL, ElectedMaster.Options.DEFAULT_REBUILD_GRACE));
+                    ElectedMaster.Options.DEFAULT_LEASE_TTL, ElectedMaster.Options.DEFAULT_REBUILD_GRACE,
+                    args.length > 4 && args[4].equals("hot")));
         } else {
             running = new StorageNode(NodeConfig.defaults(MasterAddress.parse(args[1]), Size.parse(args[2]))
                     .withListen("127.0.0.1", 0));

@@ -40,7 +40,7 @@ final class ChangeFeed {
 
     /** Records kept at most, whatever their bytes. */
     static final int MAX_RECORDS = 1 << 22;
-    static final long DEFAULT_MAX_BYTES = 256L << 20;
+    static final long DEFAULT_MAX_BYTES = 64L << 20;
 
     private final long maxBytes;
     private volatile boolean on;

@@ -271,8 +271,11 @@ public final class ElectedMaster implements AutoCloseable {
             return null;
         }
         f.close();
+        if (f.term() == 0) {
+            return null; // it never followed a leader: the first one, or one with nobody to take over from
+        }
         if (!f.following()) {
-            log.info("master {}: elected at term {} with no whole copy of the previous leader; rebuilding from the"
+            log.warn("master {}: elected at term {} with no whole copy of the previous leader; rebuilding from the"
                     + " nodes", options.id(), term);
             return null;
         }
@@ -286,7 +289,7 @@ public final class ElectedMaster implements AutoCloseable {
                         term, f.term(), f.copy().objects());
                 return f.copy();
             }
-            log.info("master {}: elected at term {}, but the leader of term {} did not name it in sync ({});"
+            log.warn("master {}: elected at term {}, but the leader of term {} did not name it in sync ({});"
                     + " rebuilding from the nodes", options.id(), term, f.term(), lines);
         } catch (EtcdException e) {
             log.warn("master {}: cannot read the standbys in sync ({}); rebuilding from the nodes", options.id(),

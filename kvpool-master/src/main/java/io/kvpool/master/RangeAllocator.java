@@ -115,6 +115,40 @@ final class RangeAllocator {
         return true;
     }
 
+    /**
+     * Marks the ranges {@code offsets[i], lengths[i]} ({@code i < n}, sorted by offset) allocated on an allocator
+     * nothing was taken from yet (a promoted standby's segments): one pass that lays the free ranges between them,
+     * instead of a split per range. A range that overlaps the one before it or runs past the end is not taken.
+     * Returns how many were not.
+     */
+    synchronized int takeSorted(long[] offsets, long[] lengths, int n) {
+        if (used != 0) {
+            throw new IllegalStateException("takeSorted on an allocator in use (" + used + " bytes)");
+        }
+        byOffset.clear();
+        bySize.clear();
+        long at = 0;
+        int refused = 0;
+        for (int i = 0; i < n; i++) {
+            long len = units(lengths[i]);
+            long off = offsets[i];
+            if (off < at || off % ObjectLayout.ALIGNMENT != 0 || off + len > capacity) {
+                refused++;
+                continue;
+            }
+            if (off > at) {
+                addFree(at, off - at);
+            }
+            at = off + len;
+            used += len;
+            allocations++;
+        }
+        if (at < capacity) {
+            addFree(at, capacity - at);
+        }
+        return refused;
+    }
+
     /** Returns a range to the free pool, merging it with free neighbours. */
     synchronized void free(long offset, long length) {
         freePart(offset, length);

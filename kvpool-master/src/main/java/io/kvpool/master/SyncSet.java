@@ -1,5 +1,8 @@
 package io.kvpool.master;
 
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
 import java.io.IOException;
 import java.util.HashMap;
 import java.util.HashSet;
@@ -23,8 +26,8 @@ import java.util.function.LongSupplier;
  * read past the feed's end as it was when the write's own records were in.
  *
  * <h2>Joining</h2>
- * A standby that reads at the end of the feed is added to {@code waitFor} at once, and its join mark is the
- * feed's end read <em>after</em> that: a write acknowledged without waiting for it checked {@code waitFor}
+ * A standby that reads near the end of the feed (within {@link #JOIN_LAG} records) is added to {@code waitFor} at
+ * once, and its join mark is the feed's end read <em>after</em> that: a write acknowledged without waiting for it checked {@code waitFor}
  * before the add, so its records lie below the mark. Once the standby has read past its mark it is published:
  * from then on everything acknowledged is in its copy.
  *
@@ -38,11 +41,19 @@ import java.util.function.LongSupplier;
  */
 final class SyncSet {
 
+    private static final Logger log = LoggerFactory.getLogger(SyncSet.class);
+
     /** Makes a set of standby ids known to whoever elects the next leader. */
     @FunctionalInterface
     interface Publisher {
         void publish(Set<String> inSync) throws IOException;
     }
+
+    /**
+     * How far behind the feed's end a standby may read and still join: under steady writes a standby that keeps up
+     * is a batch or two behind whenever it asks, never exactly at the end.
+     */
+    static final long JOIN_LAG = 1024;
 
     /** For a master nobody elects: there is no one to tell. */
     static final Publisher UNPUBLISHED = s -> { };
@@ -76,7 +87,7 @@ final class SyncSet {
         synchronized (this) {
             acked.merge(id, from, Math::max);
             Long mark = waitFor.get(id);
-            if (mark == null && from >= feedEnd.getAsLong()) {
+            if (mark == null && feedEnd.getAsLong() - from <= JOIN_LAG) {
                 // from here on writes wait for it (a write that read anyone false before this wrote it had its
                 // records in the feed before the end is read below: volatile and monitor actions are in one order)
                 anyone = true;
@@ -146,6 +157,8 @@ final class SyncSet {
                 dropped += late.size();
                 notifyAll();
             }
+            log.warn("standbys {} left the sync set: they had not read a write within {} ms (they join again once"
+                    + " they catch up)", late, timeoutNanos / 1_000_000);
         } finally {
             publishing.unlock();
         }
@@ -167,6 +180,7 @@ final class SyncSet {
                 return;
             }
             publisher.publish(next);
+            log.info("standbys in sync: {}", next);
             synchronized (this) {
                 published = Set.copyOf(next);
                 for (String id : next) {

@@ -26,6 +26,38 @@ class RangeAllocatorTest {
         assertThat(a.freeRanges()).isEqualTo(a.capacity() > 0 ? 1 : 0);
     }
 
+    /** A promoted standby's allocators: taking sorted ranges in one pass ends as reserving them one by one does. */
+    @Test
+    void takingSortedRangesEqualsReservingThemOneByOne() {
+        java.util.SplittableRandom rnd = new java.util.SplittableRandom(11);
+        for (int round = 0; round < 200; round++) {
+            long capacity = (1 + rnd.nextInt(4096)) * U;
+            int n = rnd.nextInt(64);
+            long[] offsets = new long[n];
+            long[] lengths = new long[n];
+            for (int i = 0; i < n; i++) {
+                offsets[i] = rnd.nextLong(capacity / U + 8) * U; // some run past the end
+                lengths[i] = 1 + rnd.nextLong(8 * U);
+            }
+            java.util.Arrays.sort(offsets);
+            RangeAllocator one = new RangeAllocator(capacity);
+            int refusedOne = 0;
+            for (int i = 0; i < n; i++) {
+                refusedOne += one.reserve(offsets[i], lengths[i]) ? 0 : 1;
+            }
+            RangeAllocator sorted = new RangeAllocator(capacity);
+            assertThat(sorted.takeSorted(offsets, lengths, n)).as("round %d", round).isEqualTo(refusedOne);
+            assertThat(sorted.used()).as("round %d", round).isEqualTo(one.used());
+            assertThat(sorted.allocations()).isEqualTo(one.allocations());
+            assertThat(sorted.freeRanges()).isEqualTo(one.freeRanges());
+            assertThat(sorted.largestFree()).isEqualTo(one.largestFree());
+            assertThat(sorted.allocate(U)).isEqualTo(one.allocate(U));
+        }
+        RangeAllocator busy = new RangeAllocator(16 * U);
+        busy.allocate(U);
+        assertThatThrownBy(() -> busy.takeSorted(new long[0], new long[0], 0)).isInstanceOf(IllegalStateException.class);
+    }
+
     @Test
     void capacityIsRoundedDownToTheAlignment() {
         assertThat(new RangeAllocator(1000).capacity()).isEqualTo(960);

@@ -37,24 +37,24 @@ class SyncSetTest {
     @Test
     void aStandbyAtTheEndJoinsIsPublishedAndWritesWaitForIt() throws Exception {
         SyncSet s = sync(MINUTE);
-        end.set(10);
+        end.set(5000);
         s.acked("b", 4);
-        assertThat(s.published()).as("behind the end: not joined").isEmpty();
-        s.await(10); // nobody to wait for
-        s.acked("b", 10);
+        assertThat(s.published()).as("far behind the end: not joined").isEmpty();
+        s.await(5000); // nobody to wait for
+        s.acked("b", 5000);
         assertThat(s.published()).containsExactly("b");
         assertThat(publications).containsExactly(Set.of("b"));
-        end.set(12);
+        end.set(5002);
         CompletableFuture<Void> write = CompletableFuture.runAsync(() -> {
             try {
-                s.await(12);
+                s.await(5002);
             } catch (IOException e) {
                 throw new RuntimeException(e);
             }
         });
-        s.acked("b", 11);
-        assertThat(write).as("b has not read record 11 yet").isNotDone();
-        s.acked("b", 12);
+        s.acked("b", 5001);
+        assertThat(write).as("b has not read record 5001 yet").isNotDone();
+        s.acked("b", 5002);
         write.get(1, TimeUnit.MINUTES);
         assertThat(s.dropped()).isZero();
         assertThat(s.published()).containsExactly("b");
@@ -75,6 +75,27 @@ class SyncSetTest {
         assertThat(s.dropped()).isEqualTo(1);
         s.acked("b", 6);
         assertThat(s.published()).containsExactlyInAnyOrder("a", "b");
+    }
+
+    @Test
+    void aStandbyAFewRecordsBehindJoinsButIsNamedOnlyPastTheEndAsItWasWhenItJoined() throws Exception {
+        SyncSet s = sync(MINUTE);
+        end.set(100);
+        s.acked("c", 90); // keeping up under steady writes: a batch behind
+        assertThat(s.published()).as("joined, not yet past its mark").isEmpty();
+        CompletableFuture<Void> write = CompletableFuture.runAsync(() -> {
+            try {
+                s.await(100);
+            } catch (IOException e) {
+                throw new RuntimeException(e);
+            }
+        });
+        s.acked("c", 99);
+        assertThat(write).as("writes wait for a joined standby").isNotDone();
+        assertThat(s.published()).isEmpty();
+        s.acked("c", 100);
+        write.get(1, TimeUnit.MINUTES);
+        assertThat(s.published()).containsExactly("c");
     }
 
     @Test
