@@ -172,6 +172,17 @@ public final class ElectedMaster implements AutoCloseable {
                 return;
             }
             StandbyCopy copy = promotable(l.term());
+            try {
+                // before anything is acknowledged under this term: no standby is in sync with it yet, so a standby
+                // still holding a copy of the leader before cannot take over from it after this one wrote
+                keepStandbys(l, Set.of());
+            } catch (IOException e) {
+                log.error("master {}: elected at term {} but cannot reset the standbys in sync in etcd ({}); resigning",
+                        options.id(), l.term(), e.getMessage());
+                l.resign();
+                sleepQuietly(options.leaseTtl());
+                continue;
+            }
             CountDownLatch lost = new CountDownLatch(1);
             l.onLost(lost::countDown);
             MasterServer s;
@@ -245,7 +256,11 @@ public final class ElectedMaster implements AutoCloseable {
      */
     private void leaderGone(HostPort at) {
         LeaderRecord r = watch.latest();
-        if (r == null || r.id().equals(options.id()) || !HostPort.parse(r.address()).equals(at)) {
+        Follower f = follower;
+        // only the leadership this standby followed, at the address it followed it on: a leader just elected has
+        // published its address before its port listens, and must not lose its key for that
+        if (r == null || f == null || r.id().equals(options.id()) || r.term() != f.term()
+                || !HostPort.parse(r.address()).equals(at)) {
             return;
         }
         try {
