@@ -71,7 +71,7 @@ public final class FrameHeader {
      * NO_SEGMENT from a node that takes no writes while it registers or drains; 13 TIER_LOOKUP, the tier of
      * each key, for routers; 14 BLOCK_INFO (what the engine knows of a block, for the KV events) and the result
      * code QUOTA_EXCEEDED (a namespace over its quota); 15 FEED_FOLLOW and FEED_SNAPSHOT, the leader's
-     * change feed that standby masters follow.
+     * change feed that standby masters follow, and the terms in NODE_HEARTBEAT and its reply.
      */
     public static final byte VERSION = 15;
     public static final byte FLAG_REPLY = 0x01;
