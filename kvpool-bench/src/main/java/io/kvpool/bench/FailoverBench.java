@@ -8,6 +8,7 @@ import io.kvpool.etcd.EtcdGateway;
 import io.kvpool.etcd.EtcdTarget;
 import io.kvpool.etcd.LeaderRecord;
 import io.kvpool.etcd.LeaderWatch;
+import io.kvpool.etcd.StandbysInSync;
 
 import java.io.BufferedReader;
 import java.io.IOException;
@@ -217,12 +218,9 @@ final class FailoverBench {
         try (EtcdGateway g = new EtcdGateway(target.endpoints(), Duration.ofSeconds(5))) {
             long deadline = System.nanoTime() + Duration.ofSeconds(60).toNanos();
             while (true) {
-                EtcdGateway.Range r = g.range(target.standbysKey());
-                if (!r.kvs().isEmpty()) {
-                    List<String> lines = List.of(new String(r.first().value(), StandardCharsets.UTF_8).split("\n"));
-                    if (lines.subList(1, lines.size()).contains(standby)) {
-                        return;
-                    }
+                StandbysInSync named = StandbysInSync.read(g, target);
+                if (named != null && named.ids().contains(standby)) {
+                    return;
                 }
                 if (System.nanoTime() > deadline) {
                     throw new IllegalStateException("the leader did not name " + standby + " in sync within 60 s");

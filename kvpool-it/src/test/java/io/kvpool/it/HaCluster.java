@@ -4,6 +4,7 @@ import io.kvpool.etcd.EtcdGateway;
 import io.kvpool.etcd.EtcdTarget;
 import io.kvpool.etcd.LeaderRecord;
 import io.kvpool.etcd.LeaderWatch;
+import io.kvpool.etcd.StandbysInSync;
 
 import java.io.IOException;
 import java.io.UncheckedIOException;
@@ -110,13 +111,9 @@ final class HaCluster implements AutoCloseable {
         try (EtcdGateway g = new EtcdGateway(target.endpoints(), Duration.ofSeconds(5))) {
             long deadline = System.nanoTime() + Duration.ofSeconds(60).toNanos();
             while (true) {
-                EtcdGateway.Range r = g.range(target.standbysKey());
-                if (!r.kvs().isEmpty()) {
-                    List<String> lines = List.of(new String(r.first().value(), java.nio.charset.StandardCharsets.UTF_8)
-                            .split("\n"));
-                    if (lines.subList(1, lines.size()).contains(id)) {
-                        return;
-                    }
+                StandbysInSync named = StandbysInSync.read(g, target);
+                if (named != null && named.ids().contains(id)) {
+                    return;
                 }
                 if (System.nanoTime() > deadline) {
                     throw new AssertionError("the leader did not name standby " + id + " in sync in etcd");

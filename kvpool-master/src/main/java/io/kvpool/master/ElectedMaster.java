@@ -8,6 +8,7 @@ import io.kvpool.etcd.EtcdGateway;
 import io.kvpool.etcd.EtcdTarget;
 import io.kvpool.etcd.LeaderRecord;
 import io.kvpool.etcd.LeaderWatch;
+import io.kvpool.etcd.StandbysInSync;
 import io.kvpool.protocol.msg.MasterMessages;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -295,18 +296,15 @@ public final class ElectedMaster implements AutoCloseable {
             return null;
         }
         try {
-            EtcdGateway.Range r = election.etcd().range(options.etcd().standbysKey());
-            List<String> lines = r.kvs().isEmpty() ? List.of()
-                    : List.of(new String(r.first().value(), StandardCharsets.UTF_8).split("\n"));
-            if (!lines.isEmpty() && lines.getFirst().equals(Long.toString(f.term()))
-                    && lines.subList(1, lines.size()).contains(options.id())) {
+            StandbysInSync named = StandbysInSync.read(election.etcd(), options.etcd());
+            if (named != null && named.names(f.term(), options.id())) {
                 log.info("master {}: elected at term {}; serving from its copy of term {} ({} objects)", options.id(),
                         term, f.term(), f.copy().objects());
                 return f.copy();
             }
             log.warn("master {}: elected at term {}, but the leader of term {} did not name it in sync ({});"
-                    + " rebuilding from the nodes", options.id(), term, f.term(), lines);
-        } catch (EtcdException e) {
+                    + " rebuilding from the nodes", options.id(), term, f.term(), named);
+        } catch (EtcdException | IllegalArgumentException e) {
             log.warn("master {}: cannot read the standbys in sync ({}); rebuilding from the nodes", options.id(),
                     e.getMessage());
         }
@@ -318,10 +316,8 @@ public final class ElectedMaster implements AutoCloseable {
         if (!l.valid()) {
             throw new IOException("this master is no longer the leader");
         }
-        StringBuilder v = new StringBuilder(Long.toString(l.term()));
-        ids.forEach(id -> v.append('\n').append(id));
         try {
-            election.etcd().put(options.etcd().standbysKey(), v.toString().getBytes(StandardCharsets.UTF_8), 0);
+            election.etcd().put(options.etcd().standbysKey(), new StandbysInSync(l.term(), ids).toBytes(), 0);
         } catch (EtcdException e) {
             throw new IOException("etcd: " + e.getMessage(), e);
         }
