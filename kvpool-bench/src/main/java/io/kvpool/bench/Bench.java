@@ -52,6 +52,8 @@ import java.util.function.ToIntFunction;
  *       through both ({@link MooncakeBench}).</li>
  *   <li><b>degraded</b>: the reference engine's TTFT with a frozen node, a partitioned master and a slow link,
  *       against no pool ({@link DegradedDrill}).</li>
+ *   <li><b>scale</b>: one master against 1,000 simulated nodes: heap per object, lookups and commits per master
+ *       core, heartbeat cost, eviction, node loss, a standby's catch-up and failover at size ({@link ScaleBench}).</li>
  * </ul>
  * The pool under test, Redis and the raw TCP server each run in their own process.
  */
@@ -60,7 +62,7 @@ public final class Bench {
     /** What to run and where to write it. */
     public record Options(boolean quick, Set<String> sections, Path outDir, PrintStream out, Path diskDir) {
         public static final Set<String> ALL = Set.of("store", "lookup", "metadata", "reset", "disk", "restore", "python",
-                "failover", "replicas", "tls", "mooncake", "rolling", "restarts", "degraded");
+                "failover", "replicas", "tls", "mooncake", "rolling", "restarts", "degraded", "scale");
 
         public Options {
             for (String s : sections) {
@@ -131,7 +133,7 @@ public final class Bench {
                 Map.entry("python", (long) PythonBench.steps()), Map.entry("mooncake", (long) MooncakeBench.steps()),
                 Map.entry("failover", (long) FailoverBench.steps(o.quick)), Map.entry("replicas", 1L),
                 Map.entry("rolling", 1L), Map.entry("restarts", 1L), Map.entry("degraded", 1L),
-                Map.entry("tls", (long) TlsBench.steps()));
+                Map.entry("tls", (long) TlsBench.steps()), Map.entry("scale", (long) ScaleBench.steps(o.quick)));
         long steps = o.sections.stream().mapToLong(x -> perSection.getOrDefault(x, 0L)).sum();
         try (ProgressBar pb = new ProgressBarBuilder().setTaskName("bench").setInitialMax(steps)
                 .setStyle(ProgressBarStyle.ASCII).setUpdateIntervalMillis(500).continuousUpdate().build()) {
@@ -149,7 +151,8 @@ public final class Bench {
                     }
                 });
             }
-            sectionIf("metadata", this::metadata);
+            sectionIf("metadata", () -> MetadataBench.run(results, metadataObjects(), o.quick ? "2g" : "6g", warmup(),
+                    duration(), this::step));
             sectionIf("reset", this::reset);
             sectionIf("disk", this::disk);
             sectionIf("restore", this::restore);
@@ -172,6 +175,10 @@ public final class Bench {
                 bar.setExtraMessage(" a frozen node, a partitioned master, a slow link");
                 DegradedDrill.run(results, o.quick);
                 step("degraded");
+            });
+            sectionIf("scale", () -> {
+                bar.setExtraMessage(" one master, " + ScaleBench.NODES + " simulated nodes");
+                ScaleBench.run(results, o.quick, () -> step("scale"));
             });
             sectionIf("restarts", () -> {
                 bar.setExtraMessage(" rolling restarts under every kind of writer");
@@ -413,45 +420,6 @@ public final class Bench {
     private static Results.Row lookupRow(String target, String op, Measurement m) {
         return new Results.Row("lookup", target, op, 0, 1, Double.NaN, m.opsPerSecond() * LOOKUP_KEYS,
                 m.percentileMicros(0.50), m.percentileMicros(0.99), LOOKUP_KEYS + " keys a call; ops/s = keys/s");
-    }
-
-    // ------------------------------------------------------------------ metadata
-
-    private void metadata() throws Exception {
-        long n = metadataObjects();
-        try (PoolProcess master = PoolProcess.start("0", o.quick ? "2g" : "6g");
-             MetadataBench mb = new MetadataBench(master, n)) {
-            long before = mb.heapAfterGc();
-            step("metadata: baseline heap");
-            bar.setExtraMessage(" metadata: storing " + n + " objects");
-            long nanos = mb.fill(0, n, 2, done -> { });
-            double putRate = n * 1e9 / nanos;
-            results.add(new Results.Row("metadata", "kvpool", "batched put", 0, 2, Double.NaN, putRate, Double.NaN,
-                    Double.NaN, n + " objects, batches of " + MetadataBench.PUT_BATCH + " (start+end)"));
-            step("metadata: filled");
-            long after = mb.heapAfterGc();
-            double perObject = (after - before) / (double) n;
-            results.add(new Results.Row("metadata", "kvpool", "heap per object", 0, 0, Double.NaN, Double.NaN,
-                    Double.NaN, Double.NaN, String.format(Locale.ROOT, "%.1f bytes at %d objects (81-byte keys)",
-                    perObject, n)));
-            results.environment.put("metadata_heap_bytes_per_object", perObject);
-            results.environment.put("metadata_objects", n);
-            step("metadata: heap");
-            for (int clients : List.of(1, 2)) {
-                Measurement m = mb.exists(n, clients, warmup(), duration().multipliedBy(2));
-                results.add(new Results.Row("metadata", "kvpool", "batchExists", 0, clients, Double.NaN,
-                        m.opsPerSecond() * MetadataBench.EXISTS_BATCH, m.percentileMicros(0.5), m.percentileMicros(0.99),
-                        MetadataBench.EXISTS_BATCH + " random stored keys a call; ops/s = keys/s"));
-            }
-            step("metadata: exists");
-            try (KvPoolClient c = KvPoolClient.connect(master.masterAddress())) {
-                long t0 = System.nanoTime();
-                long removed = c.removeAll(true);
-                double ms = (System.nanoTime() - t0) / 1e6;
-                results.add(new Results.Row("metadata", "kvpool", "removeAll(force)", 0, 1, Double.NaN, Double.NaN,
-                        ms * 1000, Double.NaN, String.format(Locale.ROOT, "%.0f ms for %d objects", ms, removed)));
-            }
-        }
     }
 
     // ------------------------------------------------------------------ reset

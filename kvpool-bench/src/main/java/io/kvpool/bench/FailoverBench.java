@@ -97,14 +97,27 @@ final class FailoverBench {
     }
 
     private static void once(Results results, int objects, Mode mode) throws Exception {
-        Path dir = Files.createTempDirectory("kvpool-failover-bench");
+        withCluster("kvpool-failover-bench", (processes, script, dir) -> once(results, objects, mode, processes, script, dir));
+    }
+
+    /** What runs in a cluster directory: its processes are stopped and its etcd with them at the end. */
+    interface ClusterWork {
+        void run(List<Process> processes, Path etcdScript, Path dir) throws Exception;
+    }
+
+    /**
+     * Runs {@code work} in a fresh temporary directory, then stops the processes it added to the list, stops
+     * its etcd (scripts/etcd.sh in the directory's {@code etcd}) and deletes the directory, also when the
+     * bench itself is stopped (SIGTERM) before the end: etcd is a daemon, not our child.
+     */
+    static void withCluster(String prefix, ClusterWork work) throws Exception {
+        Path dir = Files.createTempDirectory(prefix);
         List<Process> processes = java.util.Collections.synchronizedList(new ArrayList<>());
         Path script = Path.of(System.getenv().getOrDefault("KVPOOL_HOME", "."), "scripts", "etcd.sh").toAbsolutePath();
-        // at the end, or when the bench is stopped (SIGTERM) before it: etcd is a daemon, not our child
-        Thread cleanUp = new Thread(() -> cleanUp(processes, script, dir), "failover-bench-clean-up");
+        Thread cleanUp = new Thread(() -> cleanUp(processes, script, dir), prefix + "-clean-up");
         Runtime.getRuntime().addShutdownHook(cleanUp);
         try {
-            once(results, objects, mode, processes, script, dir);
+            work.run(processes, script, dir);
         } finally {
             try {
                 Runtime.getRuntime().removeShutdownHook(cleanUp);
@@ -213,7 +226,7 @@ final class FailoverBench {
     }
 
     /** Waits until the leader names {@code standby} in sync in etcd: from then on it may serve from its copy. */
-    private static void awaitInSync(String url, String standby) throws Exception {
+    static void awaitInSync(String url, String standby) throws Exception {
         EtcdTarget target = EtcdTarget.parse(url);
         try (EtcdGateway g = new EtcdGateway(target.endpoints(), Duration.ofSeconds(5))) {
             long deadline = System.nanoTime() + Duration.ofSeconds(60).toNanos();
@@ -380,8 +393,13 @@ final class FailoverBench {
 
     /** Starts {@code main} in a JVM of its own with {@code args} and waits for its {@code ready} line. */
     static Process start(Class<?> main, String... args) throws Exception {
+        return start("1g", main, args);
+    }
+
+    /** The same with a heap of at most {@code maxHeap} (e.g. "4g"). */
+    static Process start(String maxHeap, Class<?> main, String... args) throws Exception {
         List<String> cmd = new ArrayList<>(List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
-                "-Xmx1g", "-XX:+UseParallelGC", "--enable-native-access=ALL-UNNAMED", "-cp",
+                "-Xmx" + maxHeap, "-XX:+UseParallelGC", "--enable-native-access=ALL-UNNAMED", "-cp",
                 System.getProperty("java.class.path"), main.getName()));
         cmd.addAll(List.of(args));
         Process p = new ProcessBuilder(cmd).redirectErrorStream(true).start();
@@ -408,7 +426,7 @@ final class FailoverBench {
         return p;
     }
 
-    private static void run(List<String> cmd) throws Exception {
+    static void run(List<String> cmd) throws Exception {
         Process p = new ProcessBuilder(cmd).redirectErrorStream(true).start();
         String out = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
         if (!p.waitFor(120, TimeUnit.SECONDS) || p.exitValue() != 0) {
@@ -416,7 +434,7 @@ final class FailoverBench {
         }
     }
 
-    private static int freePort() throws IOException {
+    static int freePort() throws IOException {
         return Ports.reservable(); // below the ephemeral range: no client connection takes it meanwhile
     }
 }

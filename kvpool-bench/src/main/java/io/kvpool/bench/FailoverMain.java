@@ -16,9 +16,12 @@ import java.time.Duration;
  * until its parent is gone ({@link Children#exitWithParent}).
  *
  * <pre>
- *   java -cp ... io.kvpool.bench.FailoverMain master ETCD_URL ID PORT [hot]
+ *   java -cp ... io.kvpool.bench.FailoverMain master ETCD_URL ID PORT [hot|cold [HTTP_PORT [LISTEN_HOST]]]
  *   java -cp ... io.kvpool.bench.FailoverMain node ETCD_URL SEGMENT_SIZE
  * </pre>
+ * A master advertises 127.0.0.1; with LISTEN_HOST (another loopback address, e.g. 127.0.0.2) it listens
+ * there instead, so that a relay on 127.0.0.1 at the same port is the only way to it (the partitioned
+ * leader of {@link FailoverBench}). HTTP_PORT -1 (the default) serves no metrics.
  */
 public final class FailoverMain {
 
@@ -30,7 +33,9 @@ public final class FailoverMain {
         System.setProperty("org.slf4j.simpleLogger.log.io.kvpool.master.TakeOver", "info"); // what the bench prints
         AutoCloseable running;
         if (args[0].equals("master")) {
-            MasterConfig mc = MasterConfig.defaults().withListen("127.0.0.1", Integer.parseInt(args[3]), -1)
+            int http = args.length > 5 ? Integer.parseInt(args[5]) : -1;
+            String listen = args.length > 6 ? args[6] : "127.0.0.1";
+            MasterConfig mc = MasterConfig.defaults().withListen(listen, Integer.parseInt(args[3]), http)
                     .withSummaryInterval(Duration.ZERO);
             running = new ElectedMaster(mc, new ElectedMaster.Options(EtcdTarget.parse(args[1]), args[2], "127.0.0.1",
                     ElectedMaster.Options.DEFAULT_LEASE_TTL, ElectedMaster.Options.DEFAULT_REBUILD_GRACE,

@@ -1,5 +1,6 @@
 package io.kvpool.bench;
 
+import io.kvpool.client.KvPoolClient;
 import io.kvpool.config.HostPort;
 import io.kvpool.protocol.BodyWriter;
 import io.kvpool.protocol.FrameConnection;
@@ -15,8 +16,10 @@ import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Locale;
 import java.util.SplittableRandom;
 import java.util.concurrent.ThreadLocalRandom;
+import java.util.function.Consumer;
 import java.util.function.LongConsumer;
 
 /**
@@ -55,6 +58,45 @@ final class MetadataBench implements AutoCloseable {
             c.call(Opcode.NODE_INVENTORY, inv, T);
         }
         heartbeats = Thread.ofVirtual().start(this::heartbeatLoop);
+    }
+
+    /**
+     * The {@code metadata} section: {@code n} objects stored in a master alone of heap {@code maxHeap}, its heap
+     * per object, batched existence checks, and a forced removeAll of them all. {@code step} names each step
+     * done (the progress bar).
+     */
+    static void run(Results results, long n, String maxHeap, Duration warmup, Duration duration,
+                    Consumer<String> step) throws Exception {
+        try (PoolProcess master = PoolProcess.start("0", maxHeap);
+             MetadataBench mb = new MetadataBench(master, n)) {
+            long before = mb.heapAfterGc();
+            step.accept("metadata: baseline heap");
+            long nanos = mb.fill(0, n, 2, done -> { });
+            results.add(new Results.Row("metadata", "kvpool", "batched put", 0, 2, Double.NaN, n * 1e9 / nanos,
+                    Double.NaN, Double.NaN, n + " objects, batches of " + PUT_BATCH + " (start+end)"));
+            step.accept("metadata: filled");
+            double perObject = (mb.heapAfterGc() - before) / (double) n;
+            results.add(new Results.Row("metadata", "kvpool", "heap per object", 0, 0, Double.NaN, Double.NaN,
+                    Double.NaN, Double.NaN, String.format(Locale.ROOT, "%.1f bytes at %d objects (81-byte keys)",
+                    perObject, n)));
+            results.environment.put("metadata_heap_bytes_per_object", perObject);
+            results.environment.put("metadata_objects", n);
+            step.accept("metadata: heap");
+            for (int clients : List.of(1, 2)) {
+                Measurement m = mb.exists(n, clients, warmup, duration.multipliedBy(2));
+                results.add(new Results.Row("metadata", "kvpool", "batchExists", 0, clients, Double.NaN,
+                        m.opsPerSecond() * EXISTS_BATCH, m.percentileMicros(0.5), m.percentileMicros(0.99),
+                        EXISTS_BATCH + " random stored keys a call; ops/s = keys/s"));
+            }
+            step.accept("metadata: exists");
+            try (KvPoolClient c = KvPoolClient.connect(master.masterAddress())) {
+                long t0 = System.nanoTime();
+                long removed = c.removeAll(true);
+                double ms = (System.nanoTime() - t0) / 1e6;
+                results.add(new Results.Row("metadata", "kvpool", "removeAll(force)", 0, 1, Double.NaN, Double.NaN,
+                        ms * 1000, Double.NaN, String.format(Locale.ROOT, "%.0f ms for %d objects", ms, removed)));
+            }
+        }
     }
 
     private FrameConnection connect() throws Exception {
@@ -136,7 +178,7 @@ final class MetadataBench implements AutoCloseable {
         return System.nanoTime() - t0;
     }
 
-    private static void putBatch(FrameConnection conn, long first, int n) throws Exception {
+    static void putBatch(FrameConnection conn, long first, int n) throws Exception {
         List<MasterMessages.PutStartItem> items = new ArrayList<>(n);
         for (int j = 0; j < n; j++) {
             items.add(new MasterMessages.PutStartItem(key(first + j), VALUE_BYTES));

@@ -171,6 +171,11 @@ final class PoolProcess implements AutoCloseable {
 
     /** Asks the pool's JVM for a full collection (jcmd GC.run) so heap readings are comparable. */
     void collectGarbage() throws Exception {
+        collectGarbage(pid);
+    }
+
+    /** A full collection in the JVM of {@code pid}, through jcmd. */
+    static void collectGarbage(long pid) throws Exception {
         Path jcmd = Path.of(System.getProperty("java.home"), "bin", "jcmd");
         Process p = new ProcessBuilder(jcmd.toString(), Long.toString(pid), "GC.run")
                 .redirectErrorStream(true).redirectOutput(ProcessBuilder.Redirect.DISCARD).start();
@@ -181,6 +186,11 @@ final class PoolProcess implements AutoCloseable {
 
     /** A gauge from the master's /metrics, e.g. {@code master_objects} or {@code jvm_memory_used_bytes{area="heap"}}. */
     double metric(String name) throws Exception {
+        return metric(httpPort, name);
+    }
+
+    /** The same from the master whose HTTP port is {@code httpPort}. */
+    static double metric(int httpPort, String name) throws Exception {
         HttpResponse<String> r = HttpClient.newHttpClient().send(
                 HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + httpPort + "/metrics")).build(),
                 HttpResponse.BodyHandlers.ofString());

@@ -26,7 +26,7 @@ final class BenchCommand implements Callable<Integer> {
 
     @Option(names = "--only", split = ",", paramLabel = "SECTION",
             description = "Run only these sections (store, lookup, metadata, reset, disk, restore, python, mooncake, failover,"
-                    + " replicas, tls, rolling, restarts, degraded); default: all.")
+                    + " replicas, tls, rolling, restarts, degraded, scale); default: all.")
     List<String> only;
 
     @Option(names = "--out", paramLabel = "DIR",

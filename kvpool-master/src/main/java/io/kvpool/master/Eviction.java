@@ -116,7 +116,7 @@ public final class Eviction {
     }
 
     private List<Placement.Placed> tryPlace(long regionLength, int replicas, String preferred) {
-        return Placement.choose(segments.all(), regionLength, replicas, preferred, random);
+        return Placement.choose(segments.pool(), regionLength, replicas, preferred, random);
     }
 
     /**

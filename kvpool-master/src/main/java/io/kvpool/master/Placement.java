@@ -1,11 +1,12 @@
 package io.kvpool.master;
 
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.Collection;
-import java.util.Comparator;
+import java.util.HashMap;
 import java.util.HashSet;
-import java.util.Iterator;
 import java.util.List;
+import java.util.Map;
 import java.util.Set;
 import java.util.random.RandomGenerator;
 
@@ -29,50 +30,132 @@ final class Placement {
     record Placed(Segment segment, long offset) {
     }
 
+    /** Tries of random segments before a placement scans them all: enough to find two eligible ones almost always. */
+    static final int SAMPLES = 16;
+
+    /**
+     * The registered segments as placement reads them: an array to sample at random, and the newest registration of
+     * each name (for the preferred segment). Rebuilt by {@link Segments} whenever a segment comes or goes, so that
+     * placing an object costs the same with 3 segments as with 1,000.
+     */
+    record Pool(Segment[] all, Map<String, Segment> byName) {
+        static final Pool EMPTY = new Pool(new Segment[0], Map.of());
+
+        static Pool of(Collection<Segment> segments) {
+            Segment[] all = segments.toArray(new Segment[0]);
+            Map<String, Segment> byName = new HashMap<>();
+            for (Segment s : all) {
+                byName.merge(s.name, s, (x, y) -> x.id > y.id ? x : y);
+            }
+            return new Pool(all, byName);
+        }
+    }
+
     /** Reserves up to {@code replicas} regions of {@code regionLength} bytes; fewer (or none) when nothing fits. */
     static List<Placed> choose(Collection<Segment> segments, long regionLength, int replicas, String preferred,
                                RandomGenerator random) {
-        List<Segment> candidates = new ArrayList<>();
-        for (Segment s : segments) {
-            if (s.placeable()) {
-                candidates.add(s);
-            }
-        }
+        return choose(Pool.of(segments), regionLength, replicas, preferred, random);
+    }
+
+    /**
+     * As {@link #choose(Collection, long, int, String, RandomGenerator)} on a pool. Each copy is first placed by
+     * sampling: up to {@link #SAMPLES} random segments, of which the first two eligible ones (placeable, holding no
+     * copy of this object, of a host that holds none) are the two choices. Rejection sampling picks uniformly among
+     * the eligible segments, as a scan of them would. Only when sampling finds fewer than two with room (most
+     * segments full, joining, or on used hosts) does the placement scan every segment, as it always did.
+     */
+    static List<Placed> choose(Pool pool, long regionLength, int replicas, String preferred, RandomGenerator random) {
         List<Placed> out = new ArrayList<>(replicas);
         Set<String> usedHosts = new HashSet<>();
+        Segment tried = null;
         if (preferred != null && !preferred.isEmpty()) {
-            for (Iterator<Segment> it = candidates.iterator(); it.hasNext(); ) {
-                Segment s = it.next();
-                if (s.name.equals(preferred)) {
-                    it.remove();
-                    long off = s.allocator.allocate(regionLength);
-                    if (off >= 0) {
-                        out.add(new Placed(s, off));
-                        usedHosts.add(s.address.host());
-                    }
-                    break;
+            Segment s = pool.byName().get(preferred);
+            if (s != null && s.placeable()) {
+                tried = s;
+                long off = s.allocator.allocate(regionLength);
+                if (off >= 0) {
+                    out.add(new Placed(s, off));
+                    usedHosts.add(s.address.host());
                 }
             }
         }
-        while (out.size() < replicas && !candidates.isEmpty()) {
-            List<Segment> otherHosts = new ArrayList<>(candidates.size());
-            for (Segment s : candidates) {
-                if (!usedHosts.contains(s.address.host())) {
-                    otherHosts.add(s);
-                }
-            }
-            Placed p = otherHosts.isEmpty() ? null : pick(otherHosts, regionLength, random);
+        while (out.size() < replicas) {
+            Placed p = sampled(pool.all(), regionLength, out, tried, usedHosts, random);
             if (p == null) {
-                p = pick(candidates, regionLength, random); // no other host has room: a distinct segment still
+                p = scanned(pool.all(), regionLength, out, tried, usedHosts, random);
             }
             if (p == null) {
                 break;
             }
             out.add(p);
-            candidates.remove(p.segment());
             usedHosts.add(p.segment().address.host());
         }
         return out;
+    }
+
+    /** The power of two choices among segments sampled at random; null when it found fewer than two, or no room. */
+    private static Placed sampled(Segment[] all, long regionLength, List<Placed> out, Segment tried,
+                                  Set<String> usedHosts, RandomGenerator random) {
+        if (all.length < 2) {
+            return null;
+        }
+        Segment a = null;
+        Segment b = null;
+        for (int i = 0; i < SAMPLES && b == null; i++) {
+            Segment s = all[random.nextInt(all.length)];
+            if (s != a && eligible(s, out, tried) && !usedHosts.contains(s.address.host())) {
+                if (a == null) {
+                    a = s;
+                } else {
+                    b = s;
+                }
+            }
+        }
+        if (b == null) {
+            return null;
+        }
+        Segment first = a.allocator.free() >= b.allocator.free() ? a : b;
+        Segment second = first == a ? b : a;
+        long off;
+        if ((off = first.allocator.allocate(regionLength)) >= 0) {
+            return new Placed(first, off);
+        }
+        if ((off = second.allocator.allocate(regionLength)) >= 0) {
+            return new Placed(second, off);
+        }
+        return null;
+    }
+
+    private static boolean eligible(Segment s, List<Placed> out, Segment tried) {
+        if (!s.placeable() || s == tried) {
+            return false;
+        }
+        for (Placed p : out) {
+            if (p.segment() == s) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    /**
+     * Every eligible segment considered: of hosts holding no copy first, else (no other host has room) any
+     * segment holding none, a distinct segment still.
+     */
+    private static Placed scanned(Segment[] all, long regionLength, List<Placed> out, Segment tried,
+                                  Set<String> usedHosts, RandomGenerator random) {
+        List<Segment> candidates = new ArrayList<>();
+        List<Segment> otherHosts = new ArrayList<>();
+        for (Segment s : all) {
+            if (eligible(s, out, tried)) {
+                candidates.add(s);
+                if (!usedHosts.contains(s.address.host())) {
+                    otherHosts.add(s);
+                }
+            }
+        }
+        Placed p = otherHosts.isEmpty() ? null : pick(otherHosts, regionLength, random);
+        return p != null || candidates.isEmpty() ? p : pick(candidates, regionLength, random);
     }
 
     /**
@@ -119,9 +202,19 @@ final class Placement {
                 return new Placed(second, off);
             }
         }
-        List<Segment> byFree = new ArrayList<>(pool);
-        byFree.sort(Comparator.comparingLong((Segment s) -> s.allocator.free()).reversed());
-        for (Segment s : byFree) {
+        // sorted by free space as read once: other puts allocate meanwhile, and a sort whose keys change under
+        // it may throw ("Comparison method violates its general contract")
+        long[] byFree = new long[pool.size()];
+        for (int i = 0; i < byFree.length; i++) {
+            byFree[i] = pool.get(i).allocator.free();
+        }
+        Integer[] order = new Integer[byFree.length];
+        for (int i = 0; i < order.length; i++) {
+            order[i] = i;
+        }
+        Arrays.sort(order, (x, y) -> Long.compare(byFree[y], byFree[x]));
+        for (int i : order) {
+            Segment s = pool.get(i);
             if ((off = s.allocator.allocate(regionLength)) >= 0) {
                 return new Placed(s, off);
             }

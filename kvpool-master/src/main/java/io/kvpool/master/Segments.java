@@ -40,6 +40,18 @@ final class Segments {
         this.feed = feed;
     }
 
+    /** What placement samples: every registered segment, rebuilt when one comes or goes. */
+    private volatile Placement.Pool pool = Placement.Pool.EMPTY;
+
+    /** Every registered segment, as placement reads them (rebuilt when one comes or goes, never in place). */
+    Placement.Pool pool() {
+        return pool;
+    }
+
+    private void changed() {
+        pool = Placement.Pool.of(byId.values());
+    }
+
     /** The segment with this id, or null if it is gone. */
     Segment get(int id) {
         return byId.get(id);
@@ -56,6 +68,7 @@ final class Segments {
         Segment seg = new Segment(nextId.getAndIncrement(), name, address, capacity, nodeIncarnation, shmPath,
                 controlToken, nowMillis);
         byId.put(seg.id, seg);
+        changed();
         if (feed.on()) {
             feed.append(FeedRecords.segment(seg));
         }
@@ -72,6 +85,7 @@ final class Segments {
                 r.controlToken(), nowMillis);
         seg.awaitingTerm = true;
         byId.put(seg.id, seg);
+        changed();
         nextId.accumulateAndGet(seg.id + 1, Math::max);
         return seg;
     }
@@ -79,6 +93,7 @@ final class Segments {
     /** Forgets a segment. Caller holds the epoch write lock. */
     void remove(Segment seg) {
         byId.remove(seg.id);
+        changed();
         if (feed.on()) {
             feed.append(FeedRecords.segmentGone(seg.id));
         }

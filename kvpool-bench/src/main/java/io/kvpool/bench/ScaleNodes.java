@@ -1,0 +1,286 @@
+package io.kvpool.bench;
+
+import io.kvpool.config.HostPort;
+import io.kvpool.protocol.BodyWriter;
+import io.kvpool.protocol.FrameConnection;
+import io.kvpool.protocol.FrameServer;
+import io.kvpool.protocol.FrameStatus;
+import io.kvpool.protocol.Limits;
+import io.kvpool.protocol.MalformedFrameException;
+import io.kvpool.protocol.Opcode;
+import io.kvpool.protocol.Request;
+import io.kvpool.protocol.ResultCode;
+import io.kvpool.protocol.msg.ControlToken;
+import io.kvpool.protocol.msg.MasterMessages;
+import io.kvpool.protocol.msg.NodeMessages;
+
+import java.io.IOException;
+import java.net.InetSocketAddress;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.ThreadLocalRandom;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.AtomicReference;
+import java.util.concurrent.locks.LockSupport;
+import java.util.function.Supplier;
+
+/**
+ * Many nodes in one process, for the {@code scale} section ({@link ScaleBench}): each registers a segment with
+ * the master, reports an empty inventory and heartbeats on a connection of its own, exactly as a {@code
+ * StorageNode} does on the wire, but stores no bytes. They share one control server (the address every one of
+ * them registers), which answers the master's NODE_FREE and NODE_RESET and counts the regions freed, so that
+ * eviction and removals run as they would against real nodes.
+ *
+ * <p>Nodes follow the leader the way {@code MasterLink} does: a heartbeat that fails sends the node to
+ * {@code leader.get()}; a reply naming a higher term is answered by a heartbeat under that term at once (a
+ * promoted standby places nothing on a segment before it heard its node under its own term); NOT_FOUND (the
+ * master dropped the segment) makes the node register again.
+ */
+final class ScaleNodes implements AutoCloseable {
+
+    private static final Duration T = Duration.ofSeconds(30);
+    /** How soon a node that lost its master tries the leader again. */
+    private static final Duration RETRY = Duration.ofMillis(20);
+
+    private final Supplier<HostPort> leader;
+    private final FrameServer control;
+    private final Node[] nodes;
+    private final long capacity;
+    private final Duration interval;
+    private final AtomicLong heartbeats = new AtomicLong();
+    private final AtomicLong freed = new AtomicLong();
+    private final AtomicLong registrations = new AtomicLong();
+    private final AtomicReference<Throwable> failure = new AtomicReference<>();
+    /** Heartbeats that failed on the connection (a master gone, a failover), and the last of them. */
+    private final AtomicLong lost = new AtomicLong();
+    private final AtomicReference<String> lastLoss = new AtomicReference<>("");
+    private volatile boolean running = true;
+    /** Until this System.nanoTime(), nodes heartbeat back to back instead of every {@link #interval}. */
+    private volatile long floodUntil;
+
+    /** One simulated node. */
+    private final class Node {
+        final String name;
+        long incarnation = ThreadLocalRandom.current().nextLong();
+        ControlToken token = ControlToken.random();
+        int segmentId;
+        long epoch;
+        long term;
+        FrameConnection conn;
+        volatile boolean silent;
+        volatile boolean rejoin;
+        Thread thread;
+
+        Node(String name) {
+            this.name = name;
+        }
+
+        /**
+         * Registers (again) with an empty inventory; {@code previous} is the token of the registration a restarted
+         * node replaces (null: none).
+         */
+        void register(ControlToken previous) throws IOException {
+            closeConnection();
+            conn = FrameConnection.connect(leader(), Duration.ofSeconds(5), Limits.DEFAULT);
+            BodyWriter w = new BodyWriter();
+            (previous == null ? new MasterMessages.RegisterNode(name, "127.0.0.1", control.port(), capacity, epoch,
+                    incarnation, 0, "", token) : new MasterMessages.RegisterNode(name, "127.0.0.1", control.port(),
+                    capacity, epoch, incarnation, 0, "", token, previous)).write(w);
+            MasterMessages.RegisterReply r = MasterMessages.RegisterReply.read(conn.call(Opcode.REGISTER_NODE, w, T).body());
+            segmentId = r.segmentId();
+            epoch = r.epoch();
+            term = r.term();
+            BodyWriter inv = new BodyWriter();
+            new MasterMessages.Inventory(segmentId, incarnation, true, List.of()).write(inv);
+            conn.call(Opcode.NODE_INVENTORY, inv, T);
+            registrations.incrementAndGet();
+        }
+
+        /** One heartbeat, and a second under the master's term when the reply names a newer one. */
+        void heartbeat() throws IOException {
+            if (conn == null) {
+                conn = FrameConnection.connect(leader(), Duration.ofSeconds(5), Limits.DEFAULT);
+            }
+            for (int i = 0; i < 2; i++) {
+                BodyWriter w = new BodyWriter(64);
+                new MasterMessages.Heartbeat(segmentId, incarnation, epoch, 0, MasterMessages.TierStats.NONE, term).write(w);
+                MasterMessages.HeartbeatReply r = MasterMessages.HeartbeatReply.read(conn.call(Opcode.NODE_HEARTBEAT, w, T).body());
+                heartbeats.incrementAndGet();
+                if (r.code() == ResultCode.NOT_FOUND) {
+                    register(null);
+                    return;
+                }
+                epoch = Math.max(epoch, r.epoch());
+                if (r.term() <= term) {
+                    return;
+                }
+                term = r.term();
+            }
+        }
+
+        void loop() {
+            long next = System.nanoTime() + ThreadLocalRandom.current().nextLong(interval.toNanos());
+            while (running) {
+                try {
+                    if (rejoin) {
+                        incarnation = ThreadLocalRandom.current().nextLong();
+                        ControlToken previous = token;
+                        token = ControlToken.random();
+                        register(previous);
+                        rejoin = false;
+                        silent = false;
+                    }
+                    long now = System.nanoTime();
+                    while (running && now < next && now >= floodUntil) {
+                        LockSupport.parkNanos(next - now);
+                        now = System.nanoTime();
+                    }
+                    // flooding: no schedule to keep; afterwards, one interval after the last heartbeat at the latest
+                    next = now < floodUntil ? now : Math.max(next, now - interval.toNanos()) + interval.toNanos();
+                    if (silent) {
+                        closeConnection();
+                        continue;
+                    }
+                    heartbeat();
+                } catch (IOException e) {
+                    // the master went away (a failover): the next heartbeat, soon, goes to whoever leads then
+                    lost.incrementAndGet();
+                    lastLoss.set(name + ": " + e);
+                    closeConnection();
+                    next = System.nanoTime() + RETRY.toNanos();
+                } catch (RuntimeException e) {
+                    failure.compareAndSet(null, new IllegalStateException("simulated node " + name + ": " + e, e));
+                    closeConnection();
+                }
+            }
+            closeConnection();
+        }
+
+        void closeConnection() {
+            if (conn != null) {
+                try {
+                    conn.close();
+                } catch (IOException ignored) {
+                    // gone already
+                }
+                conn = null;
+            }
+        }
+    }
+
+    /**
+     * Registers {@code count} nodes of {@code capacity} bytes each with the master {@code leader} names, and
+     * starts their heartbeats every {@code interval}.
+     */
+    ScaleNodes(Supplier<HostPort> leader, int count, long capacity, Duration interval) throws IOException {
+        this.leader = leader;
+        this.capacity = capacity;
+        this.interval = interval;
+        this.control = new FrameServer("scale-nodes", new InetSocketAddress("127.0.0.1", 0), Limits.DEFAULT,
+                Duration.ofSeconds(30), op -> op == Opcode.NODE_FREE || op == Opcode.NODE_RESET, this::serve);
+        this.nodes = new Node[count];
+        String run = Long.toHexString(ThreadLocalRandom.current().nextLong() & 0xffffffL);
+        for (int i = 0; i < count; i++) {
+            nodes[i] = new Node("sim-" + run + "-" + i);
+            nodes[i].register(null);
+        }
+        for (Node n : nodes) {
+            n.thread = Thread.ofVirtual().name("scale-node-" + n.name).start(n::loop);
+        }
+    }
+
+    /** The master to talk to; an IOException while none is known (an election in progress). */
+    private HostPort leader() throws IOException {
+        HostPort h = leader.get();
+        if (h == null) {
+            throw new IOException("no leader known");
+        }
+        return h;
+    }
+
+    private void serve(Request req) throws IOException {
+        switch (req.opcode()) {
+            case NODE_FREE -> {
+                int n = NodeMessages.Free.read(req.body()).items().size();
+                freed.addAndGet(n);
+                req.reply(new BodyWriter(8).i64(n));
+            }
+            case NODE_RESET -> {
+                NodeMessages.Reset.read(req.body());
+                req.reply(new BodyWriter(8).i64(0));
+            }
+            default -> throw new MalformedFrameException(FrameStatus.UNKNOWN_OPCODE, req.requestId(),
+                    req.opcode().metricName + " is not served by simulated nodes");
+        }
+    }
+
+    int count() {
+        return nodes.length;
+    }
+
+    long heartbeats() {
+        return heartbeats.get();
+    }
+
+    /** Regions the master told these nodes to free (evictions, removals). */
+    long freed() {
+        return freed.get();
+    }
+
+    long registrations() {
+        return registrations.get();
+    }
+
+    /** Every node heartbeats back to back for {@code d}; returns the heartbeats answered meanwhile. */
+    long flood(Duration d) throws InterruptedException {
+        long before = heartbeats.get();
+        floodUntil = System.nanoTime() + d.toNanos();
+        for (Node n : nodes) {
+            LockSupport.unpark(n.thread);
+        }
+        Thread.sleep(d);
+        return heartbeats.get() - before;
+    }
+
+    /** The first {@code k} nodes fall silent (their connections closed), as nodes that died. */
+    List<String> silence(int k) {
+        List<String> names = new ArrayList<>();
+        for (int i = 0; i < k; i++) {
+            nodes[i].silent = true;
+            names.add(nodes[i].name);
+        }
+        return names;
+    }
+
+    /** The first {@code k} nodes come back empty (restarted), each proving itself with its previous token. */
+    void rejoin(int k) {
+        for (int i = 0; i < k; i++) {
+            nodes[i].rejoin = true;
+        }
+    }
+
+    /** Heartbeats that failed on the connection so far, and the last such failure. */
+    String losses() {
+        return lost.get() + " heartbeats failed on the connection" + (lost.get() > 0 ? ", the last: " + lastLoss.get() : "");
+    }
+
+    /** Throws what went wrong in a node's loop, if anything did. */
+    void check() {
+        Throwable t = failure.get();
+        if (t != null) {
+            throw new IllegalStateException(t.getMessage(), t);
+        }
+    }
+
+    @Override
+    public void close() throws IOException {
+        running = false;
+        for (Node n : nodes) {
+            if (n != null && n.thread != null) {
+                n.thread.interrupt();
+            }
+        }
+        control.close();
+    }
+}
