@@ -2,6 +2,7 @@ package io.kvpool.bench;
 
 import io.kvpool.client.ClientConfig;
 import io.kvpool.client.KvPoolClient;
+import io.kvpool.bench.soak.Relay;
 import io.kvpool.client.PutStatus;
 import io.kvpool.config.Ports;
 import io.kvpool.etcd.EtcdGateway;
@@ -13,6 +14,7 @@ import io.kvpool.etcd.StandbysInSync;
 import java.io.BufferedReader;
 import java.io.IOException;
 import java.io.InputStreamReader;
+import java.net.InetSocketAddress;
 import java.lang.foreign.MemorySegment;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
@@ -33,12 +35,15 @@ import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicLongArray;
 
 /**
- * The {@code failover} section: the leader of two elected masters killed with SIGKILL while clients
- * put and get, with a pool of 100K and of 1M objects, in three ways in the same run: masters that rebuild
- * from the nodes, masters with a hot standby (the leader killed: its port refuses, the standby takes its key at
- * once), and a hot standby whose leader is frozen with SIGSTOP (the standby waits for the lease). Every role is its
- * own process (a real etcd started by scripts/etcd.sh, two {@link FailoverMain} masters, one node); the clients
- * run here.
+ * The {@code failover} section: the leader of two elected masters fails while clients put and get, with a pool
+ * of 100K and of 1M objects, in four ways in the same run: masters that rebuild from the nodes (the leader
+ * killed), and masters with a hot standby whose leader is killed (its port refuses, the standby takes its key at
+ * once), frozen with SIGSTOP, or partitioned (every link to it and from it to etcd stalls while it runs on; the
+ * standby waits out the leader's lease in both). Every role is its own process (a real etcd started by
+ * scripts/etcd.sh, two {@link FailoverMain} masters, one node); the clients run here.
+ *
+ * <p>Before the fault, the puts' latency for 2 s: with a hot standby in sync every put waits for its
+ * acknowledgement, so the rebuild rows are the baseline of the same run.
  *
  * <p>Measured from the kill: the first successful get and put through the new leader, and the moment
  * every client has done both (reattached). Then, with traffic stopped: how many of the objects
@@ -57,7 +62,12 @@ final class FailoverBench {
     enum Mode {
         REBUILD("leader killed, new leader rebuilds from the node"),
         HOT_KILL("leader killed, hot standby"),
-        HOT_FREEZE("leader frozen (SIGSTOP), hot standby");
+        HOT_FREEZE("leader frozen (SIGSTOP), hot standby"),
+        /**
+         * Every way to the leader and from it to etcd stalls, the leader running on: it listens on 127.0.0.2
+         * behind a relay at the address it advertises, and reaches etcd through another.
+         */
+        HOT_PARTITION("leader partitioned (its links stall), hot standby");
 
         final String label;
 
@@ -71,7 +81,7 @@ final class FailoverBench {
     }
 
     static int steps(boolean quick) {
-        return quick ? 2 : 6;
+        return quick ? 2 : 2 * Mode.values().length;
     }
 
     static void run(Results results, boolean quick, Runnable step) throws Exception {
@@ -146,12 +156,35 @@ final class FailoverBench {
 
     private static void once(Results results, int objects, Mode mode, List<Process> processes, Path script, Path dir)
             throws Exception {
+        List<Relay> relays = new ArrayList<>();
+        try {
+            once(results, objects, mode, processes, script, dir, relays);
+        } finally {
+            relays.forEach(Relay::close);
+        }
+    }
+
+    private static void once(Results results, int objects, Mode mode, List<Process> processes, Path script, Path dir,
+                             List<Relay> relays) throws Exception {
         int etcdPort = freePort();
         run(List.of("bash", script.toString(), "start", dir.resolve("etcd").toString(), "" + etcdPort, "" + freePort()));
         String url = "etcd://127.0.0.1:" + etcdPort + "/bench";
         try (LeaderWatch watch = new LeaderWatch(EtcdTarget.parse(url), Duration.ofSeconds(2)).start()) {
             String hot = mode.hot() ? "hot" : "cold";
-            processes.add(start("master", url, "m1", "" + freePort(), hot));
+            int leaderPort = freePort();
+            if (mode == Mode.HOT_PARTITION) {
+                // clients, nodes and the standby reach the leader only through toLeader; it reaches etcd only
+                // through toEtcd
+                Relay toLeader = new Relay(new InetSocketAddress("127.0.0.1", leaderPort),
+                        new InetSocketAddress("127.0.0.2", leaderPort));
+                Relay toEtcd = new Relay(new InetSocketAddress("127.0.0.1", 0), new InetSocketAddress("127.0.0.1", etcdPort));
+                relays.add(toLeader);
+                relays.add(toEtcd);
+                processes.add(start("master", "etcd://127.0.0.1:" + toEtcd.port() + "/bench", "m1", "" + leaderPort, hot,
+                        "-1", "127.0.0.2"));
+            } else {
+                processes.add(start("master", url, "m1", "" + leaderPort, hot));
+            }
             LeaderRecord first = watch.await(LeaderRecord::ready, Duration.ofSeconds(60));
             processes.add(start("master", url, "m2", "" + freePort(), hot));
             processes.add(start("node", url, objects > 200_000 ? "2GiB" : "512MiB"));
@@ -180,11 +213,14 @@ final class FailoverBench {
             }
             Traffic t = new Traffic(url, objects);
             t.awaitWarm();
+            double[] putMicros = t.putLatency(Duration.ofSeconds(2));
             long killedAt = System.nanoTime();
             Process leader = processes.getFirst(); // m1 leads: it started first and was awaited
             if (mode == Mode.HOT_FREEZE) {
                 run(List.of("kill", "-STOP", "" + leader.pid()));
                 killedAt = System.nanoTime(); // the leader answered calls until kill(1) ran, milliseconds after the fork
+            } else if (mode == Mode.HOT_PARTITION) {
+                relays.forEach(r -> r.cut(Relay.Mode.STALL));
             } else {
                 leader.destroyForcibly();
                 leader.waitFor(30, TimeUnit.SECONDS);
@@ -192,6 +228,11 @@ final class FailoverBench {
             t.killedAt(killedAt);
             LeaderRecord next = watch.await(r -> r.ready() && r.term() > first.term(), Duration.ofSeconds(60));
             t.awaitReattached(Duration.ofSeconds(60));
+            if (mode == Mode.HOT_PARTITION) {
+                // the old leader hears again from etcd and its clients: it must serve nothing stale or lost
+                relays.forEach(Relay::heal);
+                Thread.sleep(1000);
+            }
             t.stop();
             Verdict v = t.verify();
             if (mode == Mode.HOT_FREEZE) {
@@ -205,11 +246,14 @@ final class FailoverBench {
                     + next.term() + " (was " + first.term() + "); figure in the p50 column, in us"));
             results.add(new Results.Row("failover", "kvpool", "every client reattached", VALUE, CLIENTS, Double.NaN,
                     Double.NaN, all * 1000, Double.NaN, n));
+            results.add(new Results.Row("failover", "kvpool", "put before the fault", VALUE, CLIENTS, Double.NaN,
+                    Double.NaN, putMicros[0], putMicros[1], n + (mode.hot() ? "; put_end waits for the standby in sync"
+                    : "; no standby") + " (" + (long) putMicros[2] + " puts in 2 s)"));
             // issue 35: a hot standby within 1 s of a kill; a frozen leader is waited for its lease (2 s); the
             // rebuild path keeps its earlier goals (3 s at 100K, 5 s at 1M)
             double goal = switch (mode) {
                 case HOT_KILL -> 1000;
-                case HOT_FREEZE -> 3000;
+                case HOT_FREEZE, HOT_PARTITION -> 3000;
                 case REBUILD -> objects > 200_000 ? 5000 : 3000;
             };
             results.checks.add(new Results.Check("failover with " + n + ": until every client got and put again",
@@ -259,6 +303,9 @@ final class FailoverBench {
         /** Per client: when it first got and put successfully after the kill (0: not yet). */
         final AtomicLongArray reattached = new AtomicLongArray(CLIENTS);
         volatile long killedAt;
+        /** Latencies of puts acknowledged while {@link #measuring}. */
+        final ConcurrentLinkedQueue<Long> putNanos = new ConcurrentLinkedQueue<>();
+        volatile boolean measuring;
 
         Traffic(String url, int objects) {
             this.objects = objects;
@@ -281,8 +328,12 @@ final class FailoverBench {
                         wrong.incrementAndGet();
                     }
                     attempted.add(live);
+                    long p0 = System.nanoTime();
                     PutStatus s = k.put(live, valueOf(live));
                     if (s == PutStatus.OK) {
+                        if (measuring) {
+                            putNanos.add(System.nanoTime() - p0);
+                        }
                         acknowledged.add(live);
                         warm.incrementAndGet();
                         long killed = killedAt;
@@ -294,6 +345,18 @@ final class FailoverBench {
                     // a call spanning the failover may fail; what it left behind is verified at the end
                 }
             }
+        }
+
+        /** The puts' latency over {@code window} from now: p50 and p99 in microseconds, and how many. */
+        double[] putLatency(Duration window) throws InterruptedException {
+            measuring = true;
+            Thread.sleep(window);
+            measuring = false;
+            long[] ns = putNanos.stream().mapToLong(Long::longValue).sorted().toArray();
+            if (ns.length == 0) {
+                return new double[]{Double.NaN, Double.NaN, 0};
+            }
+            return new double[]{ns[ns.length / 2] / 1e3, ns[(int) (ns.length * 0.99)] / 1e3, ns.length};
         }
 
         void awaitWarm() throws InterruptedException {
@@ -401,6 +464,11 @@ final class FailoverBench {
         List<String> cmd = new ArrayList<>(List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
                 "-Xmx" + maxHeap, "-XX:+UseParallelGC", "--enable-native-access=ALL-UNNAMED", "-cp",
                 System.getProperty("java.class.path"), main.getName()));
+        // e.g. KVPOOL_BENCH_MASTER_JAVA_OPTS="-Xlog:gc:file=/tmp/master-%p.gc" to see a master's collections
+        String extra = System.getenv("KVPOOL_BENCH_MASTER_JAVA_OPTS");
+        if (extra != null && !extra.isBlank()) {
+            cmd.addAll(4, List.of(extra.trim().split("\\s+")));
+        }
         cmd.addAll(List.of(args));
         Process p = new ProcessBuilder(cmd).redirectErrorStream(true).start();
         CompletableFuture<Void> ready = new CompletableFuture<>();

@@ -58,9 +58,19 @@ final class ScaleBench {
     record Plan(long objects, long bigObjects, Duration window, String heap, String bigHeap) {
     }
 
+    /**
+     * Quick: 1M objects, no second part. Full: 10M, then 50M in a master alone. KVPOOL_SCALE_OBJECTS and
+     * KVPOOL_SCALE_BIG_OBJECTS (0: skip the second part) change the sizes, e.g. to find where a larger machine
+     * ends; the heaps follow at 400 and 280 bytes an object.
+     */
     static Plan plan(boolean quick) {
-        return quick ? new Plan(1_000_000, 0, Duration.ofSeconds(1), "1g", "")
-                : new Plan(10_000_000, 50_000_000, Duration.ofSeconds(3), "4g", "14g");
+        long objects = Long.parseLong(System.getenv().getOrDefault("KVPOOL_SCALE_OBJECTS", quick ? "1000000" : "10000000"));
+        long big = Long.parseLong(System.getenv().getOrDefault("KVPOOL_SCALE_BIG_OBJECTS", quick ? "0" : "50000000"));
+        return new Plan(objects, big, Duration.ofSeconds(quick ? 1 : 3), heap(objects * 400), heap(big * 280));
+    }
+
+    private static String heap(long bytes) {
+        return Math.max(1, (bytes + (1L << 30) - 1) >> 30) + "g";
     }
 
     static int steps(boolean quick) {
@@ -102,6 +112,7 @@ final class ScaleBench {
             double idle = idleCores(m1.pid(), p.window()); // the master's own timers, before any node
             long t0 = System.nanoTime();
             try (ScaleNodes nodes = new ScaleNodes(leader, NODES, capacityFor(n), Duration.ofSeconds(1))) {
+                watch.onChange(r -> nodes.leaderChanged());
                 row(results, "register nodes", NODES, Double.NaN, ms(t0) * 1000, String.format(Locale.ROOT,
                         "%d simulated nodes registered one after another in %.0f ms", NODES, ms(t0)));
                 long base = heapAfterGc(m1.pid(), http);
@@ -125,8 +136,9 @@ final class ScaleBench {
 
                 // a standby started now catches up from a snapshot plus the stream
                 t0 = System.nanoTime();
+                int http2 = FailoverBench.freePort();
                 Process m2 = FailoverBench.start(p.heap(), FailoverMain.class, "master", url, "m2",
-                        "" + FailoverBench.freePort(), "hot", "" + FailoverBench.freePort());
+                        "" + FailoverBench.freePort(), "hot", "" + http2);
                 processes.add(m2);
                 double started = ms(t0);
                 FailoverBench.awaitInSync(url, "m2");
@@ -134,7 +146,7 @@ final class ScaleBench {
                 row(results, "standby catch-up", 0, Double.NaN, caughtUp * 1000, String.format(Locale.ROOT,
                         "%.0f ms from starting the standby's JVM until the leader named it in sync (%.0f ms after it"
                                 + " was up), %s", caughtUp, caughtUp - started, size));
-                failover(results, m1, first, watch, leader, stored, size);
+                failover(results, m1, http2, first, watch, leader, stored, size);
                 nodes.check();
             }
         }
@@ -293,7 +305,7 @@ final class ScaleBench {
         nodes.check();
     }
 
-    private static void failover(Results results, Process m1, LeaderRecord first, LeaderWatch watch,
+    private static void failover(Results results, Process m1, int http2, LeaderRecord first, LeaderWatch watch,
                                  Supplier<HostPort> leader, long upTo, String size) throws Exception {
         long present = countPresent(leader.get(), upTo);
         long chain = firstFullChain(leader.get(), upTo);
@@ -308,34 +320,45 @@ final class ScaleBench {
         AtomicLong lookedUp = new AtomicLong();
         AtomicLong put = new AtomicLong();
         AtomicReference<Throwable> failure = new AtomicReference<>();
-        Thread lookup = Thread.ofPlatform().start(() -> retry(killedAt, lookedUp, failure, first, watch, c -> {
+        AtomicReference<String> lastLookup = new AtomicReference<>("none");
+        AtomicReference<String> lastPut = new AtomicReference<>("none");
+        AtomicLong attempts = new AtomicLong();
+        Thread lookup = Thread.ofPlatform().start(() -> retry(killedAt, lookedUp, failure, first, watch, lastLookup, c -> {
             BodyWriter w = new BodyWriter(CHAIN * 90);
             new KeyList(chainKeys(chain)).write(w);
-            return c.call(Opcode.PREFIX_MATCH, w, Duration.ofSeconds(1)).body().i32("matched") == CHAIN;
+            int matched = c.call(Opcode.PREFIX_MATCH, w, Duration.ofSeconds(1)).body().i32("matched");
+            lastLookup.set("matched " + matched + " of " + CHAIN);
+            return matched == CHAIN;
         }));
-        Thread writer = Thread.ofPlatform().start(() -> retry(killedAt, put, failure, first, watch, c -> {
-            MetadataBench.putBatch(c, upTo + 1_000_000_000L, CHAIN);
+        Thread writer = Thread.ofPlatform().start(() -> retry(killedAt, put, failure, first, watch, lastPut, c -> {
+            // fresh keys every attempt: an attempt that failed half way leaves its keys reserved or stored
+            MetadataBench.putBatch(c, upTo + 1_000_000_000L + attempts.getAndIncrement() * CHAIN, CHAIN);
             return true;
         }));
         lookup.join(60_000);
         writer.join(60_000);
         if (failure.get() != null || lookedUp.get() == 0 || put.get() == 0) {
-            throw new IllegalStateException("no lookup and put succeeded within 60 s of the kill", failure.get());
+            throw new IllegalStateException("no lookup and put succeeded within 60 s of the kill (leader now " + watch.latest()
+                    + "; the last lookup failure: " + lastLookup.get() + "; the last put failure: " + lastPut.get() + ")",
+                    failure.get());
         }
         LeaderRecord next = watch.latest();
+        double evicted = PoolProcess.metric(http2, "master_evicted_keys_total");
         long after = countPresent(leader.get(), upTo);
         double lookupMs = (lookedUp.get() - killedAt) / 1e6;
         double putMs = (put.get() - killedAt) / 1e6;
         double both = Math.max(lookupMs, putMs);
         row(results, "failover (leader killed, hot standby)", 1, Double.NaN, both * 1000, String.format(Locale.ROOT,
                 "%s: first full prefix match %.0f ms and first put %.0f ms after kill -9; new leader %s at term %d,"
-                        + " ready in etcd %.0f ms after the kill; %d of %d objects present before the kill, %d after",
-                size, lookupMs, putMs, next.id(), next.term(), (elected.get() - killedAt) / 1e6, present, upTo, after));
+                        + " ready in etcd %.0f ms after the kill (it evicted %.0f objects to place the first put); %d of"
+                        + " %d objects present before the kill, %d after", size, lookupMs, putMs, next.id(), next.term(),
+                (elected.get() - killedAt) / 1e6, evicted, present, upTo, after));
         results.checks.add(new Results.Check("scale: failover at " + size + " until the first lookup and put", both,
                 "ms", "< 2000 ms", both < 2000, String.format(Locale.ROOT, "lookup %.0f ms, put %.0f ms", lookupMs,
                 putMs)));
-        results.checks.add(new Results.Check("scale: objects lost in the failover at " + size, present - after, "",
-                "0", present == after, present + " present before the kill, " + after + " after"));
+        results.checks.add(new Results.Check("scale: objects lost in the failover at " + size, present - after
+                - evicted, "", "0", present - after == evicted, present + " present before the kill, " + after
+                + " after, " + (long) evicted + " evicted by the new leader to place the first put"));
     }
 
     /** What the failover loops try against the leader until it succeeds. */
@@ -346,7 +369,7 @@ final class ScaleBench {
 
     /** Tries {@code attempt} against the newest leader record past {@code first}'s term until it succeeds. */
     private static void retry(long since, AtomicLong done, AtomicReference<Throwable> failure, LeaderRecord first,
-                              LeaderWatch watch, Attempt attempt) {
+                              LeaderWatch watch, AtomicReference<String> last, Attempt attempt) {
         long deadline = since + Duration.ofSeconds(60).toNanos();
         while (System.nanoTime() < deadline) {
             LeaderRecord r = watch.latest();
@@ -362,6 +385,7 @@ final class ScaleBench {
                     }
                 } catch (Exception e) {
                     // not serving yet (a put refused while no segment is active under the new term, a refused connection)
+                    last.set(e.toString());
                 }
             }
             try {

@@ -40,8 +40,8 @@ import java.util.function.Supplier;
 final class ScaleNodes implements AutoCloseable {
 
     private static final Duration T = Duration.ofSeconds(30);
-    /** How soon a node that lost its master tries the leader again. */
-    private static final Duration RETRY = Duration.ofMillis(20);
+    /** How soon a node that lost its master tries the leader again (MasterLink.ELECTED_RETRY). */
+    private static final Duration ELECTED_RETRY = Duration.ofMillis(100);
 
     private final Supplier<HostPort> leader;
     private final FrameServer control;
@@ -56,6 +56,8 @@ final class ScaleNodes implements AutoCloseable {
     private final AtomicLong lost = new AtomicLong();
     private final AtomicReference<String> lastLoss = new AtomicReference<>("");
     private volatile boolean running = true;
+    /** Leader records seen to change: each wakes every node to heartbeat the leader at once, as MasterLink does. */
+    private volatile int leaderChanges;
     /** Until this System.nanoTime(), nodes heartbeat back to back instead of every {@link #interval}. */
     private volatile long floodUntil;
 
@@ -71,6 +73,8 @@ final class ScaleNodes implements AutoCloseable {
         volatile boolean silent;
         volatile boolean rejoin;
         Thread thread;
+        /** The leader changes this node has acted on. */
+        int seenChanges;
 
         Node(String name) {
             this.name = name;
@@ -132,10 +136,11 @@ final class ScaleNodes implements AutoCloseable {
                         silent = false;
                     }
                     long now = System.nanoTime();
-                    while (running && now < next && now >= floodUntil) {
+                    while (running && now < next && now >= floodUntil && seenChanges == leaderChanges) {
                         LockSupport.parkNanos(next - now);
                         now = System.nanoTime();
                     }
+                    seenChanges = leaderChanges;
                     // flooding: no schedule to keep; afterwards, one interval after the last heartbeat at the latest
                     next = now < floodUntil ? now : Math.max(next, now - interval.toNanos()) + interval.toNanos();
                     if (silent) {
@@ -144,11 +149,13 @@ final class ScaleNodes implements AutoCloseable {
                     }
                     heartbeat();
                 } catch (IOException e) {
-                    // the master went away (a failover): the next heartbeat, soon, goes to whoever leads then
+                    // the master went away (a failover): the next heartbeat goes to whoever leads then, at once when
+                    // the leader record changes (leaderChanged), else after ELECTED_RETRY, as MasterLink does (a new
+                    // leader publishes its address a moment before its port listens)
                     lost.incrementAndGet();
                     lastLoss.set(name + ": " + e);
                     closeConnection();
-                    next = System.nanoTime() + RETRY.toNanos();
+                    next = System.nanoTime() + ELECTED_RETRY.toNanos();
                 } catch (RuntimeException e) {
                     failure.compareAndSet(null, new IllegalStateException("simulated node " + name + ": " + e, e));
                     closeConnection();
@@ -241,6 +248,14 @@ final class ScaleNodes implements AutoCloseable {
         }
         Thread.sleep(d);
         return heartbeats.get() - before;
+    }
+
+    /** The leader record changed: every node heartbeats now (to the new leader, once there is one). */
+    void leaderChanged() {
+        leaderChanges++;
+        for (Node n : nodes) {
+            LockSupport.unpark(n.thread);
+        }
     }
 
     /** The first {@code k} nodes fall silent (their connections closed), as nodes that died. */

@@ -126,6 +126,11 @@ final class LaunchCommand implements Callable<Integer> {
             description = "Masters to run, elected through etcd; more than 1 gives standbys (default: ${DEFAULT-VALUE}).")
     int masters = 1;
 
+    @Option(names = "--hot-standby",
+            description = "With --masters > 1: standbys keep a copy of the leader's metadata and take over serving from"
+                    + " it at once (the master's --hot-standby); without it a new leader rebuilds from the nodes.")
+    boolean hotStandby;
+
     @Option(names = "--etcd", paramLabel = "etcd://HOST:PORT[,...][/CLUSTER]",
             description = "The etcd that elects the masters (with --masters > 1); default: start one on this machine.")
     String etcd;
@@ -267,6 +272,9 @@ final class LaunchCommand implements Callable<Integer> {
         if (etcd != null && masters == 1) {
             throw new IllegalArgumentException("--etcd elects masters: give --masters 2 or more with it");
         }
+        if (hotStandby && masters == 1) {
+            throw new IllegalArgumentException("--hot-standby needs a standby: give --masters 2 or more with it");
+        }
         Files.createDirectories(logDir);
         eventFlags = pool.eventFlags();
         if (pool.tenantsJson() != null) { // checked here, named by the config's file; every master reads it
@@ -301,7 +309,7 @@ final class LaunchCommand implements Callable<Integer> {
                 List<String> args = new ArrayList<>(List.of("node", "--master", masterAddress, "--host", h.address(),
                         "--advertise-host", h.address(), "--port", "0", "--segment-size", pool.cpu().toString(),
                         "--promote-after", Integer.toString(pool.promoteAfter())));
-                if (sameHostBefore(hosts, i) || hostRepeats(hosts, i)) {
+                if (LaunchHosts.sameHostBefore(hosts, i) || LaunchHosts.hostRepeats(hosts, i)) {
                     // nodes sharing an address: each status page on a port of its own (the usual one is taken
                     // by one of them, or by anything else: a node on its default moves by itself)
                     args.addAll(List.of("--http-port", "0"));
@@ -380,12 +388,15 @@ final class LaunchCommand implements Callable<Integer> {
         EtcdTarget.parse(url); // names a malformed --etcd before anything else starts
         for (int i = 0; i < masters; i++) {
             Host h = hosts.get(Math.min(i, hosts.size() - 1));
-            int port = masterPort == 0 ? 0 : masterPort + (i < hosts.size() && !sameHostBefore(hosts, i) ? 0 : i);
+            int port = masterPort == 0 ? 0 : masterPort + (i < hosts.size() && !LaunchHosts.sameHostBefore(hosts, i) ? 0 : i);
             if (port == 0) {
                 port = freePort();
             }
             List<String> args = masterArgs(h, port, Integer.toString(freePort()));
             args.addAll(List.of("--etcd", url, "--id", "m" + (i + 1), "--advertise-host", h.address()));
+            if (hotStandby) {
+                args.add("--hot-standby");
+            }
             Supervised m = start("master-" + (i + 1), h, args);
             masterProcesses.add(m);
             awaitLine(m, Pattern.compile("kvpool master m" + (i + 1) + " standing for election"), Duration.ofSeconds(60));
@@ -393,60 +404,12 @@ final class LaunchCommand implements Callable<Integer> {
         return url;
     }
 
-    /** Whether an earlier one of the first {@code i} hosts has the same address (masters share it: distinct ports). */
-    private static boolean sameHostBefore(List<Host> hosts, int i) {
-        for (int j = 0; j < i; j++) {
-            if (hosts.get(j).address().equals(hosts.get(i).address())) {
-                return true;
-            }
-        }
-        return false;
-    }
-
-    /** Whether a later host has the same address as host {@code i}. */
-    private static boolean hostRepeats(List<Host> hosts, int i) {
-        for (int j = i + 1; j < hosts.size(); j++) {
-            if (hosts.get(j).address().equals(hosts.get(i).address())) {
-                return true;
-            }
-        }
-        return false;
-    }
-
     private static int freePort() throws IOException {
         return Ports.reservable(); // below the ephemeral range: no client connection takes it meanwhile
     }
 
     private List<Host> hosts() throws IOException {
-        List<Host> hosts = new ArrayList<>();
-        if (where.local != null) {
-            if (where.local < 1 || where.local > 64) {
-                throw new IllegalArgumentException("--local: 1 to 64 nodes, got " + where.local);
-            }
-            for (int i = 0; i < where.local; i++) {
-                hosts.add(new Host("127.0.0.1", "local"));
-            }
-            return hosts;
-        }
-        int n = 0;
-        for (String raw : Files.readAllLines(where.hostsFile)) {
-            n++;
-            String l = raw.replaceFirst("#.*", "").trim();
-            if (l.isEmpty()) {
-                continue;
-            }
-            String[] f = l.split("\\s+");
-            String via = f.length > 1 ? f[1] : "local";
-            if (f.length > 2 || !(via.equals("local") || via.startsWith("netns:") || via.equals("ssh") || via.startsWith("ssh:"))) {
-                throw new IllegalArgumentException(where.hostsFile + ":" + n + ": expected ADDRESS [local|netns:NAME|ssh[:USER@HOST]],"
-                        + " got '" + raw + "'");
-            }
-            hosts.add(new Host(f[0], via));
-        }
-        if (hosts.isEmpty()) {
-            throw new IllegalArgumentException(where.hostsFile + ": no hosts");
-        }
-        return hosts;
+        return where.local != null ? LaunchHosts.local(where.local) : LaunchHosts.read(where.hostsFile);
     }
 
     /** The command line of this same kvpool, for a role, run where the host says. */

@@ -1,12 +1,19 @@
 package io.kvpool.it;
 
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
 import io.kvpool.client.ClientConfig;
 import io.kvpool.client.KvPoolClient;
 import io.kvpool.client.PutStatus;
+import io.kvpool.config.Ports;
 import io.kvpool.etcd.LeaderRecord;
 import org.junit.jupiter.api.Test;
 
 import java.lang.foreign.MemorySegment;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse.BodyHandlers;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -113,5 +120,39 @@ class HotStandbyIT {
     @Test
     void aFrozenLeaderIsReplacedByItsStandbyAfterItsLease() throws Exception {
         failOver("hot-standby-freeze", true);
+    }
+
+    @Test
+    void aHotStandbyShowsItsCopyOnItsPageAndInItsMetrics() throws Exception {
+        int http = Ports.reservable();
+        try (HaCluster ha = new HaCluster("hot-standby-page", 1, "--hot-standby")) {
+            ha.startMaster("m2", "--hot-standby", "--http-port", "" + http);
+            ha.startNode("64MiB");
+            try (KvPoolClient c = KvPoolClient.connect(ClientConfig.forMaster(ha.url))) {
+                ProcessCluster.awaitStats(c, s -> s.segments().size() == 1 && s.segments().getFirst().active(),
+                        "1 active segment");
+                putAll(c, "page/", 100);
+                ha.awaitStandbyInSync("m2");
+                HttpClient web = HttpClient.newHttpClient();
+                long deadline = System.nanoTime() + Duration.ofSeconds(60).toNanos();
+                JsonNode health;
+                do {
+                    assertThat(System.nanoTime()).as("the standby's copy holding the 100 objects").isLessThan(deadline);
+                    Thread.sleep(20);
+                    health = new ObjectMapper().readTree(web.send(HttpRequest.newBuilder(
+                            URI.create("http://127.0.0.1:" + http + "/health")).build(), BodyHandlers.ofString()).body());
+                } while (health.path("copy_objects").asLong() != 100);
+                assertThat(health.path("status").asText()).isEqualTo("standby");
+                assertThat(health.path("hot").asBoolean()).isTrue();
+                assertThat(health.path("in_sync").asBoolean()).as("named in sync by the leader").isTrue();
+                String metrics = web.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + http + "/metrics"))
+                        .build(), BodyHandlers.ofString()).body();
+                assertThat(metrics).contains("master_standby_copy_objects 100.0").contains("master_leader 0.0");
+                // what the status page shows (its script renders this)
+                String page = web.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + http + "/api/status"))
+                        .build(), BodyHandlers.ofString()).body();
+                assertThat(page).contains("Copy of the metadata").contains("100 objects").contains("In sync");
+            }
+        }
     }
 }

@@ -320,6 +320,14 @@ class LaunchIT {
     }
 
     @Test
+    void aHotStandbyWithoutAStandbyIsRefused(@TempDir Path dir) throws Exception {
+        Launcher l = launch(dir, "type: pool\ncpu: 64MiB\n", "--local", "1", "--hot-standby");
+        assertThat(String.join("\n", l.allLines())).contains("--hot-standby needs a standby: give --masters 2");
+        assertThat(l.process().exitValue()).isNotZero();
+        assertThat(l.printed("started")).as("nothing started").isFalse();
+    }
+
+    @Test
     void runStartsACommandWithTheConfigPathAndStopsThePoolAfterIt(@TempDir Path dir) throws Exception {
         Path seen = dir.resolve("seen");
         Launcher l = launch(dir, "type: pool\ncpu: 64MiB\n", "--local", "1", "--run", "bash", "-c",

@@ -130,7 +130,7 @@ public final class ElectedMaster implements AutoCloseable {
                 election.close();
                 throw new UncheckedIOException(e);
             }
-            standby = StandbyPages.mount(h, options.id(), options.etcd(), election.etcd());
+            standby = StandbyPages.mount(h, options.id(), options.etcd(), election.etcd(), () -> follower);
             h.start();
         }
         this.http = h;
@@ -329,7 +329,7 @@ public final class ElectedMaster implements AutoCloseable {
             return;
         }
         if (on && standby == null) {
-            standby = StandbyPages.mount(http, options.id(), options.etcd(), election.etcd());
+            standby = StandbyPages.mount(http, options.id(), options.etcd(), election.etcd(), () -> follower);
         } else if (!on && standby != null) {
             standby.unmount();
             standby = null;

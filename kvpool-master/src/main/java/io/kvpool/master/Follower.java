@@ -159,6 +159,7 @@ final class Follower implements AutoCloseable {
         snapshotMillis.set((System.nanoTime() - started) / 1_000_000);
         log.info("standby: following the leader at {} (term {}): {} objects, {} segments, snapshot in {} ms", at,
                 term, copy.objects(), copy.segments.size(), snapshotMillis.get());
+        boolean settled = false;
         while (!closed) {
             FeedBatch b = FeedBatch.read(c.call(Opcode.FEED_FOLLOW,
                     body(new Follow(position, BATCH_BYTES, (int) WAIT.toMillis(), self)), CALL_TIMEOUT).body());
@@ -171,6 +172,12 @@ final class Follower implements AutoCloseable {
             copy.apply(b.records(), b.count());
             records.addAndGet(b.count());
             position = b.next();
+            if (!settled && b.records().length <= BATCH_BYTES / 2) {
+                // the batch held every record there was (the next one would have fit): the copy is now the leader's
+                // state at a moment after the snapshot's last part, and can keep the allocators (StandbyCopy)
+                copy.settle();
+                settled = true;
+            }
         }
     }
 

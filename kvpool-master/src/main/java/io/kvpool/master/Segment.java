@@ -47,13 +47,19 @@ final class Segment {
 
     Segment(int id, String name, HostPort address, long capacity, long nodeIncarnation, String shmPath,
             ControlToken controlToken, long nowMillis) {
+        this(id, name, address, nodeIncarnation, shmPath, controlToken, nowMillis, new RangeAllocator(capacity));
+    }
+
+    /** A segment whose space is {@code allocator}'s (a promoted standby's copy kept it: {@link TakeOver}). */
+    Segment(int id, String name, HostPort address, long nodeIncarnation, String shmPath, ControlToken controlToken,
+            long nowMillis, RangeAllocator allocator) {
         this.controlToken = controlToken;
         this.id = id;
         this.shmPath = shmPath;
         this.name = name;
         this.address = address;
         this.nodeIncarnation = nodeIncarnation;
-        this.allocator = new RangeAllocator(capacity);
+        this.allocator = allocator;
         this.lastHeartbeatMillis = nowMillis;
     }
 

@@ -77,12 +77,13 @@ final class Segments {
 
     /**
      * Takes over a segment the previous leader registered (a promoted standby's copy): same id, name, address,
-     * incarnation, shared-memory file and control token, placed on only once its node follows this master's term.
+     * incarnation, shared-memory file and control token, placed on only once its node follows this master's term;
+     * its space is {@code kept} (the copy's allocator for it) or, when null, a fresh allocator the caller fills.
      * Caller holds the epoch write lock.
      */
-    Segment adopt(FeedRecords.SegmentRecord r, long nowMillis) {
-        Segment seg = new Segment(r.id(), r.name(), r.address(), r.capacity(), r.nodeIncarnation(), r.shmPath(),
-                r.controlToken(), nowMillis);
+    Segment adopt(FeedRecords.SegmentRecord r, long nowMillis, RangeAllocator kept) {
+        Segment seg = new Segment(r.id(), r.name(), r.address(), r.nodeIncarnation(), r.shmPath(), r.controlToken(),
+                nowMillis, kept != null ? kept : new RangeAllocator(r.capacity()));
         seg.awaitingTerm = true;
         byId.put(seg.id, seg);
         changed();

@@ -236,6 +236,10 @@ class StandbyFeedTest {
             // small batches now and then, so a batch ends in the middle of a change's records
             at = drain(source, copy, at, leader.rnd.nextBoolean() ? 1 : 1 << 20);
             String why = "seed " + seed + ", mask " + Integer.toHexString(mask) + ", round " + round;
+            if (round == 0) {
+                copy.settle(); // drained to the end, after the snapshot's last part: as the follower does
+            }
+            assertKeptAllocatorsMatch(copy, why);
             assertThat(dump(copy.index)).as(why).isEqualTo(dump(leader.index));
             assertThat(segmentsOf(copy)).as(why).isEqualTo(segmentsOf(leader.svc));
             assertThat(copy.epoch()).as(why).isEqualTo(leader.svc.epoch());
@@ -302,6 +306,8 @@ class StandbyFeedTest {
                     }
                     assertThat(segmentsOf(copy)).isEqualTo(segmentsOf(m.service()));
                 }
+                f.close(); // what a promotion does first: the copy stands still
+                assertKeptAllocatorsMatch(copy, "over the wire");
                 assertThat(f.snapshots.get()).as("one snapshot, then the feed alone").isEqualTo(1);
                 assertThat(f.records.get()).isPositive();
             }
@@ -361,6 +367,17 @@ class StandbyFeedTest {
     @ParameterizedTest(name = "seed {0}, hash mask {1}")
     @MethodSource("runs")
     void aPromotedCopyAnswersAsTheLeaderDidAndPlacesBesideWhatItHolds(long seed, int mask) throws Exception {
+        promote(seed, mask, false);
+    }
+
+    /** The same with a copy that kept the allocators record by record: the promotion takes them as they are. */
+    @ParameterizedTest(name = "seed {0}, hash mask {1}")
+    @MethodSource("runs")
+    void aPromotedCopyThatKeptItsAllocatorsPlacesBesideWhatItHolds(long seed, int mask) throws Exception {
+        promote(seed, mask, true);
+    }
+
+    private static void promote(long seed, int mask, boolean settle) throws Exception {
         Leader leader = new Leader(seed, mask);
         for (int i = 0; i < 300; i++) {
             leader.step();
@@ -369,12 +386,20 @@ class StandbyFeedTest {
         FeedSource source = leader.svc.feed;
         long at = source.follow(new Follow(-1, 1 << 20, 0, "")).next();
         snapshot(source, copy, leader::step);
-        drain(source, copy, at, 1 << 20);
+        at = drain(source, copy, at, 1 << 20);
+        if (settle) {
+            copy.settle();
+            for (int i = 0; i < 100; i++) {
+                leader.step();
+            }
+            drain(source, copy, at, 1 << 20);
+            assertThat(copy.allocators()).as("kept through 100 more changes").isNotNull();
+        }
         TreeMap<String, String> objects = dump(leader.index);
         // the standby's clock is where the leader's started: generations from the clock alone would repeat old ones
         MasterService promoted = MasterService.serving(MasterConfig.defaults(), new ManualClock(1_700_000_000_000L),
                 new SplittableRandom(seed), NodeNotifier.NONE, copy);
-        String why = "seed " + seed + ", mask " + Integer.toHexString(mask);
+        String why = "seed " + seed + ", mask " + Integer.toHexString(mask) + (settle ? ", allocators kept" : "");
         assertThat(promoted.getReplicaList(leader.keys)).as(why).isEqualTo(leader.svc.getReplicaList(leader.keys));
         assertThat(segmentsOf(promoted)).as(why).isEqualTo(segmentsOf(leader.svc));
         byte[] fresh = "after-the-promotion".getBytes(java.nio.charset.StandardCharsets.US_ASCII);
@@ -421,6 +446,25 @@ class StandbyFeedTest {
                 assertThat(e.getKey()).as("regions overlap on segment %d, %s", segId, why).isGreaterThanOrEqualTo(end);
                 end = e.getKey() + e.getValue();
             }
+        });
+    }
+
+    /**
+     * The allocators the copy kept record by record hold exactly what one built from the copy's objects in one pass
+     * holds: the same bytes, the same regions, the same free ranges.
+     */
+    static void assertKeptAllocatorsMatch(StandbyCopy copy, String why) {
+        assertThat(copy.misfits()).as("regions that did not fit the kept allocators, " + why).isZero();
+        java.util.Map<Integer, RangeAllocator> kept = copy.allocators();
+        assertThat(kept).as("allocators kept, " + why).isNotNull();
+        java.util.Map<Integer, RangeAllocator> built = new java.util.HashMap<>();
+        copy.segments.values().forEach(r -> built.put(r.id(), new RangeAllocator(r.capacity())));
+        assertThat(RegionsBuild.reserveAll(copy.index, built::get)).as(why).isZero();
+        assertThat(kept.keySet()).as(why).isEqualTo(built.keySet());
+        built.forEach((id, b) -> {
+            RangeAllocator k = kept.get(id);
+            assertThat(new long[]{k.used(), k.allocations(), k.freeRanges()}).as("segment %d: used, regions, free"
+                    + " ranges, %s", id, why).containsExactly(b.used(), b.allocations(), b.freeRanges());
         });
     }
 }
