@@ -310,8 +310,12 @@ final class ScaleBench {
         long present = countPresent(leader.get(), upTo);
         long chain = firstFullChain(leader.get(), upTo);
         AtomicLong elected = new AtomicLong();
+        AtomicLong gone = new AtomicLong();
+        AtomicLong answered = new AtomicLong();
         watch.onChange(r -> {
-            if (r != null && r.ready() && r.term() > first.term()) {
+            if (r == null) {
+                gone.compareAndSet(0, System.nanoTime());
+            } else if (r.ready() && r.term() > first.term()) {
                 elected.compareAndSet(0, System.nanoTime());
             }
         });
@@ -323,14 +327,16 @@ final class ScaleBench {
         AtomicReference<String> lastLookup = new AtomicReference<>("none");
         AtomicReference<String> lastPut = new AtomicReference<>("none");
         AtomicLong attempts = new AtomicLong();
-        Thread lookup = Thread.ofPlatform().start(() -> retry(killedAt, lookedUp, failure, first, watch, lastLookup, c -> {
+        Timeline lookupTimes = new Timeline();
+        Thread lookup = Thread.ofPlatform().start(() -> retry(killedAt, lookedUp, failure, first, watch, lastLookup, lookupTimes, c -> {
             BodyWriter w = new BodyWriter(CHAIN * 90);
             new KeyList(chainKeys(chain)).write(w);
             int matched = c.call(Opcode.PREFIX_MATCH, w, Duration.ofSeconds(1)).body().i32("matched");
+            answered.compareAndSet(0, System.nanoTime());
             lastLookup.set("matched " + matched + " of " + CHAIN);
             return matched == CHAIN;
         }));
-        Thread writer = Thread.ofPlatform().start(() -> retry(killedAt, put, failure, first, watch, lastPut, c -> {
+        Thread writer = Thread.ofPlatform().start(() -> retry(killedAt, put, failure, first, watch, lastPut, new Timeline(), c -> {
             // fresh keys every attempt: an attempt that failed half way leaves its keys reserved or stored
             MetadataBench.putBatch(c, upTo + 1_000_000_000L + attempts.getAndIncrement() * CHAIN, CHAIN);
             return true;
@@ -350,15 +356,30 @@ final class ScaleBench {
         double both = Math.max(lookupMs, putMs);
         row(results, "failover (leader killed, hot standby)", 1, Double.NaN, both * 1000, String.format(Locale.ROOT,
                 "%s: first full prefix match %.0f ms and first put %.0f ms after kill -9; new leader %s at term %d,"
-                        + " ready in etcd %.0f ms after the kill (it evicted %.0f objects to place the first put); %d of"
-                        + " %d objects present before the kill, %d after", size, lookupMs, putMs, next.id(), next.term(),
-                (elected.get() - killedAt) / 1e6, evicted, present, upTo, after));
+                        + " the old key gone at %.0f ms, the new one ready at %.0f ms; the lookup client saw it at %.0f ms,"
+                        + " connected at %.0f ms, and was first answered at %.0f ms (the last failure before: %s); it evicted"
+                        + " %.0f objects to place the first put; %d of %d objects present before the kill, %d after", size,
+                lookupMs, putMs, next.id(), next.term(), since(gone, killedAt), since(elected, killedAt),
+                since(lookupTimes.saw(), killedAt), since(lookupTimes.connected(), killedAt), since(answered, killedAt),
+                lastLookup.get(), evicted, present, upTo, after));
         results.checks.add(new Results.Check("scale: failover at " + size + " until the first lookup and put", both,
                 "ms", "< 2000 ms", both < 2000, String.format(Locale.ROOT, "lookup %.0f ms, put %.0f ms", lookupMs,
                 putMs)));
         results.checks.add(new Results.Check("scale: objects lost in the failover at " + size, present - after
                 - evicted, "", "0", present - after == evicted, present + " present before the kill, " + after
                 + " after, " + (long) evicted + " evicted by the new leader to place the first put"));
+    }
+
+    /** When a failover loop first saw the new leader's ready record, and first connected to it. */
+    private record Timeline(AtomicLong saw, AtomicLong connected) {
+        Timeline() {
+            this(new AtomicLong(), new AtomicLong());
+        }
+    }
+
+    /** Milliseconds from {@code from} to the moment {@code at} holds (NaN: never). */
+    private static double since(AtomicLong at, long from) {
+        return at.get() == 0 ? Double.NaN : (at.get() - from) / 1e6;
     }
 
     /** What the failover loops try against the leader until it succeeds. */
@@ -369,13 +390,15 @@ final class ScaleBench {
 
     /** Tries {@code attempt} against the newest leader record past {@code first}'s term until it succeeds. */
     private static void retry(long since, AtomicLong done, AtomicReference<Throwable> failure, LeaderRecord first,
-                              LeaderWatch watch, AtomicReference<String> last, Attempt attempt) {
+                              LeaderWatch watch, AtomicReference<String> last, Timeline timeline, Attempt attempt) {
         long deadline = since + Duration.ofSeconds(60).toNanos();
         while (System.nanoTime() < deadline) {
             LeaderRecord r = watch.latest();
             if (r != null && r.ready() && r.term() > first.term()) {
+                timeline.saw.compareAndSet(0, System.nanoTime());
                 try (FrameConnection c = FrameConnection.connect(HostPort.parse(r.address()), Duration.ofSeconds(1),
                         Limits.DEFAULT)) {
+                    timeline.connected.compareAndSet(0, System.nanoTime());
                     while (System.nanoTime() < deadline) {
                         if (attempt.run(c)) {
                             done.set(System.nanoTime());

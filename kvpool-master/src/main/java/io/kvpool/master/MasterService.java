@@ -180,6 +180,7 @@ public final class MasterService {
                 System::nanoTime, true);
         if (copy != null) {
             TakeOver.apply(copy, s.index, s.segments, s.epoch, s.generations, clock.millis());
+            s.repair.holdOff(Repair.RETRY_MILLIS);
         }
         return s;
     }

@@ -85,6 +85,8 @@ final class Repair {
     private final RandomGenerator random;
 
     private volatile boolean dirty;
+    /** No round before this ({@link #holdOff}). */
+    private volatile long notBeforeMillis;
     private volatile long lastRoundMillis;
 
     /** Objects below their copies at the end of the last plan (a gauge). */
@@ -111,6 +113,17 @@ final class Repair {
         dirty = true;
     }
 
+    /**
+     * A master that just took over from a standby's copy: the first round scans, but not before {@code
+     * millis} from now. Its nodes come back one by one in its first second, each marking the repair dirty, and a
+     * scan of ten million objects then took a core for two seconds just when clients and nodes reconnect; what the
+     * old leader left below its copies waits a few seconds more.
+     */
+    void holdOff(long millis) {
+        notBeforeMillis = clock.millis() + millis;
+        dirty = true;
+    }
+
     /** One planned copy: the object, where it is read from, and the region reserved for the new copy. */
     private record Task(byte[] key, int hash, long generation, long valueLength, long regionLength,
                         Segment source, Tier sourceTier, long sourceOffset, Segment target, long targetOffset) {
@@ -130,6 +143,9 @@ final class Repair {
      */
     int runOnce() {
         long now = clock.millis();
+        if (now < notBeforeMillis) {
+            return 0;
+        }
         if (!dirty && (underReplicated.get() == 0 || now - lastRoundMillis < RETRY_MILLIS)) {
             return 0;
         }

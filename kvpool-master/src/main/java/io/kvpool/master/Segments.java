@@ -85,10 +85,14 @@ final class Segments {
         Segment seg = new Segment(r.id(), r.name(), r.address(), r.nodeIncarnation(), r.shmPath(), r.controlToken(),
                 nowMillis, kept != null ? kept : new RangeAllocator(r.capacity()));
         seg.awaitingTerm = true;
-        byId.put(seg.id, seg);
-        changed();
+        byId.put(seg.id, seg); // placement sees it after adopted(): rebuilt once, not once a segment
         nextId.accumulateAndGet(seg.id + 1, Math::max);
         return seg;
+    }
+
+    /** Every segment of a take-over is adopted: placement sees them now. Caller holds the epoch write lock. */
+    void adopted() {
+        changed();
     }
 
     /** Forgets a segment. Caller holds the epoch write lock. */

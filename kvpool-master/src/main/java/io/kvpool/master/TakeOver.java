@@ -51,6 +51,7 @@ final class TakeOver {
                     return seg == null ? null : seg.allocator;
                 });
             }
+            segments.adopted();
             if (unplaced[0] > 0) {
                 // cannot happen with a copy that followed the leader: the leader's allocators never overlapped
                 log.warn("take-over: {} copies of the previous leader's objects did not fit their segments", unplaced[0]);

@@ -180,6 +180,21 @@ class ReplicasAndPinsTest {
     }
 
     @Test
+    void aRepairHeldOffRunsNothingUntilItsTimeThenRepairs() {
+        join("a:1", 1 << 20);
+        put("key-01", 2, 0); // one copy of two: below its copies
+        svc.repair().holdOff(5_000); // as a master that just took over from a standby's copy
+        join("b:1", 1 << 20); // marks the repair dirty
+        assertThat(svc.repair().runOnce()).as("held off: no scan").isZero();
+        assertThat(svc.repair().underReplicated.get()).as("not even counted").isZero();
+        clock.advance(Duration.ofMillis(4_999));
+        assertThat(svc.repair().runOnce()).isZero();
+        clock.advance(Duration.ofMillis(1));
+        assertThat(svc.repair().runOnce()).as("its time came: the copy is made").isOne();
+        assertThat(where("key-01").replicas()).hasSize(2);
+    }
+
+    @Test
     void aLostNodeLosesNoObjectWithTwoCopiesAndRepairBringsEachBackToTwo() {
         int a = join("a:1", 1 << 20);
         int b = join("b:1", 1 << 20);
