@@ -61,6 +61,8 @@ final class Children {
         try (DirectoryStream<Path> files = Files.newDirectoryStream(dir, "kvpool-*-" + pid + ".seg")) {
             for (Path f : files) {
                 Files.deleteIfExists(f);
+                // the node's registration beside it (what a restart would prove itself with): nothing without the segment
+                Files.deleteIfExists(f.resolveSibling(f.getFileName() + ".registration"));
             }
         } catch (IOException e) {
             System.err.println("bench: cannot remove the segment files of pid " + pid + " in " + dir + ": " + e);

@@ -41,6 +41,8 @@ final class SegmentFiles {
         for (Path f : of(dir, pid)) {
             try {
                 Files.deleteIfExists(f);
+                // and the node's registration beside it, which nothing else would ever delete
+                Files.deleteIfExists(f.resolveSibling(f.getFileName() + ".registration"));
             } catch (IOException e) {
                 throw new UncheckedIOException("cannot remove " + f, e);
             }
