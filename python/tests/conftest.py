@@ -171,6 +171,8 @@ def remove_segment_files(pid: int) -> None:
     (a node leaves it for its restart to adopt; a test run must not leave gigabytes behind)."""
     for f in Path("/dev/shm").glob(f"kvpool-*-{pid}.seg"):
         f.unlink(missing_ok=True)
+        # and the node's registration beside it, which nothing else would ever delete
+        f.with_name(f.name + ".registration").unlink(missing_ok=True)
 
 
 class Pool:
