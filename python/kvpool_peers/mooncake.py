@@ -26,6 +26,8 @@ from typing import Any, Optional
 import mooncake
 import mooncake.store
 
+from kvpool_peers.ports import reservable_ports
+
 # The wheel the peer is pinned to (peers/mooncake/requirements.txt).
 MOONCAKE_DIST = "mooncake-transfer-engine-non-cuda"
 MOONCAKE_VERSION = "0.3.13.post1"
@@ -44,18 +46,6 @@ def mooncake_binary(name: str) -> Path:
     raise RuntimeError(f"{name} not found in {Path(mooncake.__file__).parent} nor {Path(sys.executable).parent}")
 
 
-def _free_ports(n: int) -> list[int]:
-    """``n`` distinct free loopback ports (each held until all are chosen)."""
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 def _tail(path: Path, n: int = 4000) -> str:
     try:
         return path.read_text(errors="replace")[-n:]
@@ -72,7 +62,7 @@ class MooncakeCluster:
         """``lease_ttl_ms``: the master's ``--default_kv_lease_ttl`` (None: Mooncake's own default, 10 s)."""
         self.lease_ttl_ms = 10_000 if lease_ttl_ms is None else lease_ttl_ms
         self.log_dir = Path(tempfile.mkdtemp(prefix="mooncake-pytest-"))
-        self.rpc_port, self.metrics_port, self.http_port, self.client_port = _free_ports(4)
+        self.rpc_port, self.metrics_port, self.http_port, self.client_port = reservable_ports(4)
         self.master = f"127.0.0.1:{self.rpc_port}"
         self.store_address = f"127.0.0.1:{self.client_port}"
         self.procs: dict[str, subprocess.Popen[bytes]] = {}

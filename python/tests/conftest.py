@@ -11,7 +11,6 @@ import atexit
 import ctypes
 import mmap
 import os
-import random
 import shutil
 import signal
 import socket
@@ -37,6 +36,7 @@ if "KVPOOL_FENCE_DIR" not in os.environ:
 import kvpool  # noqa: E402
 from kvpool._net import Connection  # noqa: E402
 from kvpool.protocol import Opcode  # noqa: E402
+from kvpool_peers.ports import reservable_port  # noqa: E402
 
 JAR = REPO / "kvpool-cli" / "target" / "kvpool.jar"
 
@@ -146,24 +146,9 @@ def opcodes_of(fn: Callable[[], object], monkeypatch: pytest.MonkeyPatch) -> lis
 
 
 def free_port() -> int:
-    """A port bindable now, below the kernel's ephemeral range: a port the kernel picked (bind to 0) can be taken
-    by any outgoing connection before the server binds it, or binds it again after a restart."""
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            below = int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        below = 32768
-    lowest = min(20000, below - 1000)
-    rnd = random.Random()
-    for _ in range(200):
-        port = rnd.randrange(lowest, below)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError(f"no bindable port in [{lowest}, {below})")
+    """A port bindable now, below the kernel's ephemeral range, never handed out twice by this process
+    (``kvpool_peers.ports``)."""
+    return reservable_port()
 
 
 def remove_segment_files(pid: int) -> None:

@@ -6,6 +6,8 @@ import java.io.IOException;
 import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.net.ServerSocket;
+import java.util.HashSet;
+import java.util.Set;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
@@ -21,6 +23,14 @@ class PortsTest {
                 s.bind(new InetSocketAddress(InetAddress.getLoopbackAddress(), port));
                 assertThat(s.getLocalPort()).isEqualTo(port);
             }
+        }
+    }
+
+    @Test
+    void aProcessNeverHandsOutOnePortTwiceEvenBeforeAnyIsBound() throws IOException {
+        Set<Integer> seen = new HashSet<>();
+        for (int i = 0; i < 2_000; i++) {
+            assertThat(seen.add(Ports.reservable())).as("port handed out twice after %d", i).isTrue();
         }
     }
 

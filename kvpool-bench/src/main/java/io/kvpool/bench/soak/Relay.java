@@ -1,5 +1,7 @@
 package io.kvpool.bench.soak;
 
+import io.kvpool.config.Ports;
+
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.OutputStream;
@@ -50,9 +52,7 @@ public final class Relay implements AutoCloseable {
 
     /** A relay on a free port P of 127.0.0.1 to port P of {@code targetHost} (where the node is to listen). */
     static Relay onLoopback(InetAddress targetHost) throws IOException {
-        ServerSocket probe = new ServerSocket(0, 1, InetAddress.getLoopbackAddress());
-        int port = probe.getLocalPort();
-        probe.close();
+        int port = Ports.reservable(); // free on every address, and no client connection takes it on the target's
         return new Relay(new InetSocketAddress(InetAddress.getLoopbackAddress(), port),
                 new InetSocketAddress(targetHost, port));
     }
