@@ -149,11 +149,13 @@ final class MasterHandler implements RequestHandler {
                     metrics.record(op, present.length, 0, miss, false);
                 }
                 case PREFIX_MATCH -> {
-                    KeyList kl = KeyList.read(body);
+                    // answered by the keys' digests, read in place: no key is copied out of the body, and each
+                    // lookup compares a digest where a key compare would fetch the stored key (docs/protocol.md 4.10)
+                    DigestList dl = KeyList.readDigests(body);
                     end(body, op);
-                    int n = service.probes().prefixMatch(kl.keys());
+                    int n = service.probes().prefixMatchDigests(dl.digests(), dl.count());
                     out.i32(n);
-                    metrics.record(op, kl.keys().size(), 0, kl.keys().size() - n, false);
+                    metrics.record(op, dl.count(), 0, dl.count() - n, false);
                 }
                 case BLOCK_INFO -> {
                     BlockInfoList bl = BlockInfoList.read(body);

@@ -89,6 +89,19 @@ public final class BodyReader {
         return b;
     }
 
+    /**
+     * A byte string (u16 length, then its bytes) read in place as its {@link KeyDigest} into {@code out[at]} and
+     * {@code out[at + 1]}, with no copy of its bytes; returns its length.
+     */
+    public int digest(String field, long[] out, int at) {
+        int len = u16(field + " length");
+        need(len, field);
+        int at0 = buf.position();
+        KeyDigest.digest(buf, at0, len, out, at);
+        buf.position(at0 + len);
+        return len;
+    }
+
     /** {@code n} bytes of a length both sides know (no length prefix): the counterpart of BodyWriter.fixed. */
     public byte[] fixed(int n, String field) {
         need(n, field);

@@ -2,6 +2,7 @@ package io.kvpool.protocol;
 
 import java.lang.invoke.MethodHandles;
 import java.lang.invoke.VarHandle;
+import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 
 /**
@@ -69,6 +70,33 @@ public final class KeyDigest {
         }
         if (i < end) {
             long w = tail(k, i, end);
+            a = Long.rotateLeft(a ^ (w * P3), 23) * P2;
+            c = Long.rotateLeft(c ^ (w * P4), 29) * P1;
+        }
+        out[at] = fmix(a + c);
+        out[at + 1] = fmix(c ^ Long.rotateLeft(a, 17));
+    }
+
+    /**
+     * The digest of the {@code len} bytes at {@code off} of a little-endian buffer (absolute: its position is left
+     * alone) into {@code out[at]} and {@code out[at + 1]}: the same function as {@link #digest(byte[], int, int,
+     * long[], int)}, for keys read in place from a frame body.
+     */
+    public static void digest(ByteBuffer le, int off, int len, long[] out, int at) {
+        long a = P3 + len * P1;
+        long c = P4 + len * P2;
+        int i = off;
+        int end = off + len;
+        for (; i + 8 <= end; i += 8) {
+            long w = le.getLong(i);
+            a = Long.rotateLeft(a ^ (w * P2), 31) * P1;
+            c = Long.rotateLeft(c ^ (w * P1), 27) * P2;
+        }
+        if (i < end) {
+            long w = 0;
+            for (int s = 0; i < end; i++, s += 8) {
+                w |= (le.get(i) & 0xFFL) << s;
+            }
             a = Long.rotateLeft(a ^ (w * P3), 23) * P2;
             c = Long.rotateLeft(c ^ (w * P4), 29) * P1;
         }

@@ -1,6 +1,7 @@
 package io.kvpool.protocol;
 
 import io.kvpool.protocol.msg.DigestList;
+import io.kvpool.protocol.msg.KeyList;
 import org.junit.jupiter.api.Test;
 
 import java.nio.ByteBuffer;
@@ -9,6 +10,8 @@ import java.nio.charset.StandardCharsets;
 import java.util.List;
 
 import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+import static org.assertj.core.api.Assertions.catchThrowableOfType;
 
 class KeyDigestTest {
 
@@ -67,5 +70,32 @@ class KeyDigestTest {
         DigestList back = DigestList.read(new BodyReader(w.buffer()));
         assertThat(back.count()).isEqualTo(1);
         assertThat(back.digests()).containsExactly(0x7846d57d4aa3da94L, 0x3cfbe60faba552f8L);
+    }
+
+    /** A key list read as digests in place (how the master answers PREFIX_MATCH) gives each key's digest, at every
+     * length and alignment, and refuses the keys KeyList.read refuses, with the same message. */
+    @Test
+    void aKeyListReadAsDigestsInPlaceMatchesTheKeysDigests() {
+        java.util.Random rnd = new java.util.Random(7);
+        List<byte[]> keys = new java.util.ArrayList<>();
+        for (int len = 1; len <= 200; len++) {
+            byte[] k = new byte[len];
+            rnd.nextBytes(k);
+            keys.add(k);
+        }
+        BodyWriter w = new BodyWriter();
+        new KeyList(keys).write(w);
+        DigestList read = KeyList.readDigests(new BodyReader(w.buffer()));
+        assertThat(read.count()).isEqualTo(keys.size());
+        assertThat(read.digests()).containsExactly(DigestList.of(keys, 0, keys.size()).digests());
+
+        for (int bad : new int[] {0, Keys.MAX_KEY_BYTES + 1}) {
+            BodyWriter bw = new BodyWriter();
+            new KeyList(List.of("ok".getBytes(StandardCharsets.UTF_8), new byte[bad])).write(bw);
+            String byKey = catchThrowableOfType(BadRequestException.class,
+                    () -> KeyList.read(new BodyReader(bw.buffer()))).getMessage();
+            assertThatThrownBy(() -> KeyList.readDigests(new BodyReader(bw.buffer())))
+                    .isInstanceOf(BadRequestException.class).hasMessage(byKey);
+        }
     }
 }

@@ -36,14 +36,34 @@ public record KeyList(List<byte[]> keys) {
         return new KeyList(keys);
     }
 
+    /**
+     * A key list read as the keys' digests (a {@link DigestList}), with each key's length checked as {@link #read}
+     * checks it and no key copied out of the body: how the master answers PREFIX_MATCH, by digest.
+     */
+    public static DigestList readDigests(BodyReader r) {
+        int n = r.count("key count", 3);
+        long[] d = new long[2 * n];
+        for (int i = 0; i < n; i++) {
+            int len = r.digest("key", d, 2 * i);
+            if (len == 0 || len > Keys.MAX_KEY_BYTES) {
+                throw badKey(len);
+            }
+        }
+        return new DigestList(d, n);
+    }
+
     /** Reads one key and checks its length, so a malformed key never reaches the index. */
     public static byte[] readKey(BodyReader r) {
         byte[] k = r.bytes("key");
         if (k.length == 0 || k.length > Keys.MAX_KEY_BYTES) {
-            // well framed but invalid content: the body was read whole, so the connection stays in step
-            throw new BadRequestException("key of " + k.length + " bytes is outside the allowed 1.."
-                    + Keys.MAX_KEY_BYTES + " UTF-8 bytes");
+            throw badKey(k.length);
         }
         return k;
+    }
+
+    private static BadRequestException badKey(int length) {
+        // well framed but invalid content: the body was read whole, so the connection stays in step
+        return new BadRequestException("key of " + length + " bytes is outside the allowed 1.."
+                + Keys.MAX_KEY_BYTES + " UTF-8 bytes");
     }
 }
