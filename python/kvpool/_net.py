@@ -117,7 +117,7 @@ class Connection:
         self.next_id = 1
         self.broken = False
         self.pending_payload = 0  # reply payload bytes not read yet
-        self.master_run = -1  # to a master: the client's master run its HELLO met (Client._hello)
+        self.master_run = -1  # to a master: the client's master run its HELLO met (MasterChannel._hello)
         self.pid = pid()
         self._buf = bytearray(RECV_BUFFER)
         self._view = memoryview(self._buf)

@@ -21,63 +21,40 @@ Design notes
 * **Values, not exceptions**: a miss is ``None`` / ``MISS``, "already exists", "pool full", "fenced"
   are ``PutStatus`` values. Exceptions are for bad arguments (ValueError naming the key or buffer) and
   for failed requests (``KvPoolError``; ``MasterUnreachable`` names the master).
+* **Layers** (docs/architecture.md, "The clients' layers"): this module is the facade. It checks arguments,
+  turns outcomes into values and forwards to the operations (``reads``, ``two_phase``, ``leased_puts``,
+  ``ranged``, ``parts``) over one ``kvpool.channels.Channels``; nothing below imports it.
 * **Threads and processes**: every method may be called from any thread; connections are pooled per
   peer. After ``fork()`` the child opens its own connections (``kvpool._net``) and takes its own read and
-  write leases (``_leasing_here``); it never uses its parent's.
+  write leases (``Leases.here``); it never uses its parent's.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import ssl
-import threading
-import time
-import uuid
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Sequence
 
-from . import lanes
 from . import protocol as p
-from . import reads, two_phase
-from ._net import Connection, ConnectionPool, frame_end, parse_host_port, pid
+from . import ranged, reads, two_phase
 from .auth import Secrets
-from .tls import from_environment as tls_from_environment
-from .buffers import Buffer, Filler, materialize
-from .config import master_from_environment
-from .codec import signed64
-from .etcd import LeaderInfo, LeaderWatch, parse_etcd_url
-from .leased_puts import Leasing
-from .locations import DEFAULT_ENTRIES as DEFAULT_LOCATIONS
-from .errors import KvPoolError, MasterTimeout, MasterUnreachable
-from .protocol import Opcode, PoolStats, ResultCode, SegmentStats
-from .ranged import RangedIO
-from .results import MISS, PutResult, PutStatus
-from .shm import SharedSegments
-from .tiers import TierCounts
 from .block_info import BlockInfo, decode_kept, encode_block_infos
+from .buffers import Buffer, Filler, materialize
+from .channels import Channels
+from .config import master_from_environment
+from .errors import KvPoolError
+from .leased_puts import Leases
+from .locations import DEFAULT_ENTRIES as DEFAULT_LOCATIONS
+from .parts import PutInParts
+from .protocol import Opcode, PoolStats, ResultCode
+from .ranged import Located
+from .results import MISS, PutResult, PutStatus
+from .tiers import TierCounts
+from .tls import from_environment as tls_from_environment
 
 log = logging.getLogger("kvpool")
 
-T = TypeVar("T")
-
-#: Oldest segment table used to pick a local segment for placement (as the Java client).
-LOCAL_TABLE_AGE = 10.0
-#: A request after this long without a HELLO or PING is preceded by a PING on the same connection.
-PING_INTERVAL = 4.0
-#: A node frame carrying fewer value bytes than this goes over TCP (NODE_WRITE) even to a segment this
-#: process has mapped: the same-machine write takes two exchanges with the node (SHM_WRITE_BEGIN and END)
-#: where NODE_WRITE takes one, and below this size sending the bytes costs less than that exchange
-#: (single puts measured on loopback, 2026-11-26: TCP 109 us and shared memory 149 us at 4 KiB, equal at
-#: 512 KiB, shared memory 336 us and TCP 521 us at 1 MiB). ``Client.shm_write_min_bytes`` overrides it.
-SHM_WRITE_MIN_BYTES = 512 << 10
-
-
-_signed64 = signed64
-
-
-class Client(RangedIO):
+class Client:
     """A connection to a kvpool pool: puts, gets, probes and removals against its master and nodes; ranged
     reads and puts in parts (``locate``, ``get_ranges_into``, ``begin_put``: ``kvpool.ranged``).
 
@@ -107,261 +84,110 @@ class Client(RangedIO):
                  location_cache: int = DEFAULT_LOCATIONS) -> None:
         if master is None:
             master = master_from_environment()
-        #: What this client proves to a secured pool (docs/security.md); by default the environment's.
-        self.secrets = Secrets.from_environment() if secrets is None else secrets
-        #: The TLS context of master and node connections (None: plain TCP); by default the environment's.
-        self.tls = tls_from_environment() if tls is None else tls
-        #: Node frames with fewer value bytes go over TCP even to a mapped segment (``SHM_WRITE_MIN_BYTES``).
-        self.shm_write_min_bytes = SHM_WRITE_MIN_BYTES
-        #: Single-copy puts go under write leases while a read lease is held (else two-phase).
-        self.write_leases = write_leases
-        #: Threads a same-machine copy of a large call is spread over (``kvpool.lanes``; 1: the caller's only).
-        self.copy_lanes = lanes.default_lanes()
         if not timeout > 0 or not connect_timeout > 0:
             raise ValueError(f"timeouts must be positive, got timeout={timeout}, connect_timeout={connect_timeout}")
         if max_connections < 1:
             raise ValueError(f"max_connections must be at least 1, got {max_connections}")
         if location_cache < 0:
             raise ValueError(f"location_cache must be 0 (off) or more entries, got {location_cache}")
-        #: Keys whose locations reads remember (``kvpool.locations``); 0: every read asks the master.
-        self.location_cache = location_cache
-        self.timeout = float(timeout)
-        self._leaders: LeaderWatch | None = None
-        self._leader: LeaderInfo | None = None
-        if master.strip().lower().startswith("etcd://"):
-            target = parse_etcd_url(master)
-            self.master = str(target)
-            self._leaders = LeaderWatch(target, timeout=connect_timeout).start()
-            try:
-                self._leader = self._leaders.wait_ready(self.timeout)
-            except (TimeoutError, KvPoolError) as e:
-                self._leaders.close()
-                raise MasterUnreachable(f"no master to talk to in {target}: {e}") from e
-            host, port = parse_host_port(self._leader.address, "leader address in etcd")
-        else:
-            host, port = parse_host_port(master, "master")
-            self.master = f"{host}:{port}"
-        self.connect_timeout = float(connect_timeout)
-        self.max_connections = max_connections
-        u = uuid.uuid4().int
-        self._id = (_signed64(u >> 64), _signed64(u & ((1 << 64) - 1)))
-        self._hostname = socket.gethostname()
-        self._lock = threading.Lock()
-        self._incarnation: int | None = None
-        self._heard = 0.0  # when the master last heard HELLO or PING from this client
-        self.max_value_bytes = p.DEFAULT_MAX_PAYLOAD_BYTES
-        self.epoch = 0
-        #: Copies a put makes when it does not say (the master's ``--replicas``), from its HELLO.
-        self.default_replicas = 1
-        # Segment ids are per master run: a new master (a restart, a failover) numbers the segments in the
-        # order their nodes register again. Every master connection remembers the run its HELLO met, an
-        # answer naming segments is valid in the run of the connection that carried it, and the table is
-        # tagged with the run it came from: regions of an old master are never resolved in a new table,
-        # where they would send bytes to another node (docs/architecture.md, "Master runs").
-        self._master_run = 0
-        self._segments: dict[int, SegmentStats] = {}
-        self._table_run = 0
-        self._table_at = 0.0
-        self._shm = SharedSegments(shared_memory)
-        self._nodes: dict[tuple[str, int], ConnectionPool] = {}
-        self._executor: ThreadPoolExecutor | None = None
-        self._leasing: Leasing | None = None  # this process's read and write leases, made at its first leased put
-        self._executor_pid = 0
+        self._ch = Channels(master, timeout=float(timeout), connect_timeout=float(connect_timeout),
+                            shared_memory=shared_memory, max_connections=max_connections,
+                            secrets=Secrets.from_environment() if secrets is None else secrets,
+                            tls=tls_from_environment() if tls is None else tls, write_leases=write_leases,
+                            location_cache=location_cache)
+        self._leases = Leases(self._ch)
         self._closed = False
-        #: Counters since the client was made: bytes moved per path, reads the shared-memory check sent to TCP
-        #: because the object changed under the copy, write leases granted and objects committed under them.
-        self.counters: dict[str, int] = dict.fromkeys(
-            ("bytes_written_shm", "bytes_written_tcp", "bytes_read_shm", "bytes_read_tcp", "shm_read_retries",
-             "write_leases", "objects_leased"), 0)
-        self._master = self._master_pool(host, port)
-        self.refresh()
+        try:
+            self.refresh()
+        except BaseException:
+            self._ch.close()
+            raise
 
-    def _master_pool(self, host: str, port: int) -> ConnectionPool:
-        return ConnectionPool(host, port, max_connections=self.max_connections, connect_timeout=self.connect_timeout,
-                              on_connect=self._hello, master=True, secrets=self.secrets, tls=self.tls)
+    # ---------------------------------------------------------------------------- settings
 
-    def _relocate(self, deadline: float) -> bool:
-        """After the master failed at the connection level: moves to the leader etcd names now, waiting (up to
-        ``deadline``) for a ready one other than the failed one. False without an election or when none came."""
-        if self._leaders is None:
-            return False
-        failed = self._leader
-        while not self._closed:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            try:
-                leader = self._leaders.wait_ready(left)
-            except (TimeoutError, KvPoolError):
-                return False
-            if failed is None or (leader.address, leader.term) != (failed.address, failed.term):
-                with self._lock:
-                    if self._leader is failed:
-                        old = self._master
-                        host, port = parse_host_port(leader.address, "leader address in etcd")
-                        self._master = self._master_pool(host, port)
-                        self._leader = leader
-                        old.close()
-                return True
-            time.sleep(min(0.1, left))  # etcd still names the master that failed: its lease has not run out yet
-        return False
+    @property
+    def master(self) -> str:
+        """The pool's address: ``host:port``, or the etcd URL the leader is found through."""
+        return self._ch.master.address
 
-    # ------------------------------------------------------------------------------ plumbing
+    @property
+    def timeout(self) -> float:
+        """Bounds every network wait of a call (seconds)."""
+        return self._ch.timeout
 
-    def _hello(self, c: Connection) -> None:
-        body, _ = c.call(Opcode.HELLO, p.encode_hello(self._id, self._hostname, os.getpid()), self.timeout)
-        r = p.decode_hello_reply(body)
-        new_run = False
-        with self._lock:
-            if self._incarnation is not None and self._incarnation != r.incarnation:
-                # a new master run: the old table and the remembered locations mean nothing now
-                self._master_run += 1
-                self._segments = {}
-                self._table_run = self._master_run
-                self._table_at = 0.0
-                new_run = True
-            self._incarnation = r.incarnation
-            c.master_run = self._master_run
-            self._heard = time.monotonic()
-            self.max_value_bytes = min(r.max_value_bytes, p.DEFAULT_MAX_PAYLOAD_BYTES)
-            self.epoch = r.epoch
-            self.default_replicas = max(1, r.default_replicas)
-        leasing = self._leasing
-        if new_run and leasing is not None and leasing.pid == pid():
-            leasing.locations.drop_all()
+    @property
+    def connect_timeout(self) -> float:
+        return self._ch.connect_timeout
 
-    def _call_master(self, opcode: Opcode, body: bytes, decode: Callable[[bytes], T]) -> T:
-        """One master exchange; a pooled connection that turns out dead is replaced once, and with elected
-        masters the call moves to the next leader until ``timeout``."""
-        return self._call_master_in_run(opcode, body, decode)[0]
+    @property
+    def max_connections(self) -> int:
+        """Pooled connections per peer (master, each node)."""
+        return self._ch.max_connections
 
-    def _call_master_in_run(self, opcode: Opcode, body: bytes, decode: Callable[[bytes], T]) -> tuple[T, int]:
-        """``_call_master``, with the master run of the connection that answered (see ``__init__``)."""
-        if self._closed:
-            raise KvPoolError("client is closed")
-        deadline = time.monotonic() + self.timeout
-        while True:
-            try:
-                return self._call_master_once(opcode, body, decode)
-            except MasterUnreachable:
-                if not self._relocate(deadline):
-                    raise
-            except MasterTimeout:
-                # a leader that stopped answering (frozen, cut off): go on only if etcd names another one now
-                latest = self._leaders.latest() if self._leaders is not None else None
-                current = self._leader
-                if latest is None or current is None or not latest.ready \
-                        or (latest.address, latest.term) == (current.address, current.term) \
-                        or not self._relocate(time.monotonic() + self.timeout):
-                    raise
+    @property
+    def secrets(self) -> Secrets:
+        """What this client proves to a secured pool (docs/security.md); by default the environment's."""
+        return self._ch.secrets
 
-    def _call_master_once(self, opcode: Opcode, body: bytes, decode: Callable[[bytes], T]) -> tuple[T, int]:
-        for attempt in (0, 1):
-            c = self._master.borrow(self.timeout)
-            fresh = c.next_id <= 2  # HELLO was its only exchange
-            try:
-                if time.monotonic() - self._heard > PING_INTERVAL:
-                    # keeps a busy client counted as active (the master's client TTL is 10 s)
-                    self.epoch = p.decode_i64(c.call(Opcode.PING, p.encode_ping(self._id), self.timeout)[0], "PING reply")
-                    self._heard = time.monotonic()
-                reply, _ = c.call(opcode, body, self.timeout)
-                return decode(reply), c.master_run
-            except (ConnectionError, BrokenPipeError) as e:
-                if attempt == 0 and not fresh:
-                    # the master closed an idle connection (a restart): so it did the others; try a new one
-                    self._master.drop_idle()
-                    continue
-                raise MasterUnreachable(f"master at {self.master}: {opcode.name} failed: {e}") from e
-            except TimeoutError as e:
-                raise MasterTimeout(f"master at {self.master}: {opcode.name} timed out after {self.timeout:.1f}s") from e
-            except OSError as e:
-                raise MasterUnreachable(f"master at {self.master}: {opcode.name} failed: {e}") from e
-            finally:
-                self._master.release(c)
-        raise AssertionError("unreachable")
+    @property
+    def tls(self) -> ssl.SSLContext | None:
+        """The TLS context of master and node connections (None: plain TCP); by default the environment's."""
+        return self._ch.tls
 
-    def _count(self, name: str, n: int) -> None:
-        with self._lock:
-            self.counters[name] += n
+    @property
+    def shm_write_min_bytes(self) -> int:
+        """Node frames with fewer value bytes go over TCP even to a mapped segment
+        (``kvpool.channels.SHM_WRITE_MIN_BYTES``)."""
+        return self._ch.shm_write_min_bytes
 
-    def _node_pool(self, seg: SegmentStats) -> ConnectionPool:
-        key = (seg.host, seg.port)
-        pool = self._nodes.get(key)
-        if pool is None:
-            with self._lock:
-                pool = self._nodes.get(key)
-                if pool is None:
-                    pool = self._nodes[key] = ConnectionPool(seg.host, seg.port, max_connections=self.max_connections,
-                                                             connect_timeout=self.connect_timeout,
-                                                             secrets=self.secrets, tls=self.tls)
-        return pool
+    @shm_write_min_bytes.setter
+    def shm_write_min_bytes(self, n: int) -> None:
+        self._ch.shm_write_min_bytes = n
 
-    def _run(self, tasks: list[Callable[[], None]]) -> None:
-        """Runs independent per-segment tasks, in parallel when there are several."""
-        if len(tasks) == 1:
-            tasks[0]()
-            return
-        with self._lock:
-            if self._executor is None or self._executor_pid != os.getpid():
-                self._executor = ThreadPoolExecutor(max_workers=16, thread_name_prefix="kvpool-io")
-                self._executor_pid = os.getpid()
-            ex = self._executor
-        for f in [ex.submit(t) for t in tasks]:
-            f.result()
+    @property
+    def write_leases(self) -> bool:
+        """Single-copy puts go under write leases while a read lease is held (else two-phase)."""
+        return self._ch.write_leases
 
-    def refresh(self) -> PoolStats:
-        """Asks the master for the cluster's state (CLUSTER_STATS) and takes its segment table (unless a newer
-        master answered meanwhile: then it asks once more, the answer was the old master's)."""
-        for attempt in (0, 1):
-            stats, run = self._call_master_in_run(Opcode.CLUSTER_STATS, b"", p.decode_cluster_stats)
-            with self._lock:
-                if run == self._master_run:
-                    self._segments = {s.id: s for s in stats.segments}
-                    self._table_run = run
-                    self._table_at = time.monotonic()
-                    self.epoch = stats.epoch
-                    break
-        self._shm.retain({s.shm_path for s in self._segments.values() if s.shm_path})
-        return stats
+    @write_leases.setter
+    def write_leases(self, on: bool) -> None:
+        self._ch.write_leases = on
 
-    def _segment(self, sid: int, run: int | None = None) -> SegmentStats | None:
-        """The segment with this id, refreshing the table once if it is unknown. Given the master ``run`` an
-        answer came in, None unless the table held is that run's (see ``__init__``)."""
-        for attempt in (0, 1):
-            if run is not None and (run != self._master_run or self._table_run != run):
-                if attempt or run != self._master_run:
-                    return None
-            else:
-                seg = self._segments.get(sid)
-                if seg is not None or attempt:
-                    return seg
-            try:
-                self.refresh()
-            except KvPoolError:
-                return None
-        return None
+    @property
+    def copy_lanes(self) -> int:
+        """Threads a same-machine copy of a large call is spread over (``kvpool.lanes``; 1: the caller's only)."""
+        return self._ch.copy_lanes
 
-    def _local_first(self, replicas: tuple[p.Replica, ...]) -> tuple[p.Replica, ...]:
-        if len(replicas) < 2:
-            return replicas
-        local = tuple(r for r in replicas if (s := self._segments.get(r.segment_id)) is not None
-                      and self._shm.is_local(s.host))
-        return local + tuple(r for r in replicas if r not in local)
+    @copy_lanes.setter
+    def copy_lanes(self, n: int) -> None:
+        self._ch.copy_lanes = n
 
-    def _preferred(self, preferred: str | None) -> str:
-        if preferred is not None:
-            return preferred
-        if not self._shm.enabled:
-            return ""
-        if time.monotonic() - self._table_at > LOCAL_TABLE_AGE:
-            try:
-                self.refresh()
-            except KvPoolError:
-                return ""
-        for s in self._segments.values():
-            if s.active and s.shm_path and self._shm.mapping(s) is not None:
-                return s.name
-        return ""
+    @property
+    def location_cache(self) -> int:
+        """Keys whose locations reads remember (``kvpool.locations``); 0: every read asks the master."""
+        return self._ch.location_cache
+
+    @property
+    def max_value_bytes(self) -> int:
+        """The largest value the master takes (its HELLO)."""
+        return self._ch.master.max_value_bytes
+
+    @property
+    def default_replicas(self) -> int:
+        """Copies a put makes when it does not say (the master's ``--replicas``), from its HELLO."""
+        return self._ch.master.default_replicas
+
+    @property
+    def epoch(self) -> int:
+        """The pool's epoch, as the master last said."""
+        return self._ch.master.epoch
+
+    @property
+    def counters(self) -> dict[str, int]:
+        """Counters since the client was made (``kvpool.channels.COUNTERS``): bytes moved per path, reads the
+        shared-memory check sent to TCP because the object changed under the copy, write leases granted and
+        objects committed under them."""
+        return self._ch.counters
 
     # ---------------------------------------------------------------------------------- puts
 
@@ -437,9 +263,9 @@ class Client(RangedIO):
         status: list[PutStatus] = [PutStatus.FAILED] * len(keys)
         copies = [0] * len(keys)
         pinned = [False] * len(keys)
-        pref = self._preferred(preferred)
+        pref = self._ch.segments.preferred(preferred)
         wanted = replicas or self.default_replicas
-        leasing = self._leasing_here() if wanted == 1 and pin_seconds == 0 and self.write_leases and keys else None
+        leasing = self._leases.here() if wanted == 1 and pin_seconds == 0 and self.write_leases and keys else None
         for start in range(0, len(keys), p.MAX_KEYS_PER_FRAME):
             end = min(len(keys), start + p.MAX_KEYS_PER_FRAME)
             if leasing is not None and leasing.ready():
@@ -447,8 +273,8 @@ class Client(RangedIO):
                 copies[start:end] = [1] * (end - start)
             else:
                 materialize(views, start, end)
-                two_phase.write_chunk(self, kb, views, start, end, upsert, replicas, pin_seconds, pref, batch, status,
-                                      copies, pinned)
+                two_phase.write_chunk(self._ch, kb, views, start, end, upsert, replicas, pin_seconds, pref, batch,
+                                      status, copies, pinned)
         out = []
         for i, st in enumerate(status):
             ok = st == PutStatus.OK
@@ -458,22 +284,10 @@ class Client(RangedIO):
                           p.abbreviate(kb[i]), copies[i], wanted)
         return out
 
-    def _leasing_here(self) -> Leasing:
-        """This process's leases: a forked child forgets its parent's (without touching them) and makes its own."""
-        leasing = self._leasing
-        if leasing is None or leasing.pid != pid():
-            with self._lock:
-                leasing = self._leasing
-                if leasing is None or leasing.pid != pid():
-                    if leasing is not None:
-                        leasing.abandon()
-                    leasing = self._leasing = Leasing(self)
-        return leasing
-
     def _forget(self, kb: list[bytes], prefix: bytes | None = None) -> None:
         """This client changes or removes these keys (or every key with ``prefix``): it forgets their locations."""
-        leasing = self._leasing
-        if leasing is not None and leasing.pid == pid():
+        leasing = self._leases.current()
+        if leasing is not None:
             if prefix is None:
                 leasing.locations.invalidate(kb)
             else:
@@ -493,7 +307,7 @@ class Client(RangedIO):
             b = out[i] = bytearray(length)
             return memoryview(b)
 
-        lengths = reads.read(self, keys, alloc, _batch)
+        lengths = reads.read(self._ch, self._leases, keys, alloc, _batch)
         return [bytes(b) if n != MISS and b is not None else None for b, n in zip(out, lengths)]
 
     def get_into(self, key: str, buffer: Buffer) -> int:
@@ -502,32 +316,57 @@ class Client(RangedIO):
         Raises ValueError (naming both sizes) if the buffer is smaller than the value. On a miss the
         buffer's contents are unspecified.
         """
-        return reads.read_into(self, [key], [buffer], False, strict=True)[0]
+        return reads.read_into(self._ch, self._leases, [key], [buffer], False, strict=True)[0]
 
     def get_into_batch(self, keys: Sequence[str], buffers: Sequence[Buffer], *, _batch: bool = True) -> list[int]:
         """``get_into`` for many keys: element i is the length read into ``buffers[i]``, ``MISS``, or
         ``TOO_SMALL`` when the value is larger than ``buffers[i]`` (that buffer is left alone; a value of
         another size under one key does not fail the batch's other reads)."""
-        return reads.read_into(self, keys, buffers, _batch, strict=False)
+        return reads.read_into(self._ch, self._leases, keys, buffers, _batch, strict=False)
 
-    def _lookup(self, kb: list[bytes], batch: bool) -> list[p.ReplicaList]:
-        """Where each key is, by the master (``kvpool.reads.lookup``)."""
-        return reads.lookup(self, kb, batch)
+    # --------------------------------------------------------------------- ranges and parts
+
+    def locate(self, keys: Sequence[str]) -> Located:
+        """Looks ``keys`` up once (one master round trip per 16,384 keys) for ``get_ranges_into``
+        (``kvpool.ranged``)."""
+        return ranged.locate(self._ch, keys)
+
+    def get_ranges_into(self, located: Located, offsets: Sequence[int], buffers: Sequence[Buffer]) -> list[int]:
+        """Reads, for each located object ``i``, ``len(buffers[i])`` bytes from ``offsets[i]`` of its value into
+        ``buffers[i]``: element ``i`` is the bytes read, or ``MISS`` (missing when located, removed or replaced
+        since, or its node unreachable; never other bytes).
+
+        Raises ValueError naming the key when a range lies outside its value, or when the lists' lengths
+        differ. On a miss the buffer's contents are unspecified.
+        """
+        return ranged.get_ranges_into(self._ch, located, offsets, buffers)
+
+    def get_range_into(self, key: str, offset: int, buffer: Buffer) -> int:
+        """``get_ranges_into`` of one key, located first: the bytes read into ``buffer``, or ``MISS``."""
+        return ranged.get_ranges_into(self._ch, ranged.locate(self._ch, [key]), [offset], [buffer])[0]
+
+    def begin_put(self, keys: Sequence[str], value_lengths: Sequence[int], *, replicas: int = 0,
+                  preferred_segment: str | None = None, pin_seconds: int = 0) -> PutInParts:
+        """Begins a put whose values are written in parts (``kvpool.parts.PutInParts``): reserves an object of
+        ``value_lengths[i]`` bytes under each key; ``write`` stores ranges of the values, ``finish`` makes the
+        objects visible. A key that is taken is refused at once (``status(i)`` is ``ALREADY_EXISTS``)."""
+        return PutInParts.begin(self._ch, keys, value_lengths, replicas,
+                                self._ch.segments.preferred(preferred_segment), pin_seconds)
 
     # --------------------------------------------------------------------------------- probes
 
     def exists(self, key: str) -> bool:
         """True if a complete object is stored under ``key``. Not a read for eviction."""
-        return self._call_master(Opcode.EXIST_KEY, p.encode_keys([p.encode_key(key)]),
-                                 lambda b: p.decode_flags(b, "EXIST_KEY reply"))[0]
+        return self._ch.master.call(Opcode.EXIST_KEY, p.encode_keys([p.encode_key(key)]),
+                                    lambda b: p.decode_flags(b, "EXIST_KEY reply"))[0]
 
     def batch_exists(self, keys: Sequence[str]) -> list[bool]:
         """``exists`` for many keys, one flag per key."""
         kb = p.encode_keys_checked(keys)
         out: list[bool] = []
         for start in range(0, len(kb), p.MAX_KEYS_PER_FRAME):
-            out += self._call_master(Opcode.BATCH_EXIST_KEY, p.encode_keys(kb[start:start + p.MAX_KEYS_PER_FRAME]),
-                                     lambda b: p.decode_flags(b, "BATCH_EXIST_KEY reply"))
+            out += self._ch.master.call(Opcode.BATCH_EXIST_KEY, p.encode_keys(kb[start:start + p.MAX_KEYS_PER_FRAME]),
+                                        lambda b: p.decode_flags(b, "BATCH_EXIST_KEY reply"))
         return out
 
     def prefix_match(self, keys: Sequence[str]) -> int:
@@ -536,8 +375,8 @@ class Client(RangedIO):
         matched = 0
         for start in range(0, len(kb), p.MAX_KEYS_PER_FRAME):
             part = kb[start:start + p.MAX_KEYS_PER_FRAME]
-            n = self._call_master(Opcode.PREFIX_MATCH, p.encode_keys(part),
-                                  lambda b: p.decode_i32(b, "PREFIX_MATCH reply"))
+            n = self._ch.master.call(Opcode.PREFIX_MATCH, p.encode_keys(part),
+                                     lambda b: p.decode_i32(b, "PREFIX_MATCH reply"))
             matched += n
             if n < len(part):
                 break
@@ -550,8 +389,8 @@ class Client(RangedIO):
         kb = p.encode_keys_checked(keys)
         codes = bytearray(len(kb))
         for start in range(0, len(kb), p.MAX_KEYS_PER_FRAME):
-            part = self._call_master(Opcode.TIER_LOOKUP, p.encode_keys(kb[start:start + p.MAX_KEYS_PER_FRAME]),
-                                     p.decode_tier_codes)
+            part = self._ch.master.call(Opcode.TIER_LOOKUP, p.encode_keys(kb[start:start + p.MAX_KEYS_PER_FRAME]),
+                                        p.decode_tier_codes)
             codes[start:start + len(part)] = part
             if TierCounts.of(part).prefix_blocks < len(part):
                 break  # the prefix ended in this frame
@@ -568,7 +407,7 @@ class Client(RangedIO):
             while end < len(infos) and end - start < p.MAX_KEYS_PER_FRAME and (end == start or size < 4 << 20):
                 size += len(infos[end].key) + 4 * len(infos[end].token_ids) + 64
                 end += 1
-            kept += self._call_master(Opcode.BLOCK_INFO, encode_block_infos(infos[start:end]), decode_kept)
+            kept += self._ch.master.call(Opcode.BLOCK_INFO, encode_block_infos(infos[start:end]), decode_kept)
             start = end
         return kept
 
@@ -582,13 +421,13 @@ class Client(RangedIO):
         found by generation). A new generation means a new object under the key."""
         kb = p.encode_keys_checked(keys)
         out: list[tuple[int, int, list[tuple[str, int, int]]] | None] = []
-        for w in self._lookup(kb, True) if kb else []:
+        for w in self._ch.lookup(kb, True) if kb else []:
             if w.code != ResultCode.OK:
                 out.append(None)
                 continue
             copies = []
             for r in w.replicas:
-                seg = self._segment(r.segment_id)
+                seg = self._ch.segments.segment(r.segment_id)
                 copies.append((seg.name if seg is not None else "", r.tier, r.offset))
             out.append((w.value_length, w.generation, copies))
         return out
@@ -603,8 +442,8 @@ class Client(RangedIO):
         kb = p.encode_keys_checked(keys)
         out: list[int] = []
         for start in range(0, len(kb), p.MAX_KEYS_PER_FRAME):
-            out += self._call_master(Opcode.OBJECT_SIZE, p.encode_keys(kb[start:start + p.MAX_KEYS_PER_FRAME]),
-                                     p.decode_sizes)
+            out += self._ch.master.call(Opcode.OBJECT_SIZE, p.encode_keys(kb[start:start + p.MAX_KEYS_PER_FRAME]),
+                                        p.decode_sizes)
         return out
 
     # -------------------------------------------------------------------------------- removal
@@ -613,8 +452,8 @@ class Client(RangedIO):
         """Removes the object under ``key``; True if there was one. Once it returns no reader gets it."""
         k = p.encode_key(key)
         self._forget([k])
-        return self._call_master(Opcode.REMOVE, p.encode_keys([k]),
-                                 lambda b: p.decode_codes(b, "REMOVE reply"))[0] == ResultCode.OK
+        return self._ch.master.call(Opcode.REMOVE, p.encode_keys([k]),
+                                    lambda b: p.decode_codes(b, "REMOVE reply"))[0] == ResultCode.OK
 
     def remove_batch(self, keys: Sequence[str]) -> list[bool]:
         """Removes many keys; True for each key that had an object."""
@@ -622,7 +461,7 @@ class Client(RangedIO):
         self._forget(kb)
         out: list[bool] = []
         for start in range(0, len(kb), p.MAX_KEYS_PER_FRAME):
-            out += [c == ResultCode.OK for c in self._call_master(
+            out += [c == ResultCode.OK for c in self._ch.master.call(
                 Opcode.BATCH_REMOVE, p.encode_keys(kb[start:start + p.MAX_KEYS_PER_FRAME]),
                 lambda b: p.decode_codes(b, "BATCH_REMOVE reply"))]
         return out
@@ -635,18 +474,23 @@ class Client(RangedIO):
         if len(b) > p.MAX_KEY_BYTES:
             raise ValueError(f"remove_prefix with a {len(b)}-byte prefix, longer than any key ({p.MAX_KEY_BYTES} bytes)")
         self._forget([], b)
-        return self._call_master(Opcode.REMOVE_BY_PREFIX, p.BodyWriter().bstr(b).bytes(),
-                                 lambda r: p.decode_removed(r, "REMOVE_BY_PREFIX reply"))[0]
+        return self._ch.master.call(Opcode.REMOVE_BY_PREFIX, p.BodyWriter().bstr(b).bytes(),
+                                    lambda r: p.decode_removed(r, "REMOVE_BY_PREFIX reply"))[0]
 
     def remove_all(self, force: bool = False) -> int:
         """Empties the pool; the count removed. ``force`` also fences every put in flight (a new epoch)."""
-        removed, epoch = self._call_master(Opcode.REMOVE_ALL, p.BodyWriter().boolean(force).bytes(),
-                                           lambda r: p.decode_removed(r, "REMOVE_ALL reply"))
+        removed, epoch = self._ch.master.call(Opcode.REMOVE_ALL, p.BodyWriter().boolean(force).bytes(),
+                                              lambda r: p.decode_removed(r, "REMOVE_ALL reply"))
         self._forget([], b"")
-        self.epoch = epoch
+        self._ch.master.epoch = epoch
         return removed
 
     # ---------------------------------------------------------------------------------- admin
+
+    def refresh(self) -> PoolStats:
+        """Asks the master for the cluster's state (CLUSTER_STATS) and takes its segment table
+        (``kvpool.segment_directory``)."""
+        return self._ch.segments.refresh()
 
     def status(self) -> PoolStats:
         """A snapshot of the cluster: epoch, objects, capacity, and every segment."""
@@ -654,25 +498,15 @@ class Client(RangedIO):
 
     def ping(self) -> int:
         """Checks the master is there; the cluster epoch."""
-        self.epoch = self._call_master(Opcode.PING, p.encode_ping(self._id), lambda b: p.decode_i64(b, "PING reply"))
-        return self.epoch
+        return self._ch.master.ping()
 
     def close(self) -> None:
         """Closes every connection and mapping. The client cannot be used afterwards."""
         if self._closed:
             return
-        leasing = self._leasing
-        if leasing is not None and leasing.pid == pid():
-            leasing.close()  # first, while the master is there: ends the read lease, gives back unused space
+        self._leases.close()  # first, while the master is there: ends the read lease, gives back unused space
         self._closed = True
-        if self._leaders is not None:
-            self._leaders.close()
-        self._master.close()
-        for pool in list(self._nodes.values()):
-            pool.close()
-        self._shm.close()
-        if self._executor is not None and self._executor_pid == os.getpid():
-            self._executor.shutdown(wait=False)
+        self._ch.close()
 
     def __enter__(self) -> Client:
         return self

@@ -23,20 +23,21 @@ lease has room: a single small put is one node exchange and one COMMIT, where th
   (``kvpool.read_lease``), which is how a removeAll reaches it before it returns; otherwise the client puts
   two-phase. ``Leasing`` holds the read lease, the write leases and the remembered locations of one process
   (``kvpool.locations``, which reads use under the same read lease): a forked child makes its own
-  (``Client._leasing_here``).
+  (``Leases.here``).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
 from . import lanes, read_lease
 from . import locations as _locations
 from . import protocol as p
-from ._net import Connection, connect
+from ._net import Connection, connect, pid
 from .buffers import Filler
 from .crc import crc32c
 from .errors import KvPoolError
@@ -49,7 +50,7 @@ from .two_phase import write_segment
 from .write_leases import Lease, WriteLeasePool
 
 if TYPE_CHECKING:
-    from .client import Client
+    from .channels import Channels
 
 log = logging.getLogger("kvpool")
 
@@ -64,14 +65,14 @@ class Leasing:
     """The read lease, the write leases and the remembered locations of one process, and the put path that uses
     the write leases."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, ch: Channels) -> None:
         self.pid = os.getpid()
-        self._client = client
-        self.leases: WriteLeasePool = WriteLeasePool(client, heard=self._heard)
-        self.locations: Locations = Locations(client.location_cache)
+        self._ch = ch
+        self.leases: WriteLeasePool = WriteLeasePool(ch, heard=self._heard)
+        self.locations: Locations = Locations(ch.location_cache)
         self._last_read = 0.0
         self._reported = time.monotonic()
-        self.read: ReadLease = ReadLease(client, on_drop_all=self._drop_all, idle=self._idle, sweep=self._sweep,
+        self.read: ReadLease = ReadLease(ch, on_drop_all=self._drop_all, idle=self._idle, sweep=self._sweep,
                                          on_record=self.locations.apply)
 
     def _heard(self) -> bool:
@@ -125,8 +126,8 @@ class Leasing:
         if not keys:
             return
         snapshot = self.locations.snapshot()
-        where, run = self._client._call_master_in_run(Opcode.BATCH_GET_REPLICA_LIST, p.encode_keys(keys),
-                                                      p.decode_replica_lists)
+        where, run = self._ch.master.call_in_run(Opcode.BATCH_GET_REPLICA_LIST, p.encode_keys(keys),
+                                                 p.decode_replica_lists)
         for k, w in zip(keys, where):
             if w.code == ResultCode.OK and w.replicas:
                 self.locations.remember(k, w, snapshot, run)
@@ -171,8 +172,8 @@ class Leasing:
         if not asked:
             return not items
         try:
-            where = self._client._call_master(Opcode.BATCH_GET_REPLICA_LIST, p.encode_keys([kb[i] for i in asked]),
-                                              p.decode_replica_lists)
+            where = self._ch.master.call(Opcode.BATCH_GET_REPLICA_LIST, p.encode_keys([kb[i] for i in asked]),
+                                         p.decode_replica_lists)
         except KvPoolError as e:
             log.debug("kvpool: cannot tell whether %d keys hold the generations this client gave them: %s",
                       len(asked), e)
@@ -247,8 +248,8 @@ class Leasing:
                 self.leases.release(lease)
             expired += [i for (i, _, _), code in zip(slots, written) if code != ResultCode.FENCED]
             return
-        codes = self._client._call_master(Opcode.COMMIT, p.encode_commit(lease.id, upsert, items),
-                                          lambda b: p.decode_codes(b, "COMMIT reply"))
+        codes = self._ch.master.call(Opcode.COMMIT, p.encode_commit(lease.id, upsert, items),
+                                     lambda b: p.decode_codes(b, "COMMIT reply"))
         if len(codes) != len(items):
             raise p.ProtocolError(f"COMMIT reply has {len(codes)} results for {len(items)} items")
         lost = False
@@ -257,7 +258,7 @@ class Leasing:
             if code == ResultCode.EXPIRED:
                 expired.append(i)
             status[i] = _COMMIT_STATUS.get(code, PutStatus.FAILED)
-        self._client._count("objects_leased", sum(code == ResultCode.OK for code in codes))
+        self._ch.count("objects_leased", sum(code == ResultCode.OK for code in codes))
         if lost:
             lease.close_node()  # gone at the master: its range on the node goes too
         else:
@@ -266,11 +267,11 @@ class Leasing:
     def _write(self, lease: Lease, slots: list[Slot], kb: list[bytes], views: list[memoryview],
                crcs: dict[int, int]) -> list[ResultCode]:
         """Moves one lease's slots to its node; a code per slot. Never raises for node failures."""
-        client = self._client
-        seg = client._segment(lease.segment_id, lease.run)  # None once the master run changed
+        ch = self._ch
+        seg = ch.segments.segment(lease.segment_id, lease.run)  # None once the master run changed
         if seg is None:
             return [ResultCode.FAILED] * len(slots)
-        mapping = client._shm.mapping(seg)
+        mapping = ch.segments.shm.mapping(seg)
         if mapping is not None and mapping.writable:
             return self._write_shared(lease, seg, mapping, slots, kb, views, crcs)
         codes = [ResultCode.FAILED] * len(slots)
@@ -287,10 +288,10 @@ class Leasing:
                 if i not in crcs:
                     crcs[i] = crc32c(views[i])
             items = [p.WriteItem(off, gen, kb[i], views[i].nbytes, crcs[i], lease.grant) for i, off, gen in part]
-            codes[lo:hi] = write_segment(client, lease.segment_id, lease.run, lease.epoch, lease.term,
+            codes[lo:hi] = write_segment(ch, lease.segment_id, lease.run, lease.epoch, lease.term,
                                          [(k, 0, it) for k, it in enumerate(items)], [views[i] for i, _, _ in part])
 
-        lanes.run_parts(lanes.parts([views[i].nbytes for i, _, _ in slots], client.copy_lanes), run)
+        lanes.run_parts(lanes.parts([views[i].nbytes for i, _, _ in slots], ch.copy_lanes), run)
         return codes
 
     def _write_shared(self, lease: Lease, seg: p.SegmentStats, mapping: Mapping, slots: list[Slot],
@@ -298,7 +299,7 @@ class Leasing:
         """The same-machine path: the range set aside once, the values copied and checksummed in lanes
         (``kvpool.lanes``), one NODE_SHM_LEASE_WRITE per 4,096. A failure of the lease's node connection fails
         the slots and ends the range."""
-        client = self._client
+        ch = self._ch
         codes = [ResultCode.FAILED] * len(slots)
         values = [views[i] for i, _, _ in slots]
         try:
@@ -310,14 +311,14 @@ class Leasing:
                 start = slots[0][1]
                 reply, _ = c.call(Opcode.NODE_SHM_LEASE, p.encode_shm_lease(lease.epoch, lease.term, start,
                                                                             lease.end - start, lease.grant),
-                                  client.timeout)
+                                  ch.timeout)
                 code = p.decode_codes(reply, "NODE_SHM_LEASE reply")[0]
                 if code != ResultCode.OK:
                     lease.close_node()
                     return [code] * len(slots)
             got: list[int | None] = [crcs.get(i) for i, _, _ in slots]
             lanes.copy_in(mapping, [off + p.value_offset(len(kb[i])) for i, off, _ in slots], values, got,
-                          client.copy_lanes)
+                          ch.copy_lanes)
             items = []
             for (i, off, gen), crc in zip(slots, got):
                 assert crc is not None
@@ -326,7 +327,7 @@ class Leasing:
             for start in range(0, len(items), p.MAX_ITEMS_PER_NODE_FRAME):
                 part = items[start:start + p.MAX_ITEMS_PER_NODE_FRAME]
                 reply, _ = c.call(Opcode.NODE_SHM_LEASE_WRITE, p.encode_node_write(lease.epoch, lease.term, part),
-                                  client.timeout)
+                                  ch.timeout)
                 got_codes = p.decode_codes(reply, "NODE_SHM_LEASE_WRITE reply")
                 if len(got_codes) != len(part):
                     raise p.ProtocolError(f"NODE_SHM_LEASE_WRITE reply has {len(got_codes)} results for {len(part)} "
@@ -335,10 +336,50 @@ class Leasing:
         except (OSError, KvPoolError, ValueError) as e:
             log.debug("kvpool: same-machine lease write to %s failed: %s", seg.name, e)
             lease.close_node()
-        client._count("bytes_written_shm", sum(v.nbytes for v, code in zip(values, codes) if code == ResultCode.OK))
+        ch.count("bytes_written_shm", sum(v.nbytes for v, code in zip(values, codes) if code == ResultCode.OK))
         return codes
 
     def _connect(self, seg: p.SegmentStats) -> Connection:
         """A connection of the lease's own to its node (a node holds one range per connection)."""
-        client = self._client
-        return connect(seg.host, seg.port, client.connect_timeout, client.secrets, client.tls)
+        ch = self._ch
+        return connect(seg.host, seg.port, ch.connect_timeout, ch.secrets, ch.tls)
+
+
+class Leases:
+    """The ``Leasing`` of the process this client is used in, made at its first use: a forked child forgets its
+    parent's (without touching them) and makes its own. A HELLO that meets a new master run drops what the
+    locations remembered of the old one."""
+
+    def __init__(self, ch: Channels) -> None:
+        self._ch = ch
+        self._leasing: Leasing | None = None
+        self._lock = threading.Lock()
+        ch.master.after_new_run(self._new_run)
+
+    def here(self) -> Leasing:
+        """This process's leasing, made now if it has none."""
+        leasing = self._leasing
+        if leasing is None or leasing.pid != pid():
+            with self._lock:
+                leasing = self._leasing
+                if leasing is None or leasing.pid != pid():
+                    if leasing is not None:
+                        leasing.abandon()
+                    leasing = self._leasing = Leasing(self._ch)
+        return leasing
+
+    def current(self) -> Leasing | None:
+        """This process's leasing if it made one, else None (nothing is made)."""
+        leasing = self._leasing
+        return leasing if leasing is not None and leasing.pid == pid() else None
+
+    def _new_run(self) -> None:
+        leasing = self.current()
+        if leasing is not None:
+            leasing.locations.drop_all()
+
+    def close(self) -> None:
+        """Ends this process's read lease and gives back its unused write leases (while the master is there)."""
+        leasing = self.current()
+        if leasing is not None:
+            leasing.close()

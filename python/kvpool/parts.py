@@ -44,7 +44,7 @@ from .results import PutStatus
 from .shm import Mapping
 
 if TYPE_CHECKING:
-    from .ranged import _Client
+    from .channels import Channels
 
 log = logging.getLogger("kvpool")
 
@@ -102,8 +102,8 @@ class PutInParts:
     """A put whose values are written in parts; made by ``Client.begin_put``. Usable as a context manager
     (leaving the block without ``finish`` abandons it)."""
 
-    def __init__(self, client: _Client, keys: Sequence[str], kb: list[bytes], lengths: list[int]) -> None:
-        self._client = client
+    def __init__(self, ch: Channels, keys: Sequence[str], kb: list[bytes], lengths: list[int]) -> None:
+        self._ch = ch
         self.keys = list(keys)
         self._kb = kb
         self._lengths = lengths
@@ -122,19 +122,19 @@ class PutInParts:
     # ------------------------------------------------------------------------------------- begin
 
     @classmethod
-    def begin(cls, client: _Client, keys: Sequence[str], value_lengths: Sequence[int], replicas: int,
+    def begin(cls, ch: Channels, keys: Sequence[str], value_lengths: Sequence[int], replicas: int,
               preferred: str, pin_seconds: int) -> PutInParts:
         if len(keys) != len(value_lengths):
             raise ValueError(f"{len(keys)} keys but {len(value_lengths)} value lengths")
         kb = p.encode_keys_checked(keys)
         lengths = [int(n) for n in value_lengths]
         for k, n in zip(keys, lengths):
-            if not 0 <= n <= client.max_value_bytes:
-                raise ValueError(f"value length {n} for key {p.abbreviate(k)!r} is outside 0..{client.max_value_bytes}"
-                                 " (the pool's largest value)")
+            if not 0 <= n <= ch.master.max_value_bytes:
+                raise ValueError(f"value length {n} for key {p.abbreviate(k)!r} is outside "
+                                 f"0..{ch.master.max_value_bytes} (the pool's largest value)")
         if not 0 <= replicas <= 255:
             raise ValueError(f"replicas must be 0..8 (0 = the master's default), got {replicas}")
-        put = cls(client, keys, kb, lengths)
+        put = cls(ch, keys, kb, lengths)
         try:
             put._reserve(replicas, preferred, pin_seconds)
             put._begin()
@@ -147,7 +147,7 @@ class PutInParts:
         for lo in range(0, len(self._kb), p.MAX_KEYS_PER_FRAME):
             hi = min(len(self._kb), lo + p.MAX_KEYS_PER_FRAME)
             items = [(self._kb[i], self._lengths[i]) for i in range(lo, hi)]
-            (epoch, term, results), run = self._client._call_master_in_run(
+            (epoch, term, results), run = self._ch.master.call_in_run(
                 Opcode.BATCH_PUT_START if len(self._kb) > 1 else Opcode.PUT_START,
                 p.encode_put_start(False, replicas, preferred, items, pin_seconds), p.decode_put_start_reply)
             if len(results) != hi - lo:
@@ -166,11 +166,11 @@ class PutInParts:
                     self._copies[i].append(c)
                     s = self._sessions.get((run, rep.segment_id))
                     if s is None:
-                        seg = self._client._segment(rep.segment_id, run)
+                        seg = self._ch.segments.segment(rep.segment_id, run)
                         if seg is None:
                             continue  # the master changed since: this copy fails
-                        s = self._sessions[(run, rep.segment_id)] = _Session(seg, self._client._node_pool(seg),
-                                                                             self._client._shm.mapping(seg))
+                        s = self._sessions[(run, rep.segment_id)] = _Session(seg, self._ch.segments.node_pool(seg),
+                                                                             self._ch.segments.shm.mapping(seg))
                     c.session = s
                     s.copies.append(c)
 
@@ -178,7 +178,7 @@ class PutInParts:
         def begin_on(s: _Session) -> None:
             with s.lock:
                 try:
-                    s.conn = s.pool.borrow(self._client.timeout)
+                    s.conn = s.pool.borrow(self._ch.timeout)
                     for chunk, (epoch, term, _, _, _) in enumerate(self._chunks):
                         copies = [c for c in s.copies if c.chunk == chunk]
                         for lo in range(0, len(copies), p.MAX_ITEMS_PER_NODE_FRAME):
@@ -186,14 +186,14 @@ class PutInParts:
                             body = p.encode_node_write(epoch, term, [p.WriteItem(
                                 c.offset, c.generation, self._kb[c.item], self._lengths[c.item], 0, c.grant)
                                 for c in part])
-                            reply, _ = s.conn.call(Opcode.NODE_PART_BEGIN, body, self._client.timeout)
+                            reply, _ = s.conn.call(Opcode.NODE_PART_BEGIN, body, self._ch.timeout)
                             for c, code in zip(part, p.decode_codes(reply, "NODE_PART_BEGIN reply")):
                                 c.begun = code == ResultCode.OK
                                 c.outcome = code
                 except (OSError, KvPoolError, ValueError) as e:
                     _broken(s, "begin", e)
 
-        self._client._run([functools.partial(begin_on, s) for s in self._sessions.values()])
+        self._ch.run_tasks([functools.partial(begin_on, s) for s in self._sessions.values()])
 
     # ------------------------------------------------------------------------------------- state
 
@@ -257,11 +257,11 @@ class PutInParts:
                         if not s.mapping.write_part(c.offset, c.generation, len(self._kb[item]), off, v):
                             c.fail(ResultCode.FENCED)
                         else:
-                            self._client._count("bytes_written_shm", v.nbytes)
+                            self._ch.count("bytes_written_shm", v.nbytes)
                     else:
                         by_session.setdefault(id(s), []).append((c, off, v))
             if by_session:
-                self._client._run([functools.partial(self._send, parts) for parts in by_session.values()])
+                self._ch.run_tasks([functools.partial(self._send, parts) for parts in by_session.values()])
             return [self.status(item) is None for item in items]
         finally:
             with self._gate:
@@ -302,10 +302,10 @@ class PutInParts:
                                             or s.unanswered_parts + len(chunk) > PIPELINED_PARTS):
                         self._answered(s)
                     # pipelined: the next part (the next layer) goes without waiting for this one's answer
-                    s.conn.send(Opcode.NODE_PART_WRITE, body, self._client.timeout, [v for _, _, v in chunk])
+                    s.conn.send(Opcode.NODE_PART_WRITE, body, self._ch.timeout, [v for _, _, v in chunk])
                     s.unanswered.append([c for c, _, _ in chunk])
                     s.unanswered_parts += len(chunk)
-                    self._client._count("bytes_written_tcp", sum(v.nbytes for _, _, v in chunk))
+                    self._ch.count("bytes_written_tcp", sum(v.nbytes for _, _, v in chunk))
                     start = end
             except (OSError, KvPoolError, ValueError) as e:
                 _broken(s, "part write", e)
@@ -316,7 +316,7 @@ class PutInParts:
         assert s.conn is not None
         copies = s.unanswered.popleft()
         s.unanswered_parts -= len(copies)
-        reply, _ = s.conn.receive(self._client.timeout)
+        reply, _ = s.conn.receive(self._ch.timeout)
         codes = p.decode_codes(reply, "NODE_PART_WRITE reply")
         if len(codes) != len(copies):
             raise p.ProtocolError(f"{s.seg.name} answered {len(codes)} codes to a part write of {len(copies)} parts")
@@ -363,7 +363,7 @@ class PutInParts:
                         body = p.encode_part_end([(c.offset, c.generation, crcs[c.item] or 0,
                                                    crcs[c.item] is not None and c.outcome == ResultCode.OK)
                                                   for c in part])
-                        reply, _ = s.conn.call(Opcode.NODE_PART_END, body, self._client.timeout)
+                        reply, _ = s.conn.call(Opcode.NODE_PART_END, body, self._ch.timeout)
                         for c, code in zip(part, p.decode_codes(reply, "NODE_PART_END reply")):
                             if c.outcome == ResultCode.OK:
                                 c.outcome = ResultCode.FAILED if crcs[c.item] is None else code
@@ -372,7 +372,7 @@ class PutInParts:
                 except (OSError, KvPoolError, ValueError) as e:
                     _broken(s, "end", e)
 
-        self._client._run([functools.partial(end_on, s) for s in self._sessions.values()])
+        self._ch.run_tasks([functools.partial(end_on, s) for s in self._sessions.values()])
         status: list[PutStatus] = [r if r is not None else PutStatus.FAILED for r in self._refused]
         ends: list[tuple[bytes, int, int]] = []
         end_idx: list[int] = []
@@ -390,8 +390,8 @@ class PutInParts:
                         else PutStatus.FAILED
         self._revoke(revokes)
         for lo in range(0, len(ends), p.MAX_KEYS_PER_FRAME):
-            codes = self._client._call_master(Opcode.BATCH_PUT_END, p.encode_put_end(ends[lo:lo + p.MAX_KEYS_PER_FRAME]),
-                                              lambda b: p.decode_codes(b, "PUT_END reply"))
+            codes = self._ch.master.call(Opcode.BATCH_PUT_END, p.encode_put_end(ends[lo:lo + p.MAX_KEYS_PER_FRAME]),
+                                         lambda b: p.decode_codes(b, "PUT_END reply"))
             for i, code in zip(end_idx[lo:lo + p.MAX_KEYS_PER_FRAME], codes):
                 status[i] = PutStatus.OK if code == ResultCode.OK else \
                     PutStatus.FENCED if code == ResultCode.FENCED else PutStatus.FAILED
@@ -401,8 +401,8 @@ class PutInParts:
     def _revoke(self, revokes: list[tuple[bytes, int, int]]) -> None:
         for lo in range(0, len(revokes), p.MAX_KEYS_PER_FRAME):
             try:
-                self._client._call_master(Opcode.BATCH_PUT_REVOKE, p.encode_put_end(revokes[lo:lo + p.MAX_KEYS_PER_FRAME]),
-                                          lambda b: p.decode_codes(b, "PUT_REVOKE reply"))
+                self._ch.master.call(Opcode.BATCH_PUT_REVOKE, p.encode_put_end(revokes[lo:lo + p.MAX_KEYS_PER_FRAME]),
+                                     lambda b: p.decode_codes(b, "PUT_REVOKE reply"))
             except KvPoolError as e:
                 log.debug("kvpool: revoke failed; the master reclaims the space at its put timeout: %s", e)
 

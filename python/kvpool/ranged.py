@@ -18,7 +18,8 @@ Misses. An item that misses is asked of the master once more: if the key still h
 ``Located`` remembers the new place; another version, nothing, or a second miss makes it a miss for good,
 so a node that cannot be reached costs one extra lookup per item, not one per layer.
 
-These methods are a mixin of ``kvpool.Client`` (``RangedIO``), kept apart from the client's module.
+``kvpool.Client``'s ``locate``, ``get_ranges_into`` and ``get_range_into`` are the functions here; its
+``begin_put`` is ``kvpool.parts.PutInParts.begin``.
 """
 
 from __future__ import annotations
@@ -26,23 +27,20 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from typing import TYPE_CHECKING, Callable, Protocol, Sequence, TypeVar
+from typing import TYPE_CHECKING, Sequence
 
 from . import lanes
 from . import protocol as p
-from ._net import ConnectionPool, frame_end
+from ._net import frame_end
 from .buffers import Buffer, as_memoryview
 from .errors import KvPoolError
 from .protocol import Opcode, ResultCode, SegmentStats
 from .results import MISS
-from .shm import SharedSegments
 
 if TYPE_CHECKING:
-    from .parts import PutInParts
+    from .channels import Channels
 
 log = logging.getLogger("kvpool")
-
-T = TypeVar("T")
 
 
 class Located:
@@ -111,103 +109,54 @@ def _present(w: p.ReplicaList | None) -> bool:
     return w is not None and w.code == ResultCode.OK and bool(w.replicas)
 
 
-class _Client(Protocol):
-    """What the methods here use of ``kvpool.Client`` (the mixin's self-type)."""
-
-    timeout: float
-    max_value_bytes: int
-    default_replicas: int
-    copy_lanes: int
-    _shm: SharedSegments
-
-    def _lookup(self, kb: list[bytes], batch: bool) -> list[p.ReplicaList]: ...
-
-    def _segment(self, sid: int, run: int | None = None) -> SegmentStats | None: ...
-
-    def _node_pool(self, seg: SegmentStats) -> ConnectionPool: ...
-
-    def _local_first(self, replicas: tuple[p.Replica, ...]) -> tuple[p.Replica, ...]: ...
-
-    def _run(self, tasks: list[Callable[[], None]]) -> None: ...
-
-    def _count(self, name: str, n: int) -> None: ...
-
-    def _preferred(self, preferred: str | None) -> str: ...
-
-    def _call_master(self, opcode: Opcode, body: bytes, decode: Callable[[bytes], T]) -> T: ...
-
-    def _call_master_in_run(self, opcode: Opcode, body: bytes, decode: Callable[[bytes], T]) -> tuple[T, int]: ...
+def locate(ch: Channels, keys: Sequence[str]) -> Located:
+    """``Client.locate``: ``keys`` looked up once (one master round trip per 16,384 keys)."""
+    kb = p.encode_keys_checked(keys)
+    where: list[p.ReplicaList | None] = list(ch.lookup(kb, True)) if kb else []
+    return Located(keys, where)
 
 
-class RangedIO:
-    """The ranged reads and the puts in parts of ``kvpool.Client`` (a mixin)."""
-
-    def locate(self: _Client, keys: Sequence[str]) -> Located:
-        """Looks ``keys`` up once (one master round trip per 16,384 keys) for ``get_ranges_into``."""
-        kb = p.encode_keys_checked(keys)
-        where: list[p.ReplicaList | None] = list(self._lookup(kb, True)) if kb else []
-        return Located(keys, where)
-
-    def get_ranges_into(self: _Client, located: Located, offsets: Sequence[int],
-                        buffers: Sequence[Buffer]) -> list[int]:
-        """Reads, for each located object ``i``, ``len(buffers[i])`` bytes from ``offsets[i]`` of its value into
-        ``buffers[i]``: element ``i`` is the bytes read, or ``MISS`` (missing when located, removed or replaced
-        since, or its node unreachable; never other bytes).
-
-        Raises ValueError naming the key when a range lies outside its value, or when the lists' lengths
-        differ. On a miss the buffer's contents are unspecified.
-        """
-        n = len(located)
-        if len(offsets) != n or len(buffers) != n:
-            raise ValueError(f"{n} located objects but {len(offsets)} range offsets and {len(buffers)} buffers")
-        views = [as_memoryview(b, writable=True, what=f"buffer for key {p.abbreviate(k)!r}")
-                 for k, b in zip(located.keys, buffers)]
-        where = located._snapshot()
-        got = [MISS] * n
-        items: list[int] = []
-        for i, w in enumerate(where):
-            if w is None or not _present(w):
-                continue
-            off, size = offsets[i], views[i].nbytes
-            if off < 0 or off > w.value_length - size:
-                raise ValueError(f"range [{off}, {off} + {size}) of key {p.abbreviate(located.keys[i])!r} is outside "
-                                 f"its value of {w.value_length} bytes")
-            items.append(i)
-        if items:
-            read_copies(self, where, offsets, views, got, items)
-        recheck = []
-        for i in items:
-            if got[i] == MISS:
-                if located._recheck(i):
-                    recheck.append(i)
-                else:
+def get_ranges_into(ch: Channels, located: Located, offsets: Sequence[int], buffers: Sequence[Buffer]) -> list[int]:
+    """``Client.get_ranges_into``: for each located object ``i``, ``len(buffers[i])`` bytes from ``offsets[i]`` of
+    its value into ``buffers[i]``; the bytes read per object, or ``MISS``."""
+    n = len(located)
+    if len(offsets) != n or len(buffers) != n:
+        raise ValueError(f"{n} located objects but {len(offsets)} range offsets and {len(buffers)} buffers")
+    views = [as_memoryview(b, writable=True, what=f"buffer for key {p.abbreviate(k)!r}")
+             for k, b in zip(located.keys, buffers)]
+    where = located._snapshot()
+    got = [MISS] * n
+    items: list[int] = []
+    for i, w in enumerate(where):
+        if w is None or not _present(w):
+            continue
+        off, size = offsets[i], views[i].nbytes
+        if off < 0 or off > w.value_length - size:
+            raise ValueError(f"range [{off}, {off} + {size}) of key {p.abbreviate(located.keys[i])!r} is outside "
+                             f"its value of {w.value_length} bytes")
+        items.append(i)
+    if items:
+        read_copies(ch, where, offsets, views, got, items)
+    recheck = []
+    for i in items:
+        if got[i] == MISS:
+            if located._recheck(i):
+                recheck.append(i)
+            else:
+                located._gone(i)
+    if recheck:
+        now = ch.lookup([p.encode_key(located.keys[i]) for i in recheck], True)
+        again = [i for i, w in zip(recheck, now) if located._relocated(i, w)]
+        if again:
+            where = located._snapshot()
+            read_copies(ch, where, offsets, views, got, again)
+            for i in again:
+                if got[i] == MISS:
                     located._gone(i)
-        if recheck:
-            now = self._lookup([p.encode_key(located.keys[i]) for i in recheck], True)
-            again = [i for i, w in zip(recheck, now) if located._relocated(i, w)]
-            if again:
-                where = located._snapshot()
-                read_copies(self, where, offsets, views, got, again)
-                for i in again:
-                    if got[i] == MISS:
-                        located._gone(i)
-        return got
-
-    def get_range_into(self: _Client, key: str, offset: int, buffer: Buffer) -> int:
-        """``get_ranges_into`` of one key, located first: the bytes read into ``buffer``, or ``MISS``."""
-        return RangedIO.get_ranges_into(self, RangedIO.locate(self, [key]), [offset], [buffer])[0]
-
-    def begin_put(self: _Client, keys: Sequence[str], value_lengths: Sequence[int], *, replicas: int = 0,
-                  preferred_segment: str | None = None, pin_seconds: int = 0) -> PutInParts:
-        """Begins a put whose values are written in parts (``kvpool.parts.PutInParts``): reserves an object of
-        ``value_lengths[i]`` bytes under each key; ``write`` stores ranges of the values, ``finish`` makes the
-        objects visible. A key that is taken is refused at once (``status(i)`` is ``ALREADY_EXISTS``)."""
-        from .parts import PutInParts
-        return PutInParts.begin(self, keys, value_lengths, replicas, self._preferred(preferred_segment),
-                                pin_seconds)
+    return got
 
 
-def read_copies(client: _Client, where: list[p.ReplicaList | None], offsets: Sequence[int] | None,
+def read_copies(ch: Channels, where: list[p.ReplicaList | None], offsets: Sequence[int] | None,
                 views: list[memoryview], got: list[int], items: list[int]) -> None:
     """Reads ``views[i].nbytes`` bytes from ``offsets[i]`` of each item's value into ``views[i]`` (with
     ``offsets`` None, whole values: ``Client.get``), trying the copies in rounds, local ones first: round 0
@@ -217,7 +166,7 @@ def read_copies(client: _Client, where: list[p.ReplicaList | None], offsets: Seq
     for i in items:
         w = where[i]
         assert w is not None
-        order[i] = client._local_first(w.replicas)
+        order[i] = ch.segments.local_first(w.replicas)
     for attempt in range(max(len(o) for o in order.values())):
         by_segment: dict[int, list[tuple[int, p.Replica]]] = {}
         for i, o in order.items():
@@ -225,42 +174,42 @@ def read_copies(client: _Client, where: list[p.ReplicaList | None], offsets: Seq
                 by_segment.setdefault(o[attempt].segment_id, []).append((i, o[attempt]))
         if not by_segment:
             break
-        client._run([functools.partial(_read_segment, client, sid, slots, where, offsets, views, got)
-                     for sid, slots in by_segment.items()])
+        ch.run_tasks([functools.partial(_read_segment, ch, sid, slots, where, offsets, views, got)
+                      for sid, slots in by_segment.items()])
 
 
-def read_copy(client: _Client, w: p.ReplicaList, view: memoryview) -> bool:
+def read_copy(ch: Channels, w: p.ReplicaList, view: memoryview) -> bool:
     """Reads one whole object, ``view.nbytes`` (its value length) bytes, into ``view``, trying its copies in turn,
     local ones first: what ``read_copies`` does for one item, without the batch's bookkeeping (a single small
     ``get_into`` pays for little else)."""
-    reps = client._local_first(w.replicas) if len(w.replicas) > 1 else w.replicas
+    reps = ch.segments.local_first(w.replicas) if len(w.replicas) > 1 else w.replicas
     got = [MISS]
     for rep in reps:
-        seg = client._segment(rep.segment_id)
+        seg = ch.segments.segment(rep.segment_id)
         if seg is None:
             continue
         if rep.tier == p.TIER_MEMORY:
-            mapping = client._shm.mapping(seg)
+            mapping = ch.segments.shm.mapping(seg)
             if mapping is not None:
                 if mapping.read_range(rep.offset, w.generation, w.value_length, 0, view):
-                    client._count("bytes_read_shm", view.nbytes)
+                    ch.count("bytes_read_shm", view.nbytes)
                     return True
-                client._count("shm_read_retries", 1)
-        _read_over_tcp(client, seg, [(0, rep, w)], None, [view], got)
+                ch.count("shm_read_retries", 1)
+        _read_over_tcp(ch, seg, [(0, rep, w)], None, [view], got)
         if got[0] != MISS:
             return True
     return False
 
 
-def _read_segment(client: _Client, sid: int, slots: list[tuple[int, p.Replica]], where: list[p.ReplicaList | None],
+def _read_segment(ch: Channels, sid: int, slots: list[tuple[int, p.Replica]], where: list[p.ReplicaList | None],
                   offsets: Sequence[int] | None, views: list[memoryview], got: list[int]) -> None:
     """One round's reads from one segment: copies out of its mapping where this process has one (a copy
     that the object changed under goes over TCP, where the node pins it), NODE_READ or NODE_READ_RANGE for
     the rest."""
-    seg = client._segment(sid)
+    seg = ch.segments.segment(sid)
     if seg is None:
         return
-    mapping = client._shm.mapping(seg)
+    mapping = ch.segments.shm.mapping(seg)
     tcp: list[tuple[int, p.Replica, p.ReplicaList]] = []
     shm_bytes = retries = 0
     local: list[tuple[int, p.Replica, p.ReplicaList]] = []
@@ -274,7 +223,7 @@ def _read_segment(client: _Client, sid: int, slots: list[tuple[int, p.Replica]],
     if local:
         assert mapping is not None
         copied = lanes.copy_out(mapping, [(rep.offset, w.generation, w.value_length, offsets[i] if offsets else 0,
-                                           views[i]) for i, rep, w in local], client.copy_lanes)
+                                           views[i]) for i, rep, w in local], ch.copy_lanes)
         for (i, rep, w), ok in zip(local, copied):
             if ok:
                 got[i] = views[i].nbytes
@@ -283,18 +232,18 @@ def _read_segment(client: _Client, sid: int, slots: list[tuple[int, p.Replica]],
                 retries += 1
                 tcp.append((i, rep, w))  # changed under the copy: the node pins it
     if shm_bytes:
-        client._count("bytes_read_shm", shm_bytes)
+        ch.count("bytes_read_shm", shm_bytes)
     if retries:
-        client._count("shm_read_retries", retries)
+        ch.count("shm_read_retries", retries)
     if tcp:
-        _read_over_tcp(client, seg, tcp, offsets, views, got)
+        _read_over_tcp(ch, seg, tcp, offsets, views, got)
 
 
-def _read_over_tcp(client: _Client, seg: SegmentStats, tcp: list[tuple[int, p.Replica, p.ReplicaList]],
+def _read_over_tcp(ch: Channels, seg: SegmentStats, tcp: list[tuple[int, p.Replica, p.ReplicaList]],
                    offsets: Sequence[int] | None, views: list[memoryview], got: list[int]) -> None:
     """NODE_READ (whole values, ``offsets`` None) or NODE_READ_RANGE of the items ``tcp`` from one segment, a
     frame per payload limit; sets ``got[i]`` for each hit. Never raises for node failures."""
-    pool = client._node_pool(seg)
+    pool = ch.segments.node_pool(seg)
     start = 0
     while start < len(tcp):
         end = frame_end([views[i].nbytes for i, _, _ in tcp], start, p.DEFAULT_MAX_PAYLOAD_BYTES) \
@@ -302,7 +251,7 @@ def _read_over_tcp(client: _Client, seg: SegmentStats, tcp: list[tuple[int, p.Re
         part = tcp[start:end]
         start = end
         try:
-            c = pool.borrow(client.timeout)
+            c = pool.borrow(ch.timeout)
         except KvPoolError as e:
             log.debug("kvpool: read from %s failed: %s", seg.name, e)
             return
@@ -314,7 +263,7 @@ def _read_over_tcp(client: _Client, seg: SegmentStats, tcp: list[tuple[int, p.Re
             else:
                 body = p.encode_node_read_range([(rep.offset, w.generation, w.value_length, rep.tier, offsets[i],
                                                   views[i].nbytes) for i, rep, w in part])
-            reply, _ = c.call(op, body, client.timeout)
+            reply, _ = c.call(op, body, ch.timeout)
             codes = p.decode_codes(reply, what)
             if len(codes) != len(part):
                 raise p.ProtocolError(f"{what} has {len(codes)} results for {len(part)} items")
@@ -324,7 +273,7 @@ def _read_over_tcp(client: _Client, seg: SegmentStats, tcp: list[tuple[int, p.Re
                     c.read_payload_into(views[i])
                     got[i] = views[i].nbytes
                     n += got[i]
-            client._count("bytes_read_tcp", n)
+            ch.count("bytes_read_tcp", n)
         except (OSError, KvPoolError, ValueError) as e:
             c.close()
             log.debug("kvpool: read from %s failed: %s", seg.name, e)

@@ -55,7 +55,7 @@ from .errors import KvPoolError
 from .protocol import Opcode
 
 if TYPE_CHECKING:
-    from .client import Client
+    from .channels import Channels
 
 log = logging.getLogger("kvpool")
 
@@ -78,10 +78,10 @@ class ReadLease:
     the lease any more; ``sweep`` runs after each renewal (releases stale write leases, reports reads). None of
     them may block on this lease."""
 
-    def __init__(self, client: Client, on_drop_all: Callable[[], None], idle: Callable[[], bool],
+    def __init__(self, ch: Channels, on_drop_all: Callable[[], None], idle: Callable[[], bool],
                  sweep: Callable[[], None], on_record: Callable[[p.Invalidation], None] = lambda rec: None) -> None:
         self.pid = os.getpid()
-        self._client = client
+        self._ch = ch
         self._on_drop_all = on_drop_all
         self._on_record = on_record
         self._idle = idle
@@ -106,7 +106,7 @@ class ReadLease:
 
     def valid(self) -> bool:
         """True while the lease runs, as granted by the master incarnation the client talks to now."""
-        return self._leased and time.monotonic() < self._until and self._incarnation == self._client._incarnation
+        return self._leased and time.monotonic() < self._until and self._incarnation == self._ch.master.incarnation
 
     def ensure(self) -> bool:
         """True if the lease runs now, taking or renewing it first if it does not (unless a renewal failed in
@@ -164,18 +164,18 @@ class ReadLease:
 
     def _call_master(self, body: bytes, hold_millis: int) -> p.LeaseReply:
         """A renewal the master answers at once, on one of the client's master connections."""
-        return self._client._call_master(Opcode.LEASE, body, p.decode_lease_reply)
+        return self._ch.master.call(Opcode.LEASE, body, p.decode_lease_reply)
 
     def _call_poll(self, body: bytes, hold_millis: int) -> p.LeaseReply:
         """A renewal on the poller's own connection, which the master may hold for ``hold_millis``."""
-        client = self._client
-        master = client._master
+        ch = self._ch
+        master = ch.master.connections()
         c = self._poll
         if c is None or c.broken or self._poll_master is not master:
             self._close_poll()
-            c = connect(master.host, master.port, client.connect_timeout, client.secrets, client.tls)
+            c = connect(master.host, master.port, ch.connect_timeout, ch.secrets, ch.tls)
             self._poll, self._poll_master = c, master
-        reply, _ = c.call(Opcode.LEASE, body, hold_millis / 1000 + client.timeout)
+        reply, _ = c.call(Opcode.LEASE, body, hold_millis / 1000 + ch.timeout)
         return p.decode_lease_reply(reply)
 
     def _loop(self) -> None:
@@ -189,7 +189,7 @@ class ReadLease:
             try:
                 self._renew(self._hold_millis, self._call_poll)
                 if self._failing:
-                    log.info("kvpool: read lease: master %s answers again", self._client.master)
+                    log.info("kvpool: read lease: master %s answers again", self._ch.master.address)
                     self._failing = False
             except (KvPoolError, OSError, ValueError) as e:
                 self._close_poll()
@@ -197,7 +197,7 @@ class ReadLease:
                     return
                 if not self._failing:
                     log.warning("kvpool: read lease: cannot renew with master %s (%s); puts are two-phase until "
-                                "it answers", self._client.master, e)
+                                "it answers", self._ch.master.address, e)
                     self._failing = True
                 self._wake.wait(RETRY_AFTER)
             try:
@@ -221,8 +221,8 @@ class ReadLease:
     def _end(self, session: tuple[int, int], incarnation: int, seq: int) -> None:
         """Tells the master a session is over (best effort: it forgets one whose lease ran out by itself)."""
         try:
-            self._client._call_master(Opcode.LEASE, p.encode_lease(session, incarnation, seq, 0, end=True),
-                                      lambda b: None)
+            self._ch.master.call(Opcode.LEASE, p.encode_lease(session, incarnation, seq, 0, end=True),
+                                 lambda b: None)
         except (KvPoolError, OSError, ValueError) as e:
             log.debug("kvpool: could not tell the master this client's read lease ended: %s", e)
 

@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from . import protocol as p
 from .buffers import Buffer, as_memoryview
-from .protocol import Opcode, ResultCode
+from .protocol import ResultCode
 from .ranged import read_copies, read_copy
 from .results import MISS, TOO_SMALL
 
 if TYPE_CHECKING:
-    from .client import Client
+    from .channels import Channels
+    from .leased_puts import Leases
     from .locations import Locations
 
 _EMPTY = memoryview(b"")
@@ -39,13 +40,14 @@ def view_of(buffer: Buffer, key: str, writable: bool) -> memoryview:
         return as_memoryview(buffer, writable=writable, what=f"{what} for key {p.abbreviate(key)!r}")
 
 
-def read_into(client: Client, keys: Sequence[str], buffers: Sequence[Buffer], batch: bool, strict: bool) -> list[int]:
+def read_into(ch: Channels, leases: Leases, keys: Sequence[str], buffers: Sequence[Buffer], batch: bool,
+              strict: bool) -> list[int]:
     """``get_into`` (``strict``: a buffer too small raises) and ``get_into_batch`` (it reads ``TOO_SMALL``)."""
     if len(keys) != len(buffers):
         raise ValueError(f"{len(keys)} keys but {len(buffers)} buffers")
     views = [view_of(b, k, True) for k, b in zip(keys, buffers)]
     if len(keys) == 1 and not batch:
-        got = read_one(client, keys[0], views[0], strict)
+        got = read_one(ch, leases, keys[0], views[0], strict)
         if got is not None:
             return [got]
 
@@ -57,22 +59,22 @@ def read_into(client: Client, keys: Sequence[str], buffers: Sequence[Buffer], ba
                              f"the value has {length}")
         return None
 
-    return read(client, keys, dst, batch)
+    return read(ch, leases, keys, dst, batch)
 
 
-def read_one(client: Client, key: str, view: memoryview, strict: bool) -> int | None:
+def read_one(ch: Channels, leases: Leases, key: str, view: memoryview, strict: bool) -> int | None:
     """``get_into`` of one key from its remembered location: the length read, or None when there is no such
     location, the lease does not run, or the copy missed or was not confirmed (the caller then reads the usual
     way, asking the master)."""
-    if not client.location_cache:
+    if not ch.location_cache:
         return None
-    leasing = client._leasing_here()
+    leasing = leases.here()
     cache = leasing.reading()
     if cache is None:
         return None
     snapshot = cache.snapshot()
     k = p.encode_key(key)
-    w = cache.get(k, client._master_run)
+    w = cache.get(k, ch.master.run)
     if w is None:
         return None
     n = w.value_length
@@ -80,7 +82,7 @@ def read_one(client: Client, key: str, view: memoryview, strict: bool) -> int | 
         if strict:
             raise ValueError(f"buffer for key {p.abbreviate(key)!r} has {view.nbytes} bytes; the value has {n}")
         return None
-    if read_copy(client, w, view[:n] if view.nbytes != n else view) and leasing.read.valid() \
+    if read_copy(ch, w, view[:n] if view.nbytes != n else view) and leasing.read.valid() \
             and cache.confirm(k, snapshot):
         cache.touched(k)
         return n
@@ -88,43 +90,44 @@ def read_one(client: Client, key: str, view: memoryview, strict: bool) -> int | 
     return None
 
 
-def read(client: Client, keys: Sequence[str], dst: Callable[[int, int], memoryview | None], batch: bool) -> list[int]:
+def read(ch: Channels, leases: Leases, keys: Sequence[str], dst: Callable[[int, int], memoryview | None],
+         batch: bool) -> list[int]:
     """Reads ``keys`` into the views ``dst(i, length)`` gives (None: the key's value does not fit, ``TOO_SMALL``);
     the length read per key, or ``MISS`` (see the module notes)."""
     kb = p.encode_keys_checked(keys)
     lengths = [MISS] * len(keys)
     if not kb:
         return lengths
-    leasing = client._leasing_here() if client.location_cache else None
+    leasing = leases.here() if ch.location_cache else None
     cache = leasing.reading() if leasing is not None else None
     snapshot = cache.snapshot() if cache is not None else 0  # before anything is looked up
     where: list[p.ReplicaList | None] = [None] * len(kb)
     cached: list[int] = []
     if cache is not None:
-        run = client._master_run
+        run = ch.master.run
         for i, k in enumerate(kb):
             w = where[i] = cache.get(k, run)
             if w is not None:
                 cached.append(i)
     views: list[memoryview] = [_EMPTY] * len(keys)
     ask = [i for i, w in enumerate(where) if w is None]
-    locate_and_read(client, kb, ask, batch, where, dst, views, lengths, cache, snapshot, cached)
+    locate_and_read(ch, kb, ask, batch, where, dst, views, lengths, cache, snapshot, cached)
     if cached and leasing is not None:
         retry = leasing.settle(kb, cached, lengths, snapshot)
         if retry:
-            locate_and_read(client, kb, retry, True, where, dst, views, lengths, cache,
+            locate_and_read(ch, kb, retry, True, where, dst, views, lengths, cache,
                             leasing.locations.snapshot(), [])
     return lengths
 
 
-def locate_and_read(client: Client, kb: list[bytes], ask: list[int], batch: bool, where: list[p.ReplicaList | None],
+def locate_and_read(ch: Channels, kb: list[bytes], ask: list[int], batch: bool, where: list[p.ReplicaList | None],
                     dst: Callable[[int, int], memoryview | None], views: list[memoryview], lengths: list[int],
                     cache: Locations | None, snapshot: int, known: list[int]) -> None:
     """Asks the master where items ``ask`` are (remembering what it says in ``cache``, unless an invalidation
     since ``snapshot`` covers it), then reads those and the items ``known`` already located."""
     if ask:
         runs: list[int] = []
-        got = lookup(client, [kb[i] for i in ask], batch, runs)
+        got = ch.lookup([kb[i] for i in ask], batch, runs)
         for i, w, run in zip(ask, got, runs):
             where[i] = w
             if cache is not None and w.code == ResultCode.OK and w.replicas:
@@ -140,22 +143,4 @@ def locate_and_read(client: Client, kb: list[bytes], ask: list[int], batch: bool
                 views[i] = d
                 items.append(i)
     if items:
-        read_copies(client, where, None, views, lengths, items)
-
-
-def lookup(client: Client, kb: list[bytes], batch: bool, runs: list[int] | None = None) -> list[p.ReplicaList]:
-    """Where each key is, by the master (a round trip per 16,384 keys); ``runs`` gets the master run of each
-    answer."""
-    where: list[p.ReplicaList] = []
-    for start in range(0, len(kb), p.MAX_KEYS_PER_FRAME):
-        part = kb[start:start + p.MAX_KEYS_PER_FRAME]
-        got, run = client._call_master_in_run(Opcode.BATCH_GET_REPLICA_LIST if batch or len(part) > 1
-                                              else Opcode.GET_REPLICA_LIST, p.encode_keys(part),
-                                              p.decode_replica_lists)
-        if len(got) != len(part):
-            raise p.ProtocolError(f"GET_REPLICA_LIST reply has {len(got)} results for {len(part)} keys")
-        where += got
-        if runs is not None:
-            runs += [run] * len(part)
-    return where
-
+        read_copies(ch, where, None, views, lengths, items)

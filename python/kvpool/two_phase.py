@@ -3,7 +3,7 @@ client holds no read lease, go through; and the node writes of a reservation, wh
 write lease share over TCP (``kvpool.leased_puts``).
 
 PUT_START reserves regions at the master (its answer is valid in the master run of the connection that
-carried it, see ``Client.__init__``), the values go straight to the nodes (NODE_WRITE over TCP, or a memory
+carried it, see ``kvpool.master_channel``), the values go straight to the nodes (NODE_WRITE over TCP, or a memory
 copy into the node's shared segment between NODE_SHM_WRITE_BEGIN and END on this host, for frames of at least
 ``Client.shm_write_min_bytes``), and PUT_END makes them visible with a bit per replica whose write failed; an
 item whose every replica write failed is revoked (PUT_REVOKE). The master never sees value bytes.
@@ -24,18 +24,18 @@ from .protocol import Opcode, ResultCode
 from .results import PutStatus
 
 if TYPE_CHECKING:
-    from .client import Client
+    from .channels import Channels
 
 log = logging.getLogger("kvpool")
 
 
-def write_chunk(client: Client, kb: list[bytes], views: list[memoryview], lo: int, hi: int, upsert: bool,
+def write_chunk(ch: Channels, kb: list[bytes], views: list[memoryview], lo: int, hi: int, upsert: bool,
                 replicas: int, pin_seconds: int, preferred: str, batch: bool, status: list[PutStatus],
                 copies: list[int], pinned: list[bool]) -> None:
     """Puts items [lo, hi) two-phase, setting their ``status``, ``copies`` written and ``pinned``."""
     items = [(kb[i], views[i].nbytes) for i in range(lo, hi)]
-    # the regions are valid in the master run that answered, and void once that changed (see __init__)
-    (epoch, term, results), master_run = client._call_master_in_run(
+    # the regions are valid in the master run that answered, and void once that changed (kvpool.master_channel)
+    (epoch, term, results), master_run = ch.master.call_in_run(
         Opcode.BATCH_PUT_START if batch else Opcode.PUT_START,
         p.encode_put_start(upsert, replicas, preferred, items, pin_seconds), p.decode_put_start_reply)
     if len(results) != hi - lo:
@@ -45,8 +45,8 @@ def write_chunk(client: Client, kb: list[bytes], views: list[memoryview], lo: in
         # the master's limit is below what its HELLO said: give back this chunk's reservations first
         revoke = [(kb[lo + j], r.generation, 0) for j, r in enumerate(results) if r.code == ResultCode.OK]
         if revoke:
-            client._call_master(Opcode.BATCH_PUT_REVOKE, p.encode_put_end(revoke),
-                                lambda b: p.decode_codes(b, "PUT_REVOKE reply"))
+            ch.master.call(Opcode.BATCH_PUT_REVOKE, p.encode_put_end(revoke),
+                           lambda b: p.decode_codes(b, "PUT_REVOKE reply"))
         i = too_large[0]
         raise ValueError(f"value for key {p.abbreviate(kb[i])!r} of {views[i].nbytes} bytes exceeds the "
                          "master's max value size")
@@ -71,7 +71,7 @@ def write_chunk(client: Client, kb: list[bytes], views: list[memoryview], lo: in
 
     def task(sid: int, slots: list[tuple[int, int, p.WriteItem]]) -> Callable[[], None]:
         def run() -> None:
-            codes = write_segment(client, sid, master_run, epoch, term, slots, [views[lo + s[0]] for s in slots])
+            codes = write_segment(ch, sid, master_run, epoch, term, slots, [views[lo + s[0]] for s in slots])
             with guard:
                 for (j, rep_no, _), code in zip(slots, codes):
                     if code != ResultCode.OK:
@@ -79,7 +79,7 @@ def write_chunk(client: Client, kb: list[bytes], views: list[memoryview], lo: in
                         fenced[j] |= code == ResultCode.FENCED
         return run
 
-    client._run([task(sid, slots) for sid, slots in by_segment.items()])
+    ch.run_tasks([task(sid, slots) for sid, slots in by_segment.items()])
     ends: list[tuple[bytes, int, int]] = []
     end_idx: list[int] = []
     revokes: list[tuple[bytes, int, int]] = []
@@ -97,36 +97,36 @@ def write_chunk(client: Client, kb: list[bytes], views: list[memoryview], lo: in
             pinned[lo + j] = r.pinned
     if revokes:
         try:
-            client._call_master(Opcode.BATCH_PUT_REVOKE if batch or len(revokes) > 1 else Opcode.PUT_REVOKE,
-                                p.encode_put_end(revokes), lambda b: p.decode_codes(b, "PUT_REVOKE reply"))
+            ch.master.call(Opcode.BATCH_PUT_REVOKE if batch or len(revokes) > 1 else Opcode.PUT_REVOKE,
+                           p.encode_put_end(revokes), lambda b: p.decode_codes(b, "PUT_REVOKE reply"))
         except KvPoolError as e:
             log.debug("kvpool: revoke failed; the master reclaims the space at its put timeout: %s", e)
     if ends:
-        codes = client._call_master(Opcode.BATCH_PUT_END if batch or len(ends) > 1 else Opcode.PUT_END,
-                                    p.encode_put_end(ends), lambda b: p.decode_codes(b, "PUT_END reply"))
+        codes = ch.master.call(Opcode.BATCH_PUT_END if batch or len(ends) > 1 else Opcode.PUT_END,
+                               p.encode_put_end(ends), lambda b: p.decode_codes(b, "PUT_END reply"))
         for i, code in zip(end_idx, codes):
             status[i] = PutStatus.OK if code == ResultCode.OK else \
                 PutStatus.FENCED if code == ResultCode.FENCED else PutStatus.FAILED
 
 
-def write_segment(client: Client, sid: int, run: int, epoch: int, term: int,
+def write_segment(ch: Channels, sid: int, run: int, epoch: int, term: int,
                   slots: list[tuple[int, int, p.WriteItem]], values: list[memoryview]) -> list[ResultCode]:
     """Writes the slots' values to one segment of master run ``run``; a code per slot. Never raises for node
     failures."""
     codes = [ResultCode.FAILED] * len(slots)
-    seg = client._segment(sid, run)
+    seg = ch.segments.segment(sid, run)
     if seg is None:
         return codes
-    pool = client._node_pool(seg)
-    mapping = client._shm.mapping(seg)
+    pool = ch.segments.node_pool(seg)
+    mapping = ch.segments.shm.mapping(seg)
     start = 0
     while start < len(slots):
         end = frame_end([v.nbytes for v in values], start, p.DEFAULT_MAX_PAYLOAD_BYTES)
         items = [s[2] for s in slots[start:end]]
         shm = mapping is not None and mapping.writable and \
-            sum(v.nbytes for v in values[start:end]) >= client.shm_write_min_bytes
+            sum(v.nbytes for v in values[start:end]) >= ch.shm_write_min_bytes
         try:
-            c = pool.borrow(client.timeout)
+            c = pool.borrow(ch.timeout)
         except KvPoolError as e:
             log.debug("kvpool: write to %s failed: %s", seg.name, e)
             return codes
@@ -134,7 +134,7 @@ def write_segment(client: Client, sid: int, run: int, epoch: int, term: int,
             body = p.encode_node_write(epoch, term, items)
             if shm:
                 assert mapping is not None
-                reply, _ = c.call(Opcode.NODE_SHM_WRITE_BEGIN, body, client.timeout)
+                reply, _ = c.call(Opcode.NODE_SHM_WRITE_BEGIN, body, ch.timeout)
                 begun = p.decode_codes(reply, "NODE_SHM_WRITE_BEGIN reply")
                 done = []
                 for k, code in enumerate(begun):
@@ -142,16 +142,16 @@ def write_segment(client: Client, sid: int, run: int, epoch: int, term: int,
                         mapping.write_value(items[k].offset, len(items[k].key), values[start + k])
                         done.append((items[k].offset, items[k].generation, True))
                 ended = iter(p.decode_codes(c.call(Opcode.NODE_SHM_WRITE_END, p.encode_shm_write_end(done),
-                                                   client.timeout)[0], "NODE_SHM_WRITE_END reply") if done else [])
+                                                   ch.timeout)[0], "NODE_SHM_WRITE_END reply") if done else [])
                 for k, code in enumerate(begun):
                     codes[start + k] = next(ended) if code == ResultCode.OK else code
-                client._count("bytes_written_shm", sum(values[start + k].nbytes for k, code in enumerate(begun)
-                                                     if code == ResultCode.OK))
+                ch.count("bytes_written_shm", sum(values[start + k].nbytes for k, code in enumerate(begun)
+                                                  if code == ResultCode.OK))
             else:
-                reply, _ = c.call(Opcode.NODE_WRITE, body, client.timeout, values[start:end])
+                reply, _ = c.call(Opcode.NODE_WRITE, body, ch.timeout, values[start:end])
                 for k, code in enumerate(p.decode_codes(reply, "NODE_WRITE reply")):
                     codes[start + k] = code
-                client._count("bytes_written_tcp", sum(v.nbytes for v in values[start:end]))
+                ch.count("bytes_written_tcp", sum(v.nbytes for v in values[start:end]))
         except (OSError, KvPoolError, ValueError) as e:
             c.close()  # begun shared-memory writes die with the connection
             log.debug("kvpool: write to %s failed: %s", seg.name, e)

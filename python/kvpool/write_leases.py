@@ -14,7 +14,7 @@ Rules that keep a kept lease from writing to the wrong place or at the wrong tim
   its read lease before the removal returns, and ``doom`` then moves the pool's era: no lease of an earlier
   era is used again. A kept lease is also reused only while the read lease runs (``heard``): a client that may
   have missed a removal takes a fresh lease, granted in the current epoch.
-* **Master runs.** A lease names a segment by id, and ids are per master run (``Client.__init__``): a lease is
+* **Master runs.** A lease names a segment by id, and ids are per master run (``kvpool.master_channel``): a lease is
   used only in the run of the connection that granted it, and one of an earlier run is dropped without a
   RELEASE (the new master does not know it).
 * **Nodes.** On the same-machine path a lease keeps a connection to its node that holds its unwritten range
@@ -39,7 +39,7 @@ from .protocol import Opcode, ResultCode
 from .read_lease import IDLE_STOP
 
 if TYPE_CHECKING:
-    from .client import Client
+    from .channels import Channels
 
 log = logging.getLogger("kvpool")
 
@@ -95,9 +95,9 @@ class Lease:
 class WriteLeasePool:
     """The leases this process keeps between puts. ``heard()`` says whether the read lease runs now."""
 
-    def __init__(self, client: Client, heard: Callable[[], bool]) -> None:
+    def __init__(self, ch: Channels, heard: Callable[[], bool]) -> None:
         self.pid = os.getpid()
-        self._client = client
+        self._ch = ch
         self._heard = heard
         self._lock = threading.Lock()
         self._kept: dict[str, list[Lease]] = {}
@@ -109,7 +109,7 @@ class WriteLeasePool:
         """A lease with room for an object of ``first_region`` bytes: a kept one, or a new grant of at least that
         and about ``wanted_bytes``; else why the master refused one (POOL_FULL, NO_SEGMENT)."""
         now = time.monotonic()
-        run = self._client._master_run
+        run = self._ch.master.run
         reuse = self._heard()
         stale: list[Lease] = []
         found = None
@@ -129,19 +129,19 @@ class WriteLeasePool:
             return found
         # the grant names a segment of the master run that answered; the era is the one before asking, so a
         # removal applied while the request is out dooms what it grants
-        g, granted_in = self._client._call_master_in_run(
+        g, granted_in = self._ch.master.call_in_run(
             Opcode.WRITE_LEASE, p.encode_write_lease(preference, first_region, max(WANTED_BYTES, wanted_bytes),
                                                      max(WANTED_GENERATIONS, generations)), p.decode_write_lease)
         if g.code != ResultCode.OK:
             return g.code
-        self._client._count("write_leases", 1)
+        self._ch.count("write_leases", 1)
         return Lease(g, preference, era, granted_in, now)
 
     def give_back(self, lease: Lease) -> None:
         """After a commit: kept while it has room, generations and its era left, else released."""
         lease.last_used = time.monotonic()
         if lease.end - lease.next >= KEEP_MIN_BYTES and lease.next_generation <= lease.last_generation \
-                and lease.run == self._client._master_run:
+                and lease.run == self._ch.master.run:
             with self._lock:
                 if not self._closed and lease.era == self._era:
                     self._kept.setdefault(lease.preference, []).append(lease)
@@ -161,7 +161,7 @@ class WriteLeasePool:
     def sweep(self) -> None:
         """Releases kept leases idle for half the master's idle timeout, doomed, or of an earlier master run."""
         now = time.monotonic()
-        run = self._client._master_run
+        run = self._ch.master.run
         due: list[Lease] = []
         with self._lock:
             for q in self._kept.values():
@@ -188,10 +188,10 @@ class WriteLeasePool:
     def release(self, lease: Lease) -> None:
         """Gives the lease back to the master (best effort: one it does not hear of idles out there)."""
         lease.close_node()  # first: the node lets the range go before the master can place anything there
-        if lease.run != self._client._master_run:
+        if lease.run != self._ch.master.run:
             return  # granted by an earlier master run, which the master now does not know
         try:
-            self._client._call_master(Opcode.RELEASE, p.encode_release(lease.id), lambda b: None)
+            self._ch.master.call(Opcode.RELEASE, p.encode_release(lease.id), lambda b: None)
         except (KvPoolError, OSError, ValueError) as e:
             log.debug("kvpool: release of write lease %d failed; the master reclaims it when it idles out: %s",
                       lease.id, e)

@@ -40,7 +40,7 @@ def test_paths_are_the_ones_asked_for(either: kvpool.Client) -> None:
     assert c.get("big") == v
     shm = c.counters["bytes_written_shm"] + c.counters["bytes_read_shm"]
     tcp = c.counters["bytes_written_tcp"] + c.counters["bytes_read_tcp"]
-    if c._shm.enabled:
+    if c._ch.segments.shm.enabled:
         assert (shm, tcp) == (2 << 20, 0)
     else:
         assert (shm, tcp) == (0, 2 << 20)
@@ -55,10 +55,10 @@ def test_small_two_phase_writes_go_over_tcp_even_to_a_mapped_segment(either: kvp
     small = os.urandom(4096)
     assert c.put("small", small) is PutStatus.OK and c.get("small") == small
     assert (c.counters["bytes_written_shm"], c.counters["bytes_written_tcp"]) == (0, 4096)
-    assert c.counters["bytes_read_shm" if c._shm.enabled else "bytes_read_tcp"] == 4096
+    assert c.counters["bytes_read_shm" if c._ch.segments.shm.enabled else "bytes_read_tcp"] == 4096
     c.shm_write_min_bytes = 0
     assert c.put("small2", small) is PutStatus.OK and c.get("small2") == small
-    assert c.counters["bytes_written_shm" if c._shm.enabled else "bytes_written_tcp"] == 4096 * (1 if c._shm.enabled else 2)
+    assert c.counters["bytes_written_shm" if c._ch.segments.shm.enabled else "bytes_written_tcp"] == 4096 * (1 if c._ch.segments.shm.enabled else 2)
 
 
 def test_batches(either: kvpool.Client) -> None:
@@ -236,7 +236,7 @@ def test_fork_child_uses_its_own_connections(client: kvpool.Client) -> None:
 def test_cross_language(pool: Pool, either: kvpool.Client, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Java puts, Python reads byte-identical, and the reverse; Java and Python both on TCP and shm."""
     c = either
-    java_tcp = [] if c._shm.enabled else ["--no-shm"]
+    java_tcp = [] if c._ch.segments.shm.enabled else ["--no-shm"]
     data = os.urandom(3 << 20)
     f = tmp_path / "v.bin"
     f.write_bytes(data)
@@ -259,10 +259,10 @@ def test_cross_language(pool: Pool, either: kvpool.Client, tmp_path) -> None:  #
 def test_reads_fall_back_when_the_object_changes(client: kvpool.Client) -> None:
     """An upsert between lookup and copy: the shm check sees the old generation gone; never old bytes."""
     assert client.put("u", b"A" * 100_000) is PutStatus.OK
-    where = client._lookup([b"u"], False)[0]
+    where = client._ch.lookup([b"u"], False)[0]
     assert client.upsert("u", b"B" * 100_000) is PutStatus.OK
-    seg = client._segments[where.replicas[0].segment_id]
-    m = client._shm.mapping(seg)
+    seg = client._ch.segments.segment(where.replicas[0].segment_id)
+    m = client._ch.segments.shm.mapping(seg)
     assert m is not None
     dst = memoryview(bytearray(100_000))
     assert not m.read(where.replicas[0].offset, where.generation, 100_000, dst)
@@ -293,12 +293,12 @@ def test_master_gone_mid_session() -> None:
 
 
 def test_a_request_after_a_quiet_spell_pings_first(client: kvpool.Client) -> None:
-    client._heard = -1e9  # as if the last HELLO or PING were long ago
+    client._ch.master.heard = -1e9  # as if the last HELLO or PING were long ago
     client.exists("x")
-    assert client._heard > 0  # a PING went first, so the master counts this client as active
-    heard = client._heard
+    assert client._ch.master.heard > 0  # a PING went first, so the master counts this client as active
+    heard = client._ch.master.heard
     client.exists("x")
-    assert client._heard == heard  # not before every request
+    assert client._ch.master.heard == heard  # not before every request
 
 
 def test_a_buffer_too_small_fails_only_its_own_key_of_a_batch(client: kvpool.Client) -> None:

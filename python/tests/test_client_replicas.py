@@ -27,7 +27,7 @@ def small_pool():  # type: ignore[no-untyped-def]
 def copies_of(c: kvpool.Client, keys: list[str]) -> list[int]:
     """Memory copies the master lists per key, on distinct segments."""
     return [len({r.segment_id for r in w.replicas if r.tier == kvpool.protocol.TIER_MEMORY})
-            for w in c._lookup([k.encode() for k in keys], True)]
+            for w in c._ch.lookup([k.encode() for k in keys], True)]
 
 
 def test_a_put_reports_the_copies_it_wrote(small_pool) -> None:  # type: ignore[no-untyped-def]

@@ -272,7 +272,7 @@ def test_on_the_same_machine_a_block_goes_from_the_device_into_the_segment_in_on
     assert all(r.status.name == "OK" for r in either.put_batch_detailed(["dev/1", "dev/3"], blocks))
     assert edge.bytes_copied - before == 2 * kv.block_bytes  # one copy of each block, on either path
     materialized = [b._host is not None for b in blocks]
-    if either._shm.enabled:  # the same-machine path: filled in place in the segment
+    if either._ch.segments.shm.enabled:  # the same-machine path: filled in place in the segment
         assert either.counters["bytes_written_shm"] >= 2 * kv.block_bytes and either.counters["objects_leased"] >= 2
         assert materialized == [False, False]
     else:

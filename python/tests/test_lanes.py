@@ -154,7 +154,7 @@ def test_reads_through_lanes_are_byte_exact_and_a_copy_the_object_changed_under_
         assert [bytes(b) for b in bufs] == list(vals.values()) and r.counters["bytes_read_shm"] == sum(map(len, bufs))
         target = vals[keys[3]]
         (_, _, [(name, _, offset)]), = r.replica_locations([keys[3]])
-        mapping = r._shm.mapping(next(s for s in r.status().segments if s.name == name))
+        mapping = r._ch.segments.shm.mapping(next(s for s in r.status().segments if s.name == name))
         assert mapping is not None
         real = lanes._memmove
         torn: list[int] = []

@@ -40,7 +40,7 @@ def test_a_repeated_read_goes_straight_to_the_copy(pool: Pool, reader: kvpool.Cl
     assert reader.put("k", v) is PutStatus.OK
     buf = bytearray(8192)
     assert Opcode.GET_REPLICA_LIST in opcodes_of(lambda: reader.get_into("k", buf), monkeypatch)
-    node = [] if reader._shm.enabled else [Opcode.NODE_READ]
+    node = [] if reader._ch.segments.shm.enabled else [Opcode.NODE_READ]
     for _ in range(3):
         assert opcodes_of(lambda: reader.get_into("k", buf), monkeypatch) == node
         assert buf[:4096] == v
@@ -49,7 +49,7 @@ def test_a_repeated_read_goes_straight_to_the_copy(pool: Pool, reader: kvpool.Cl
     assert reader.put("k2", b"two") is PutStatus.OK
     assert opcodes_of(lambda: reader.get_batch(["k", "k2"]), monkeypatch)[0] == Opcode.BATCH_GET_REPLICA_LIST
     assert reader.get_batch(["k", "k2"]) == [v, b"two"]
-    with kvpool.Client(pool.master, shared_memory=reader._shm.enabled, location_cache=0) as plain:
+    with kvpool.Client(pool.master, shared_memory=reader._ch.segments.shm.enabled, location_cache=0) as plain:
         assert plain.get("k") == v
         assert opcodes_of(lambda: plain.get_into("k", buf), monkeypatch)[0] == Opcode.GET_REPLICA_LIST
     with pytest.raises(ValueError, match="location_cache must be 0"):
@@ -88,7 +88,7 @@ def test_an_idle_reader_gives_its_read_lease_up_and_forgets(pool: Pool, monkeypa
         assert w.put("idle/k", b"v" * 100) is PutStatus.OK
     with kvpool.Client(pool.master, write_leases=False) as r:
         assert r.get("idle/k") == b"v" * 100
-        leasing = r._leasing_here()
+        leasing = r._leases.here()
         assert leasing.read._poller is not None and len(leasing.locations) == 1
         wait_until(lambda: leasing.read._poller is None, "the idle reader to give its read lease up", timeout=10)
         assert len(leasing.locations) == 0 and not leasing.read.valid()
@@ -114,7 +114,7 @@ def test_reads_served_from_remembered_locations_are_reported_to_the_master(pool:
         monkeypatch.setattr(Connection, "call", spy)
         assert r.get("lru/k") == b"x" * 64  # from the remembered location
         wait_until(lambda: any(p.encode_keys([b"lru/k"]) == b for b in reported), "the cached read's report")
-        assert len(r._leasing_here().locations) == 1
+        assert len(r._leases.here().locations) == 1
 
 
 # ------------------------------------------------------------------------ removals with a frozen node
@@ -181,7 +181,7 @@ def test_what_another_client_removes_or_replaces_is_never_read_from_a_frozen_nod
         for k, v in vals.items():
             assert r.put(k, v, preferred_segment=a) is PutStatus.OK
         assert r.get_batch(list(vals)) == list(vals.values())
-        assert len(r._leasing_here().locations) == len(vals)
+        assert len(r._leases.here().locations) == len(vals)
         remover = Remover(lang, cl.master, b)
         freeze(cl.node_procs[0], True)
         try:
@@ -207,7 +207,7 @@ def test_a_master_restart_drops_what_was_remembered() -> None:
     with Cluster(nodes=1, node_ttl="60s") as cl, kvpool.Client(cl.master, timeout=5) as r:
         v = os.urandom(3000)
         assert r.put("k", v) is PutStatus.OK and r.get("k") == v
-        locations = r._leasing_here().locations
+        locations = r._leases.here().locations
         assert len(locations) == 1
         cl.restart_master()
 

@@ -19,20 +19,20 @@ def test_regions_from_an_old_masters_connection_are_not_written() -> None:
         assert c.put("before", b"x" * 4096) is PutStatus.OK
         # the client meets a new master (as its HELLO on another connection would tell it), while its
         # pooled connections are still the old master's: what they answer is the old run's
-        with c._lock:
-            c._master_run += 1
-            c._segments = {}
-            c._table_run = c._master_run
+        with c._ch.master.lock:
+            c._ch.master.run += 1
+            c._ch.segments._segments = {}
+            c._ch.segments._table_run = c._ch.master.run
         written = c.counters["bytes_written_shm"] + c.counters["bytes_written_tcp"]
         assert c.put("stale", os.urandom(4096)) is PutStatus.FAILED
         assert c.counters["bytes_written_shm"] + c.counters["bytes_written_tcp"] == written, \
             "no byte went anywhere on an old run's regions"
-        assert c._segments == {}, "a table answered in the old run is not taken"
+        assert c._ch.segments.segments() == [], "a table answered in the old run is not taken"
         # a connection that greets the master now belongs to the run met last: puts go on
-        for conn in c._master._idle:
+        for conn in c._ch.master.connections()._idle:
             conn.broken = True
-        c._master._idle.clear()
-        c._master._open = 0
+        c._ch.master.connections()._idle.clear()
+        c._ch.master.connections()._open = 0
         v = os.urandom(4096)
         assert c.put("after", v) is PutStatus.OK
         assert c.get("after") == v

@@ -16,7 +16,7 @@ import pytest
 from conftest import JAR, REPO, find_java
 from kvpool import protocol as p
 from kvpool.block_info import BlockInfo, encode_block_infos
-from kvpool.client import _signed64
+from kvpool.codec import signed64 as _signed64
 
 
 @pytest.fixture(scope="module")
@@ -67,10 +67,10 @@ def test_header_example_in_the_document() -> None:
 
 
 def test_every_statement_of_the_protocol_version_agrees() -> None:
-    """docs/protocol.md (title, header table, header diagram, section 10), protocol.py (its docstring and
+    """docs/protocol.md (title, header table, header diagram, section 10), kvpool.protocol (its docstring and
     VERSION) and the Java FrameHeader.VERSION name one version: each place is found, so a stale one fails."""
     doc = (REPO / "docs" / "protocol.md").read_text()
-    module = (REPO / "python" / "kvpool" / "protocol.py").read_text()
+    module = (REPO / "python" / "kvpool" / "protocol" / "__init__.py").read_text()
     java = (REPO / "kvpool-protocol" / "src" / "main" / "java" / "io" / "kvpool" / "protocol" / "FrameHeader.java").read_text()
     places = {
         "protocol.md title": r"\A# kvpool wire protocol, version (\d+)\n",
@@ -85,11 +85,11 @@ def test_every_statement_of_the_protocol_version_agrees() -> None:
         assert m, f"{name}: not found"
         found[name] = int(m.group(1), 16 if "diagram" in name else 10)
     m = re.search(r'\A"""kvpool\'s wire protocol, version (\d+),', module)
-    assert m, "protocol.py docstring: not found"
-    found["protocol.py docstring"] = int(m.group(1))
+    assert m, "kvpool.protocol docstring: not found"
+    found["kvpool.protocol docstring"] = int(m.group(1))
     m = re.search(r"\| version u8 = (\d+) \|", module)
-    assert m, "protocol.py header drawing: not found"
-    found["protocol.py header drawing"] = int(m.group(1))
+    assert m, "kvpool.protocol header drawing: not found"
+    found["kvpool.protocol header drawing"] = int(m.group(1))
     m = re.search(r"public static final byte VERSION = (\d+);", java)
     assert m, "FrameHeader.VERSION: not found"
     found["FrameHeader.VERSION"] = int(m.group(1))
@@ -251,9 +251,9 @@ def test_lookups_by_digest_against_a_real_master(client) -> None:  # type: ignor
     client.put_batch(keys[:30], [b"v"] * 30)
     digests = [p.key_digest(k.encode()) for k in keys]
     body = p.encode_digests(digests)
-    n = client._call_master(p.Opcode.PREFIX_MATCH_DIGEST, body, lambda b: p.decode_i32(b, "reply"))
+    n = client._ch.master.call(p.Opcode.PREFIX_MATCH_DIGEST, body, lambda b: p.decode_i32(b, "reply"))
     assert n == 30
-    flags = client._call_master(p.Opcode.BATCH_EXIST_DIGEST, body, lambda b: p.decode_flags(b, "reply"))
+    flags = client._ch.master.call(p.Opcode.BATCH_EXIST_DIGEST, body, lambda b: p.decode_flags(b, "reply"))
     assert flags == [True] * 30 + [False] * 10
     assert flags == client.batch_exists(keys)
 

@@ -67,7 +67,7 @@ def test_layers_read_one_by_one_are_the_whole_value(either: kvpool.Client) -> No
     before = dict(c.counters)
     got = read_layerwise(c, at)
     assert [bytes(b) for b in got[:12]] == values
-    path = "bytes_read_shm" if c._shm.enabled else "bytes_read_tcp"
+    path = "bytes_read_shm" if c._ch.segments.shm.enabled else "bytes_read_tcp"
     assert c.counters[path] - before[path] == 12 * LAYERS * LAYER
     r = random.Random(2)
     for _ in range(30):
@@ -163,7 +163,7 @@ def test_parts_in_any_order_from_threads_finish_byte_exact(either: kvpool.Client
         assert c.get(keys[0]) is None, "nothing is visible before the finish"
         assert parts.finish() == [PutStatus.OK] * 10
     assert c.get_batch(keys) == values
-    with kvpool.Client(pool.master, shared_memory=not c._shm.enabled) as other:
+    with kvpool.Client(pool.master, shared_memory=not c._ch.segments.shm.enabled) as other:
         assert other.get_batch(keys) == values
 
 
@@ -238,7 +238,7 @@ def test_an_abandoned_put_leaves_nothing(either: kvpool.Client) -> None:
 def test_java_writes_in_parts_and_python_reads_ranges_and_the_reverse(either: kvpool.Client, pool: Pool,
                                                                       tmp_path: Path) -> None:
     c = either
-    java_tcp = [] if c._shm.enabled else ["--no-shm"]
+    java_tcp = [] if c._ch.segments.shm.enabled else ["--no-shm"]
     data = os.urandom(LAYERS * LAYER + 13)
     f = tmp_path / "v.bin"
     f.write_bytes(data)

@@ -37,11 +37,11 @@ def test_a_small_put_is_one_node_exchange_and_one_commit(leaser: kvpool.Client,
     v = os.urandom(4096)
     first = opcodes_of(lambda: c.put_from("first", v), monkeypatch)
     assert Opcode.WRITE_LEASE in first and Opcode.PUT_START not in first, first
-    node_write = Opcode.NODE_SHM_LEASE_WRITE if c._shm.enabled else Opcode.NODE_WRITE
+    node_write = Opcode.NODE_SHM_LEASE_WRITE if c._ch.segments.shm.enabled else Opcode.NODE_WRITE
     for i in range(5):
         assert opcodes_of(lambda: c.put_from(f"k{i}", v), monkeypatch) == [node_write, Opcode.COMMIT]
     assert c.counters["write_leases"] == 1 and c.counters["objects_leased"] == 6
-    assert c.counters["bytes_written_shm" if c._shm.enabled else "bytes_written_tcp"] == 6 * 4096
+    assert c.counters["bytes_written_shm" if c._ch.segments.shm.enabled else "bytes_written_tcp"] == 6 * 4096
     # a batch is one node exchange and one COMMIT too, and the lease kept from the single puts serves it
     vals = [os.urandom(4096) for _ in range(50)]
     assert opcodes_of(lambda: c.put_batch([f"b{i}" for i in range(50)], vals), monkeypatch) == \
@@ -68,7 +68,7 @@ def test_leased_puts_are_visible_only_once_committed_and_byte_exact(pool: Pool, 
     vals = [os.urandom(n) for n in sizes]
     pending: list[str] = []  # the keys of the put under way
     seen_before: list[tuple[bool, object]] = []
-    real = c._call_master
+    real = c._ch.master.call
     with kvpool.Client(pool.master) as shm_reader, kvpool.Client(pool.master, shared_memory=False) as tcp_reader:
 
         def spy(opcode: Opcode, body: bytes, decode: Any) -> Any:
@@ -76,7 +76,7 @@ def test_leased_puts_are_visible_only_once_committed_and_byte_exact(pool: Pool, 
                 seen_before.extend((r.exists(k), r.get(k)) for r in (shm_reader, tcp_reader) for k in pending)
             return real(opcode, body, decode)
 
-        c._call_master = spy  # type: ignore[method-assign]
+        c._ch.master.call = spy  # type: ignore[method-assign]
         if batch:
             pending[:] = keys
             assert c.put_batch(keys, vals) == [PutStatus.OK] * len(keys)
@@ -84,7 +84,7 @@ def test_leased_puts_are_visible_only_once_committed_and_byte_exact(pool: Pool, 
             for k, v in zip(keys, vals):
                 pending[:] = [k]
                 assert c.put_from(k, v) is PutStatus.OK
-        del c._call_master
+        del c._ch.master.call
         assert len(seen_before) == 2 * len(keys) and all(s == (False, None) for s in seen_before), seen_before
         for r in (shm_reader, tcp_reader, c):
             assert r.get_batch(keys) == vals
@@ -119,7 +119,7 @@ def test_a_forced_remove_all_by_another_client_fences_the_leases_kept(pool: Pool
     with kvpool.Client(pool.master, shared_memory=shm) as c, kvpool.Client(pool.master) as other:
         other.remove_all(force=True)
         assert c.put("before", b"b" * 5000) is PutStatus.OK
-        kept = c._leasing_here().leases.kept()
+        kept = c._leases.here().leases.kept()
         assert len(kept) == 1
         other.remove_all(force=True)
         assert c.get("before") is None and other.get("before") is None
@@ -207,16 +207,16 @@ def test_a_lease_of_an_earlier_master_run_writes_nothing() -> None:
     run's: the lease's segment id may name another node now, so not a byte goes anywhere (test_master_runs.py
     has the two-phase put's side)."""
     with Cluster(nodes=2) as cl, kvpool.Client(cl.master, timeout=5, connect_timeout=1) as c:
-        assert c.put("before", b"x" * 4096) is PutStatus.OK and len(c._leasing_here().leases.kept()) == 1
-        with c._lock:
-            c._master_run += 1  # the table is left as it was: only the run tells it is the old one
+        assert c.put("before", b"x" * 4096) is PutStatus.OK and len(c._leases.here().leases.kept()) == 1
+        with c._ch.master.lock:
+            c._ch.master.run += 1  # the table is left as it was: only the run tells it is the old one
         written = c.counters["bytes_written_shm"] + c.counters["bytes_written_tcp"]
         assert c.put("stale", os.urandom(4096)) is PutStatus.FAILED
         assert c.counters["bytes_written_shm"] + c.counters["bytes_written_tcp"] == written
-        for conn in c._master._idle:  # connections that greet the master now: puts go on
+        for conn in c._ch.master.connections()._idle:  # connections that greet the master now: puts go on
             conn.broken = True
-        c._master._idle.clear()
-        c._master._open = 0
+        c._ch.master.connections()._idle.clear()
+        c._ch.master.connections()._open = 0
         v = os.urandom(4096)
         assert c.put("after", v) is PutStatus.OK and c.get("after") == v
 
@@ -228,7 +228,7 @@ def test_kept_leases_across_a_master_restart(shm: bool) -> None:
         before = {f"before/{i}": os.urandom(3000 + i) for i in range(20)}
         for i, (k, v) in enumerate(before.items()):  # a lease kept on each node
             assert c.put(k, v, preferred_segment=names[i % 2]) is PutStatus.OK
-        leases = c._leasing_here().leases
+        leases = c._leases.here().leases
         assert len(leases.kept()) == 2
         era = leases._era
         cl.restart_master()
@@ -257,7 +257,7 @@ def test_a_kept_lease_on_a_node_that_restarted_lands_nothing_on_others_objects(s
         old = c.status().segments[0].id
         mine = {f"a/{i}": os.urandom(5000 + i) for i in range(10)}
         assert [c.put(k, v) for k, v in mine.items()] == [PutStatus.OK] * 10
-        assert len(c._leasing_here().leases.kept()) == 1
+        assert len(c._leases.here().leases.kept()) == 1
         cl.restart_node(0)
 
         def back() -> bool:
@@ -312,13 +312,13 @@ def test_a_forked_child_never_uses_its_parents_leases(pool: Pool) -> None:
     with kvpool.Client(pool.master) as c:
         c.remove_all(force=True)
         assert c.put("p/0", b"parent-0" * 100) is PutStatus.OK
-        parent = c._leasing_here()
+        parent = c._leases.here()
         lease_ids = [lease.id for lease in parent.leases.kept()]
         assert len(lease_ids) == 1 and parent.read.valid()
 
         def child() -> bool:  # puts land under leases and a read lease of the child's own
             ok = all(c.put(f"c/{i}", f"child-{i}".encode() * 100) is PutStatus.OK for i in range(3))
-            mine = c._leasing_here()
+            mine = c._leases.here()
             own = mine is not parent and all(lease.id not in lease_ids for lease in mine.leases.kept()) \
                 and mine.read._session != parent.read._session and mine.read.valid()
             ok = ok and own and c.counters["write_leases"] == 2
@@ -328,8 +328,8 @@ def test_a_forked_child_never_uses_its_parents_leases(pool: Pool) -> None:
         assert in_forked_child(child)
         # the parent's kept lease is intact and still its own: its next put goes on in it
         assert c.put("p/1", b"parent-1" * 100) is PutStatus.OK
-        assert [lease.id for lease in c._leasing_here().leases.kept()] == lease_ids
-        assert c._leasing_here() is parent and c.counters["write_leases"] == 1
+        assert [lease.id for lease in c._leases.here().leases.kept()] == lease_ids
+        assert c._leases.here() is parent and c.counters["write_leases"] == 1
         with kvpool.Client(pool.master) as fresh:
             assert fresh.get_batch(["p/0", "p/1"]) == [b"parent-0" * 100, b"parent-1" * 100]
             assert fresh.get_batch([f"c/{i}" for i in range(3)]) == [f"child-{i}".encode() * 100 for i in range(3)]
@@ -342,7 +342,7 @@ def test_idle_leases_are_released_and_the_read_lease_given_up(monkeypatch: pytes
     with start_pool(extra=["--put-timeout", "2s"]) as pool, kvpool.Client(pool.master) as c:
         v = os.urandom(4096)
         assert c.put("a", v) is PutStatus.OK
-        leasing = c._leasing_here()
+        leasing = c._leases.here()
         assert len(leasing.leases.kept()) == 1 and leasing.read._poller is not None
         wait_until(lambda: not leasing.leases.kept(), "the idle lease to be released", timeout=10)
         wait_until(lambda: leasing.read._poller is None, "the read lease to be given up", timeout=10)
