@@ -157,7 +157,7 @@ class FailoverIT {
      * The soak's finding, across a failover: keys removed while their node was down must not come
      * back when it restarts, adopts its segment and registers with the next leader, which never saw
      * the removals. The leader lists the segments it owes frees to in etcd; the next one has them
-     * come back empty.
+     * come back empty, and the node drops what it held, so a third leader rebuilding from it finds none.
      */
     @Test
     void keysRemovedWhileTheirNodeWasDownStayRemovedUnderTheNextLeader(@TempDir Path shm) throws Exception {
@@ -185,6 +185,24 @@ class FailoverIT {
                     assertThat(c.get("gone/" + i)).as("removed gone/" + i).isEmpty();
                 }
                 assertThat(c.stats().segments().getFirst().objects()).isZero();
+
+                // coming back empty means the node dropped them, not only that this leader did not take them: the
+                // leader after this one, which owes nothing, rebuilds from the node and must not find them there
+                // (the node used to keep them, as a reset to its own epoch drops nothing, and the soak read them).
+                // No put in between: a write lease's range set aside on the node would drop them anyway
+                LeaderRecord second = ha.leader();
+                ha.awaitOwedCleared();
+                ha.startMaster(first.id(), "--node-ttl", "60s");
+                ha.master(second.id()).kill9();
+                ha.awaitLeader(r -> r.ready() && r.term() > second.term(), "the leader after the next");
+                ProcessCluster.awaitStats(c, s -> s.segments().size() == 1 && s.segments().getFirst().active(),
+                        "the node registered with the third leader, active");
+                for (int i = 0; i < 300; i++) {
+                    assertThat(c.get("gone/" + i).isPresent()).as("removed gone/" + i + " read under the third leader")
+                            .isFalse();
+                }
+                assertThat(c.stats().segments().getFirst().objects()).as("what the node listed to the third leader")
+                        .isZero();
                 // and it serves again
                 putOriginals(c, "after/", 50);
             }

@@ -136,11 +136,21 @@ final class HaCluster implements AutoCloseable {
 
     /** Waits until the leader lists at least one segment it owes frees to in etcd. */
     void awaitOwedListed() throws Exception {
+        awaitOwed(true);
+    }
+
+    /** Waits until the leader lists no segment it owes frees to in etcd. */
+    void awaitOwedCleared() throws Exception {
+        awaitOwed(false);
+    }
+
+    private void awaitOwed(boolean listed) throws Exception {
         try (EtcdGateway g = new EtcdGateway(target.endpoints(), Duration.ofSeconds(5))) {
             long deadline = System.nanoTime() + Duration.ofSeconds(60).toNanos();
-            while (g.rangePrefix(target.owedPrefix()).kvs().isEmpty()) {
+            while (g.rangePrefix(target.owedPrefix()).kvs().isEmpty() == listed) {
                 if (System.nanoTime() > deadline) {
-                    throw new AssertionError("the leader listed no segment it owes frees to in etcd");
+                    throw new AssertionError(listed ? "the leader listed no segment it owes frees to in etcd"
+                            : "the leader still lists segments it owes frees to in etcd");
                 }
                 Thread.sleep(50);
             }

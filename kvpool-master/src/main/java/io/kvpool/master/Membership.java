@@ -145,6 +145,7 @@ public final class Membership {
         long newEpoch;
         Segment seg;
         boolean keep;
+        boolean empty;
         epoch.exclusive().lock();
         try {
             long now = clock.millis();
@@ -172,10 +173,15 @@ public final class Membership {
                 toReset = new ArrayList<>(segments.all());
             }
             newEpoch = epoch.current();
-            // a node that missed too many frees while away comes back empty rather than with removed objects
-            keep = r.epoch() == newEpoch && !nodes.mustComeBackEmpty(r.name());
+            keep = r.epoch() == newEpoch;
+            // a node that missed too many frees while away comes back empty rather than with removed objects. It
+            // still lists them, so that each is refused and the node drops it: told only to skip its inventory,
+            // a node of this epoch kept them (a reset drops only older epochs), and the next master to rebuild
+            // from the nodes took the removed objects back (the soak's stale reads after a second failover)
+            empty = keep && nodes.mustComeBackEmpty(r.name());
             seg = segments.add(r.name(), address, r.capacity(), r.nodeIncarnation(), r.shmPath(), r.controlToken(),
                     now);
+            seg.comesBackEmpty = empty;
             seg.link = peer;
             // what its previous registration placed (replaced just now, or dropped for silence earlier) and
             // may still be written is held on this one; after a reset nothing is (its writes are fenced)
@@ -190,8 +196,8 @@ public final class Membership {
             leases.await(seq);
         }
         log.info("{} registered at {} with {} bytes; {} objects offered{}", seg, address, r.capacity(),
-                r.inventoryCount(), keep ? "" : r.epoch() != newEpoch ? " (older epoch " + r.epoch() + ": dropped)"
-                        : " (it missed too many frees while away: dropped)");
+                r.inventoryCount(), !keep ? " (older epoch " + r.epoch() + ": dropped)"
+                        : empty ? " (it missed too many frees while away: each is refused, so its node drops it)" : "");
         return new RegisterReply(seg.id, newEpoch, keep, config.term());
     }
 

@@ -71,17 +71,20 @@ final class NodeReports {
         }
         epoch.exclusive().lock();
         try {
-            // a copy whose free the node missed (removed or evicted while it was away) is not taken back
-            // and a copy of an object that kept copies elsewhere when this segment was dropped for silence is
-            // taken only while that object lives (it may have been removed, replaced or evicted since)
+            // a copy whose free the node missed (removed or evicted while it was away) is not taken back, nor
+            // anything of a segment that comes back empty (it missed more frees than were kept: which copies
+            // are removed objects is not known), and a copy of an object that kept copies elsewhere when this
+            // segment was dropped for silence is taken only while that object lives (it may have been removed,
+            // replaced or evicted since)
             List<ResultCode> out = eachItem(inv, "node_inventory", (seg, it, tick) ->
-                    nodes.freedWhileAway(seg.name, it.generation())
+                    seg.comesBackEmpty || nodes.freedWhileAway(seg.name, it.generation())
                             || (nodes.copiedElsewhere(seg.name, it.generation()) && !live(it))
                             ? ResultCode.ALREADY_EXISTS : adopt(seg, it, tick));
             if (inv.last()) {
                 // still registered: nothing drops a segment while we hold the write lock
                 Segment seg = segments.get(inv.segmentId());
                 nodes.inventoryTaken(seg.name);
+                seg.comesBackEmpty = false; // its node dropped what it listed: it holds nothing the index lacks
                 seg.active = true;
                 copiesChanged.run(); // room for copies that waited for it
                 log.info("{} active: {} objects, {} bytes used", seg, seg.allocator.allocations(), seg.allocator.used());

@@ -35,6 +35,12 @@ final class Segment {
      */
     volatile boolean awaitingTerm;
     /**
+     * Its node missed frees this master (or the leader before it) owed it, so what it held may include removed
+     * objects: its inventory is listed and every item refused, which makes the node drop them
+     * ({@link Membership#registerNode}, {@link NodeReports#inventory}). Set at registration, before the inventory.
+     */
+    volatile boolean comesBackEmpty;
+    /**
      * The peer address of the master connection this registration last spoke on (its registration or a
      * heartbeat), or null once that connection closed: a registration with nobody behind it any more,
      * which another may replace without proof ({@link Membership#registerNode}). Null too for a

@@ -24,7 +24,9 @@ import java.util.concurrent.ConcurrentHashMap;
  * dropped: they are kept here under the segment's name (its node's {@code host:port}, stable across
  * restarts), re-sent when the channel works again, and the node's next inventory has every copy of
  * a recorded generation refused (ALREADY_EXISTS, and the node drops it). A segment whose record
- * overflowed {@link #MAX_PER_SEGMENT} comes back empty instead ({@code keepInventory} false). A
+ * overflowed {@link #MAX_PER_SEGMENT} comes back empty instead: its node lists its inventory and has every
+ * item refused, so it drops them all ({@link Segment#comesBackEmpty}; a node only told to skip its inventory
+ * kept them, and the next master to rebuild from it took removed objects back). A
  * segment the master dropped for silence (past the node TTL) left the index with its copies, so a
  * removal after that cannot be recorded against it: the generations of its objects that kept copies
  * elsewhere are remembered, and when it comes back such a copy is taken only if its object still

@@ -464,6 +464,38 @@ class MasterServiceTest {
         assertThat(c.epoch()).isEqualTo(epoch);
     }
 
+    /**
+     * A node that must come back empty (it missed frees the master could not keep, or the leader before owed it
+     * frees) lists its inventory and has every item refused, so it drops them: told only to skip its inventory, a
+     * node of the master's epoch kept them, and the next master to rebuild from the nodes took removed objects back.
+     */
+    @Test
+    void aNodeThatMustComeBackEmptyListsItsObjectsAndHasEveryOneRefused() {
+        RecordingNotifier recording = new RecordingNotifier() {
+            @Override
+            public boolean mustComeBackEmpty(String segmentName) {
+                return segmentName.equals("owed:1");
+            }
+        };
+        MasterService fresh = new MasterService(MasterConfig.defaults(), clock, new SplittableRandom(7), recording);
+        RegisterReply owed = fresh.membership().registerNode(new RegisterNode("owed:1", "10.0.0.1", 1, 1 << 20, 0, 11, 2,
+                "", ControlToken.random()));
+        assertThat(owed.keepInventory()).as("it lists what it holds, to be told to drop it").isTrue();
+        assertThat(fresh.membership().inventory(new Inventory(owed.segmentId(), 11, false, List.of(
+                new InventoryItem(0, 500, 0, k("removed-maybe"), VALUE)))))
+                .containsExactly(ResultCode.ALREADY_EXISTS);
+        assertThat(fresh.membership().inventory(new Inventory(owed.segmentId(), 11, true, List.of(
+                new InventoryItem(REGION, 501, 0, k("removed-too"), VALUE)))))
+                .containsExactly(ResultCode.ALREADY_EXISTS);
+        RegisterReply other = fresh.membership().registerNode(new RegisterNode("other:1", "10.0.0.2", 1, 1 << 20, 0, 12, 1,
+                "", ControlToken.random()));
+        assertThat(fresh.membership().inventory(new Inventory(other.segmentId(), 12, true, List.of(
+                new InventoryItem(0, 502, 0, k("kept"), VALUE))))).containsExactly(ResultCode.OK);
+        assertThat(fresh.keyCount()).isEqualTo(1);
+        // once its inventory is in, the segment is an ordinary one: it takes puts
+        assertThat(start(fresh, "new", false, "owed:1", 1).replicas().getFirst().segmentId()).isEqualTo(owed.segmentId());
+    }
+
     @Test
     void rebuildKeepsTheNewestVersionOfAKey() {
         MasterService fresh = service(MasterConfig.defaults());
@@ -515,7 +547,7 @@ class MasterServiceTest {
     }
 
     /** Records frees; delivers nothing. */
-    static final class RecordingNotifier implements NodeNotifier {
+    static class RecordingNotifier implements NodeNotifier {
         final List<Freed> freed = new ArrayList<>();
 
         @Override
