@@ -174,6 +174,34 @@ class Connection:
         """Requests sent with ``send`` whose replies were not received yet."""
         return len(self._unanswered)
 
+    def peer_closed(self) -> bool:
+        """Whether the peer closed the connection or sent something unasked, checked without waiting (the Java
+        ``FrameConnection.peerClosed``): a server answers only requests, so with none outstanding, any byte to
+        read or the end of the stream means the connection is over (it is then marked broken). A same-machine
+        writer asks this of the connection holding its lease range after stamping objects there and before its
+        COMMIT (docs/protocol.md, section 4.28)."""
+        if self.broken:
+            return True
+        if self._unanswered or self._have:
+            return False
+        try:
+            if self._plain:
+                got = self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+            else:
+                before = self.sock.gettimeout()
+                self.sock.setblocking(False)
+                try:
+                    got = self.sock.recv(1)
+                finally:
+                    self.sock.settimeout(before)
+        except (BlockingIOError, ssl.SSLWantReadError):
+            return False
+        except OSError:
+            got = b""
+        del got
+        self.broken = True
+        return True
+
     def receive(self, timeout: float) -> tuple[bytes, int]:
         """The reply to the oldest request not answered yet: (body, payload length), as ``call`` returns it. An
         error status answers that request alone; after BAD_REQUEST to a request without payload the connection

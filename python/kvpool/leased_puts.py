@@ -11,8 +11,9 @@ lease has room: a single small put is one node exchange and one COMMIT, where th
 * **On the node's machine** the lease's unwritten range is set aside on the node once (NODE_SHM_LEASE, on a
   connection the lease keeps), each value is checksummed and copied into the mapped segment at its region's
   value offset, by a few threads at once for a large call (``kvpool.lanes``; the lease's windows of the
-  segment are prefaulted while the node admits the range), and one NODE_SHM_LEASE_WRITE per call (per 4,096
-  objects) records them: the same exchanges as over TCP, without the bytes on the socket.
+  segment are prefaulted while the node admits the range), and each object's header is stamped in place, COMPLETE
+  last. The node hears nothing per put: it settles stamped objects from their headers when anything asks about
+  that space (version 16). So a put there is the copy and the COMMIT, one exchange.
 * **Outcomes.** An object whose node write failed is left out of the COMMIT (FENCED if the node said so,
   FAILED otherwise). Objects whose COMMIT finds the lease gone (EXPIRED: the master restarted, or the
   segment left), and those of a lease none of whose writes landed (unless fenced), are written once more
@@ -212,6 +213,7 @@ class Leasing:
             if only_epoch is not None and lease.epoch != only_epoch:
                 for i, _, _ in slots:
                     status[i] = PutStatus.FENCED
+                lease.close_node()  # their regions stay unwritten: a gap the node's walk over stamps stops at
                 self.leases.give_back(lease)
                 continue
             epoch = lease.epoch
@@ -297,8 +299,11 @@ class Leasing:
     def _write_shared(self, lease: Lease, seg: p.SegmentStats, mapping: Mapping, slots: list[Slot],
                       kb: list[bytes], views: list[memoryview], crcs: dict[int, int]) -> list[ResultCode]:
         """The same-machine path: the range set aside once, the values copied and checksummed in lanes
-        (``kvpool.lanes``), one NODE_SHM_LEASE_WRITE per 4,096. A failure of the lease's node connection fails
-        the slots and ends the range."""
+        (``kvpool.lanes``), and each object's header stamped in place, COMPLETE last (``p.stamp``): no node
+        exchange per call, the node settles stamped objects from their headers (version 16, section 4.28). A
+        lease connection the node closed (checked before the COMMIT), or any failure of it, fails the slots and
+        ends the range. A node with ``--verify-writes`` says so when it sets the range aside: the objects are then
+        recorded with NODE_SHM_LEASE_WRITE, one per 4,096, as before version 16."""
         ch = self._ch
         codes = [ResultCode.FAILED] * len(slots)
         values = [views[i] for i, _, _ in slots]
@@ -312,27 +317,40 @@ class Leasing:
                 reply, _ = c.call(Opcode.NODE_SHM_LEASE, p.encode_shm_lease(lease.epoch, lease.term, start,
                                                                             lease.end - start, lease.grant),
                                   ch.timeout)
-                code = p.decode_codes(reply, "NODE_SHM_LEASE reply")[0]
+                code, lease.stamps = p.decode_shm_lease_reply(reply)
                 if code != ResultCode.OK:
                     lease.close_node()
                     return [code] * len(slots)
             got: list[int | None] = [crcs.get(i) for i, _, _ in slots]
             lanes.copy_in(mapping, [off + p.value_offset(len(kb[i])) for i, off, _ in slots], values, got,
                           ch.copy_lanes)
+            view = mapping.view
             items = []
             for (i, off, gen), crc in zip(slots, got):
                 assert crc is not None
                 crcs[i] = crc
-                items.append(p.WriteItem(off, gen, kb[i], views[i].nbytes, crc, lease.grant))
-            for start in range(0, len(items), p.MAX_ITEMS_PER_NODE_FRAME):
-                part = items[start:start + p.MAX_ITEMS_PER_NODE_FRAME]
-                reply, _ = c.call(Opcode.NODE_SHM_LEASE_WRITE, p.encode_node_write(lease.epoch, lease.term, part),
-                                  ch.timeout)
-                got_codes = p.decode_codes(reply, "NODE_SHM_LEASE_WRITE reply")
-                if len(got_codes) != len(part):
-                    raise p.ProtocolError(f"NODE_SHM_LEASE_WRITE reply has {len(got_codes)} results for {len(part)} "
-                                          "items")
-                codes[start:start + len(part)] = got_codes
+                if lease.stamps:
+                    p.stamp(view, off, p.object_header(kb[i], views[i].nbytes, gen, lease.epoch, crc))
+                else:
+                    items.append(p.WriteItem(off, gen, kb[i], views[i].nbytes, crc, lease.grant))
+            if not lease.stamps:
+                # a node that verifies writes checks each value before it becomes readable: recorded, not stamped
+                for start in range(0, len(items), p.MAX_ITEMS_PER_NODE_FRAME):
+                    part = items[start:start + p.MAX_ITEMS_PER_NODE_FRAME]
+                    reply, _ = c.call(Opcode.NODE_SHM_LEASE_WRITE, p.encode_node_write(lease.epoch, lease.term, part),
+                                      ch.timeout)
+                    got_codes = p.decode_codes(reply, "NODE_SHM_LEASE_WRITE reply")
+                    if len(got_codes) != len(part):
+                        raise p.ProtocolError(f"NODE_SHM_LEASE_WRITE reply has {len(got_codes)} results for "
+                                              f"{len(part)} items")
+                    codes[start:start + len(part)] = got_codes
+            # a node that let the range go (it restarted, or ended the range) closed this connection first
+            elif c.peer_closed():
+                log.debug("kvpool: the node of segment %s let lease %d's range go before its commit", seg.name,
+                          lease.id)
+                lease.close_node()
+            else:
+                codes = [ResultCode.OK] * len(slots)
         except (OSError, KvPoolError, ValueError) as e:
             log.debug("kvpool: same-machine lease write to %s failed: %s", seg.name, e)
             lease.close_node()

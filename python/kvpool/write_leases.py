@@ -55,7 +55,7 @@ class Lease:
     """One lease: the master's grant, and how far this client has filled it. Owned by one put at a time."""
 
     __slots__ = ("id", "epoch", "term", "segment_id", "end", "last_generation", "idle", "preference", "era",
-                 "run", "grant", "next", "next_generation", "last_used", "node")
+                 "run", "grant", "next", "next_generation", "last_used", "node", "stamps")
 
     def __init__(self, g: p.WriteLease, preference: str, era: int, run: int, now: float) -> None:
         self.id = g.lease_id
@@ -77,6 +77,8 @@ class Lease:
         self.last_used = now
         #: Same-machine path: the connection holding this lease's unwritten range on its node, once set aside.
         self.node: Connection | None = None
+        #: whether that node lets the writer stamp its objects (version 16), from its NODE_SHM_LEASE reply
+        self.stamps = True
 
     def fits(self, region: int) -> bool:
         """Whether one more object with a region of ``region`` bytes fits."""

@@ -128,6 +128,16 @@ def test_request_bodies_equal_java(java_vectors: dict[str, str]) -> None:
     assert p.encode_release(0x0102030405) == vec(java_vectors, "release")
     assert p.encode_shm_lease(7, 0x0A0B0C0D, 4096, 64 << 20, p.WriteGrant(4096, 64 << 20, 5000, 16, MAC1)) == \
         vec(java_vectors, "shm_lease")
+    assert p.decode_shm_lease_reply(vec(java_vectors, "shm_lease_reply")) == (p.ResultCode.OK, True)
+    assert p.decode_shm_lease_reply(vec(java_vectors, "shm_lease_reply_record")) == (p.ResultCode.FENCED, False)
+    # the object header a same-machine writer stamps (version 16): Java's stamp, padded to the value offset
+    header = p.object_header(K2, 1 << 20, 5001, 7, 0x1A2B3C4D)
+    stamped = vec(java_vectors, "object_header")
+    assert len(stamped) == p.value_offset(len(K2))
+    assert stamped[:len(header)] == header
+    view = memoryview(bytearray(b"\xee" * len(stamped)))
+    p.stamp(view, 0, header)
+    assert bytes(view[:len(header)]) == header
     assert p.encode_lease(ID, 77, 12, 500) == vec(java_vectors, "lease")
     assert p.encode_lease(ID, 77, 15, 0, end=True) == vec(java_vectors, "lease_end")
     # frames only masters send, checked so the documented layouts stay the ones Java writes; each carries

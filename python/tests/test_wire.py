@@ -172,3 +172,37 @@ def test_a_peer_that_does_not_answer_times_out_and_a_client_says_which_master() 
 def hello_reply() -> bytes:
     """A HELLO reply body as the master writes it: incarnation, epoch, max key and value bytes, replicas, term."""
     return p.BodyWriter().i64(1).i64(0).i32(p.MAX_KEY_BYTES).i64(p.DEFAULT_MAX_PAYLOAD_BYTES).u8(1).i64(0).bytes()
+
+
+def test_peer_closed_tells_a_live_connection_from_one_the_server_closed() -> None:
+    """``Connection.peer_closed``, what a same-machine writer asks before its COMMIT (protocol 4.28): false on a
+    live connection without taking anything from it, false with a reply due, true once the server closed."""
+    answer, close = threading.Event(), threading.Event()
+
+    def script(conn: socket.socket) -> None:
+        for _ in range(2):
+            h, body, _ = read_request(conn)
+            reply(conn, h, body)
+        h, body, _ = read_request(conn)
+        answer.wait(30)
+        reply(conn, h, body)
+        close.wait(30)  # then the server closes the connection
+
+    srv, t = serve(script)
+    c = Connection("127.0.0.1", srv.getsockname()[1], 5)
+    try:
+        assert c.call(p.Opcode.PING, b"one", 5)[0] == b"one"
+        assert not c.peer_closed()
+        assert c.call(p.Opcode.PING, b"two", 5)[0] == b"two", "the check read nothing of the stream"
+        c.send(p.Opcode.PING, b"three", 5)
+        assert not c.peer_closed(), "a reply is due: not the check's to read"
+        answer.set()
+        assert c.receive(5)[0] == b"three"
+        close.set()
+        t.join(30)
+        while not c.peer_closed():
+            time.sleep(0.001)  # the FIN is on its way; the test's own timeout bounds the wait
+        assert c.broken
+    finally:
+        c.close()
+        srv.close()

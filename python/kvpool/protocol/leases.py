@@ -135,9 +135,24 @@ def encode_release(lease_id: int) -> bytes:
 def encode_shm_lease(epoch: int, term: int, offset: int, length: int, grant: WriteGrant) -> bytes:
     """NODE_SHM_LEASE: a same-machine writer sets [offset, offset + length) of its lease aside on the node.
 
-    ``grant``: the lease's (:meth:`WriteLease.grant`). The objects copied there are then recorded with
-    NODE_SHM_LEASE_WRITE, whose body is NODE_WRITE's (:func:`encode_node_write`) without payload.
+    ``grant``: the lease's (:meth:`WriteLease.grant`). The objects copied there are then stamped by the writer
+    (version 16, ``stamp``), or, when the reply says so, recorded with NODE_SHM_LEASE_WRITE, whose body is
+    NODE_WRITE's (:func:`encode_node_write`) without payload.
     """
     w = BodyWriter().i64(epoch).i64(term).i64(offset).i64(length)
     grant.write(w)
     return w.bytes()
+
+
+def decode_shm_lease_reply(body: bytes) -> tuple[ResultCode, bool]:
+    """NODE_SHM_LEASE reply (version 16): the result-code list with one code, then whether the writer may stamp
+    its objects in the range (true) or must record each with NODE_SHM_LEASE_WRITE (a node with
+    ``--verify-writes``)."""
+    r = BodyReader(body, "NODE_SHM_LEASE reply")
+    n = r.i32("result count")
+    if n != 1:
+        raise ProtocolError(f"NODE_SHM_LEASE reply has {n} results, not 1")
+    code = _code(r)
+    stamps = r.boolean("stamps")
+    r.done()
+    return code, stamps

@@ -165,11 +165,16 @@ final class NodeWrites {
     }
 
     /**
-     * Writes one lease's slots: over TCP as {@link #writeToSegment} does; on the same machine by
-     * copying every value into the lease's range (in parallel lanes, each checksumming what it copies)
-     * and recording them all with NODE_SHM_LEASE_WRITE on the lease's own node connection, which set
-     * the range aside once (NODE_SHM_LEASE). A failure of that connection fails the slots and ends the
-     * range (the lease is then released by the caller).
+     * Writes one lease's slots: over TCP as {@link #writeToSegment} does; on the same machine by copying
+     * every value into the lease's range (in parallel lanes, each checksumming what it copies) and
+     * stamping each object's header there itself, COMPLETE last ({@link ObjectLayout#stamp}), in the range
+     * its node set aside once for the lease's own connection (NODE_SHM_LEASE). No node exchange per put:
+     * the node settles the stamped objects from their headers when anything asks for them (protocol
+     * version 16, section 4.28). Before the caller's COMMIT tells the master, the connection is checked:
+     * a node that let the range go (it restarted, or it ended the range) closed it first, and then
+     * nothing is committed and the slots fail (the caller writes them again under a fresh lease). A node
+     * that verifies writes says so when it sets the range aside, and the objects are then recorded with
+     * NODE_SHM_LEASE_WRITE instead ({@link #recordLeased}).
      */
     ResultCode[] writeLeased(WriteLeasePool.Lease lease, List<Slot> slots, Batch b) {
         // b.run is the lease's: a lease of the previous master writes nothing (its id may name another node)
@@ -196,21 +201,36 @@ final class NodeWrites {
                 frames.add(new int[]{start, end});
                 start = end;
             }
+            boolean stamps = lease.stamps;
             tasks.runParts(frames.size(), b.parallelOk ? Math.min(MAX_LANES, config.maxConnections()) : 1, f -> {
                 for (int s = frames.get(f)[0]; s < frames.get(f)[1]; s++) {
                     Slot slot = slots.get(s);
-                    SharedSegments.write(shm, slot.offset + ObjectLayout.valueOffset(b.key(slot.item).length),
-                            b.value(slot.item));
-                    b.crc(slot.item);
+                    byte[] key = b.key(slot.item);
+                    MemorySegment value = b.value(slot.item);
+                    SharedSegments.write(shm, slot.offset + ObjectLayout.valueOffset(key.length), value);
+                    int crc = b.crc(slot.item);
+                    if (stamps) {
+                        ObjectLayout.stamp(shm, slot.offset, key, value.byteSize(), slot.generation, b.epoch, crc);
+                    }
                 }
             });
-            for (int start = 0; start < slots.size(); start += PerSegment.MAX_ITEMS_PER_NODE_FRAME) {
-                int end = Math.min(slots.size(), start + PerSegment.MAX_ITEMS_PER_NODE_FRAME);
-                List<ResultCode> got = recordLeased(lease, frame(slots, start, end, b));
-                for (int s = start; s < end; s++) {
-                    codes[s] = got.get(s - start);
+            if (!stamps) {
+                // a node that verifies writes checks each value before it becomes readable: recorded, not stamped
+                for (int start = 0; start < slots.size(); start += PerSegment.MAX_ITEMS_PER_NODE_FRAME) {
+                    int end = Math.min(slots.size(), start + PerSegment.MAX_ITEMS_PER_NODE_FRAME);
+                    List<ResultCode> got = recordLeased(lease, frame(slots, start, end, b));
+                    for (int s = start; s < end; s++) {
+                        codes[s] = got.get(s - start);
+                    }
                 }
+                return codes;
             }
+            if (lease.node.peerClosed()) {
+                log.debug("the node of segment {} let lease {}'s range go before its commit", seg.name(), lease.id);
+                WriteLeasePool.closeNode(lease);
+                return codes;
+            }
+            Arrays.fill(codes, ResultCode.OK);
         } catch (IOException | RemoteException e) {
             log.debug("same-machine lease write to {} failed: {}", seg.name(), e.getMessage());
             WriteLeasePool.closeNode(lease);
@@ -232,17 +252,19 @@ final class NodeWrites {
         lease.node = c;
         BodyWriter w = new BodyWriter(32);
         new NodeMessages.ShmLease(lease.epoch, lease.term, from, lease.end - from, lease.grant).write(w);
-        ResultCode set = MasterMessages.Codes.read(c.call(Opcode.NODE_SHM_LEASE, w, config.requestTimeout())
-                .body()).codes().getFirst();
-        if (set != ResultCode.OK) {
+        NodeMessages.ShmLeaseReply set = NodeMessages.ShmLeaseReply.read(
+                c.call(Opcode.NODE_SHM_LEASE, w, config.requestTimeout()).body());
+        lease.stamps = set.stamps();
+        if (set.code() != ResultCode.OK) {
             WriteLeasePool.closeNode(lease);
         }
-        return set;
+        return set.code();
     }
 
     /**
      * Records objects copied into a lease's range on its node (NODE_SHM_LEASE_WRITE on the lease's
-     * connection; at most {@link PerSegment#MAX_ITEMS_PER_NODE_FRAME} items): a code per item.
+     * connection; at most {@link PerSegment#MAX_ITEMS_PER_NODE_FRAME} items): a code per item. Puts in
+     * parts record their objects this way; whole puts stamp them ({@link #writeLeased}).
      */
     List<ResultCode> recordLeased(WriteLeasePool.Lease lease, NodeMessages.Write items) throws IOException {
         BodyWriter w = new BodyWriter(16 + items.items().size() * 64);

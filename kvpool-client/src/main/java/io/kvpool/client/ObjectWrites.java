@@ -242,6 +242,8 @@ final class ObjectWrites {
                 for (NodeWrites.Slot slot : slots) {
                     status[b.from + slot.item()] = PutStatus.FENCED;
                 }
+                // their regions stay unwritten: a gap the node's walk over stamped objects would stop at
+                WriteLeasePool.closeNode(lease);
                 leases.giveBack(lease);
                 continue;
             }

@@ -419,6 +419,11 @@ final class PartCopies {
             }
             if (h.lease.node == null) {
                 done.forEach(c -> c.fail(ResultCode.FAILED));
+            } else if (done.size() < h.copies.size() || done.stream().anyMatch(c -> c.outcome != ResultCode.OK)) {
+                // a copy left out is a gap in the range, and a refusal may mean the node let the range go without
+                // closing the connection: the objects whole puts stamp after either would be settled by no one
+                // (the walk stops at the first header that is not an object), so the range ends here
+                WriteLeasePool.closeNode(h.lease);
             }
         } catch (IOException | RemoteException e) {
             log.debug("put in parts: recording lease {} failed: {}", h.lease.id, e.getMessage());

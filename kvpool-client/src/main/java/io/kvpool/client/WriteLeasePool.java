@@ -79,6 +79,11 @@ final class WriteLeasePool implements AutoCloseable {
          * set aside (NODE_SHM_LEASE); closing it ends that. Null until first needed, or over TCP.
          */
         volatile FrameConnection node;
+        /**
+         * Whether that node lets this writer stamp its objects in the range (protocol version 16), as its
+         * NODE_SHM_LEASE reply said; false when it verifies writes (then NODE_SHM_LEASE_WRITE records them).
+         */
+        volatile boolean stamps;
 
         Lease(WriteLeaseMessages.Granted g, String preference, int era, int run, long nowNanos) {
             this.era = era;

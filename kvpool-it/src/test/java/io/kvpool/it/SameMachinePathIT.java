@@ -58,7 +58,50 @@ class SameMachinePathIT {
             assertThat(node.shmPath()).isNotEmpty();
             roundTrip(c, "shm/");
             assertThat(node.bytesRead()).as("reads bypass the node").isZero();
-            assertThat(node.bytesWritten()).as("writes are completed through the node").isPositive();
+            assertThat(node.bytesWritten()).as("the node learned of the writes (settled from their stamps)").isPositive();
+            assertThat(node.stampedObjects()).as("whole puts stamp their objects").isPositive();
+        }
+    }
+
+    /**
+     * A same-machine put stamps its objects in its lease range and tells only the master (protocol 4.28,
+     * version 16). The node learns of them when something first asks: a read over TCP by a client on no shared
+     * memory, a free after a remove, an upsert's replacement. Every one of them must be served exactly.
+     */
+    @Test
+    void objectsStampedOnTheSameMachineAreServedOverTcpAndFreedByTheNode() throws Exception {
+        try (InProcessCluster cluster = new InProcessCluster(1, Size.ofMiB(64));
+             KvPoolClient writer = cluster.client();
+             KvPoolClient reader = cluster.client(cfg -> cfg.withSharedMemory(false))) {
+            StorageNode node = cluster.nodes.getFirst();
+            List<String> keys = new ArrayList<>();
+            for (int i = 0; i < 60; i++) {
+                String key = "stamp/" + i;
+                keys.add(key);
+                // single puts and batches, so stamps follow one another in one range across calls
+                if (i % 3 == 0) {
+                    assertThat(writer.put(key, Payloads.make(key, 1, 1_000 + i * 977))).isEqualTo(PutStatus.OK);
+                } else if (i % 3 == 2) {
+                    List<String> two = List.of(keys.get(i - 1), key);
+                    assertThat(writer.putBatch(two, List.of(
+                            MemorySegment.ofArray(Payloads.make(two.get(0), 1, 1_000 + (i - 1) * 977)),
+                            MemorySegment.ofArray(Payloads.make(key, 1, 1_000 + i * 977))))).containsOnly(PutStatus.OK);
+                }
+            }
+            // read over TCP, newest first: each read settles whatever the writer stamped before it
+            for (int i = keys.size() - 1; i >= 0; i--) {
+                byte[] got = reader.get(keys.get(i)).orElseThrow(() -> new AssertionError("missing"));
+                assertThat(Payloads.decode(got)).isEqualTo(new Payloads.Decoded(keys.get(i), 1, true));
+            }
+            assertThat(node.stampedObjects()).isEqualTo(60);
+            assertThat(node.objectCount()).isEqualTo(60);
+            // removals free at the node; a key replaced by an upsert is freed there too and read anew
+            assertThat(writer.remove(keys.get(5))).isTrue();
+            assertThat(writer.upsert(keys.get(6), Payloads.make(keys.get(6), 2, 5_000))).isEqualTo(PutStatus.OK);
+            assertThat(reader.get(keys.get(5))).isEmpty();
+            assertThat(Payloads.decode(reader.get(keys.get(6)).orElseThrow()).version()).isEqualTo(2);
+            // the frees reach the node on its control connection, not necessarily before the calls return
+            Await.until("the node holds 60 - 2 + 1 objects", Duration.ofSeconds(30), () -> node.objectCount() == 59);
         }
     }
 

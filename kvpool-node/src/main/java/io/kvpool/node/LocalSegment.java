@@ -91,7 +91,7 @@ final class LocalSegment {
         this.config = config;
         this.memory = memory;
         this.segment = memory.segment();
-        this.ledger = new RegionLedger(segment);
+        this.ledger = new RegionLedger(segment, config.verifyWrites());
         this.gate = new WriteGate(ledger);
         this.name = name;
         this.advertiseHost = advertiseHost;
@@ -387,8 +387,9 @@ final class LocalSegment {
         return partObjects.get();
     }
 
+    /** Value bytes written: through the node, and stamped by same-machine writers and settled since ({@link RegionLedger#stampedBytes}). */
     long bytesWritten() {
-        return bytesWritten.get();
+        return bytesWritten.get() + ledger.stampedBytes();
     }
 
     long bytesRead() {
@@ -399,8 +400,9 @@ final class LocalSegment {
         return memoryReads.get();
     }
 
+    /** Writes refused, stamped objects whose value failed verification when settled included. */
     long refusedWrites() {
-        return refusedWrites.get();
+        return refusedWrites.get() + ledger.refusedStamps();
     }
 
     /** Writes refused because a connection without the admin secret held no grant covering them. */

@@ -321,13 +321,12 @@ final class MasterLink implements AutoCloseable {
             Thread.currentThread().interrupt();
             throw new IOException("interrupted while waiting for writes in progress before registering", e);
         }
-        List<RegionLedger.Region> regions = ledger.completeRegions();
         BodyWriter w = new BodyWriter();
         // a token of its own for this registration: from now on only the master it goes to administers us;
         // the last accepted one proves that this is the same node, should that master still hold it
         ControlToken token = node.newRegistration();
         new RegisterNode(node.name(), node.advertiseHost(), node.port(), node.capacity(), ledger.epoch(), incarnation,
-                regions.size(), node.shmPath(), token, accepted).write(w);
+                ledger.objectCount(), node.shmPath(), token, accepted).write(w);
         RegisterReply reply;
         try {
             reply = RegisterReply.read(conn.call(Opcode.REGISTER_NODE, w, rpcTimeout()).body());
@@ -355,15 +354,19 @@ final class MasterLink implements AutoCloseable {
         }
         // becomes our segment id only once the whole inventory is in; a failure midway registers afresh
         int id = reply.segmentId();
+        List<RegionLedger.Region> regions = List.of();
         if (!reply.keepInventory()) {
             long n = ledger.reset(reply.epoch());
             if (n > 0) {
                 log.warn("node {}: master is at epoch {}; dropped {} objects from an older epoch", node.name(),
                         reply.epoch(), n);
             }
-            regions = List.of();
         } else {
             ledger.adoptEpoch(reply.epoch());
+            // taken once the master has the registration: an object a same-machine writer stamped and the master
+            // accepted (COMMIT) against the registration this one replaces is settled and listed here, since
+            // every COMMIT the master took before it is after its stamp; one it takes after it is refused
+            regions = ledger.completeRegions();
         }
         InventoryUpload.Counts listed = inventory.send(conn, rpcTimeout(), id, reply.keepInventory(), reply.epoch(),
                 regions);

@@ -57,6 +57,9 @@ final class NodeMetrics {
                 + " not counted)", local::partBytes);
         Series.counter(registry, "node_part_objects_total", "Objects written in parts (NODE_PART_BEGIN to NODE_PART_END)"
                 + " that became readable, over TCP and the same-machine path", local::partObjects);
+        Series.counter(registry, "node_stamped_objects_total", "Objects a same-machine writer stamped in its lease range and"
+                + " told only the master of, which the node settled from their headers when something first asked for"
+                + " them (protocol version 16)", () -> local.ledger().stampedObjects());
         Series.gauge(registry, "node_master_connected", "1 while the node is registered with the master and its heartbeats"
                 + " are answered, else 0", () -> link.isRegistered() ? 1 : 0);
         Series.gauge(registry, "node_taking_writes", "1 while the node admits writes; 0 before its registration is done,"

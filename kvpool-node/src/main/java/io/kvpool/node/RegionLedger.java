@@ -5,11 +5,14 @@ import io.kvpool.protocol.ObjectLayout;
 import io.kvpool.protocol.ResultCode;
 
 import java.lang.foreign.MemorySegment;
+import java.lang.invoke.VarHandle;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.HashSet;
 import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.TreeMap;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.locks.Condition;
@@ -63,6 +66,8 @@ final class RegionLedger {
         /** Moved to the SSD tier ({@link #retire}): not readable here, its header kept until the space is taken. */
         boolean retired;
         int readers;
+        /** For the front of a same-machine lease range ({@link #beginLease}), that range; null for objects. */
+        LeaseRange held;
 
         Region(long offset, long length, long generation, long epoch, byte[] key, long valueLength) {
             this.offset = offset;
@@ -109,9 +114,26 @@ final class RegionLedger {
     private int writes;
     /** The generation of a same-machine lease range held as one region ({@link #beginLease}): no object's. */
     static final long LEASE_GENERATION = -1;
+    /** Whether {@link #settle} checks a stamped value against its CRC32C too ({@code --verify-writes}). */
+    private final boolean verifyStamps;
+    @GuardedBy("lock")
+    private long stamped;
+    @GuardedBy("lock")
+    private long stampedBytes;
+    /** Stamped objects dropped when settled: their value did not match its checksum ({@code --verify-writes}). */
+    @GuardedBy("lock")
+    private long refusedStamps;
+    /** The lease ranges held now ({@link #beginLease}), settled whenever the counts are read ({@link #settleAll}). */
+    @GuardedBy("lock")
+    private final Set<LeaseRange> held = new HashSet<>();
 
     RegionLedger(MemorySegment memory) {
+        this(memory, false);
+    }
+
+    RegionLedger(MemorySegment memory, boolean verifyStamps) {
         this.memory = memory;
+        this.verifyStamps = verifyStamps;
     }
 
     long epoch() {
@@ -123,10 +145,11 @@ final class RegionLedger {
         }
     }
 
-    /** Objects fully written and not freed. */
+    /** Objects fully written and not freed (those stamped in lease ranges settled first). */
     long objectCount() {
         lock.lock();
         try {
+            settleAll();
             return completeCount;
         } finally {
             lock.unlock();
@@ -136,6 +159,7 @@ final class RegionLedger {
     long objectBytes() {
         lock.lock();
         try {
+            settleAll();
             return completeBytes;
         } finally {
             lock.unlock();
@@ -232,53 +256,243 @@ final class RegionLedger {
     }
 
     /**
-     * Sets a same-machine writer's lease range aside: admitted as a write is (waiting for readers and
-     * writers of the space, dropping what overlaps, fencing old epochs), then held as one region being
-     * written that no read can name (generation -1). Objects are carved from its front with
-     * {@link #carve}; the writer's connection closing ends it ({@link #endWrite} with false).
+     * A same-machine writer's lease range on this node (docs/protocol.md, section 4.28): the part not yet
+     * made into objects is one region being written that no read can name ({@link #front}). Objects come
+     * off its front in two ways: the writer records them ({@link #carve}, NODE_SHM_LEASE_WRITE), or it
+     * stamps each object's header itself and tells only the master, and the node finds them when anything
+     * asks about that space ({@link #settle}, protocol version 16). Guarded by the ledger's lock.
      */
-    WriteAdmission beginLease(long offset, long length, long writeEpoch, Duration maxWait) throws InterruptedException {
-        return beginWrite(offset, length, LEASE_GENERATION, writeEpoch, new byte[0], 0, maxWait);
+    static final class LeaseRange {
+        private Region front;
+        /** The lease's block of generations: a stamped header outside it, or not above the last one taken, is no object of this lease. */
+        private long nextGeneration;
+        private final long lastGeneration;
+
+        private LeaseRange(long firstGeneration, long lastGeneration) {
+            this.nextGeneration = firstGeneration;
+            this.lastGeneration = lastGeneration;
+        }
     }
 
-    /** What {@link #carve} did: the object's code, and the lease region left (null when nothing is left). */
-    record Carved(ResultCode code, Region rest) {
+    /** Outcome of asking for a lease range: the range, or why not. */
+    record LeaseAdmission(LeaseRange range, ResultCode refusal) {
+    }
+
+    /**
+     * Sets a same-machine writer's lease range aside: admitted as a write is (waiting for readers and
+     * writers of the space, dropping what overlaps, fencing old epochs), then held as one region being
+     * written that no read can name (generation -1). Objects come off its front ({@link #carve},
+     * {@link #settle}); the writer's connection closing ends it ({@link #endLease}). Generations from
+     * {@code firstGeneration} for {@code generationCount} are the lease's.
+     */
+    LeaseAdmission beginLease(long offset, long length, long writeEpoch, long firstGeneration, int generationCount,
+                              Duration maxWait) throws InterruptedException {
+        WriteAdmission a = beginWrite(offset, length, LEASE_GENERATION, writeEpoch, new byte[0], 0, maxWait);
+        if (a.region() == null) {
+            return new LeaseAdmission(null, a.refusal());
+        }
+        lock.lock();
+        try {
+            LeaseRange range = new LeaseRange(firstGeneration, firstGeneration + Math.max(0, generationCount) - 1);
+            range.front = a.region();
+            a.region().held = range;
+            held.add(range);
+            return new LeaseAdmission(range, null);
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    /** What is left of a lease range, after settling the objects stamped at its front; null when nothing is. */
+    Region front(LeaseRange range) {
+        lock.lock();
+        try {
+            settle(range);
+            return range.front;
+        } finally {
+            lock.unlock();
+        }
     }
 
     /**
      * Records an object the lease's writer copied into {@code [offset, offset + length)}: it must lie
-     * in the lease region, at or after its start. The object becomes complete and readable (its header
-     * stamped {@code COMPLETE} with the fields given); the lease region shrinks to what follows it (what
-     * lay before it was never an object). Refused with FENCED when a reset since voided the lease, and
-     * FAILED when the range is not the lease's; then the lease region is unchanged.
+     * in the lease range, at or after its front (objects stamped there are settled first). The object
+     * becomes complete and readable (its header stamped {@code COMPLETE} with the fields given); the
+     * range shrinks to what follows it (what lay before it was never an object). FENCED when a reset
+     * since voided the lease, FAILED when the range is not the lease's; then the range is unchanged.
      */
-    Carved carve(Region lease, long offset, long length, long generation, long writeEpoch, byte[] key,
-                 long valueLength, int valueCrc) {
+    ResultCode carve(LeaseRange range, long offset, long length, long generation, long writeEpoch, byte[] key,
+                     long valueLength, int valueCrc) {
         lock.lock();
         try {
-            if (lease.dead || writeEpoch < epoch || lease.epoch < epoch) {
-                return new Carved(ResultCode.FENCED, lease);
+            settle(range);
+            Region lease = range.front;
+            if (lease == null || lease.dead || writeEpoch < epoch || lease.epoch < epoch) {
+                return lease == null ? ResultCode.FAILED : ResultCode.FENCED;
             }
-            if (regions.get(lease.offset) != lease || offset < lease.offset || offset + length > lease.end()
-                    || length <= 0) {
-                return new Carved(ResultCode.FAILED, lease);
+            if (offset < lease.offset || offset + length > lease.end() || length <= 0) {
+                return ResultCode.FAILED;
             }
-            regions.remove(lease.offset);
-            Region obj = new Region(offset, length, generation, writeEpoch, key, valueLength);
             ObjectLayout.writeHeader(memory, offset, ObjectLayout.STATE_COMPLETE, key, valueLength, generation,
                     writeEpoch, valueCrc);
+            takeFront(range, offset, length, generation, writeEpoch, key, valueLength);
+            return ResultCode.OK;
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    /**
+     * The writer's connection closed, or it set another range aside: what it stamped is settled, and
+     * the rest of the range is let go (never readable).
+     */
+    void endLease(LeaseRange range) {
+        lock.lock();
+        try {
+            settle(range);
+            held.remove(range);
+            if (range.front != null) {
+                endWrite(range.front, false);
+                range.front = null;
+            }
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    /**
+     * Settles every lease range held now ({@link #settle}): the counts, a registration's inventory and the
+     * node's pages see what the writers stamped.
+     */
+    void settleAll() {
+        lock.lock();
+        try {
+            for (Iterator<LeaseRange> it = held.iterator(); it.hasNext(); ) {
+                LeaseRange range = it.next();
+                settle(range);
+                if (range.front == null || range.front.dead) {
+                    it.remove();
+                }
+            }
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    /**
+     * Makes the objects a writer stamped at the front of its lease range into complete regions, one after
+     * another, while the header there verifies (section 8), says COMPLETE, is of the lease's epoch and
+     * carries the next generation of its block, and its region lies in the range. The writer fills its
+     * range from the front without gaps, writing each header's state last, and tells the master only after
+     * that; so every object the master knows of in the range is settled by the time anything asks for it,
+     * and a header not (or not yet) complete ends the walk. A stale header left in the space by an earlier
+     * object fails the generation check.
+     */
+    @GuardedBy("lock")
+    private void settle(LeaseRange range) {
+        while (range.front != null && !range.front.dead && range.front.epoch >= epoch
+                && range.nextGeneration <= range.lastGeneration) {
+            Region lease = range.front;
+            if (ObjectLayout.state(memory, lease.offset) != ObjectLayout.STATE_COMPLETE) {
+                return;
+            }
+            VarHandle.acquireFence(); // the writer stores the state last
+            ObjectLayout.Header h = ObjectLayout.readHeader(memory, lease.offset, lease.end());
+            if (h == null || h.state() != ObjectLayout.STATE_COMPLETE || h.epoch() != lease.epoch
+                    || h.generation() < range.nextGeneration || h.generation() > range.lastGeneration) {
+                return;
+            }
+            if (verifyStamps && ObjectLayout.valueCrc(memory.asSlice(lease.offset
+                    + ObjectLayout.valueOffset(h.keyLength()), h.valueLength())) != h.valueCrc()) {
+                // --verify-writes: a value that is not what its writer checksummed is no object. Its header
+                // verified, so its region is known, and the walk goes on past it to the writer's next object
+                ObjectLayout.setState(memory, lease.offset, ObjectLayout.STATE_DEAD);
+                takeFront(range, lease.offset, h.regionLength(), h.generation(), h.epoch(), null, 0);
+                refusedStamps++;
+                continue;
+            }
+            takeFront(range, lease.offset, h.regionLength(), h.generation(), h.epoch(), h.key(), h.valueLength());
+            stamped++;
+            stampedBytes += h.valueLength();
+        }
+    }
+
+    /**
+     * The object at {@code [offset, offset + length)} becomes complete (none does with a null key: the
+     * space is skipped); the range keeps what follows it.
+     */
+    @GuardedBy("lock")
+    private void takeFront(LeaseRange range, long offset, long length, long generation, long writeEpoch, byte[] key,
+                           long valueLength) {
+        Region lease = range.front;
+        regions.remove(lease.offset);
+        lease.held = null;
+        if (key != null) {
+            Region obj = new Region(offset, length, generation, writeEpoch, key, valueLength);
             obj.complete = true;
             completeCount++;
             completeBytes += length;
             regions.put(offset, obj);
-            Region rest = null;
-            if (obj.end() < lease.end()) {
-                rest = new Region(obj.end(), lease.end() - obj.end(), LEASE_GENERATION, lease.epoch, lease.key, 0);
-                rest.writing = true;
-                regions.put(rest.offset, rest);
-            }
-            changed.signalAll();
-            return new Carved(ResultCode.OK, rest);
+        }
+        range.nextGeneration = Math.max(range.nextGeneration, generation + 1);
+        range.front = null;
+        long end = offset + length;
+        if (end < lease.end()) {
+            Region rest = new Region(end, lease.end() - end, LEASE_GENERATION, lease.epoch, lease.key, 0);
+            rest.writing = true;
+            rest.held = range;
+            regions.put(rest.offset, rest);
+            range.front = rest;
+        }
+        changed.signalAll();
+    }
+
+    /**
+     * The region at {@code offset}, settling the lease range it lies in first when that is where it would
+     * be (an object stamped by its writer that nothing asked about yet).
+     */
+    @GuardedBy("lock")
+    private Region at(long offset) {
+        Region r = regions.get(offset);
+        if (r != null && r.held == null) {
+            return r;
+        }
+        Map.Entry<Long, Region> e = regions.floorEntry(offset);
+        if (e != null && e.getValue().held != null && offset < e.getValue().end()) {
+            settle(e.getValue().held);
+            return regions.get(offset);
+        }
+        return r;
+    }
+
+    /** Objects settled from headers their writers stamped ({@link #settle}), since the node started. */
+    long stampedObjects() {
+        lock.lock();
+        try {
+            settleAll();
+            return stamped;
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    /** Stamped objects dropped when settled because their value did not match its CRC32C ({@code --verify-writes}). */
+    long refusedStamps() {
+        lock.lock();
+        try {
+            settleAll();
+            return refusedStamps;
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    /** Value bytes of the objects {@link #stampedObjects} counts. */
+    long stampedBytes() {
+        lock.lock();
+        try {
+            settleAll();
+            return stampedBytes;
         } finally {
             lock.unlock();
         }
@@ -288,7 +502,7 @@ final class RegionLedger {
     Region beginRead(long offset, long generation) {
         lock.lock();
         try {
-            Region r = regions.get(offset);
+            Region r = at(offset);
             if (r == null || r.generation != generation || !r.complete || r.dead) {
                 return null;
             }
@@ -319,7 +533,7 @@ final class RegionLedger {
     boolean free(long offset, long generation) {
         lock.lock();
         try {
-            Region r = regions.get(offset);
+            Region r = at(offset);
             if (r == null || r.generation != generation || r.dead) {
                 return false;
             }
@@ -344,7 +558,7 @@ final class RegionLedger {
     boolean retire(long offset, long generation) {
         lock.lock();
         try {
-            Region r = regions.get(offset);
+            Region r = at(offset);
             if (r == null || r.generation != generation || r.dead || r.retired) {
                 return false;
             }
@@ -462,10 +676,11 @@ final class RegionLedger {
         }
     }
 
-    /** A snapshot of the readable regions, for the inventory sent at registration. */
+    /** A snapshot of the readable regions, for the inventory sent at registration; lease ranges are settled first. */
     List<Region> completeRegions() {
         lock.lock();
         try {
+            settleAll();
             List<Region> out = new ArrayList<>((int) Math.min(Integer.MAX_VALUE - 8, completeCount));
             for (Region r : regions.values()) {
                 if (r.complete && !r.dead) {

@@ -27,17 +27,22 @@ import java.util.concurrent.ConcurrentHashMap;
  *   <li><b>Per write</b>: NODE_SHM_WRITE_BEGIN admits each object's region as NODE_WRITE would and
  *       stamps its header; the client copies; NODE_SHM_WRITE_END makes it readable.</li>
  *   <li><b>Per lease</b>: NODE_SHM_LEASE admits the unwritten rest of the client's write lease once, as
- *       one region no read can name; the client copies any number of values into it; each
- *       NODE_SHM_LEASE_WRITE records objects, carving them from the front of that region
- *       ({@link RegionLedger#carve}). So a put costs the copy and one exchange with the node, and the
- *       admission (waiting for readers of space freed earlier) happens once per lease.</li>
+ *       one range no read can name ({@link RegionLedger.LeaseRange}); the client copies any number of
+ *       values into it. It then either stamps each object's header itself and tells only the master
+ *       (version 16: the ledger settles the stamped objects from their headers when anything asks about
+ *       that space), or records them with NODE_SHM_LEASE_WRITE (puts in parts do), carving them from the
+ *       front of the range ({@link RegionLedger#carve}). So a whole put costs the copy and its COMMIT, and
+ *       the admission (waiting for readers of space freed earlier) happens once per lease.</li>
  * </ul>
  *
- * Both are tied to the writer's connection: when it closes, what was begun and not ended, and the
- * lease region left, are dropped (never readable). The space a lease region holds is the writer's at
- * the master until it releases the lease, so nothing else is placed there meanwhile; a writer that
- * stalls past its lease's expiry holds the node's admission of that space until its connection
- * closes, and writes placed there wait (bounded by the region wait) and fail as values.
+ * Both are tied to the writer's connection: when it closes, what was begun and not ended is dropped
+ * (never readable), and the lease range is settled and the rest of it let go. The server sends its FIN
+ * before it tells this class, and a writer checks its connection after stamping and before its COMMIT
+ * ({@code FrameConnection.peerClosed}): so an object committed at the master was stamped before the
+ * range was settled for the last time. The space a lease range holds is the writer's at the master
+ * until it releases the lease, so nothing else is placed there meanwhile; a writer that stalls past its
+ * lease's expiry holds the node's admission of that space until its connection closes, and writes
+ * placed there wait (bounded by the region wait) and fail as values.
  */
 final class SameMachineWrites {
 
@@ -49,8 +54,8 @@ final class SameMachineWrites {
     private final Map<String, Map<Long, RegionLedger.Region>> begun = new ConcurrentHashMap<>();
     /** The master term of each connection's latest NODE_SHM_WRITE_BEGIN: its END is refused once a newer term is known. */
     private final Map<String, Long> beginTerms = new ConcurrentHashMap<>();
-    /** The lease region each connection holds, by connection (peer). */
-    private final Map<String, RegionLedger.Region> leases = new ConcurrentHashMap<>();
+    /** The lease range each connection holds, by connection (peer). */
+    private final Map<String, RegionLedger.LeaseRange> leases = new ConcurrentHashMap<>();
 
     SameMachineWrites(LocalSegment node, NodeConfig config) {
         this.node = node;
@@ -139,8 +144,9 @@ final class SameMachineWrites {
 
     /**
      * NODE_SHM_LEASE: sets {@code [offset, offset + length)} aside for this connection's lease writes,
-     * ending any lease region the connection held before. One code: OK, FENCED (an older epoch than
-     * the node's), or FAILED (the space stayed busy for the whole region wait).
+     * ending any lease range the connection held before. One code: OK, FENCED (an older epoch than
+     * the node's), or FAILED (the space stayed busy for the whole region wait); and whether the writer
+     * may stamp its objects ({@link #leaseReply}).
      */
     void lease(Request req) throws IOException {
         node.requireShared();
@@ -152,22 +158,24 @@ final class SameMachineWrites {
             throw new BadRequestException("node_shm_lease of 0 bytes at offset " + l.offset());
         }
         node.checkGrant(req.access(), l.term(), l.offset(), l.length(), l.grant().firstGeneration(), l.grant());
-        RegionLedger.Region previous = leases.remove(req.peer());
+        RegionLedger.LeaseRange previous = leases.remove(req.peer());
         if (previous != null) {
-            ledger.endWrite(previous, false);
+            ledger.endLease(previous);
         }
         if (!node.currentTerm(l.term())) {
             node.refusedWrite();
-            reply(req, List.of(ResultCode.DEPOSED));
+            leaseReply(req, ResultCode.DEPOSED);
             return;
         }
         if (!node.gate().enter()) {
-            refuse(req, 1);
+            node.refusedWrite();
+            leaseReply(req, ResultCode.NO_SEGMENT);
             return;
         }
-        RegionLedger.WriteAdmission adm;
+        RegionLedger.LeaseAdmission adm;
         try {
-            adm = ledger.beginLease(l.offset(), l.length(), l.epoch(), config.regionWait());
+            adm = ledger.beginLease(l.offset(), l.length(), l.epoch(), l.grant().firstGeneration(),
+                    l.grant().generationCount(), config.regionWait());
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
             throw new IOException("interrupted while waiting for a lease region of segment " + node.name());
@@ -175,13 +183,24 @@ final class SameMachineWrites {
             node.gate().exit();
         }
         ResultCode code = ResultCode.OK;
-        if (adm.region() == null) {
+        if (adm.range() == null) {
             node.refusedWrite();
             code = adm.refusal();
         } else {
-            leases.put(req.peer(), adm.region());
+            leases.put(req.peer(), adm.range());
         }
-        reply(req, List.of(code));
+        leaseReply(req, code);
+    }
+
+    /**
+     * The NODE_SHM_LEASE reply: its code, and whether the writer may stamp its objects (version 16): not
+     * when this node verifies writes, since a stamped object is readable on this machine before the node
+     * could check its value.
+     */
+    private void leaseReply(Request req, ResultCode code) throws IOException {
+        BodyWriter out = new BodyWriter(8);
+        new NodeMessages.ShmLeaseReply(code, !config.verifyWrites()).write(out);
+        req.reply(out);
     }
 
     /**
@@ -196,18 +215,18 @@ final class SameMachineWrites {
         body.end("node_shm_lease_write");
         node.checkWrites(req.access(), w);
         if (!node.currentTerm(w.term())) {
-            RegionLedger.Region lease = leases.remove(req.peer());
+            RegionLedger.LeaseRange lease = leases.remove(req.peer());
             if (lease != null) {
-                ledger.endWrite(lease, false);
+                ledger.endLease(lease);
             }
             reply(req, deposed(w.items().size()));
             return;
         }
         if (!node.gate().enter()) {
             // objects carved now might be in no inventory: the lease's range is let go as well
-            RegionLedger.Region lease = leases.remove(req.peer());
+            RegionLedger.LeaseRange lease = leases.remove(req.peer());
             if (lease != null) {
-                ledger.endWrite(lease, false);
+                ledger.endLease(lease);
             }
             refuse(req, w.items().size());
             return;
@@ -219,35 +238,31 @@ final class SameMachineWrites {
         }
     }
 
-    /** The objects of a NODE_SHM_LEASE_WRITE, carved from this connection's lease region in order. */
+    /** The objects of a NODE_SHM_LEASE_WRITE, carved from this connection's lease range in order. */
     private List<ResultCode> carveAll(Request req, NodeMessages.Write w) {
         List<ResultCode> codes = new ArrayList<>(w.items().size());
+        RegionLedger.LeaseRange lease = leases.get(req.peer());
         for (NodeMessages.WriteItem it : w.items()) {
-            RegionLedger.Region lease = leases.get(req.peer());
-            if (lease == null) {
+            RegionLedger.Region front = lease == null ? null : ledger.front(lease);
+            if (front == null) {
                 codes.add(ResultCode.NOT_FOUND);
                 continue;
             }
             long length = ObjectLayout.regionLength(it.key().length, it.valueLength());
             long valueOffset = it.offset() + ObjectLayout.valueOffset(it.key().length);
-            if (it.offset() >= lease.offset && it.offset() + length <= lease.end()
+            if (it.offset() >= front.offset && it.offset() + length <= front.end()
                     && !crcHolds(valueOffset, it.valueLength(), it.valueCrc())) {
                 codes.add(ResultCode.FAILED);
                 continue;
             }
-            RegionLedger.Carved c = node.gate().carve(lease, it.offset(), length, it.generation(), w.epoch(), it.key(),
+            ResultCode c = node.gate().carve(lease, it.offset(), length, it.generation(), w.epoch(), it.key(),
                     it.valueLength(), it.valueCrc());
-            if (c.code() == ResultCode.OK) {
+            if (c == ResultCode.OK) {
                 node.wrote(it.valueLength());
-                if (c.rest() == null) {
-                    leases.remove(req.peer());
-                } else {
-                    leases.put(req.peer(), c.rest());
-                }
             } else {
                 node.refusedWrite();
             }
-            codes.add(c.code());
+            codes.add(c);
         }
         return codes;
     }
@@ -273,9 +288,9 @@ final class SameMachineWrites {
                 ledger.endWrite(r, false);
             }
         }
-        RegionLedger.Region lease = leases.remove(peer);
+        RegionLedger.LeaseRange lease = leases.remove(peer);
         if (lease != null) {
-            ledger.endWrite(lease, false);
+            ledger.endLease(lease);
         }
     }
 

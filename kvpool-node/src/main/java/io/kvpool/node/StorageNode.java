@@ -173,6 +173,11 @@ public final class StorageNode implements AutoCloseable {
         return ledger.objectCount();
     }
 
+    /** Objects same-machine writers stamped in their lease ranges that this node settled (protocol 4.28, version 16). */
+    public long stampedObjects() {
+        return ledger.stampedObjects();
+    }
+
     public long epoch() {
         return ledger.epoch();
     }

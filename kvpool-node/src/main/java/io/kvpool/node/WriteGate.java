@@ -70,10 +70,11 @@ final class WriteGate {
     }
 
     /** {@link RegionLedger#carve} of a same-machine lease write, refused NO_SEGMENT once the gate closed (as {@link #endWrite}). */
-    synchronized RegionLedger.Carved carve(RegionLedger.Region lease, long offset, long length, long generation,
-                                           long writeEpoch, byte[] key, long valueLength, int valueCrc) {
+    synchronized io.kvpool.protocol.ResultCode carve(RegionLedger.LeaseRange lease, long offset, long length,
+                                                     long generation, long writeEpoch, byte[] key, long valueLength,
+                                                     int valueCrc) {
         if (state == State.CLOSED) {
-            return new RegionLedger.Carved(io.kvpool.protocol.ResultCode.NO_SEGMENT, lease);
+            return io.kvpool.protocol.ResultCode.NO_SEGMENT;
         }
         return ledger.carve(lease, offset, length, generation, writeEpoch, key, valueLength, valueCrc);
     }

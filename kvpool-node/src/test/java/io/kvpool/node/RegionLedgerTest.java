@@ -69,11 +69,11 @@ class RegionLedgerTest {
         return r;
     }
 
-    /** Sets a lease region aside, with no wait. */
-    private RegionLedger.Region lease(long offset, long length, long epoch) throws InterruptedException {
-        RegionLedger.WriteAdmission a = ledger.beginLease(offset, length, epoch, NO_WAIT);
+    /** Sets a lease range aside, with no wait, with generations 1 to 1000. */
+    private RegionLedger.LeaseRange lease(long offset, long length, long epoch) throws InterruptedException {
+        RegionLedger.LeaseAdmission a = ledger.beginLease(offset, length, epoch, 1, 1000, NO_WAIT);
         assertThat(a.refusal()).isNull();
-        return a.region();
+        return a.range();
     }
 
     @Test
@@ -81,9 +81,9 @@ class RegionLedgerTest {
         store(1024, 256, 3);
         RegionLedger.Region pinned = ledger.beginRead(1024, 3);
         // the old object under the lease is pinned by a reader: the lease waits for it, then gives up
-        assertThat(ledger.beginLease(0, 4096, 0, SHORT).refusal()).isEqualTo(ResultCode.FAILED);
+        assertThat(ledger.beginLease(0, 4096, 0, 1, 1000, SHORT).refusal()).isEqualTo(ResultCode.FAILED);
         ledger.endRead(pinned);
-        RegionLedger.Region l = lease(0, 4096, 0);
+        RegionLedger.LeaseRange l = lease(0, 4096, 0);
         // the old object's header is dead the moment the lease takes its space: no reader gets it after
         assertThat(ObjectLayout.state(memory, 1024)).isEqualTo(ObjectLayout.STATE_DEAD);
         assertThat(ledger.beginRead(1024, 3)).isNull();
@@ -91,22 +91,20 @@ class RegionLedgerTest {
         // nothing else may be written in the lease meanwhile: it is being written
         assertThat(ledger.beginWrite(2048, 128, 9, 0, KEY, 64, SHORT).refusal()).isEqualTo(ResultCode.FAILED);
 
-        RegionLedger.Carved a = ledger.carve(l, 128, 256, 10, 0, KEY, 192, 0x1234);
-        assertThat(a.code()).isEqualTo(ResultCode.OK);
-        assertThat(a.rest().offset).isEqualTo(384);
-        assertThat(a.rest().end()).isEqualTo(4096);
+        assertThat(ledger.carve(l, 128, 256, 10, 0, KEY, 192, 0x1234)).isEqualTo(ResultCode.OK);
+        assertThat(ledger.front(l).offset).isEqualTo(384);
+        assertThat(ledger.front(l).end()).isEqualTo(4096);
         assertThat(ObjectLayout.state(memory, 128)).isEqualTo(ObjectLayout.STATE_COMPLETE);
         RegionLedger.Region r = ledger.beginRead(128, 10);
         assertThat(r).isNotNull();
         assertThat(r.valueLength).isEqualTo(192);
         ledger.endRead(r);
-        // below the lease region's start (the part before the carved object went with it), or past its end
-        assertThat(ledger.carve(a.rest(), 0, 128, 11, 0, KEY, 64, 0).code()).isEqualTo(ResultCode.FAILED);
-        assertThat(ledger.carve(a.rest(), 4032, 128, 11, 0, KEY, 64, 0).code()).isEqualTo(ResultCode.FAILED);
-        assertThat(ledger.carve(l, 512, 128, 11, 0, KEY, 64, 0).code()).as("a stale handle").isEqualTo(ResultCode.FAILED);
-        RegionLedger.Carved last = ledger.carve(a.rest(), 3968, 128, 12, 0, KEY, 64, 0);
-        assertThat(last.code()).isEqualTo(ResultCode.OK);
-        assertThat(last.rest()).as("nothing left").isNull();
+        // below the lease range's front (the part before the carved object went with it), or past its end
+        assertThat(ledger.carve(l, 0, 128, 11, 0, KEY, 64, 0)).isEqualTo(ResultCode.FAILED);
+        assertThat(ledger.carve(l, 4032, 128, 11, 0, KEY, 64, 0)).isEqualTo(ResultCode.FAILED);
+        assertThat(ledger.carve(l, 3968, 128, 12, 0, KEY, 64, 0)).isEqualTo(ResultCode.OK);
+        assertThat(ledger.front(l)).as("nothing left").isNull();
+        assertThat(ledger.carve(l, 3968, 128, 13, 0, KEY, 64, 0)).as("a used-up range").isEqualTo(ResultCode.FAILED);
         assertThat(ledger.objectCount()).isEqualTo(2);
         assertThat(ledger.completeRegions()).extracting(x -> x.generation).containsExactly(10L, 12L);
         // the space between the objects is no one's: a write there is admitted at once
@@ -115,22 +113,144 @@ class RegionLedgerTest {
 
     @Test
     void aLeaseRegionEndsWithItsConnectionAndIsFencedByAReset() throws InterruptedException {
-        RegionLedger.Region l = lease(0, 4096, 0);
-        RegionLedger.Carved a = ledger.carve(l, 0, 256, 1, 0, KEY, 192, 0);
-        assertThat(ledger.endWrite(a.rest(), false)).isFalse();
+        RegionLedger.LeaseRange l = lease(0, 4096, 0);
+        assertThat(ledger.carve(l, 0, 256, 1, 0, KEY, 192, 0)).isEqualTo(ResultCode.OK);
+        ledger.endLease(l);
+        assertThat(ledger.front(l)).isNull();
         admit(1024, 256, 2, 0); // the rest is free again at the node
         assertThat(ledger.beginRead(0, 1)).as("what was carved stays").isNotNull();
 
-        RegionLedger.Region m = lease(2048, 2048, 0);
+        RegionLedger.LeaseRange m = lease(2048, 2048, 0);
         assertThat(ledger.reset(1)).as("the object carved in epoch 0").isEqualTo(1);
-        assertThat(ledger.carve(m, 2048, 256, 3, 0, KEY, 192, 0).code()).isEqualTo(ResultCode.FENCED);
-        assertThat(ledger.beginLease(2048, 1024, 0, NO_WAIT).refusal()).as("an old epoch").isEqualTo(ResultCode.FENCED);
-        ledger.endWrite(m, false);
-        RegionLedger.Region n = lease(2048, 2048, 1);
-        assertThat(ledger.carve(n, 2048, 256, 4, 0, KEY, 192, 0).code()).as("an item of an old epoch")
+        assertThat(ledger.carve(m, 2048, 256, 3, 0, KEY, 192, 0)).isEqualTo(ResultCode.FENCED);
+        assertThat(ledger.beginLease(2048, 1024, 0, 1, 1000, NO_WAIT).refusal()).as("an old epoch")
                 .isEqualTo(ResultCode.FENCED);
-        assertThat(ledger.carve(n, 2048, 256, 4, 1, KEY, 192, 0).code()).isEqualTo(ResultCode.OK);
+        ledger.endLease(m);
+        RegionLedger.LeaseRange n = lease(2048, 2048, 1);
+        assertThat(ledger.carve(n, 2048, 256, 4, 0, KEY, 192, 0)).as("an item of an old epoch")
+                .isEqualTo(ResultCode.FENCED);
+        assertThat(ledger.carve(n, 2048, 256, 4, 1, KEY, 192, 0)).isEqualTo(ResultCode.OK);
     }
+
+    /** Stamps an object as a same-machine writer does: value, then header, COMPLETE last. Returns its region length. */
+    private long stamp(long offset, long generation, long epoch, int valueLength) {
+        MemorySegment value = memory.asSlice(offset + ObjectLayout.valueOffset(KEY.length), valueLength);
+        value.fill((byte) generation);
+        ObjectLayout.stamp(memory, offset, KEY, valueLength, generation, epoch, ObjectLayout.valueCrc(value));
+        return ObjectLayout.regionLength(KEY.length, valueLength);
+    }
+
+    @Test
+    void objectsAWriterStampedAreSettledWhenAReadOrAFreeFirstAsksForThem() throws InterruptedException {
+        RegionLedger.LeaseRange l = lease(0, 8192, 0);
+        long a = stamp(0, 1, 0, 100);
+        long b = stamp(a, 2, 0, 1000);
+        long c = stamp(a + b, 3, 0, 64);
+        // a read of the second settles the first two, and the third (the walk goes on while headers verify)
+        RegionLedger.Region r = ledger.beginRead(a, 2);
+        assertThat(r).isNotNull();
+        assertThat(r.valueLength).isEqualTo(1000);
+        assertThat(r.key).isEqualTo(KEY);
+        ledger.endRead(r);
+        assertThat(ledger.front(l).offset).isEqualTo(a + b + c);
+        assertThat(ledger.objectCount()).isEqualTo(3);
+        assertThat(ledger.stampedObjects()).isEqualTo(3);
+        // a free of one stamped later is settled first, then done
+        long d = stamp(a + b + c, 4, 0, 64);
+        assertThat(ledger.free(a + b + c, 4)).isTrue();
+        assertThat(ObjectLayout.state(memory, a + b + c)).isEqualTo(ObjectLayout.STATE_DEAD);
+        assertThat(ledger.beginRead(a + b + c, 4)).isNull();
+        assertThat(ledger.front(l).offset).isEqualTo(a + b + c + d);
+        // the wrong generation at a stamped offset is still a miss
+        assertThat(ledger.beginRead(0, 2)).isNull();
+    }
+
+    @Test
+    void theCountsSettleWhatWasStampedSoANodesPagesAndHeartbeatsSeeIt() throws InterruptedException {
+        lease(0, 8192, 0);
+        long a = stamp(0, 1, 0, 100);
+        stamp(a, 2, 0, 300);
+        assertThat(ledger.objectCount()).isEqualTo(2);
+        assertThat(ledger.stampedBytes()).isEqualTo(400);
+        assertThat(ledger.objectBytes()).isEqualTo(a + ObjectLayout.regionLength(KEY.length, 300));
+    }
+
+    @Test
+    void theWalkStopsAtAHeaderNotCompleteOfAnotherEpochOrOutsideTheLeasesGenerations() throws InterruptedException {
+        RegionLedger.LeaseRange l = lease(0, 16384, 0);
+        long a = stamp(0, 5, 0, 100);
+        // a header being written: everything but the state is in place
+        long b = stamp(a, 6, 0, 100);
+        ObjectLayout.setState(memory, a, ObjectLayout.STATE_WRITING);
+        long c = stamp(a + b, 7, 0, 100);
+        assertThat(ledger.beginRead(a + b, 7)).as("past a header not complete yet").isNull();
+        assertThat(ledger.objectCount()).isEqualTo(1);
+        ObjectLayout.setState(memory, a, ObjectLayout.STATE_COMPLETE);
+        RegionLedger.Region r = ledger.beginRead(a + b, 7);
+        assertThat(r).as("found once the writer finished the one before").isNotNull();
+        ledger.endRead(r);
+
+        long at = a + b + c;
+        // a stale complete header of this epoch from an earlier lease: its generation is not this lease's
+        long stale = stamp(at, 5000, 0, 100);
+        assertThat(ledger.beginRead(at, 5000)).isNull();
+        // nor one at or below a generation already taken
+        stamp(at, 6, 0, 100);
+        assertThat(ledger.beginRead(at, 6)).isNull();
+        // nor one of another epoch
+        stamp(at, 9, 1, 100);
+        assertThat(ledger.beginRead(at, 9)).isNull();
+        // a torn header (a field changed after its checksum) is no object either
+        stamp(at, 9, 0, 100);
+        memory.set(ValueLayout.JAVA_LONG_UNALIGNED, at + ObjectLayout.GENERATION_OFFSET, 10L);
+        assertThat(ledger.beginRead(at, 10)).isNull();
+        assertThat(ledger.beginRead(at, 9)).isNull();
+        assertThat(ledger.front(l).offset).isEqualTo(at);
+        assertThat(stale).isPositive();
+        stamp(at, 10, 0, 100);
+        assertThat(ledger.completeRegions()).as("a registration settles first").extracting(x -> x.generation)
+                .containsExactly(5L, 6L, 7L, 10L);
+    }
+
+    @Test
+    void whatAWriterStampedSurvivesTheEndOfItsRangeAndTheRestIsLetGo() throws InterruptedException {
+        RegionLedger.LeaseRange l = lease(0, 8192, 0);
+        long a = stamp(0, 1, 0, 100);
+        ledger.endLease(l);
+        RegionLedger.Region r = ledger.beginRead(0, 1);
+        assertThat(r).as("stamped before the range ended").isNotNull();
+        ledger.endRead(r);
+        // the rest is free at the node: a write there is admitted at once, and a stamp after the end is no object
+        stamp(a, 2, 0, 100);
+        assertThat(ledger.beginRead(a, 2)).isNull();
+        admit(a, 256, 3, 0);
+        // a reset drops a range of an older epoch, and nothing stamped in it is settled after
+        RegionLedger.LeaseRange m = lease(4096, 4096, 0);
+        ledger.reset(1);
+        stamp(4096, 4, 0, 100);
+        assertThat(ledger.beginRead(4096, 4)).isNull();
+        assertThat(ledger.front(m)).isNotNull();
+        assertThat(ledger.carve(m, 4096, 256, 5, 1, KEY, 192, 0)).isEqualTo(ResultCode.FENCED);
+    }
+
+    @Test
+    void withVerifiedWritesAStampWhoseValueDoesNotMatchItsChecksumIsSkipped() throws InterruptedException {
+        RegionLedger verifying = new RegionLedger(memory, true);
+        RegionLedger.LeaseRange l = verifying.beginLease(0, 8192, 0, 1, 10, NO_WAIT).range();
+        long a = stamp(0, 1, 0, 100);
+        long b = stamp(a, 2, 0, 100);
+        long c = stamp(a + b, 3, 0, 100);
+        memory.set(ValueLayout.JAVA_BYTE, a + ObjectLayout.valueOffset(KEY.length) + 7, (byte) 0x55);
+        RegionLedger.Region r = verifying.beginRead(a + b, 3);
+        assertThat(r).as("the walk goes past the bad value to the next object").isNotNull();
+        verifying.endRead(r);
+        assertThat(verifying.beginRead(a, 2)).isNull();
+        assertThat(ObjectLayout.state(memory, a)).isEqualTo(ObjectLayout.STATE_DEAD);
+        assertThat(verifying.refusedStamps()).isEqualTo(1);
+        assertThat(verifying.objectCount()).isEqualTo(2);
+        assertThat(verifying.front(l).offset).isEqualTo(a + b + c);
+    }
+
 
     @Test
     void unknownOffsetOrGenerationIsNotReadable() throws InterruptedException {

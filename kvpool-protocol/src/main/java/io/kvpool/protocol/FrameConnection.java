@@ -127,6 +127,39 @@ public final class FrameConnection implements Closeable {
         return broken || !wire.socket().isOpen();
     }
 
+    /**
+     * Whether the peer has closed this connection or sent something unasked, checked without waiting: a
+     * server answers only requests, so with none outstanding any byte to read, or the end of the stream,
+     * means the connection is over (it is then marked broken). A same-machine writer asks this of the
+     * connection holding its lease range after stamping objects there and before telling the master of
+     * them: a node that let the range go closed the connection first (docs/protocol.md, section 4.28).
+     */
+    public boolean peerClosed() {
+        if (isBroken()) {
+            return true;
+        }
+        if (!unanswered.isEmpty()) {
+            return false;
+        }
+        SocketChannel ch = wire.socket();
+        try {
+            synchronized (ch.blockingLock()) {
+                ch.configureBlocking(false);
+                try {
+                    if (ch.read(ByteBuffer.allocate(1)) == 0) {
+                        return false;
+                    }
+                } finally {
+                    ch.configureBlocking(true);
+                }
+            }
+        } catch (IOException e) {
+            // a reset, or the channel closed under us: over as well
+        }
+        broken = true;
+        return true;
+    }
+
     /** The reply to one request: its header fields and body. Payload, if any, is read separately. */
     public record Reply(FrameHeader.Decoded header, BodyReader body) {
         public long payloadLength() {

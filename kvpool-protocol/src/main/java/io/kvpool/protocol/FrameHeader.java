@@ -73,7 +73,7 @@ public final class FrameHeader {
      * code QUOTA_EXCEEDED (a namespace over its quota); 15 FEED_FOLLOW and FEED_SNAPSHOT, the leader's
      * change feed that standby masters follow, and the terms in NODE_HEARTBEAT and its reply.
      */
-    public static final byte VERSION = 15;
+    public static final byte VERSION = 16;
     public static final byte FLAG_REPLY = 0x01;
 
     public static final int MAGIC_OFFSET = 0;

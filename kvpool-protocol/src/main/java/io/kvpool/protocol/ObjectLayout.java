@@ -2,6 +2,7 @@ package io.kvpool.protocol;
 
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
+import java.lang.invoke.VarHandle;
 import java.nio.ByteOrder;
 import java.util.zip.CRC32C;
 
@@ -129,6 +130,21 @@ public final class ObjectLayout {
         seg.set(LONG, base + RESERVED_OFFSET, 0L);
         MemorySegment.copy(key, 0, seg, ValueLayout.JAVA_BYTE, base + KEY_OFFSET, key.length);
         seg.set(INT, base + HEADER_CRC_OFFSET, headerCrc(seg, base, key.length));
+    }
+
+    /**
+     * Stamps a complete object's header at {@code base}, as a same-machine writer under a write lease does
+     * once the value is in place (docs/protocol.md, section 4.28, version 16): the state goes to WRITING
+     * first, then every other field, and COMPLETE last, after a release fence. So a node that reads the
+     * state as COMPLETE (and then fences) sees the whole header and the value.
+     */
+    public static void stamp(MemorySegment seg, long base, byte[] key, long valueLength, long generation, long epoch,
+                             int valueCrc) {
+        setState(seg, base, STATE_WRITING);
+        VarHandle.releaseFence();
+        writeHeader(seg, base, STATE_WRITING, key, valueLength, generation, epoch, valueCrc);
+        VarHandle.releaseFence();
+        setState(seg, base, STATE_COMPLETE);
     }
 
     public static void setState(MemorySegment seg, long base, byte state) {

@@ -10,6 +10,7 @@ import io.kvpool.protocol.msg.Replica;
 import io.kvpool.protocol.msg.WriteGrant;
 import io.kvpool.protocol.msg.WriteLeaseMessages;
 
+import java.lang.foreign.MemorySegment;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.util.HexFormat;
@@ -75,6 +76,12 @@ public final class WireVectors {
                 new WriteLeaseMessages.CommitItem(k2, 4096 + (2L << 20), 0, 5001))).write(w)));
         out.put("shm_lease", body(w -> new NodeMessages.ShmLease(7, 0x0A0B0C0DL, 4096, 64L << 20,
                 new WriteGrant(4096, 64L << 20, 5000, 16, mac1)).write(w)));
+        // an object header and key as a same-machine writer stamps them (section 8; version 16, section 4.28)
+        MemorySegment stamped = MemorySegment.ofArray(new byte[(int) ObjectLayout.valueOffset(k2.length)]);
+        ObjectLayout.stamp(stamped, 0, k2, 1 << 20, 5001, 7, 0x1A2B3C4D);
+        out.put("object_header", stamped.toArray(java.lang.foreign.ValueLayout.JAVA_BYTE));
+        out.put("shm_lease_reply", body(w -> new NodeMessages.ShmLeaseReply(ResultCode.OK, true).write(w)));
+        out.put("shm_lease_reply_record", body(w -> new NodeMessages.ShmLeaseReply(ResultCode.FENCED, false).write(w)));
         out.put("release", body(w -> new WriteLeaseMessages.Release(0x0102030405L).write(w)));
         out.put("lease", body(w -> new LeaseMessages.LeaseRequest(id, 77, 12, 500, false).write(w)));
         out.put("lease_end", body(w -> new LeaseMessages.LeaseRequest(id, 77, 15, 0, true).write(w)));

@@ -226,6 +226,30 @@ class FrameServerTest {
         assertThat(echo(connect(), "still serving")).isEqualTo("still serving");
     }
 
+    /**
+     * {@link FrameConnection#peerClosed}: false on a live connection, without disturbing it, and false with
+     * a request outstanding (its reply is the caller's to read); true once the server closed the connection.
+     */
+    @Test
+    void peerClosedTellsALiveConnectionFromOneTheServerClosed() throws Exception {
+        FrameConnection c = connect();
+        assertThat(echo(c, "one")).isEqualTo("one");
+        assertThat(c.peerClosed()).isFalse();
+        assertThat(echo(c, "two")).as("the check read nothing of the stream").isEqualTo("two");
+        c.send(Opcode.EXIST_KEY, new BodyWriter(), CALL);
+        assertThat(c.peerClosed()).as("a reply is due: not the check's to read").isFalse();
+        release.countDown();
+        c.receive(CALL);
+
+        // a frame the server does not serve: it answers UNKNOWN_OPCODE and closes the connection
+        assertThatThrownBy(() -> c.call(Opcode.REMOVE_ALL, new BodyWriter(), CALL)).isInstanceOf(RemoteException.class);
+        while (!c.peerClosed()) {
+            Thread.sleep(1); // the FIN follows the reply; the class timeout bounds the wait
+        }
+        assertThat(c.isBroken()).isTrue();
+        assertThat(c.peerClosed()).isTrue();
+    }
+
     @Test
     void knownOpcodeThisServerDoesNotServeGetsUnknownOpcode() throws IOException {
         SocketChannel ch = raw();

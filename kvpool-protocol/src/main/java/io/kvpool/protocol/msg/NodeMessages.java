@@ -3,6 +3,9 @@ package io.kvpool.protocol.msg;
 import io.kvpool.protocol.BadRequestException;
 import io.kvpool.protocol.BodyReader;
 import io.kvpool.protocol.BodyWriter;
+import io.kvpool.protocol.FrameStatus;
+import io.kvpool.protocol.MalformedFrameException;
+import io.kvpool.protocol.ResultCode;
 import io.kvpool.protocol.Tier;
 
 import java.util.ArrayList;
@@ -236,6 +239,27 @@ public final class NodeMessages {
         public static ShmLease read(BodyReader r) {
             return new ShmLease(r.i64("epoch"), r.i64("term"), r.length("offset"), r.length("length"),
                     WriteGrant.read(r));
+        }
+    }
+
+    /**
+     * NODE_SHM_LEASE reply (version 16): the result-code list with one code, then whether the writer may
+     * stamp its objects in the range and tell only the master ({@code stamps}), or must record each with
+     * NODE_SHM_LEASE_WRITE (a node that verifies writes, {@code --verify-writes}: it checks every value before
+     * it becomes readable, which a stamp would skip).
+     */
+    public record ShmLeaseReply(ResultCode code, boolean stamps) {
+        public void write(BodyWriter w) {
+            w.i32(1).u8(code.code).bool(stamps);
+        }
+
+        public static ShmLeaseReply read(BodyReader r) {
+            int n = r.count("result count", 1);
+            if (n != 1) {
+                throw new MalformedFrameException(FrameStatus.MALFORMED_FRAME,
+                        "node_shm_lease reply has " + n + " results, not 1");
+            }
+            return new ShmLeaseReply(ResultCode.of(r.u8("result")), r.bool("stamps"));
         }
     }
 
