@@ -46,6 +46,15 @@ import java.util.concurrent.locks.ReentrantLock;
  * Together: bytes under a pinned region cannot change, and a region answers only for the generation
  * written into it, so a read returns exactly the object it asked for or a miss.
  *
+ * <h2>Lease ranges and stamped objects</h2>
+ * A same-machine writer's lease range ({@link LeaseRange}) is one region being written. Since protocol
+ * version 16 its writer may stamp objects in it and tell only the master, so the ledger may not know an
+ * object a read names. Every lookup by offset ({@link #beginRead}, {@link #free}, {@link #retire}) that
+ * lands in a held range, and every count, settles the range first ({@link #settle}): the stamped objects at
+ * its front become regions under the rules above, as if the writer had recorded them. The writer fills the
+ * range front to back without gaps and commits only after stamping, so an object the master knows is always
+ * reachable by that walk.
+ *
  * <h2>Concurrency</h2>
  * One lock guards the map; it is held only for map operations, never during I/O. Writers waiting
  * for readers park on one condition that every state change signals.
