@@ -90,10 +90,11 @@ def _isal_of_bytes() -> Callable[[bytes], int] | None:
 
 def _isal() -> Callable[[bytes | bytearray | memoryview], int] | None:
     native = _isal_at()
-    of_bytes = _isal_of_bytes()
-    if native is None or of_bytes is None:
+    native_of_bytes = _isal_of_bytes()
+    if native is None or native_of_bytes is None:
         return None
     at: Callable[[int, int], int] = native
+    of_bytes: Callable[[bytes], int] = native_of_bytes
 
     def isal(data: bytes | bytearray | memoryview) -> int:
         if type(data) is bytes and len(data) < 1 << 30:

@@ -129,7 +129,7 @@ public final class Bench {
         int targets = 5;
         Map<String, Long> perSection = Map.ofEntries(Map.entry("store", (long) sizes().size() * clientCounts().size()
                 * targets * 2 + 3L * clientCounts().size() + 2 + SmallObjectBench.steps() + 1), Map.entry("lookup", 4L),
-                Map.entry("metadata", 4L), Map.entry("reset", 2L), Map.entry("disk", 1L), Map.entry("restore", 6L + 3),
+                Map.entry("metadata", 4L), Map.entry("reset", 2L), Map.entry("disk", 1L), Map.entry("restore", 6L + 4),
                 Map.entry("python", (long) PythonBench.steps()), Map.entry("mooncake", (long) MooncakeBench.steps()),
                 Map.entry("failover", (long) FailoverBench.steps(o.quick)), Map.entry("replicas", 1L),
                 Map.entry("rolling", 1L), Map.entry("restarts", 1L), Map.entry("degraded", 1L),
@@ -550,24 +550,17 @@ public final class Bench {
         for (Object[] g : new Object[][]{{"reference", ref.kvBytesPerToken(), ref.nLayers(), 8},
                 {"llama3-8b", 128L * 1024, 32, 2}}) {
             bar.setExtraMessage(" layers: loads, " + g[0]);
-            LayerTimingBench.Loads l = LayerTimingBench.loads(c, pool, (String) g[0] + "-layers", (Long) g[1],
-                    (Integer) g[2], (Integer) g[3], 2048, rounds);
-            for (var e : l.micros().entrySet()) {
-                results.add(new Results.Row("layers", "kvpool", "load " + e.getKey().name().toLowerCase(Locale.ROOT)
-                        + " " + g[0], (Long) g[1] * 16, 1, Double.NaN, Double.NaN, e.getValue()[0], e.getValue()[1],
-                        String.format(Locale.ROOT, "2048-token prompts, %d layers, %d blocks: p50 column = median until"
-                                + " layer 0 is in (%.0f us), p99 column = median until every layer is in (%.0f us)",
-                                l.layers(), l.blocks(), e.getValue()[0], e.getValue()[1])));
-            }
+            LayerTimingBench.loadRows(c, pool, (String) g[0], (Long) g[1], (Integer) g[2], (Integer) g[3], rounds)
+                    .forEach(results::add);
             bar.step();
         }
         bar.setExtraMessage(" layers: time to first token");
-        LayerTimingBench.Ttft t = LayerTimingBench.ttft(c, ref, o.quick ? 4 : 8, 2048, 16, rounds);
-        for (var e : t.millis().entrySet()) {
-            results.add(new Results.Row("layers", "engine", "TTFT " + e.getKey().name().toLowerCase(Locale.ROOT),
-                    ref.kvBytesPerToken() * 16, 1, Double.NaN, Double.NaN, e.getValue() * 1e3, Double.NaN,
-                    String.format(Locale.ROOT, "reference engine, %d tokens in the pool + %d new: median TTFT %.2f ms",
-                            t.cachedTokens(), t.newTokens(), e.getValue())));
+        LayerTimingBench.ttftRows(c, ref, o.quick ? 4 : 8, 16, rounds, "").forEach(results::add);
+        bar.step();
+        // one new token, every KV byte over TCP: a layer's compute about as long as its load, where overlapping pays
+        bar.setExtraMessage(" layers: time to first token, one new token over TCP");
+        try (KvPoolClient tcp = KvPoolClient.connect(ClientConfig.forMaster(pool.masterAddress()).withSharedMemory(false))) {
+            LayerTimingBench.ttftRows(tcp, ref, o.quick ? 4 : 8, 1, rounds, " tcp").forEach(results::add);
         }
         bar.step();
     }

@@ -20,6 +20,7 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.EnumMap;
 import java.util.List;
+import java.util.Locale;
 import java.util.Map;
 import java.util.SplittableRandom;
 
@@ -142,6 +143,40 @@ final class LayerTimingBench {
         Map<Granularity, Double> out = new EnumMap<>(Granularity.class);
         got.forEach((g, l) -> out.put(g, median(l.stream().map(x -> new long[]{x}).toList(), 0) / 1e6));
         return new Ttft(cached, newTokens, out);
+    }
+
+    /** {@link #loads} of 2,048-token prompts at one geometry as result rows, one per mode. */
+    static List<Results.Row> loadRows(KvPoolClient client, PoolProcess pool, String geometry, long bytesPerToken,
+                                      int layers, int prompts, int rounds) throws Exception {
+        Loads l = loads(client, pool, geometry + "-layers", bytesPerToken, layers, prompts, 2048, rounds);
+        List<Results.Row> rows = new ArrayList<>();
+        for (var e : l.micros().entrySet()) {
+            rows.add(new Results.Row("layers", "kvpool", "load " + e.getKey().name().toLowerCase(Locale.ROOT) + " "
+                    + geometry, bytesPerToken * 16, 1, Double.NaN, Double.NaN, e.getValue()[0], e.getValue()[1],
+                    String.format(Locale.ROOT, "2048-token prompts, %d layers, %d blocks: p50 column = median until"
+                            + " layer 0 is in (%.0f us), p99 column = median until every layer is in (%.0f us)",
+                            l.layers(), l.blocks(), e.getValue()[0], e.getValue()[1])));
+        }
+        return rows;
+    }
+
+    /**
+     * {@link #ttft} of 2,048 cached tokens and {@code newTokens} new ones as result rows, one per mode, named
+     * "TTFT block{suffix}" and "TTFT layer{suffix}", with the ratio of layer to block in the note.
+     */
+    static List<Results.Row> ttftRows(KvPoolClient client, ModelConfig mc, int prompts, int newTokens, int rounds,
+                                      String suffix) throws Exception {
+        Ttft t = ttft(client, mc, prompts, 2048, newTokens, rounds);
+        double block = t.millis().get(Granularity.BLOCK);
+        List<Results.Row> rows = new ArrayList<>();
+        for (var e : t.millis().entrySet()) {
+            rows.add(new Results.Row("layers", "engine", "TTFT " + e.getKey().name().toLowerCase(Locale.ROOT) + suffix,
+                    mc.kvBytesPerToken() * 16, 1, Double.NaN, Double.NaN, e.getValue() * 1e3, Double.NaN,
+                    String.format(Locale.ROOT, "reference engine, %d tokens in the pool + %d new%s: median TTFT %.2f ms"
+                            + " (%.2fx whole blocks)", t.cachedTokens(), t.newTokens(),
+                            suffix.isEmpty() ? "" : ", every KV byte over TCP", e.getValue(), e.getValue() / block)));
+        }
+        return rows;
     }
 
     private static PoolConnector connector(KvPoolClient client, EngineConfig ec, Granularity g) {
