@@ -4,10 +4,13 @@
 Each object takes the next region and generation of a lease this process keeps (``kvpool.write_leases``; a
 new one when none has room), its bytes go to the node at once, and one COMMIT per lease and call makes what
 landed visible. No master exchange comes before the bytes move, and none at all but the COMMIT while a kept
-lease has room: a single small put is one node exchange and one COMMIT, where the two-phase put takes four.
+lease has room: a single small put over TCP is one exchange with the node, which sends the COMMIT (version 17),
+where the two-phase put takes four.
 
-* **Over TCP** the values go in NODE_WRITE frames under the lease's epoch, term and grant
-  (``two_phase.write_segment``, shared with the two-phase put).
+* **Over TCP** the values go under the lease's epoch, term and grant in one NODE_WRITE_COMMIT when they fit one
+  lane and one frame, and the node commits what landed at its master for this client: one exchange (version 17).
+  A larger call goes in NODE_WRITE frames in parallel lanes (``two_phase.write_segment``, shared with the
+  two-phase put), then the COMMIT.
 * **On the node's machine** the lease's unwritten range is set aside on the node once (NODE_SHM_LEASE, on a
   connection the lease keeps), each value is checksummed and copied into the mapped segment at its region's
   value offset, by a few threads at once for a large call (``kvpool.lanes``; the lease's windows of the
@@ -229,7 +232,7 @@ class Leasing:
     def _write_and_commit(self, lease: Lease, slots: list[Slot], kb: list[bytes], views: list[memoryview],
                           upsert: bool, status: list[PutStatus], crcs: dict[int, int], expired: list[int]) -> None:
         """Writes one lease's slots to its segment and commits what landed; gives the lease back or drops it."""
-        written = self._write(lease, slots, kb, views, crcs)
+        written, committed = self._write(lease, slots, kb, views, crcs, upsert)
         items: list[tuple[bytes, int, int, int]] = []
         item_of: list[int] = []
         for (i, off, gen), code in zip(slots, written):
@@ -250,8 +253,9 @@ class Leasing:
                 self.leases.release(lease)
             expired += [i for (i, _, _), code in zip(slots, written) if code != ResultCode.FENCED]
             return
-        codes = self._ch.master.call(Opcode.COMMIT, p.encode_commit(lease.id, upsert, items),
-                                     lambda b: p.decode_codes(b, "COMMIT reply"))
+        # over TCP the node committed what landed for this client (NODE_WRITE_COMMIT), unless it said it did not
+        codes = committed if committed is not None else self._ch.master.call(
+            Opcode.COMMIT, p.encode_commit(lease.id, upsert, items), lambda b: p.decode_codes(b, "COMMIT reply"))
         if len(codes) != len(items):
             raise p.ProtocolError(f"COMMIT reply has {len(codes)} results for {len(items)} items")
         lost = False
@@ -267,21 +271,25 @@ class Leasing:
             self.leases.give_back(lease)
 
     def _write(self, lease: Lease, slots: list[Slot], kb: list[bytes], views: list[memoryview],
-               crcs: dict[int, int]) -> list[ResultCode]:
-        """Moves one lease's slots to its node; a code per slot. Never raises for node failures."""
+               crcs: dict[int, int], upsert: bool) -> tuple[list[ResultCode], list[ResultCode] | None]:
+        """Moves one lease's slots to its node: a code per slot, and the master's COMMIT codes of the slots that
+        landed when the node committed them for this client (NODE_WRITE_COMMIT), else None. Never raises for node
+        failures.
+
+        Over TCP, slots that go in one lane and one frame go in one NODE_WRITE_COMMIT (version 17): the put is one
+        exchange. More go in NODE_WRITE frames in parallel lanes, and the caller sends the COMMIT."""
         ch = self._ch
         seg = ch.segments.segment(lease.segment_id, lease.run)  # None once the master run changed
         if seg is None:
-            return [ResultCode.FAILED] * len(slots)
+            return [ResultCode.FAILED] * len(slots), None
         mapping = ch.segments.shm.mapping(seg)
         if mapping is not None and mapping.writable:
-            return self._write_shared(lease, seg, mapping, slots, kb, views, crcs)
+            return self._write_shared(lease, seg, mapping, slots, kb, views, crcs), None
         codes = [ResultCode.FAILED] * len(slots)
 
-        def run(lo: int, hi: int) -> None:
-            """Over TCP: a lane's share, checksummed and sent on a pooled connection of its own (as the Java
-            client's lanes), so one share's checksums and sending overlap another's. A device block (a Filler)
-            is copied to host memory in its lane, so one lane's device copies overlap another's sending."""
+        def items_of(lo: int, hi: int) -> list[p.WriteItem]:
+            """Slots [lo, hi) as NODE_WRITE items, each value checksummed. A device block (a Filler) is copied to
+            host memory first, in the lane that sends it, so one lane's device copies overlap another's sending."""
             part = slots[lo:hi]
             for i, _, _ in part:
                 v: Any = views[i]
@@ -289,12 +297,54 @@ class Leasing:
                     views[i] = v.materialize()
                 if i not in crcs:
                     crcs[i] = crc32c(views[i])
-            items = [p.WriteItem(off, gen, kb[i], views[i].nbytes, crcs[i], lease.grant) for i, off, gen in part]
-            codes[lo:hi] = write_segment(ch, lease.segment_id, lease.run, lease.epoch, lease.term,
-                                         [(k, 0, it) for k, it in enumerate(items)], [views[i] for i, _, _ in part])
+            return [p.WriteItem(off, gen, kb[i], views[i].nbytes, crcs[i], lease.grant) for i, off, gen in part]
 
-        lanes.run_parts(lanes.parts([views[i].nbytes for i, _, _ in slots], ch.copy_lanes), run)
-        return codes
+        sizes = [views[i].nbytes for i, _, _ in slots]
+        runs = lanes.parts(sizes, ch.copy_lanes)
+        if len(runs) == 1 and len(slots) <= p.MAX_ITEMS_PER_NODE_FRAME and sum(sizes) <= p.DEFAULT_MAX_PAYLOAD_BYTES:
+            return self._write_commit(lease, seg, items_of(0, len(slots)), [views[i] for i, _, _ in slots], upsert)
+
+        def run(lo: int, hi: int) -> None:
+            """A lane's share, checksummed and sent on a pooled connection of its own (as the Java client's lanes),
+            so one share's checksums and sending overlap another's."""
+            items = items_of(lo, hi)
+            codes[lo:hi] = write_segment(ch, lease.segment_id, lease.run, lease.epoch, lease.term,
+                                         [(k, 0, it) for k, it in enumerate(items)], [views[i] for i, _, _ in slots[lo:hi]])
+
+        lanes.run_parts(runs, run)
+        return codes, None
+
+    def _write_commit(self, lease: Lease, seg: p.SegmentStats, items: list[p.WriteItem], values: list[memoryview],
+                      upsert: bool) -> tuple[list[ResultCode], list[ResultCode] | None]:
+        """One NODE_WRITE_COMMIT (version 17, section 4.41): the values, after which the node commits what landed at
+        its master for this client. Returns the write codes, and the COMMIT codes of the items that landed when the
+        node committed them (None when it left the COMMIT to this client). A failed exchange fails every item, as a
+        failed NODE_WRITE does: the caller writes them again under a fresh lease, and asks first whether the node's
+        COMMIT went through (``_stored_at``)."""
+        ch = self._ch
+        failed = [ResultCode.FAILED] * len(items)
+        pool = ch.segments.node_pool(seg)
+        try:
+            c = pool.borrow(ch.timeout)
+        except KvPoolError as e:
+            log.debug("kvpool: write and commit to %s failed: %s", seg.name, e)
+            return failed, None
+        try:
+            body = p.encode_node_write_commit(lease.id, upsert, lease.segment_id, lease.epoch, lease.term, items)
+            reply, _ = c.call(Opcode.NODE_WRITE_COMMIT, body, ch.timeout, values)
+            committed, written, commit = p.decode_node_write_commit_reply(reply)
+            if len(written) != len(items):
+                raise p.ProtocolError(f"NODE_WRITE_COMMIT reply has {len(written)} results for {len(items)} items")
+            ch.count("bytes_written_tcp", sum(v.nbytes for v in values))
+        except (OSError, KvPoolError, ValueError) as e:
+            c.close()
+            log.debug("kvpool: write and commit to %s failed: %s", seg.name, e)
+            return failed, None
+        finally:
+            pool.release(c)
+        if not committed:
+            return written, None
+        return written, [code for w, code in zip(written, commit) if w == ResultCode.OK]
 
     def _write_shared(self, lease: Lease, seg: p.SegmentStats, mapping: Mapping, slots: list[Slot],
                       kb: list[bytes], views: list[memoryview], crcs: dict[int, int]) -> list[ResultCode]:

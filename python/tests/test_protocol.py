@@ -115,6 +115,15 @@ def test_request_bodies_equal_java(java_vectors: dict[str, str]) -> None:
     assert p.encode_node_write(3, 0x0A0B0C0D, [
         p.WriteItem(4096, 1234, K1, 1 << 20, 0xE3069283, p.WriteGrant(4096, 1 << 21, 1234, 1, MAC2)),
         p.WriteItem(0, 1, K2, 0, 0, p.NO_GRANT)]) == vec(java_vectors, "node_write")
+    # version 17: a put over TCP whose node commits it for the writer
+    assert p.encode_node_write_commit(0x0102030405, True, 3, 7, 0x0A0B0C0D, [
+        p.WriteItem(4096, 5000, K1, 1 << 20, 0xE3069283, p.WriteGrant(4096, 64 << 20, 5000, 16, MAC1))]) == \
+        vec(java_vectors, "node_write_commit")
+    R = p.ResultCode
+    assert p.decode_node_write_commit_reply(vec(java_vectors, "node_write_commit_reply")) == \
+        (True, [R.OK, R.OK, R.FENCED], [R.OK, R.EXPIRED, R.FAILED])
+    assert p.decode_node_write_commit_reply(vec(java_vectors, "node_write_commit_reply_not_asked")) == \
+        (False, [R.OK, R.DEPOSED], [R.FAILED, R.FAILED])
     assert p.encode_node_read([(4096, 1234, 1 << 20, 0), (0, 7, 9, 1)]) == vec(java_vectors, "node_read")
     assert p.encode_shm_write_end([(4096, 1234, True), (64, 5, False)]) == vec(java_vectors, "shm_write_end")
     # version 11: ranged reads and writes in parts

@@ -1,6 +1,6 @@
 """Single-copy puts from Python under write leases (docs/protocol.md 4.27, 4.28, 6.1), against real pools.
 
-* A small put is one node exchange and one COMMIT, over TCP and over shared memory, and the objects are
+* A small put is one exchange, over TCP (NODE_WRITE_COMMIT) and over shared memory (the COMMIT), and the objects are
   visible only once committed, byte-exact, at 64-byte aligned offsets with rising generations.
 * A removeAll(force) from another client (Python or Java) fences the leases this client keeps: nothing put
   before it is readable after it, and no put that begins after it returned is lost.
@@ -31,24 +31,29 @@ def leaser(either: kvpool.Client) -> kvpool.Client:
     return either
 
 
-def test_a_small_put_is_one_node_exchange_and_one_commit(leaser: kvpool.Client,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Over TCP a leased put is the node write and the COMMIT; on the node's machine (version 16) the client stamps
-    the object in its range and the COMMIT is the only exchange."""
+def test_a_small_put_is_one_exchange(leaser: kvpool.Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over TCP a leased put is one NODE_WRITE_COMMIT, whose node sends the COMMIT (version 17); on the node's
+    machine (version 16) the client stamps the object in its range and the COMMIT is the only exchange."""
     c = leaser
     v = os.urandom(4096)
     first = opcodes_of(lambda: c.put_from("first", v), monkeypatch)
     assert Opcode.WRITE_LEASE in first and Opcode.PUT_START not in first, first
-    node_write = [] if c._ch.segments.shm.enabled else [Opcode.NODE_WRITE]
+    one = [Opcode.COMMIT] if c._ch.segments.shm.enabled else [Opcode.NODE_WRITE_COMMIT]
     for i in range(5):
-        assert opcodes_of(lambda: c.put_from(f"k{i}", v), monkeypatch) == node_write + [Opcode.COMMIT]
+        assert opcodes_of(lambda: c.put_from(f"k{i}", v), monkeypatch) == one
     assert c.counters["write_leases"] == 1 and c.counters["objects_leased"] == 6
     assert c.counters["bytes_written_shm" if c._ch.segments.shm.enabled else "bytes_written_tcp"] == 6 * 4096
-    # a batch is one node exchange and one COMMIT too, and the lease kept from the single puts serves it
+    # a batch is one exchange too, and the lease kept from the single puts serves it
     vals = [os.urandom(4096) for _ in range(50)]
-    assert opcodes_of(lambda: c.put_batch([f"b{i}" for i in range(50)], vals), monkeypatch) == \
-        node_write + [Opcode.COMMIT]
+    assert opcodes_of(lambda: c.put_batch([f"b{i}" for i in range(50)], vals), monkeypatch) == one
     assert c.get_batch([f"b{i}" for i in range(50)]) == vals
+    # over TCP, a batch too large for one lane goes in NODE_WRITE frames in parallel lanes, then the client's COMMIT
+    if not c._ch.segments.shm.enabled and c._ch.copy_lanes > 1:
+        big = [os.urandom(1 << 20) for _ in range(8)]
+        sent = opcodes_of(lambda: c.put_batch([f"big{i}" for i in range(8)], big), monkeypatch)
+        assert Opcode.NODE_WRITE_COMMIT not in sent and sent.count(Opcode.COMMIT) == 1 and \
+            Opcode.NODE_WRITE in sent, sent
+        assert c.get_batch([f"big{i}" for i in range(8)]) == big
 
 
 def test_multi_replica_and_pinned_puts_stay_two_phase(leaser: kvpool.Client, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -62,23 +67,30 @@ def test_multi_replica_and_pinned_puts_stay_two_phase(leaser: kvpool.Client, mon
 
 
 @pytest.mark.parametrize("batch", [False, True], ids=["single", "batch"])
-def test_leased_puts_are_visible_only_once_committed_and_byte_exact(pool: Pool, leaser: kvpool.Client,
-                                                                     batch: bool) -> None:
+def test_leased_puts_are_visible_only_once_committed_and_byte_exact(pool: Pool, leaser: kvpool.Client, batch: bool,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     c = leaser
     sizes = [0, 1, 63, 64, 65, 4096, 100_003, (1 << 20) + 13]
     keys = [f"v/{n}" for n in sizes]
     vals = [os.urandom(n) for n in sizes]
     pending: list[str] = []  # the keys of the put under way
     seen_before: list[tuple[bool, object]] = []
-    real = c._ch.master.call
+    from kvpool._net import Connection
+    real = Connection.call
     with kvpool.Client(pool.master) as shm_reader, kvpool.Client(pool.master, shared_memory=False) as tcp_reader:
 
-        def spy(opcode: Opcode, body: bytes, decode: Any) -> Any:
-            if opcode == Opcode.COMMIT:  # the bytes are on the node; nobody may see the objects yet
+        def spy(self: Connection, opcode: int, *a: Any, **kw: Any) -> Any:
+            # on the same machine the bytes are in the segment before the client's COMMIT; over TCP they go with
+            # the exchange whose node commits them (NODE_WRITE_COMMIT): nobody may see the objects before either
+            if opcode in (Opcode.COMMIT, Opcode.NODE_WRITE_COMMIT):
                 seen_before.extend((r.exists(k), r.get(k)) for r in (shm_reader, tcp_reader) for k in pending)
-            return real(opcode, body, decode)
+            reply = real(self, opcode, *a, **kw)
+            if opcode == Opcode.NODE_WRITE_COMMIT:  # answered: committed, so everybody sees them
+                seen_after.extend(r.get(k) == vals[keys.index(k)] for r in (shm_reader, tcp_reader) for k in pending)
+            return reply
 
-        c._ch.master.call = spy  # type: ignore[method-assign]
+        seen_after: list[bool] = []
+        monkeypatch.setattr(Connection, "call", spy)
         if batch:
             pending[:] = keys
             assert c.put_batch(keys, vals) == [PutStatus.OK] * len(keys)
@@ -86,8 +98,9 @@ def test_leased_puts_are_visible_only_once_committed_and_byte_exact(pool: Pool, 
             for k, v in zip(keys, vals):
                 pending[:] = [k]
                 assert c.put_from(k, v) is PutStatus.OK
-        del c._ch.master.call
+        monkeypatch.undo()
         assert len(seen_before) == 2 * len(keys) and all(s == (False, None) for s in seen_before), seen_before
+        assert all(seen_after) and len(seen_after) == (0 if c._ch.segments.shm.enabled else 2 * len(keys))
         for r in (shm_reader, tcp_reader, c):
             assert r.get_batch(keys) == vals
             for k, v in zip(keys, vals):
@@ -286,7 +299,9 @@ def test_a_put_whose_commit_the_master_took_before_it_went_away_answers_ok(shm: 
     """Issue 32, item 3: the master carries out the COMMIT, then restarts before its reply arrives (a failover is
     the same to the client); the node lists the object to the new master under the generation the client gave it.
     The client asks the new master again (EXPIRED: it never granted the lease) and answers OK, since the key holds
-    its own object, rather than writing it once more and answering ALREADY_EXISTS."""
+    its own object, rather than writing it once more and answering ALREADY_EXISTS. Over TCP the node sends the
+    COMMIT (NODE_WRITE_COMMIT), and it is the node's reply that never arrives: the client asks the new master
+    whether the key holds its generation before it writes anything again."""
     from kvpool._net import Connection
     with Cluster(nodes=1) as cl, kvpool.Client(cl.master, shared_memory=shm, timeout=30, connect_timeout=1) as c:
         assert c.put("warm", os.urandom(3000)) is PutStatus.OK
@@ -295,13 +310,13 @@ def test_a_put_whose_commit_the_master_took_before_it_went_away_answers_ok(shm: 
 
         def call(self: Connection, opcode: int, *a: Any, **kw: Any) -> Any:
             reply = real(self, opcode, *a, **kw)
-            if opcode == Opcode.COMMIT and not lost:
+            if opcode == (Opcode.COMMIT if shm else Opcode.NODE_WRITE_COMMIT) and not lost:
                 lost.append(True)
                 cl.restart_master()
                 wait_until(lambda: objects_on_active_segments(cl.master) == (1, 2),
                            "the node registered with the new master with both objects", timeout=60, interval=0.1)
                 self.broken = True  # as a read that meets the closed socket marks it
-                raise ConnectionError("the master went away before its COMMIT reply arrived")
+                raise ConnectionError("the master went away before the COMMIT's reply arrived")
             return reply
         monkeypatch.setattr(Connection, "call", call)
         v = os.urandom(6000)

@@ -1,4 +1,4 @@
-"""kvpool's wire protocol, version 16, as docs/protocol.md draws it.
+"""kvpool's wire protocol, version 17, as docs/protocol.md draws it.
 
 This package is the Python side of the contract: the 32-byte frame header, the body primitives, the
 opcode, result-code and frame-status tables, and an encoder or decoder for every body the client
@@ -8,7 +8,7 @@ drifts from the document fails loudly here instead of being misread.
 
 Frame header (section 2.1)::
 
-     0  magic u16 = 0x504B ("KP" on the wire) | version u8 = 16 | opcode u8
+     0  magic u16 = 0x504B ("KP" on the wire) | version u8 = 17 | opcode u8
      4  flags u8 (bit 0 reply) | reserved u8 = 0 | status u16
      8  request id u64
     16  body length u32
@@ -46,7 +46,7 @@ from .node import (  # noqa: F401
 from .leases import (  # noqa: F401
     LEASE_FLAG_END, LEASE_FLAG_RESYNC, INVALIDATE_KEYS, INVALIDATE_PREFIX, INVALIDATE_ALL, encode_lease,
     Invalidation, LeaseReply, decode_lease_reply, encode_write_lease, WriteLease, decode_write_lease, encode_commit,
-    encode_release, encode_shm_lease, decode_shm_lease_reply,
+    encode_release, encode_shm_lease, decode_shm_lease_reply, encode_node_write_commit, decode_node_write_commit_reply,
 )
 from .auth import (  # noqa: F401
     AUTH_NONCE_BYTES, AUTH_MODE_OPEN, AUTH_MODE_SECURED, ACCESS_DATA, ACCESS_ADMIN, server_proof, client_proof,

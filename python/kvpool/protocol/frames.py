@@ -10,7 +10,7 @@ from typing import NamedTuple
 from ..codec import ProtocolError
 
 
-VERSION = 16
+VERSION = 17
 MAGIC = 0x504B
 HEADER = struct.Struct("<HBBBBHQIIQ")
 HEADER_BYTES = HEADER.size  # 32
@@ -77,6 +77,7 @@ class Opcode(enum.IntEnum):
     NODE_PART_BEGIN = 0x8A  # version 11: writes in parts (section 4.35)
     NODE_PART_WRITE = 0x8B
     NODE_PART_END = 0x8C
+    NODE_WRITE_COMMIT = 0x8D  # version 17: a put over TCP whose node commits it (section 4.41)
 
 
 class ResultCode(enum.IntEnum):

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from ..codec import BodyReader, BodyWriter, ProtocolError
 from .frames import ResultCode
 from .master import _code, GRANT_MAC_BYTES, WriteGrant
-from .node import encode_node_write
+from .node import WriteItem, encode_node_write
 
 
 # Read leases (version 3, section 4.25): the renewal that also acknowledges the invalidations applied.
@@ -125,6 +125,29 @@ def encode_commit(lease_id: int, upsert: bool, items: Sequence[tuple[bytes, int,
     for key, offset, length, generation in items:
         w.bstr(key).i64(offset).i64(length).i64(generation)
     return w.bytes()
+
+
+def encode_node_write_commit(lease_id: int, upsert: bool, segment_id: int, epoch: int, term: int,
+                             items: Iterable[WriteItem]) -> bytes:
+    """NODE_WRITE_COMMIT (version 17, section 4.41): the lease, upsert and the lease's segment id, then NODE_WRITE's
+    body. The values follow as payload; the node commits what landed at its master for the writer."""
+    head = BodyWriter().i64(lease_id).boolean(upsert).i32(segment_id).bytes()
+    return head + encode_node_write(epoch, term, items)
+
+
+def decode_node_write_commit_reply(body: bytes) -> tuple[bool, list[ResultCode], list[ResultCode]]:
+    """NODE_WRITE_COMMIT reply: whether the node committed what landed (False: the writer sends the COMMIT), then
+    per item the node's write code and the master's COMMIT code (FAILED unless the item landed and was committed)."""
+    r = BodyReader(body, "NODE_WRITE_COMMIT reply")
+    committed = r.boolean("committed")
+    n = r.count("result count", 2)
+    written: list[ResultCode] = []
+    commit: list[ResultCode] = []
+    for _ in range(n):
+        written.append(_code(r))
+        commit.append(_code(r))
+    r.done()
+    return committed, written, commit
 
 
 def encode_release(lease_id: int) -> bytes:

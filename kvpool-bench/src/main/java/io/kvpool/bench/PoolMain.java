@@ -45,6 +45,7 @@ public final class PoolMain {
             StorageNode node = new StorageNode(NodeConfig.defaults(new HostPort("127.0.0.1", master.port()),
                     Size.ofBytes(segment)).withListen("127.0.0.1", 0).withTls(tls));
             nodes.add(node);
+            node.commitInProcess(new HostPort("127.0.0.1", master.port()), master::commitInProcess);
             if (!node.awaitRegistered(Duration.ofSeconds(30))) {
                 throw new IllegalStateException("node " + node.name() + " did not register");
             }

@@ -29,7 +29,10 @@ public final class EmbeddedPool implements AutoCloseable {
         StorageNode n = null;
         try {
             String host = "0.0.0.0".equals(masterConfig.listenHost()) ? "127.0.0.1" : masterConfig.listenHost();
-            n = new StorageNode(nodeConfigFor.apply(new HostPort(host, master.port())));
+            HostPort at = new HostPort(host, master.port());
+            n = new StorageNode(nodeConfigFor.apply(at));
+            // the node's COMMITs for its writers (NODE_WRITE_COMMIT) are calls into this master, not frames
+            n.commitInProcess(at, master::commitInProcess);
             if (!n.awaitRegistered(Duration.ofSeconds(30))) {
                 throw new IOException("the embedded node did not register with the embedded master within 30s");
             }

@@ -23,9 +23,10 @@ import java.util.concurrent.atomic.AtomicLongArray;
 
 /**
  * Moves a put's values to one segment's node, for either put protocol ({@link ObjectWrites}): over
- * TCP (NODE_WRITE, the values sent from the caller's memory), or on the node's machine by copying
- * them into the mapped shared segment (per write: NODE_SHM_WRITE_BEGIN and END; under a write lease:
- * NODE_SHM_LEASE once and NODE_SHM_LEASE_WRITE per call). A segment's share is cut into frames sent,
+ * TCP (NODE_WRITE, the values sent from the caller's memory; under a write lease NODE_WRITE_COMMIT,
+ * whose node commits them too), or on the node's machine by copying them into the mapped shared segment
+ * (per write: NODE_SHM_WRITE_BEGIN and END; under a write lease: NODE_SHM_LEASE once, then the headers
+ * stamped in place). A segment's share is cut into frames sent,
  * or copied, by up to {@link #MAX_LANES} threads, each checksumming what it moves. Node failures are
  * result codes, never exceptions.
  */
@@ -137,21 +138,8 @@ final class NodeWrites {
         }
         MemorySegment shm = segments.mapping(seg);
         ConnectionPool pool = segments.pool(seg.address());
-        long maxBytes = config.limits().maxPayloadBytes();
-        int lanes = b.parallelOk ? Math.min(MAX_LANES, config.maxConnections()) : 1;
-        if (lanes > 1) {
-            long total = 0;
-            for (Slot slot : slots) {
-                total += b.value(slot.item).byteSize();
-            }
-            maxBytes = Math.min(maxBytes, Math.max(MIN_PART_BYTES, (total + 2L * lanes - 1) / (2L * lanes)));
-        }
-        List<int[]> frames = new ArrayList<>();
-        for (int start = 0; start < slots.size(); ) {
-            int end = PerSegment.frameEnd(slots, start, slot -> b.value(slot.item).byteSize(), maxBytes);
-            frames.add(new int[]{start, end});
-            start = end;
-        }
+        int lanes = lanes(b);
+        List<int[]> frames = frames(slots, b, lanes);
         tasks.runParts(frames.size(), lanes, f -> {
             int start = frames.get(f)[0];
             int end = frames.get(f)[1];
@@ -165,7 +153,9 @@ final class NodeWrites {
     }
 
     /**
-     * Writes one lease's slots: over TCP as {@link #writeToSegment} does; on the same machine by copying
+     * Writes one lease's slots. Over TCP, slots that fit one frame go in one NODE_WRITE_COMMIT, and the
+     * node commits what landed for this client ({@link #writeCommitOverTcp}, version 17); more go as
+     * {@link #writeToSegment} sends them, in parallel lanes, and the caller commits. On the same machine by copying
      * every value into the lease's range (in parallel lanes, each checksumming what it copies) and
      * stamping each object's header there itself, COMPLETE last ({@link ObjectLayout#stamp}), in the range
      * its node set aside once for the lease's own connection (NODE_SHM_LEASE). No node exchange per put:
@@ -176,18 +166,29 @@ final class NodeWrites {
      * that verifies writes says so when it sets the range aside, and the objects are then recorded with
      * NODE_SHM_LEASE_WRITE instead ({@link #recordLeased}).
      */
-    ResultCode[] writeLeased(WriteLeasePool.Lease lease, List<Slot> slots, Batch b) {
+    Landed writeLeased(WriteLeasePool.Lease lease, List<Slot> slots, Batch b, boolean upsert) {
         // b.run is the lease's: a lease of the previous master writes nothing (its id may name another node)
         SegmentDirectory.Entry seg = segments.resolve(lease.segmentId, b.run);
         ResultCode[] codes = new ResultCode[slots.size()];
         Arrays.fill(codes, ResultCode.FAILED);
         if (seg == null) {
-            return codes;
+            return new Landed(codes, null);
         }
         MemorySegment shm = segments.mapping(seg);
         if (shm == null) {
-            return writeToSegment(lease.segmentId, slots, b);
+            if (frames(slots, b, lanes(b)).size() == 1) {
+                return writeCommitOverTcp(seg, lease, slots, b, upsert);
+            }
+            return new Landed(writeToSegment(lease.segmentId, slots, b), null);
         }
+        return new Landed(writeStamped(seg, shm, lease, slots, b), null);
+    }
+
+    /** The same-machine half of {@link #writeLeased}: a code per slot. */
+    private ResultCode[] writeStamped(SegmentDirectory.Entry seg, MemorySegment shm, WriteLeasePool.Lease lease,
+                                      List<Slot> slots, Batch b) {
+        ResultCode[] codes = new ResultCode[slots.size()];
+        Arrays.fill(codes, ResultCode.FAILED);
         try {
             ResultCode set = holdLeaseRange(seg, lease, slots.getFirst().offset);
             if (set != ResultCode.OK) {
@@ -271,6 +272,87 @@ final class NodeWrites {
         items.write(w);
         return MasterMessages.Codes.read(lease.node.call(Opcode.NODE_SHM_LEASE_WRITE, w, config.requestTimeout())
                 .body()).codes();
+    }
+
+    /**
+     * What a lease's writes came to: a write code per slot and, when its node committed the slots that
+     * landed for this client (NODE_WRITE_COMMIT), the master's COMMIT code for each of them in slot order;
+     * null when the caller commits.
+     */
+    record Landed(ResultCode[] written, List<ResultCode> committed) {
+    }
+
+    /** The lanes a batch's writes to one segment go in: one when the caller's memory must stay on this thread. */
+    private int lanes(Batch b) {
+        return b.parallelOk ? Math.min(MAX_LANES, config.maxConnections()) : 1;
+    }
+
+    /**
+     * The frames [start, end) a segment's share of a batch goes in: split at the payload and item limits
+     * and, with several lanes, into parts of about {@code 1/(2 * lanes)} of the share, at least
+     * {@link #MIN_PART_BYTES}.
+     */
+    private List<int[]> frames(List<Slot> slots, Batch b, int lanes) {
+        long maxBytes = config.limits().maxPayloadBytes();
+        if (lanes > 1) {
+            long total = totalBytes(slots, b);
+            maxBytes = Math.min(maxBytes, Math.max(MIN_PART_BYTES, (total + 2L * lanes - 1) / (2L * lanes)));
+        }
+        List<int[]> frames = new ArrayList<>();
+        for (int start = 0; start < slots.size(); ) {
+            int end = PerSegment.frameEnd(slots, start, slot -> b.value(slot.item).byteSize(), maxBytes);
+            frames.add(new int[]{start, end});
+            start = end;
+        }
+        return frames;
+    }
+
+    /**
+     * A lease's slots over TCP in one NODE_WRITE_COMMIT (protocol version 17): the values, after which the
+     * node commits what landed at its master for this client and answers with the master's codes. A node
+     * that did not ask its master (it says so) leaves the COMMIT to the caller; a failed exchange fails every
+     * slot, and the caller then writes them once more under a fresh lease, as after a failed NODE_WRITE.
+     */
+    private Landed writeCommitOverTcp(SegmentDirectory.Entry seg, WriteLeasePool.Lease lease, List<Slot> slots,
+                                      Batch b, boolean upsert) {
+        ResultCode[] codes = new ResultCode[slots.size()];
+        Arrays.fill(codes, ResultCode.FAILED);
+        List<ByteBuffer> views = new ArrayList<>(slots.size());
+        for (Slot slot : slots) {
+            Channels.addViews(views, b.value(slot.item));
+        }
+        BodyWriter w = new BodyWriter(32 + slots.size() * 64);
+        new NodeMessages.WriteCommit(lease.id, upsert, lease.segmentId, frame(slots, 0, slots.size(), b)).write(w);
+        ConnectionPool pool = segments.pool(seg.address());
+        FrameConnection c = null;
+        try {
+            c = pool.borrow(config.requestTimeout());
+            NodeMessages.WriteCommitReply reply = NodeMessages.WriteCommitReply.read(c.call(Opcode.NODE_WRITE_COMMIT, w,
+                    config.requestTimeout(), views.toArray(ByteBuffer[]::new)).body());
+            if (reply.written().size() != slots.size()) {
+                throw new IOException("node_write_commit reply has " + reply.written().size() + " results for "
+                        + slots.size() + " items");
+            }
+            List<ResultCode> committed = null;
+            if (reply.committed()) {
+                committed = new ArrayList<>(slots.size());
+            }
+            for (int s = 0; s < slots.size(); s++) {
+                codes[s] = reply.written().get(s);
+                if (committed != null && codes[s] == ResultCode.OK) {
+                    committed.add(reply.commit().get(s));
+                }
+            }
+            return new Landed(codes, committed);
+        } catch (IOException | RemoteException e) {
+            log.debug("write and commit to {} failed: {}", seg.name(), e.getMessage());
+            Arrays.fill(codes, ResultCode.FAILED);
+            return new Landed(codes, null);
+        } finally {
+            if (c != null) {
+                pool.release(c);
+            }
+        }
     }
 
     private static long totalBytes(List<Slot> slots, Batch b) {

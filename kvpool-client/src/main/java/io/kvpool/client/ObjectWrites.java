@@ -23,9 +23,11 @@ import java.util.function.IntToLongFunction;
 
 /**
  * The put path. A single-copy put goes under a write lease ({@link #putLeased}): the bytes go to the
- * node at once, into a region of a range the master leased to this client (NODE_WRITE over TCP; on
- * the same machine a copy into the shared segment and one NODE_SHM_LEASE_WRITE; see
- * {@link NodeWrites#writeLeased}), and one COMMIT per lease and batch makes them visible. Otherwise a put is
+ * node at once, into a region of a range the master leased to this client, and one COMMIT per lease and
+ * batch makes them visible: over TCP the node sends it for the client (NODE_WRITE_COMMIT, one exchange;
+ * a batch too large for one frame goes as NODE_WRITE frames in parallel lanes and the client's COMMIT); on
+ * the same machine the client copies the values and stamps their headers in the shared segment and sends
+ * the COMMIT (see {@link NodeWrites#writeLeased}). Otherwise a put is
  * two-phase: PUT_START reserves regions at the master (one round trip for
  * the batch), the values go straight to the nodes (NODE_WRITE frames, nodes in parallel and a
  * node's share of a large batch over a few connections at once; or, for a segment on this host,
@@ -261,21 +263,23 @@ final class ObjectWrites {
     /** Writes one lease's slots to its segment and commits what landed; gives the lease back or drops it. */
     private void writeAndCommit(WriteLeasePool.Lease lease, List<NodeWrites.Slot> slots, NodeWrites.Batch b, boolean upsert,
                                 PutStatus[] status, List<Integer> expired, long[] tried) {
-        ResultCode[] written = nodes.writeLeased(lease, slots, b);
+        NodeWrites.Landed landed = nodes.writeLeased(lease, slots, b, upsert);
         for (NodeWrites.Slot slot : slots) {
             tried[slot.item()] = slot.generation();
         }
-        commitLanded(lease, slots, written, b::key, item -> b.value(item).byteSize(), b.from, upsert, status, expired);
+        commitLanded(lease, slots, landed.written(), landed.committed(), b::key, item -> b.value(item).byteSize(), b.from,
+                upsert, status, expired);
     }
 
     /**
      * Commits the slots of one lease whose node writes landed ({@code written[s]} OK) and sets the
      * status of every slot's item ({@code status[from + item]}); adds to {@code expired} the items to
      * write once more under a fresh lease. Gives the lease back, releases it or drops it. Shared by
-     * whole puts and puts in parts ({@link PutInParts}).
+     * whole puts and puts in parts ({@link PutInParts}). {@code committed}: the master's codes for the slots
+     * that landed, when their node committed them for this client (NODE_WRITE_COMMIT); null to send the COMMIT.
      */
     void commitLanded(WriteLeasePool.Lease lease, List<NodeWrites.Slot> slots, ResultCode[] written,
-                      IntFunction<byte[]> key, IntToLongFunction valueLength, int from, boolean upsert,
+                      List<ResultCode> committed, IntFunction<byte[]> key, IntToLongFunction valueLength, int from, boolean upsert,
                       PutStatus[] status, List<Integer> expired) {
         List<WriteLeaseMessages.CommitItem> items = new ArrayList<>(slots.size());
         int[] itemOf = new int[slots.size()];
@@ -312,9 +316,12 @@ final class ObjectWrites {
             }
             return;
         }
-        BodyWriter w = new BodyWriter(32 + items.size() * 64);
-        new WriteLeaseMessages.Commit(lease.id, upsert, items).write(w);
-        List<ResultCode> codes = master.call(Opcode.COMMIT, w, MasterMessages.Codes::read).codes();
+        List<ResultCode> codes = committed;
+        if (codes == null) {
+            BodyWriter w = new BodyWriter(32 + items.size() * 64);
+            new WriteLeaseMessages.Commit(lease.id, upsert, items).write(w);
+            codes = master.call(Opcode.COMMIT, w, MasterMessages.Codes::read).codes();
+        }
         boolean lost = false;
         for (int c = 0; c < items.size(); c++) {
             ResultCode code = codes.get(c);

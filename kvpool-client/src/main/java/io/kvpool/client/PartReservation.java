@@ -166,7 +166,7 @@ final class PartReservation {
                 written[s] = l.copies.get(s).outcome;
             }
             List<Integer> expired = new ArrayList<>();
-            writes.commitLanded(l.lease, l.slots, written, i -> keys[i], i -> lengths[i], 0, false, status, expired);
+            writes.commitLanded(l.lease, l.slots, written, null, i -> keys[i], i -> lengths[i], 0, false, status, expired);
             for (int i : expired) {
                 // its bytes are not here to write again under a fresh lease; but the COMMIT may have been taken
                 // by a master that went away since, and the object rebuilt with the generation given here

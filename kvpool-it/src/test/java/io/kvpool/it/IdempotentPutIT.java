@@ -26,6 +26,11 @@ import static org.assertj.core.api.Assertions.assertThat;
  * (here: it restarted; a failover is the same to the client) is retried by the client on the new
  * master, which rebuilt the object from its node under the generation the client gave it. The put
  * answers OK, not ALREADY_EXISTS: the stored object is this client's own.
+ *
+ * <p>On the same machine the client sends the COMMIT; over TCP its node sends it for the client
+ * (NODE_WRITE_COMMIT, version 17), and when the master goes away unanswered the node leaves the COMMIT
+ * to the client, which sends it to the new master. Node and client both reach the master through the
+ * proxy, which holds whichever COMMIT comes first.
  */
 class IdempotentPutIT {
 
@@ -39,9 +44,9 @@ class IdempotentPutIT {
         int port = Ports.reservable();
         MasterServer m1 = master(port);
         MasterServer m2 = null;
-        try (StorageNode node = new StorageNode(NodeConfig.defaults(new HostPort("127.0.0.1", port), Size.ofBytes(16 << 20))
-                .withListen("127.0.0.1", 0).withHeartbeatInterval(Duration.ofMillis(100)));
-             FrameProxy proxy = new FrameProxy(port)) {
+        try (FrameProxy proxy = new FrameProxy(port);
+             StorageNode node = new StorageNode(NodeConfig.defaults(new HostPort("127.0.0.1", proxy.port()),
+                     Size.ofBytes(16 << 20)).withListen("127.0.0.1", 0).withHeartbeatInterval(Duration.ofMillis(100)))) {
             assertThat(node.awaitRegistered(Duration.ofSeconds(30))).isTrue();
             try (KvPoolClient client = KvPoolClient.connect(ClientConfig.forMaster("127.0.0.1:" + proxy.port())
                     .withSharedMemory(sameMachine).withRequestTimeout(Duration.ofSeconds(60)))) {
@@ -58,6 +63,9 @@ class IdempotentPutIT {
                 proxy.dropHeld(); // the client hears nothing and asks the new master again
                 assertThat(put.get(60, TimeUnit.SECONDS)).isEqualTo(PutStatus.OK);
                 assertThat(client.get("taken")).contains(value);
+                // over TCP the node committed the first put for the client, and left the held one to it
+                assertThat(node.forwardedCommits()).isEqualTo(sameMachine ? 0 : 1);
+                assertThat(node.commitsLeftToWriters()).isEqualTo(sameMachine ? 0 : 1);
             }
         } finally {
             m1.close();

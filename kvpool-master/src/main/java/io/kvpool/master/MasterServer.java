@@ -8,6 +8,8 @@ import io.kvpool.config.Durations;
 import io.kvpool.master.events.KvEventPublisher;
 import io.kvpool.protocol.FrameServer;
 import io.kvpool.protocol.Opcode;
+import io.kvpool.protocol.ResultCode;
+import io.kvpool.protocol.msg.WriteLeaseMessages;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -17,6 +19,7 @@ import java.net.InetSocketAddress;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.time.InstantSource;
+import java.util.List;
 import java.util.Locale;
 import java.util.Set;
 import java.util.function.BooleanSupplier;
@@ -201,6 +204,24 @@ public final class MasterServer implements AutoCloseable {
     /** Adds a link to the master's status page header. */
     public void statusLink(String label, String href) {
         status.link(label, href);
+    }
+
+    /**
+     * A COMMIT that a node in this process sends for one of its writers (NODE_WRITE_COMMIT, protocol version
+     * 17), taken as a call: checked and counted as a COMMIT frame is. Throws while this master does not lead
+     * or is stopping; the writer then commits itself.
+     */
+    public List<ResultCode> commitInProcess(WriteLeaseMessages.Commit commit) throws IOException {
+        if (closed || !leading.getAsBoolean()) {
+            throw new IOException("the master in this process is " + (closed ? "stopping" : "not leading"));
+        }
+        List<ResultCode> codes = service.commit(commit);
+        int failed = 0;
+        for (ResultCode c : codes) {
+            failed += c == ResultCode.OK ? 0 : 1;
+        }
+        metrics.record(Opcode.COMMIT, codes.size(), failed, 0, false);
+        return codes;
     }
 
     /** Delivers queued frees to nodes now instead of at the next flush. */

@@ -123,6 +123,12 @@ final class MasterLink implements AutoCloseable {
         return registered;
     }
 
+    /** The master this node is registered with now, or null while it is not registered. */
+    MasterLocator.Leader registeredMaster() {
+        MasterLocator.Leader l = master;
+        return registered ? l : null;
+    }
+
     /** When the master last acknowledged a heartbeat, epoch ms; 0 if it never did. */
     long lastHeartbeatMillis() {
         return lastHeartbeatMillis;

@@ -22,7 +22,7 @@ final class NodeMetrics {
     }
 
     static void register(FrameServer server, LocalSegment local, MasterLink link, DiskTier disk,
-                         PrometheusRegistry registry) {
+                         ForwardedCommits commits, PrometheusRegistry registry) {
         Series.gauge(registry, "node_connections_open", "Connections open to the node's port", server::connectionCount);
         Series.counter(registry, "node_connections_refused_total", "Connections refused at the connection limits (in all,"
                 + " per host)", server::refusedConnections);
@@ -60,6 +60,11 @@ final class NodeMetrics {
         Series.counter(registry, "node_stamped_objects_total", "Objects a same-machine writer stamped in its lease range and"
                 + " told only the master of, which the node settled from their headers when something first asked for"
                 + " them (protocol version 16)", () -> local.ledger().stampedObjects());
+        Series.counter(registry, "node_forwarded_commits_total", "Objects written over TCP with NODE_WRITE_COMMIT that"
+                + " the node committed at its master for the writer (protocol version 17)", commits.forwarded::get);
+        Series.counter(registry, "node_commits_left_to_writers_total", "NODE_WRITE_COMMIT frames whose COMMIT the node"
+                + " left to the writer: not registered, another segment or term, or the master unreachable",
+                commits.leftToWriter::get);
         Series.gauge(registry, "node_master_connected", "1 while the node is registered with the master and its heartbeats"
                 + " are answered, else 0", () -> link.isRegistered() ? 1 : 0);
         Series.gauge(registry, "node_taking_writes", "1 while the node admits writes; 0 before its registration is done,"

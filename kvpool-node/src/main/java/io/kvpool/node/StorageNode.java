@@ -70,6 +70,10 @@ public final class StorageNode implements AutoCloseable {
     private final DiskTier disk;
     /** Writes by clients on this machine, which copy the values themselves. */
     private final SameMachineWrites sameMachine;
+    /** Writes whose values arrive in the frame (NODE_WRITE, NODE_WRITE_COMMIT). */
+    private final TcpWrites tcpWrites;
+    /** The COMMITs this node sends for its writers (NODE_WRITE_COMMIT). */
+    private final ForwardedCommits commits;
     /** Writes whose values arrive in parts (NODE_PART_BEGIN, WRITE, END). */
     private final PartWrites parts;
     /** NODE_READ and NODE_READ_RANGE. */
@@ -129,6 +133,8 @@ public final class StorageNode implements AutoCloseable {
         this.reads = new NodeReads(local, disk, config.limits().maxPayloadBytes());
         this.replication = new Replication(name, local, ledger, segment, disk, config.limits(), config.secrets());
         this.link = new MasterLink(local, disk, config, masters, new RegistrationFile(config.diskDir(), memory.file()));
+        this.commits = new ForwardedCommits(local, link, config);
+        this.tcpWrites = new TcpWrites(local, config, commits);
         this.shmKeeper = orphans == null ? null : new ShmKeeper(orphans, config.shmDir().sweepInterval(), true);
         if (disk != null) {
             disk.onChange(link::wake);
@@ -217,7 +223,7 @@ public final class StorageNode implements AutoCloseable {
      * master's in {@code kvpool serve}.
      */
     public void registerMetrics(PrometheusRegistry registry) {
-        NodeMetrics.register(server, local, link, disk, registry);
+        NodeMetrics.register(server, local, link, disk, commits, registry);
     }
 
     /**
@@ -230,6 +236,24 @@ public final class StorageNode implements AutoCloseable {
         pages = StatusPages.mount(http, prefix, registry, status::view, status.history);
     }
 
+    /**
+     * The master at {@code address} runs in this process ({@code kvpool serve}): the COMMITs this node sends
+     * for its writers (NODE_WRITE_COMMIT) go to it as calls while the node is registered there, not as frames.
+     */
+    public void commitInProcess(HostPort address, InProcessCommits master) {
+        commits.inProcess(address, master);
+    }
+
+    /** Objects this node committed at its master for writers (NODE_WRITE_COMMIT, version 17). */
+    public long forwardedCommits() {
+        return commits.forwarded.get();
+    }
+
+    /** NODE_WRITE_COMMITs whose COMMIT this node left to the writer (not registered, another term, master unreachable). */
+    public long commitsLeftToWriters() {
+        return commits.leftToWriter.get();
+    }
+
     /** Whether this node runs an SSD tier (its store, writer thread and staging memory exist only then). */
     public boolean hasDiskTier() {
         return disk != null;
@@ -239,12 +263,14 @@ public final class StorageNode implements AutoCloseable {
         @Override
         public void handle(Request req) throws IOException {
             awaitStarted(req);
-            if (req.opcode() != Opcode.NODE_WRITE && req.opcode() != Opcode.NODE_PART_WRITE && req.payloadLength() != 0) {
+            if (req.opcode() != Opcode.NODE_WRITE && req.opcode() != Opcode.NODE_WRITE_COMMIT
+                    && req.opcode() != Opcode.NODE_PART_WRITE && req.payloadLength() != 0) {
                 throw new MalformedFrameException(FrameStatus.MALFORMED_FRAME, req.requestId(), req.opcode().metricName
                         + " carries " + req.payloadLength() + " payload bytes but takes none");
             }
             switch (req.opcode()) {
-                case NODE_WRITE -> write(req);
+                case NODE_WRITE -> tcpWrites.write(req);
+                case NODE_WRITE_COMMIT -> tcpWrites.writeCommit(req);
                 case NODE_READ -> reads.read(req);
                 case NODE_READ_RANGE -> reads.readRange(req);
                 case NODE_PART_BEGIN -> parts.begin(req);
@@ -290,77 +316,6 @@ public final class StorageNode implements AutoCloseable {
             Thread.currentThread().interrupt();
             throw new IOException("interrupted while the node starts", e);
         }
-    }
-
-    private void write(Request req) throws IOException {
-        BodyReader body = req.body();
-        NodeMessages.Write w = NodeMessages.Write.read(body);
-        body.end("node_write");
-        if (w.payloadLength() != req.payloadLength()) {
-            throw new MalformedFrameException(FrameStatus.MALFORMED_FRAME, req.requestId(), "node_write items total "
-                    + w.payloadLength() + " value bytes but the frame carries " + req.payloadLength());
-        }
-        local.checkWrites(req.access(), w);
-        List<ResultCode> codes = new ArrayList<>(w.items().size());
-        if (!local.currentTerm(w.term())) {
-            // placed by a master that lost its leadership: refuse, whatever the epoch
-            refuseAll(req, w, ResultCode.DEPOSED, codes);
-        } else if (!local.gate().enter()) {
-            // registering or draining: what lands now might be in no inventory (WriteGate)
-            refuseAll(req, w, ResultCode.NO_SEGMENT, codes);
-        } else {
-            try {
-                // one bound on waiting for busy regions per frame, however many items it carries
-                long waitDeadline = System.nanoTime() + config.regionWait().toNanos();
-                for (NodeMessages.WriteItem it : w.items()) {
-                    codes.add(writeOne(req, w.epoch(), it, waitDeadline));
-                }
-            } finally {
-                local.gate().exit();
-            }
-        }
-        BodyWriter out = new BodyWriter(8 + codes.size());
-        new Codes(codes).write(out);
-        req.reply(out);
-    }
-
-    /** Answers every item of a write {@code code}, reading its value bytes past. */
-    private void refuseAll(Request req, NodeMessages.Write w, ResultCode code, List<ResultCode> codes) throws IOException {
-        for (NodeMessages.WriteItem it : w.items()) {
-            local.refusedWrite();
-            req.skipPayload(it.valueLength());
-            codes.add(code);
-        }
-    }
-
-    private ResultCode writeOne(Request req, long epoch, NodeMessages.WriteItem it, long waitDeadline) throws IOException {
-        RegionLedger.WriteAdmission adm = local.admit(it, epoch, waitDeadline);
-        if (adm.region() == null) {
-            local.refusedWrite();
-            req.skipPayload(it.valueLength());
-            return adm.refusal();
-        }
-        RegionLedger.Region r = adm.region();
-        boolean ok = false;
-        try {
-            ObjectLayout.writeHeader(segment, r.offset, ObjectLayout.STATE_WRITING, it.key(), it.valueLength(),
-                    it.generation(), epoch, it.valueCrc());
-            MemorySegment dst = segment.asSlice(r.valueOffset(), it.valueLength());
-            req.readPayload(dst);
-            ok = !config.verifyWrites() || ObjectLayout.valueCrc(dst) == it.valueCrc();
-            if (!ok) {
-                log.warn("segment {}: value of '{}' at offset {} does not match its checksum; write refused", name,
-                        Keys.decode(it.key()), it.offset());
-            }
-        } finally {
-            ok = local.gate().endWrite(r, ok);
-        }
-        if (ok) {
-            local.wrote(it.valueLength());
-            return ResultCode.OK;
-        }
-        return ledger.epoch() > epoch ? ResultCode.FENCED
-                : local.gate().state() == WriteGate.State.CLOSED ? ResultCode.NO_SEGMENT : ResultCode.FAILED;
     }
 
     private void free(Request req) throws IOException {
@@ -510,6 +465,7 @@ public final class StorageNode implements AutoCloseable {
             p.close();
         }
         link.close();
+        commits.close();
         masters.close();
         if (shmKeeper != null) {
             shmKeeper.close();

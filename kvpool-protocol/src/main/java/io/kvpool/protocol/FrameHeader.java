@@ -71,9 +71,11 @@ public final class FrameHeader {
      * NO_SEGMENT from a node that takes no writes while it registers or drains; 13 TIER_LOOKUP, the tier of
      * each key, for routers; 14 BLOCK_INFO (what the engine knows of a block, for the KV events) and the result
      * code QUOTA_EXCEEDED (a namespace over its quota); 15 FEED_FOLLOW and FEED_SNAPSHOT, the leader's
-     * change feed that standby masters follow, and the terms in NODE_HEARTBEAT and its reply.
+     * change feed that standby masters follow, and the terms in NODE_HEARTBEAT and its reply; 16 stamped
+     * same-machine puts (the writer stamps the header, the NODE_SHM_LEASE reply says whether it may); 17
+     * NODE_WRITE_COMMIT, a put over TCP whose node commits it for the writer.
      */
-    public static final byte VERSION = 16;
+    public static final byte VERSION = 17;
     public static final byte FLAG_REPLY = 0x01;
 
     public static final int MAGIC_OFFSET = 0;

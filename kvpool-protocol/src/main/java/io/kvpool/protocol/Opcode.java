@@ -124,7 +124,13 @@ public enum Opcode {
     /** (version 11) Byte ranges of values begun on this connection. Body: {@code NodeMessages.PartWrite} + payload. */
     NODE_PART_WRITE(0x8B, "node_part_write"),
     /** (version 11) Ends writes begun on this connection: each value's CRC32C, readable or dropped. Body: {@code NodeMessages.PartEnd}. */
-    NODE_PART_END(0x8C, "node_part_end");
+    NODE_PART_END(0x8C, "node_part_end"),
+    /**
+     * (version 17) NODE_WRITE of objects under a write lease whose node then commits what landed at its
+     * master on the writer's behalf: a put over TCP in one exchange. Body: {@code NodeMessages.WriteCommit}
+     * + the values as payload; reply: {@code NodeMessages.WriteCommitReply}.
+     */
+    NODE_WRITE_COMMIT(0x8D, "node_write_commit");
 
     private static final Opcode[] BY_CODE = new Opcode[256];
 

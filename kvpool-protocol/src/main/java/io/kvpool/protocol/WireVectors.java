@@ -122,6 +122,15 @@ public final class WireVectors {
         out.put("node_write", body(w -> new NodeMessages.Write(3, 0x0A0B0C0DL, List.of(
                 new NodeMessages.WriteItem(4096, 1234, k1, 1 << 20, 0xE3069283, WriteGrant.region(4096, 1 << 21, 1234, mac2)),
                 new NodeMessages.WriteItem(0, 1, k2, 0, 0, WriteGrant.none()))).write(w)));
+        // version 17: a put over TCP whose node commits it for the writer
+        out.put("node_write_commit", body(w -> new NodeMessages.WriteCommit(0x0102030405L, true, 3,
+                new NodeMessages.Write(7, 0x0A0B0C0DL, List.of(new NodeMessages.WriteItem(4096, 5000, k1, 1 << 20,
+                        0xE3069283, new WriteGrant(4096, 64L << 20, 5000, 16, mac1))))).write(w)));
+        out.put("node_write_commit_reply", body(w -> new NodeMessages.WriteCommitReply(true,
+                List.of(ResultCode.OK, ResultCode.OK, ResultCode.FENCED),
+                List.of(ResultCode.OK, ResultCode.EXPIRED, ResultCode.FAILED)).write(w)));
+        out.put("node_write_commit_reply_not_asked", body(w -> new NodeMessages.WriteCommitReply(false,
+                List.of(ResultCode.OK, ResultCode.DEPOSED), List.of(ResultCode.FAILED, ResultCode.FAILED)).write(w)));
         out.put("node_read", body(w -> new NodeMessages.Read(List.of(
                 new NodeMessages.ReadItem(4096, 1234, 1 << 20, Tier.MEMORY),
                 new NodeMessages.ReadItem(0, 7, 9, Tier.DISK))).write(w)));

@@ -224,6 +224,56 @@ public final class NodeMessages {
     }
 
     /**
+     * NODE_WRITE_COMMIT (version 17): a NODE_WRITE of objects placed in write lease {@code leaseId} of
+     * segment {@code segmentId}, after which the node commits the objects that landed at its master for
+     * the writer (the COMMIT the writer would send, {@code upsert} as there). The values follow as
+     * payload, in item order, as in NODE_WRITE. Reply: {@link WriteCommitReply}.
+     */
+    public record WriteCommit(long leaseId, boolean upsert, int segmentId, Write write) {
+        public void write(BodyWriter w) {
+            w.i64(leaseId).bool(upsert).i32(segmentId);
+            write.write(w);
+        }
+
+        public static WriteCommit read(BodyReader r) {
+            return new WriteCommit(r.i64("lease id"), r.bool("upsert"), r.i32("segment id"), Write.read(r));
+        }
+    }
+
+    /**
+     * NODE_WRITE_COMMIT reply (version 17): whether the node committed what landed ({@code committed};
+     * false: it did not ask its master, and the writer sends the COMMIT itself), then per item the node's
+     * write code and, for an item that landed while {@code committed}, the master's COMMIT code (else
+     * FAILED).
+     */
+    public record WriteCommitReply(boolean committed, List<ResultCode> written, List<ResultCode> commit) {
+        public WriteCommitReply {
+            if (written.size() != commit.size()) {
+                throw new IllegalArgumentException(written.size() + " write codes but " + commit.size() + " commit codes");
+            }
+        }
+
+        public void write(BodyWriter w) {
+            w.bool(committed).i32(written.size());
+            for (int i = 0; i < written.size(); i++) {
+                w.u8(written.get(i).code).u8(commit.get(i).code);
+            }
+        }
+
+        public static WriteCommitReply read(BodyReader r) {
+            boolean committed = r.bool("committed");
+            int n = r.count("result count", 2);
+            List<ResultCode> written = new ArrayList<>(n);
+            List<ResultCode> commit = new ArrayList<>(n);
+            for (int i = 0; i < n; i++) {
+                written.add(ResultCode.of(r.u8("write result")));
+                commit.add(ResultCode.of(r.u8("commit result")));
+            }
+            return new WriteCommitReply(committed, written, commit);
+        }
+    }
+
+    /**
      * NODE_SHM_LEASE: a same-machine writer asks the node to set {@code [offset, offset + length)} of
      * its write lease aside for it, so that it can copy values there and have the node record each
      * object with one NODE_SHM_LEASE_WRITE (whose body is a {@link Write} without payload). Reply:
