@@ -9,16 +9,12 @@ import io.kvpool.protocol.BodyReader;
 import io.kvpool.protocol.BodyWriter;
 import io.kvpool.protocol.FrameServer;
 import io.kvpool.protocol.FrameStatus;
-import io.kvpool.protocol.Keys;
 import io.kvpool.protocol.MalformedFrameException;
-import io.kvpool.protocol.ObjectLayout;
 import io.kvpool.protocol.Opcode;
 import io.kvpool.protocol.Request;
 import io.kvpool.protocol.RequestHandler;
-import io.kvpool.protocol.ResultCode;
 import io.kvpool.protocol.Tier;
 import io.kvpool.protocol.msg.ControlToken;
-import io.kvpool.protocol.msg.MasterMessages.Codes;
 import io.kvpool.protocol.msg.NodeMessages;
 import io.kvpool.web.StatusPages;
 import com.sun.net.httpserver.HttpServer;
@@ -31,8 +27,6 @@ import java.lang.foreign.MemorySegment;
 import java.net.InetSocketAddress;
 import java.time.Duration;
 import java.time.InstantSource;
-import java.util.ArrayList;
-import java.util.List;
 
 /**
  * A storage node: contributes one off-heap segment to the pool, serves reads and writes of object
