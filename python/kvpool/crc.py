@@ -21,7 +21,7 @@ import logging
 import os
 from typing import Callable
 
-from .buffers import address_of
+from .buffers import Pins
 
 log = logging.getLogger("kvpool")
 
@@ -102,8 +102,11 @@ def _isal() -> Callable[[bytes | bytearray | memoryview], int] | None:
         mv = memoryview(data).cast("B") if not isinstance(data, memoryview) or data.format != "B" else data
         if not mv.nbytes:
             return 0
-        with address_of(mv) as addr:
-            return at(addr, mv.nbytes)
+        pins = Pins()  # not ``buffers.address_of``: its generator costs more than a small value's checksum
+        try:
+            return at(pins.address(mv), mv.nbytes)
+        finally:
+            pins.release()
 
     return isal
 

@@ -166,11 +166,15 @@ def copy_in(mapping: Mapping, dests: Sequence[int], values: Sequence[memoryview]
     sizes = [v.nbytes for v in values]
     if sum(sizes) < MIN_PARALLEL_BYTES:  # in this thread; slice copies cost less than pinning for foreign calls
         view = mapping.view
+        # a value's checksum is taken where it landed, at the segment's own (pinned) address: no buffer of the
+        # caller's to pin per value, which cost more than the checksum of a small one
+        crc_at, address = crc32c_at, ctypes.addressof(base)
         for i, (at, v) in enumerate(zip(dests, values)):
             mapping.prefault(at, at + sizes[i])
-            if crcs[i] is None:
-                crcs[i] = crc32c(v)
             view[at:at + sizes[i]] = v
+            if crcs[i] is None:
+                crcs[i] = crc_at(address + at, sizes[i]) if crc_at is not None and sizes[i] else crc32c(v)
+        del base
         return
     address = ctypes.addressof(base)
     crc_at = crc32c_at

@@ -38,15 +38,17 @@ def region_length(key_length: int, value_length: int) -> int:
 #: key length u16, value length u64, generation u64, epoch u64, value CRC32C u32 (bytes 6..35).
 _HEADER_FIELDS = struct.Struct("<HQQQI")
 _MAGIC = struct.pack("<I", OBJECT_MAGIC)
+#: magic, version and state COMPLETE (bytes 0..5) of a stamped header
+_STAMPED_HEAD = _MAGIC + bytes((OBJECT_VERSION, OBJECT_STATE_COMPLETE))
+#: header CRC32C u32, reserved u64 = 0 (bytes 36..47)
+_HEADER_TAIL = struct.Struct("<IQ")
 
 
 def object_header(key: bytes, value_length: int, generation: int, epoch: int, value_crc: int) -> bytes:
     """An object's header and key as section 8 lays them out, with the state COMPLETE: what a same-machine
     writer under a write lease stamps in its range (version 16, section 4.28; ``stamp``)."""
     fields = _HEADER_FIELDS.pack(len(key), value_length, generation, epoch, value_crc & 0xFFFFFFFF)
-    header_crc = crc32c(_MAGIC + fields + key)
-    return b"".join((_MAGIC, bytes((OBJECT_VERSION, OBJECT_STATE_COMPLETE)), fields,
-                     struct.pack("<IQ", header_crc, 0), key))
+    return _STAMPED_HEAD + fields + _HEADER_TAIL.pack(crc32c(_MAGIC + fields + key), 0) + key
 
 
 def stamp(view: memoryview, at: int, header: bytes) -> None:

@@ -7,7 +7,7 @@ from typing import Iterable, Sequence
 
 from ..codec import BodyReader, BodyWriter, ProtocolError
 from .frames import ResultCode
-from .master import _code, GRANT_MAC_BYTES, WriteGrant
+from .master import _CODES, _code, GRANT_MAC_BYTES, WriteGrant
 from .node import WriteItem, encode_node_write
 
 
@@ -141,13 +141,12 @@ def decode_node_write_commit_reply(body: bytes) -> tuple[bool, list[ResultCode],
     r = BodyReader(body, "NODE_WRITE_COMMIT reply")
     committed = r.boolean("committed")
     n = r.count("result count", 2)
-    written: list[ResultCode] = []
-    commit: list[ResultCode] = []
-    for _ in range(n):
-        written.append(_code(r))
-        commit.append(_code(r))
+    at = r._take(2 * n, "results")
     r.done()
-    return committed, written, commit
+    raw = bytes(r.data[at:at + 2 * n])
+    if raw and max(raw) >= len(_CODES):
+        raise ProtocolError(f"NODE_WRITE_COMMIT reply: unknown result code {max(raw)}")
+    return committed, [_CODES[b] for b in raw[0::2]], [_CODES[b] for b in raw[1::2]]
 
 
 def encode_release(lease_id: int) -> bytes:

@@ -24,15 +24,33 @@ class WriteItem(NamedTuple):
     """The master's grant covering this write (version 9), relayed unchanged."""
 
 
+#: an item's region offset i64, generation i64, key length u16 (then the key)
+_ITEM_HEAD = struct.Struct("<qqH")
+#: an item's value length i64, value CRC32C u32 (then its grant)
+_ITEM_TAIL = struct.Struct("<qI")
+#: a grant's offset i64, length i64, first generation i64, generation count i32 (then its MAC)
+_GRANT = struct.Struct("<qqqi")
+
+
 def encode_node_write(epoch: int, term: int, items: Iterable[WriteItem]) -> bytes:
-    """NODE_WRITE / NODE_SHM_WRITE_BEGIN / NODE_SHM_LEASE_WRITE: the reservation's epoch and master term, then the items."""
+    """NODE_WRITE / NODE_SHM_WRITE_BEGIN / NODE_SHM_LEASE_WRITE: the reservation's epoch and master term, then the items
+    (packed a few fields at a time, and a grant the items share once: a batch's items all carry their lease's)."""
     items = list(items)
-    w = BodyWriter().i64(epoch).i64(term).i32(len(items))
+    buf = bytearray(struct.pack("<qqi", epoch, term, len(items)))
+    grant: WriteGrant | None = None
+    grant_bytes = b""
     for it in items:
-        w.i64(it.offset).i64(it.generation).bstr(it.key).i64(it.length)
-        w.buf += struct.pack("<I", it.crc & 0xFFFFFFFF)
-        it.grant.write(w)
-    return w.bytes()
+        if len(it.key) > 0xFFFF:
+            raise ValueError(f"byte string of {len(it.key)} bytes exceeds 65535")
+        if it.grant is not grant:
+            grant = it.grant
+            grant_bytes = _GRANT.pack(grant.offset, grant.length, grant.first_generation,
+                                      grant.generation_count) + grant.mac
+        buf += _ITEM_HEAD.pack(it.offset, it.generation, len(it.key))
+        buf += it.key
+        buf += _ITEM_TAIL.pack(it.length, it.crc & 0xFFFFFFFF)
+        buf += grant_bytes
+    return bytes(buf)
 
 
 def encode_shm_write_end(items: Iterable[tuple[int, int, bool]]) -> bytes:
