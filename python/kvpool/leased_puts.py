@@ -302,7 +302,8 @@ class Leasing:
         sizes = [views[i].nbytes for i, _, _ in slots]
         runs = lanes.parts(sizes, ch.copy_lanes)
         if len(runs) == 1 and len(slots) <= p.MAX_ITEMS_PER_NODE_FRAME and sum(sizes) <= p.DEFAULT_MAX_PAYLOAD_BYTES:
-            return self._write_commit(lease, seg, items_of(0, len(slots)), [views[i] for i, _, _ in slots], upsert)
+            items = items_of(0, len(slots))  # first: it turns device blocks into the host views sent below
+            return self._write_commit(lease, seg, items, [views[i] for i, _, _ in slots], upsert)
 
         def run(lo: int, hi: int) -> None:
             """A lane's share, checksummed and sent on a pooled connection of its own (as the Java client's lanes),

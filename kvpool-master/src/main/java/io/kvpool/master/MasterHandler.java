@@ -314,7 +314,8 @@ final class MasterHandler implements RequestHandler {
         metrics.record(op, n, failed, missed, !op.isBatch() && failed > 0);
     }
 
-    private static int countNot(List<ResultCode> codes, ResultCode c) {
+    /** Codes in {@code codes} other than {@code c}. */
+    static int countNot(List<ResultCode> codes, ResultCode c) {
         int n = 0;
         for (ResultCode x : codes) {
             n += x == c ? 0 : 1;

@@ -216,11 +216,7 @@ public final class MasterServer implements AutoCloseable {
             throw new IOException("the master in this process is " + (closed ? "stopping" : "not leading"));
         }
         List<ResultCode> codes = service.commit(commit);
-        int failed = 0;
-        for (ResultCode c : codes) {
-            failed += c == ResultCode.OK ? 0 : 1;
-        }
-        metrics.record(Opcode.COMMIT, codes.size(), failed, 0, false);
+        metrics.record(Opcode.COMMIT, codes.size(), MasterHandler.countNot(codes, ResultCode.OK), 0, false);
         return codes;
     }
 
