@@ -191,7 +191,7 @@ public final class ElectedMaster implements AutoCloseable {
                 // segments the previous leader owed frees to come back empty, before any registers with us
                 Set<String> owed = listed(options.etcd().owedPrefix());
                 if (!owed.isEmpty()) {
-                    log.warn("master {}: the previous leader owed frees to {}; they come back empty", options.id(), owed);
+                    log.warn("master {}: the previous leader owed frees to (or remembered lost objects on) {}; they come back empty", options.id(), owed);
                 }
                 standbyPages(false);
                 s = new MasterServer(config.withTerm(l.term()).withTenants(tenants()), InstantSource.system(),

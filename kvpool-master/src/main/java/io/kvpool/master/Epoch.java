@@ -67,6 +67,7 @@ final class Epoch {
         @SuppressWarnings("GuardedBy") // ObjectIndex runs it under the shard's lock, out of the checker's sight
         Consumer<ObjectIndex.Shard> clear = shard -> shard.objects.clear();
         index.forEachShard(clear);
+        index.events.lost.revokePrefix(new byte[0]); // their copies are of the old epoch too
         segments.resetAllocators();
         value = newEpoch;
         restated();

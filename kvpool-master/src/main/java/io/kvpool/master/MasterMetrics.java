@@ -70,6 +70,8 @@ public final class MasterMetrics {
         gauge("master_active_clients", "Clients seen within the client TTL", service::activeClients);
         gauge("master_frees_undelivered", "Frees owed to nodes that could not be reached; their copies are refused"
                 + " if those nodes come back", service::undeliveredFrees);
+        gauge("master_lost_copies", "Objects whose only copy was on a dropped node, taken back if that node returns"
+                + " before their key is removed or stored again", service::lostCopies);
         gauge("master_cluster_epoch", "Current cluster epoch (moves on every removeAll(force))", service::epoch);
         gauge("master_segments", "Registered segments, joining ones included", () -> service.segmentInfos().size());
         GaugeWithCallback.builder().name("segment_allocated_bytes").help("Bytes reserved in a segment")

@@ -19,6 +19,7 @@ import java.net.InetSocketAddress;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.time.InstantSource;
+import java.util.HashSet;
 import java.util.List;
 import java.util.Locale;
 import java.util.Set;
@@ -315,8 +316,13 @@ public final class MasterServer implements AutoCloseable {
         log.info("master stopped");
     }
 
-    /** Names of the segments this master owes frees to (an elected leader lists them in etcd for the next). */
+    /**
+     * Names of the segments this master owes frees to, or whose lost objects it remembers (an elected leader lists
+     * them in etcd for the next, which makes them come back empty).
+     */
     public Set<String> owedSegments() {
-        return nodes.owed();
+        Set<String> out = new HashSet<>(nodes.owed());
+        out.addAll(service.lostOn());
+        return out;
     }
 }

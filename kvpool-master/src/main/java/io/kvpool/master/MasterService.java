@@ -26,6 +26,7 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.UUID;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ThreadLocalRandom;
@@ -362,6 +363,16 @@ public final class MasterService {
         return nodes.undeliveredFrees();
     }
 
+    /** Objects lost with a dropped node that it may still bring back ({@link LostCopies}). */
+    public long lostCopies() {
+        return index.events.lost.size();
+    }
+
+    /** Names of the segments whose lost objects are remembered (the next leader makes them come back empty). */
+    Set<String> lostOn() {
+        return index.events.lost.segments();
+    }
+
     /** Pins asked for and refused because the pool's pins were at their cap. */
     final AtomicLong pinsRefused = new AtomicLong();
 
@@ -515,6 +526,7 @@ public final class MasterService {
         try {
             @SuppressWarnings("GuardedBy") // ObjectIndex runs it under the shard's lock, out of the checker's sight
             ObjectIndex.KeyVisitor drop = (shard, i, key, hash) -> {
+                index.events.lost.revoke(key, hash); // a copy lost with a dropped node must not come back now
                 ObjectTable objects = shard.objects;
                 int slot = objects.find(key, hash);
                 if (slot < 0) {
@@ -541,6 +553,7 @@ public final class MasterService {
         long cleared = prefix.length == 0 ? index.events.allCleared() : 0; // KV events: see ObjectEvents
         epoch.shared().lock();
         try {
+            index.events.lost.revokePrefix(prefix); // under the lock: a node dropped meanwhile has its losses revoked
             @SuppressWarnings("GuardedBy") // ObjectIndex runs it under the shard's lock, out of the checker's sight
             Consumer<ObjectIndex.Shard> dropPrefix = shard -> {
                 ObjectTable objects = shard.objects;

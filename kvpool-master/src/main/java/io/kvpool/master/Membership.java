@@ -178,7 +178,7 @@ public final class Membership {
             // still lists them, so that each is refused and the node drops it: told only to skip its inventory,
             // a node of this epoch kept them (a reset drops only older epochs), and the next master to rebuild
             // from the nodes took the removed objects back (the soak's stale reads after a second failover)
-            empty = keep && nodes.mustComeBackEmpty(r.name());
+            empty = keep && (nodes.mustComeBackEmpty(r.name()) || index.events.lost.overflowed(r.name()));
             seg = segments.add(r.name(), address, r.capacity(), r.nodeIncarnation(), r.shmPath(), r.controlToken(),
                     now);
             seg.comesBackEmpty = empty;
@@ -345,6 +345,8 @@ public final class Membership {
                     return false;
                 }
                 if (objects.replicas(slot) == 1) {
+                    // its node may bring it back, taken only if the key was neither removed nor stored meanwhile
+                    index.events.lost.lost(seg.name, objects.key(slot), objects.hash(slot), objects.generation(slot));
                     lost[0]++;
                     return true;
                 }

@@ -75,15 +75,18 @@ final class NodeReports {
             // anything of a segment that comes back empty (it missed more frees than were kept: which copies
             // are removed objects is not known), and a copy of an object that kept copies elsewhere when this
             // segment was dropped for silence is taken only while that object lives (it may have been removed,
-            // replaced or evicted since)
+            // replaced or evicted since), and a copy whose only copy was lost with this segment is taken only if its
+            // key was neither removed nor stored since (LostCopies)
             List<ResultCode> out = eachItem(inv, "node_inventory", (seg, it, tick) ->
                     seg.comesBackEmpty || nodes.freedWhileAway(seg.name, it.generation())
                             || (nodes.copiedElsewhere(seg.name, it.generation()) && !live(it))
+                            || (lostAndRevoked(seg, it) && !live(it))
                             ? ResultCode.ALREADY_EXISTS : adopt(seg, it, tick));
             if (inv.last()) {
                 // still registered: nothing drops a segment while we hold the write lock
                 Segment seg = segments.get(inv.segmentId());
                 nodes.inventoryTaken(seg.name);
+                index.events.lost.settled(seg.name);
                 seg.comesBackEmpty = false; // its node dropped what it listed: it holds nothing the index lacks
                 seg.active = true;
                 copiesChanged.run(); // room for copies that waited for it
@@ -270,6 +273,11 @@ final class NodeReports {
 
 
     /** Whether the index holds {@code it}'s key at {@code it}'s generation. Caller holds the epoch lock. */
+    /** Whether the item's object was lost with this segment and its key removed or stored since. */
+    private boolean lostAndRevoked(Segment seg, InventoryItem it) {
+        return index.events.lost.revoked(seg.name, it.key(), index.hash(it.key()), it.generation());
+    }
+
     private boolean live(InventoryItem it) {
         byte[] key = it.key();
         int hash = index.hash(key);

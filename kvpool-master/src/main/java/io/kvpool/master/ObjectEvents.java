@@ -17,7 +17,7 @@ import java.util.concurrent.atomic.AtomicLong;
  * each method that changes them (insert, replace, add or remove a replica, remove), before and after,
  * and the shard tells the sink the difference: a medium the key entered is {@code stored}, one it left
  * {@code removed}. So every path that changes the index says what it changed without a call of its
- * own: a put's commit, a write lease's commit, an upsert, eviction, removal by key or prefix, a node's
+ * own (and a stored version revokes the lost copies of its key, {@link LostCopies}): a put's commit, a write lease's commit, an upsert, eviction, removal by key or prefix, a node's
  * loss, a node's inventory after a master restart, a repair copy, and the SSD tier's flows. A spill is
  * a removal from CPU at eviction (the object is a miss until the node reports it on disk) and a store
  * to STORAGE when NODE_DISK_ADD lists it again; a promotion (a conditional upsert from the node) is a
@@ -61,6 +61,8 @@ final class ObjectEvents {
     private int shards;
     /** Namespaces and their quotas; the shards count for it. */
     final Tenants tenants = new Tenants();
+    /** Objects lost with a dropped segment that its node may bring back; a store of the key revokes one. */
+    final LostCopies lost = new LostCopies();
     /** Raised by every {@link #allCleared}: the announcements a store may come after. */
     private final AtomicLong clears = new AtomicLong();
 
@@ -102,6 +104,13 @@ final class ObjectEvents {
         private Shard(ObjectEvents hub, int index) {
             this.hub = hub;
             this.index = index;
+        }
+
+        /** A version of the object in {@code slot} was stored (inserted or replaced): no lost copy of its key comes back. */
+        void versionStored(ObjectTable t, int slot) {
+            if (hub.lost.any()) {
+                hub.lost.revoke(t.key(slot), t.hash(slot));
+            }
         }
 
         /** The object's pin or copies wanted changed: only the change feed cares. */

@@ -30,8 +30,8 @@ import java.util.concurrent.ConcurrentHashMap;
  * segment the master dropped for silence (past the node TTL) left the index with its copies, so a
  * removal after that cannot be recorded against it: the generations of its objects that kept copies
  * elsewhere are remembered, and when it comes back such a copy is taken only if its object still
- * lives at that generation (one whose only copy it held was gone from the index, and a removal of it
- * answered "not found", so taking it back breaks no removal).
+ * lives at that generation. An object whose only copy it held is {@link LostCopies}' concern: taken back
+ * only if its key was neither removed nor stored since.
  *
  * <p>Across a change of leader: an elected leader lists the names it owes frees to in etcd (with
  * its node list, every 200 ms), and the next leader makes those segments come back empty
