@@ -53,6 +53,8 @@ import java.util.random.RandomGenerator;
  *   <li>{@link Membership}: registration, heartbeats, inventories, disk reports, node loss
  *       ({@link #membership()}).</li>
  *   <li>{@link Probes}: exists, prefixMatch and sizes ({@link #probes()}).</li>
+ *   <li>{@link Removals}: by key, by prefix and all, each settled with the nodes and the clients.</li>
+ *   <li>{@link LostCopies} (in {@link ObjectEvents}): objects lost with a dropped node that it may bring back.</li>
  *   <li>{@link ReadLeases}: what makes removals absolute.</li>
  *   <li>{@link WriteLeases}: ranges writers fill without asking, made visible by COMMIT.</li>
  * </ul>
@@ -85,7 +87,8 @@ import java.util.random.RandomGenerator;
  * then publish an invalidation through {@link ReadLeases} and return only once every client holding
  * a read lease has applied it or its lease has run out. Nodes are told as before (bounded waits);
  * readers no longer depend on them for this guarantee. A removal also cancels a spill of the key
- * still on its way to disk ({@link SpillLedger}).
+ * still on its way to disk ({@link SpillLedger}), and revokes a copy of it lost with a dropped node
+ * ({@link LostCopies}), so that node cannot bring the key back when it returns.
  *
  * <h2>Locks</h2>
  * In the order they are taken: the epoch lock ({@link Epoch}), the eviction lock ({@link Eviction}),
@@ -126,6 +129,7 @@ public final class MasterService {
     final AtomicLong expiredPuts = new AtomicLong();
     /** The last resets, for the status page. */
     final RecentResets resets;
+    private final Removals removals;
 
     /**
      * A master driven by {@code clock} alone: read leases are counted on the same clock, and there is
@@ -166,6 +170,7 @@ public final class MasterService {
                 eviction::accessTick, repair::markDirty, writeLeases);
         this.probes = new Probes(index);
         this.resets = new RecentResets(clock);
+        this.removals = new Removals(index, epoch, segments, spills, nodes, leases, resets);
         this.putEnds = new PutEnds(epoch, segments, nodes, repair);
         index.events.tenants.configure(config.tenants(), index);
         this.feed = new FeedSource(incarnation, config.term(), index, segments, epoch, generations);
@@ -420,7 +425,7 @@ public final class MasterService {
         if (!upserted.isEmpty()) {
             // an upsert is absolute: once it returns, no client reads the value it replaced (nor, for a key
             // that was evicted meanwhile, the value it had), through a remembered location included
-            settle(leases.publishKeys(upserted));
+            removals.settle(leases.publishKeys(upserted));
         }
         return new ArrayList<>(Arrays.asList(out));
     }
@@ -495,7 +500,7 @@ public final class MasterService {
             epoch.shared().unlock();
         }
         if (!upserted.isEmpty()) {
-            settle(leases.publishKeys(upserted));
+            removals.settle(leases.publishKeys(upserted));
         }
         return out;
     }
@@ -517,121 +522,21 @@ public final class MasterService {
         return Locations.of(index, eviction.accessTick(), keys);
     }
 
-    // ================================================================== removal
+    // ================================================================== removal ({@link Removals})
 
     /** REMOVE: drop complete objects. NOT_FOUND for keys that were not there. */
     public List<ResultCode> remove(List<byte[]> keys) {
-        ResultCode[] out = new ResultCode[keys.size()];
-        epoch.shared().lock();
-        try {
-            @SuppressWarnings("GuardedBy") // ObjectIndex runs it under the shard's lock, out of the checker's sight
-            ObjectIndex.KeyVisitor drop = (shard, i, key, hash) -> {
-                index.events.lost.revoke(key, hash); // a copy lost with a dropped node must not come back now
-                ObjectTable objects = shard.objects;
-                int slot = objects.find(key, hash);
-                if (slot < 0) {
-                    out[i] = spills.cancel(new Key(key, hash)) ? ResultCode.OK : ResultCode.NOT_FOUND;
-                    return;
-                }
-                segments.release(objects, slot);
-                objects.remove(slot);
-                out[i] = ResultCode.OK;
-            };
-            index.forEachKey(keys, drop);
-        } finally {
-            epoch.shared().unlock();
-        }
-        // every key named, found or not: a client may remember a location of one evicted meanwhile
-        settle(leases.publishKeys(keys));
-        return new ArrayList<>(Arrays.asList(out));
+        return removals.remove(keys);
     }
 
     /** REMOVE_BY_PREFIX: drop every complete object whose key starts with {@code prefix}. */
     public long removeByPrefix(byte[] prefix) {
-        long[] n = {0};
-        FreeBatch frees = new FreeBatch();
-        long cleared = prefix.length == 0 ? index.events.allCleared() : 0; // KV events: see ObjectEvents
-        epoch.shared().lock();
-        try {
-            index.events.lost.revokePrefix(prefix); // under the lock: a node dropped meanwhile has its losses revoked
-            @SuppressWarnings("GuardedBy") // ObjectIndex runs it under the shard's lock, out of the checker's sight
-            Consumer<ObjectIndex.Shard> dropPrefix = shard -> {
-                ObjectTable objects = shard.objects;
-                if (prefix.length == 0) {
-                    // everything goes: collect, then drop the shard's storage at once
-                    for (int slot = 0; slot < objects.size(); slot++) {
-                        frees.addObject(objects, slot, FreeBatch.SpillChoice.NEVER);
-                    }
-                    n[0] += objects.size();
-                    objects.events.clearing(objects, cleared);
-                    objects.clear();
-                } else {
-                    n[0] += objects.removeIf(slot -> {
-                        if (!objects.keyStartsWith(slot, prefix)) {
-                            return false;
-                        }
-                        frees.addObject(objects, slot, FreeBatch.SpillChoice.NEVER);
-                        return true;
-                    });
-                }
-                // this shard's spills, under its lock, as NODE_DISK_ADD checks them (Membership.diskAdd)
-                n[0] += spills.cancelByPrefix(prefix, key -> index.inShard(key.hashCode(), shard));
-            };
-            index.forEachShard(dropPrefix);
-            // still under the epoch lock: a reset cannot slip in and free these regions first
-            frees.apply(segments, nodes);
-        } finally {
-            epoch.shared().unlock();
-        }
-        settle(prefix.length == 0 ? leases.publishAll() : leases.publishPrefix(prefix));
-        resets.removeByPrefix(prefix, n[0], epoch());
-        return n[0];
+        return removals.removeByPrefix(prefix);
     }
 
-    /**
-     * Completes a removal whose invalidation {@code seq} is published: the nodes hear of the freed
-     * regions (bounded wait), and every leased client applied it or its lease ran out.
-     */
-    private void settle(long seq) {
-        nodes.flushRemovals();
-        leases.await(seq);
-    }
-
-    /**
-     * REMOVE_ALL. With {@code force}, moves to a new epoch so that no put in flight can land
-     * afterwards; without it, removes the complete objects present now and leaves puts in flight
-     * alone. Either way it returns only once every client has dropped the locations it remembered
-     * (or its read lease ran out) and the nodes acknowledged (or their bound passed): after that no
-     * reader anywhere gets a removed object.
-     *
-     * @return the number of objects removed
-     */
+    /** REMOVE_ALL, with or without a new epoch ({@link Removals#removeAll}); the number of objects removed. */
     public long removeAll(boolean force) {
-        if (!force) {
-            return removeByPrefix(new byte[0]);
-        }
-        long n;
-        long newEpoch;
-        List<Segment> all;
-        epoch.exclusive().lock();
-        try {
-            newEpoch = epoch.current() + 1;
-            n = epoch.reset(newEpoch);
-            all = new ArrayList<>(segments.all());
-        } finally {
-            epoch.exclusive().unlock();
-        }
-        long seq = leases.publishAll();
-        nodes.reset(all, newEpoch);
-        int waitedOut = leases.await(seq);
-        if (waitedOut > 0) {
-            log.info("removeAll(force): removed {} objects, now at epoch {}; {} client(s) did not answer and were"
-                    + " waited out (their read leases ran out)", n, newEpoch, waitedOut);
-        } else {
-            log.info("removeAll(force): removed {} objects, now at epoch {}", n, newEpoch);
-        }
-        resets.removeAll(true, n, newEpoch);
-        return n;
+        return removals.removeAll(force);
     }
 
     // ================================================================== timers

@@ -17,12 +17,13 @@ import java.util.concurrent.atomic.AtomicLong;
  * each method that changes them (insert, replace, add or remove a replica, remove), before and after,
  * and the shard tells the sink the difference: a medium the key entered is {@code stored}, one it left
  * {@code removed}. So every path that changes the index says what it changed without a call of its
- * own (and a stored version revokes the lost copies of its key, {@link LostCopies}): a put's commit, a write lease's commit, an upsert, eviction, removal by key or prefix, a node's
+ * own: a put's commit, a write lease's commit, an upsert, eviction, removal by key or prefix, a node's
  * loss, a node's inventory after a master restart, a repair copy, and the SSD tier's flows. A spill is
  * a removal from CPU at eviction (the object is a miss until the node reports it on disk) and a store
  * to STORAGE when NODE_DISK_ADD lists it again; a promotion (a conditional upsert from the node) is a
  * removal from STORAGE and a store to CPU in one replace. Objects in flight (pending puts) are not
- * listed and say nothing.
+ * listed and say nothing. The same hook revokes lost copies ({@link LostCopies}): a key that changes in
+ * the table was stored since any loss of it, so no copy lost earlier may come back.
  *
  * <p>Two removals clear a whole table without visiting its objects ({@link ObjectTable#clear}): a
  * reset ({@link Epoch#reset}, under the epoch write lock, so nothing else happens meanwhile) says
@@ -106,13 +107,6 @@ final class ObjectEvents {
             this.index = index;
         }
 
-        /** A version of the object in {@code slot} was stored (inserted or replaced): no lost copy of its key comes back. */
-        void versionStored(ObjectTable t, int slot) {
-            if (hub.lost.any()) {
-                hub.lost.revoke(t.key(slot), t.hash(slot));
-            }
-        }
-
         /** The object's pin or copies wanted changed: only the change feed cares. */
         void restated(ObjectTable t, int slot) {
             if (hub.feed.on()) {
@@ -160,6 +154,10 @@ final class ObjectEvents {
 
         /** The object in {@code slot} held {@code before} and changed: counts it, and says what it entered and left. */
         void changed(ObjectTable t, int slot, long before) {
+            if (hub.lost.any()) {
+                // the key is in the table, so it was stored since any loss of it: no lost copy of it comes back
+                hub.lost.revoke(t.key(slot), t.hash(slot));
+            }
             restated(t, slot);
             long after = state(t, slot);
             count(t, slot, before, after);

@@ -411,7 +411,6 @@ final class ObjectTable {
         setVersion(slot, valueLength, generation, segs, offs, n);
         placeCell(hash, slot);
         events.changed(this, slot, 0);
-        events.versionStored(this, slot);
         return slot;
     }
 
@@ -422,7 +421,6 @@ final class ObjectTable {
         pin(slot, 0);
         setVersion(slot, valueLength, generation, segs, offs, n);
         events.changed(this, slot, was);
-        events.versionStored(this, slot);
     }
 
     private void setVersion(int slot, long valueLength, long generation, int[] segs, long[] offs, int n) {
