@@ -80,6 +80,14 @@ class ProcessClusterIT {
                             "--value", "v", "--master", cluster.masterAddress())).isZero();
                 }
                 assertThat(objectsOn(c, target)).isEqualTo(before + 3);
+
+                // the nodes' heartbeats are answered in the master's frame loop, not on a thread per node
+                // (kvpool.frameLoop): each node's link waits there, and the nodes stay registered
+                long frames = (long) cluster.metric("master_loop_frames_total");
+                while (cluster.metric("master_loop_connections") < 3 || cluster.metric("master_loop_frames_total") < frames + 6) {
+                    Thread.sleep(100); // heartbeats come every few hundred ms; the IT's own timeout bounds the wait
+                }
+                assertThat(c.stats().segments()).hasSize(3).allSatisfy(seg -> assertThat(seg.active()).isTrue());
             }
         }
     }

@@ -228,6 +228,9 @@ public final class MasterMetrics {
     /** What peers make the master's port hold, and what its limits refused (see {@link FrameServer}). */
     void connections(FrameServer rpc) {
         gauge("master_connections_open", "Connections open to the master's port", rpc::connectionCount);
+        gauge("master_loop_connections", "Connections whose last frame was a node's heartbeat, waiting for the next in"
+                + " the frame loop rather than on a thread of their own (kvpool.frameLoop)", rpc::loopConnections);
+        counter("master_loop_frames_total", "Frames (heartbeats) the frame loop answered", rpc::loopFrames);
         counter("master_connections_refused_total", "Connections refused at the connection limits (in all, per host)",
                 rpc::refusedConnections);
         counter("master_frames_timed_out_total", "Connections closed because a frame (or a new connection's first"

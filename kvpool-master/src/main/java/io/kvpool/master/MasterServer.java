@@ -41,6 +41,8 @@ public final class MasterServer implements AutoCloseable {
     private final MasterService service;
     private final MasterMetrics metrics;
     private final NodeControl nodes;
+    /** Whether heartbeat connections are served by the frame loop (system property {@code kvpool.frameLoop}, on by default). */
+    static final boolean FRAME_LOOP = !"false".equalsIgnoreCase(System.getProperty("kvpool.frameLoop", "true"));
     private final FrameServer rpc;
     private final HttpServer http;
     /** False when the HTTP server is an elected master's, which outlives this server. */
@@ -128,6 +130,11 @@ public final class MasterServer implements AutoCloseable {
                 events.close();
             }
             throw e;
+        }
+        if (FRAME_LOOP) {
+            // a node's heartbeat (a map lookup and a few stores) waits in one selector loop, not on a thread of its
+            // own: no thread wake-up per heartbeat (docs/architecture.md, "Threads and locks")
+            rpc.serveInLoop(op -> op == Opcode.NODE_HEARTBEAT);
         }
         metrics.connections(rpc);
         metrics.leadership(config.term(), leading);

@@ -35,7 +35,9 @@ import java.util.function.Predicate;
  * {@link #VIRTUAL_THREADS}), which blocks on the socket and runs the {@link RequestHandler} inline.
  * Blocking channel I/O lets a node read a payload straight from the socket into its segment and
  * write a reply straight from it. A connection being closed lingers (its error reply must not be lost
- * to a reset) on a virtual thread too, never on its platform thread.
+ * to a reset) on a virtual thread too, never on its platform thread. A server whose owner named quick
+ * opcodes ({@link #serveInLoop}: the master's NODE_HEARTBEAT) serves the connections that send them in
+ * one selector loop instead ({@link FrameLoop}), back on a thread for any other frame.
  *
  * <h2>Bad input</h2>
  * Every header is validated before anything is allocated for it. A bad magic, version or reserved
@@ -114,6 +116,8 @@ public final class FrameServer implements Closeable {
     private final ServedConnection.Rules rules;
     private final Thread acceptor;
     private volatile boolean closed;
+    /** Serves the quick frames of connections that sent them, when the owner asked ({@link #serveInLoop}). */
+    private volatile FrameLoop loop;
 
     /**
      * Binds and starts serving.
@@ -171,6 +175,18 @@ public final class FrameServer implements Closeable {
 
     public int connectionCount() {
         return connections.size();
+    }
+
+    /** Connections waiting for their next frame in the {@link FrameLoop} now (0 without one). */
+    public int loopConnections() {
+        FrameLoop l = loop;
+        return l == null ? 0 : l.connections();
+    }
+
+    /** Frames the {@link FrameLoop} answered so far (0 without one). */
+    public long loopFrames() {
+        FrameLoop l = loop;
+        return l == null ? 0 : l.frames();
     }
 
     /** Connections refused because a connection limit was reached. */
@@ -326,27 +342,77 @@ public final class FrameServer implements Closeable {
         if (wire == null) {
             return;
         }
-        ServedConnection c = new ServedConnection(rules, wire, peer, header, !tls.enabled());
-        boolean authenticated;
+        ServedConnection c = new ServedConnection(rules, wire, peer, from, header, !tls.enabled());
+        ServedConnection.Outcome o;
         // on a secured server, authenticating must be done within the frame timeout: the connection's
         // peer has nothing to wait for before it, so one that stalls half way is closed
         try (Watchdog.Deadline d = secured ? Watchdog.arm(ch, frameTimeout) : null) {
-            authenticated = c.serve(true);
+            o = c.serve(true, null);
             if (d != null && d.fired()) {
                 log.info("{}: closed a connection from {} that did not authenticate within {}", name, peer, frameTimeout);
             }
         }
-        if (authenticated && VIRTUAL_THREADS) {
-            c.serve(false);
-        } else if (authenticated) {
-            // from here on it is served on a platform thread of its own
-            Thread.ofPlatform().daemon().name(name + "-conn").start(() -> {
-                c.serve(false);
-                finish(ch, from, peer, c.scratch());
-            });
+        if (o == ServedConnection.Outcome.AUTHENTICATED && c.loopable(loop)) {
+            toLoop(c); // its first frame was a quick one (a server without secrets): no thread of its own yet
+        } else if (o == ServedConnection.Outcome.AUTHENTICATED && VIRTUAL_THREADS) {
+            serveFrom(c);
+        } else if (o == ServedConnection.Outcome.AUTHENTICATED) {
+            serveOnThread(c);
+        } else {
+            finish(ch, from, peer, c.scratch());
+        }
+    }
+
+    /** From here on {@code c} is served on a platform thread of its own (or a virtual one, as configured). */
+    private void serveOnThread(ServedConnection c) {
+        if (VIRTUAL_THREADS) {
+            Thread.ofVirtual().name(name + "-conn").start(() -> serveFrom(c));
+        } else {
+            Thread.ofPlatform().daemon().name(name + "-conn").start(() -> serveFrom(c));
+        }
+    }
+
+    /** Serves {@code c} on this thread until it ends or moves to the {@link FrameLoop}. */
+    private void serveFrom(ServedConnection c) {
+        if (c.serve(false, loop) == ServedConnection.Outcome.TO_LOOP) {
+            toLoop(c);
+        } else {
+            finish(c.socket(), c.from(), c.peer(), c.scratch());
+        }
+    }
+
+    /** {@code c}, between two frames, waits for its next in the {@link FrameLoop}. */
+    private void toLoop(ServedConnection c) {
+        try {
+            c.socket().configureBlocking(false);
+            loop.join(c);
+        } catch (IOException | RuntimeException e) {
+            log.debug("{}: connection from {} could not join the frame loop: {}", name, c.peer(), e.toString());
+            finish(c.socket(), c.from(), c.peer(), c.scratch());
+        }
+    }
+
+    /**
+     * Serves the frames of the opcodes {@code quick} names for many connections on one thread ({@link FrameLoop}):
+     * a connection whose last frame was one of them waits for its next in the loop instead of on a thread of its
+     * own. Only for handlers that never block on those opcodes. Not on a TLS server (its connections keep their
+     * threads). Call once, before connections arrive.
+     */
+    public void serveInLoop(Predicate<Opcode> quick) throws IOException {
+        if (tls.enabled() || loop != null) {
             return;
         }
-        finish(ch, from, peer, c.scratch());
+        loop = new FrameLoop(name, quick, frameTimeout.toNanos(), counters, new FrameLoop.Owner() {
+            @Override
+            public void serveOnThread(ServedConnection c) {
+                FrameServer.this.serveOnThread(c);
+            }
+
+            @Override
+            public void end(ServedConnection c) {
+                finish(c.socket(), c.from(), c.peer(), c.scratch());
+            }
+        });
     }
 
     /**
@@ -454,6 +520,10 @@ public final class FrameServer implements Closeable {
     public void close() throws IOException {
         closed = true;
         server.close();
+        FrameLoop l = loop;
+        if (l != null) {
+            l.close();
+        }
         for (SocketChannel ch : connections) {
             try {
                 ch.close();

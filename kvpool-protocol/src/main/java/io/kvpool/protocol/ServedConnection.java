@@ -4,6 +4,7 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 import java.io.IOException;
+import java.net.InetAddress;
 import java.nio.ByteBuffer;
 import java.nio.channels.GatheringByteChannel;
 import java.nio.channels.ReadableByteChannel;
@@ -27,6 +28,12 @@ import java.util.function.Predicate;
  * thread, however many of them there are: only peers holding the cluster secret can make a server
  * start one.
  *
+ * <h2>Or the frame loop</h2>
+ * On a server with a {@link FrameLoop}, a plain connection whose last frame was one of the loop's quick
+ * opcodes leaves its thread between two frames ({@link Outcome#TO_LOOP}); the loop then serves its quick
+ * frames ({@link #serveBuffered}) and hands any other back to a thread with its header read
+ * ({@link #headerRead}).
+ *
  * <h2>Refusals from the header</h2>
  * A request is judged from its 32-byte header before a byte of its body is read ({@link #refusal}):
  * one needing more than the connection proved, an authentication frame over its fixed size, or a
@@ -45,9 +52,21 @@ final class ServedConnection {
                  BodyBudget budget, ServerCounters counters, BooleanSupplier closed) {
     }
 
+    /** How {@link #serve} let the connection go. */
+    enum Outcome {
+        /** It ended (or must): the caller closes it. */
+        CLOSE,
+        /** It authenticated, between two frames (asked for with {@code untilAuthenticated}). */
+        AUTHENTICATED,
+        /** Its last frame was a quick one and the server has a {@link FrameLoop}: the loop serves it from now on. */
+        TO_LOOP
+    }
+
     private final Rules rules;
     private final Wire wire;
     private final String peer;
+    /** The peer's address, as its server counts its connections. */
+    private final InetAddress from;
     private final Handshake.ServerSide auth;
     private final ByteBuffer header;
     private final ByteBuffer replyHeader = FrameHeader.allocate();
@@ -55,15 +74,18 @@ final class ServedConnection {
     private final BodyIntake bodies;
     /** Whether {@link #header} already holds the first bytes of the next frame. */
     private boolean begun;
+    /** The opcode of the last frame served (null before the first). */
+    private Opcode lastOp;
 
     /**
      * A connection over {@code wire}; {@code header} holds the first bytes of its first frame when
      * {@code begun} (a plain connection's greeting read them), else that frame is yet to be read.
      */
-    ServedConnection(Rules rules, Wire wire, String peer, ByteBuffer header, boolean begun) {
+    ServedConnection(Rules rules, Wire wire, String peer, InetAddress from, ByteBuffer header, boolean begun) {
         this.rules = rules;
         this.wire = wire;
         this.peer = peer;
+        this.from = from;
         this.header = header;
         this.begun = begun;
         this.auth = new Handshake.ServerSide(rules.secrets());
@@ -78,17 +100,63 @@ final class ServedConnection {
         return peer;
     }
 
+    InetAddress from() {
+        return from;
+    }
+
     /** A buffer the connection no longer needs once served: for draining it while it closes. */
     ByteBuffer scratch() {
         return scratch;
     }
 
+    /** Where the next frame's header is read (by a {@link FrameLoop} too). */
+    ByteBuffer header() {
+        return header;
+    }
+
+    Limits limits() {
+        return rules.limits();
+    }
+
+    /** A {@link FrameLoop} read the next frame's whole header: {@link #serve} goes on from there. */
+    void headerRead() {
+        begun = true;
+    }
+
+    /** Whether this connection may move to {@code loop}: plain TCP, authenticated, its last frame a quick one. */
+    boolean loopable(FrameLoop loop) {
+        return loop != null && !rules.tls() && auth.level() != Access.NONE && lastOp != null && loop.quick(lastOp);
+    }
+
     /**
-     * Serves frames until the connection ends: false, the caller closes it. With
-     * {@code untilAuthenticated}, returns true instead as soon as the connection has authenticated,
-     * between two frames, for the caller to go on serving it on another thread.
+     * For a {@link FrameLoop}: whether a frame with header {@code h} (decoded, not a reply, status 0) of
+     * opcode {@code op} may be served as it is, with no error to answer: served by this server, and allowed
+     * by what the connection proved.
      */
-    boolean serve(boolean untilAuthenticated) {
+    boolean mayServe(FrameHeader.Decoded h, Opcode op) {
+        return !op.isAuth() && rules.accepts().test(op) && refusal(h, op) == null;
+    }
+
+    /**
+     * For a {@link FrameLoop}: handles a frame whose header is {@code h} and whose whole body is in
+     * {@code body}, with no payload ({@link #mayServe} said yes); its reply (or error) goes to {@code out}.
+     * False when the connection must be closed once that is written.
+     */
+    boolean serveBuffered(FrameHeader.Decoded h, Opcode op, ByteBuffer body, FrameLoop.Outbox out) throws IOException {
+        lastOp = op;
+        Request req = new Request(new Wire(wire.socket(), FrameLoop.NO_PAYLOAD, out), peer, op, h.requestId(),
+                new BodyReader(body), 0, replyHeader, scratch, auth.level());
+        return dispatch(req, out, rules.handler());
+    }
+
+    /**
+     * Serves frames until the connection ends ({@link Outcome#CLOSE}: the caller closes it). With
+     * {@code untilAuthenticated}, returns {@link Outcome#AUTHENTICATED} instead as soon as the connection
+     * has authenticated, between two frames, for the caller to go on serving it on another thread. Given a
+     * {@code loop}, returns {@link Outcome#TO_LOOP} after a quick frame, with the channel still in blocking
+     * mode, for the caller to hand it to the loop.
+     */
+    Outcome serve(boolean untilAuthenticated, FrameLoop loop) {
         SocketChannel ch = wire.socket();
         ReadableByteChannel in = wire.in();
         GatheringByteChannel out = wire.out();
@@ -98,21 +166,24 @@ final class ServedConnection {
                     header.clear();
                     if (in.read(header) < 0) {
                         // a pooled connection may wait as long as it likes for its next frame to begin
-                        return false;
+                        return Outcome.CLOSE;
                     }
                 }
                 begun = false;
                 try (Watchdog.Deadline d = Watchdog.arm(ch, rules.frameTimeout())) {
                     if (!serveFrame(in, out, System.nanoTime() + rules.frameTimeout().toNanos() / 2)) {
-                        return false;
+                        return Outcome.CLOSE;
                     }
                     if (d.fired()) {
                         rules.counters().timedOutFrames.incrementAndGet();
-                        return false;
+                        return Outcome.CLOSE;
                     }
                 }
                 if (untilAuthenticated && auth.level() != Access.NONE) {
-                    return true;
+                    return Outcome.AUTHENTICATED;
+                }
+                if (loopable(loop)) {
+                    return Outcome.TO_LOOP;
                 }
             }
         } catch (InterruptedException e) {
@@ -125,7 +196,7 @@ final class ServedConnection {
                 log.debug("{}: connection from {} ended: {}", rules.name(), peer, e.toString());
             }
         }
-        return false;
+        return Outcome.CLOSE;
     }
 
     /**
@@ -184,6 +255,7 @@ final class ServedConnection {
                 FrameServer.writeError(out, replyHeader, op.code, h.requestId(), FrameStatus.FRAME_TOO_LARGE, why);
                 return false;
             }
+            lastOp = op;
             Request req = new Request(wire, peer, op, h.requestId(), new BodyReader(body), h.payloadLength(),
                     replyHeader, scratch, auth.level());
             return dispatch(req, out, op.isAuth() ? auth::serve : rules.handler());

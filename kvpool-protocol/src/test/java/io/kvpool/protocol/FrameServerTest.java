@@ -78,7 +78,12 @@ class FrameServerTest {
     void start() throws IOException {
         server = new FrameServer("test", new InetSocketAddress(InetAddress.getLoopbackAddress(), 0), LIMITS,
                 Duration.ofSeconds(20), op -> op != Opcode.REMOVE_ALL, this::handle);
+        configure(server);
         address = new HostPort(InetAddress.getLoopbackAddress().getHostAddress(), server.port());
+    }
+
+    /** What a subclass changes on the server before any connection arrives ({@link FrameLoopTest}: the frame loop). */
+    void configure(FrameServer s) throws IOException {
     }
 
     @AfterEach
