@@ -37,14 +37,16 @@ import java.util.function.Predicate;
  *
  * <h2>Who is served here</h2>
  * A plain (not TLS) connection that has authenticated and just had a quick frame answered on its own
- * thread moves here ({@link ServedConnection#serve}); its thread ends. The loop reads each frame's
- * header, and, when the frame is quick, carries no payload, has a body of at most {@link #MAX_BODY}
- * bytes and may be sent on this connection, its body; it runs the handler with a {@link Request} whose
- * reply is collected in memory ({@link Outbox}), then writes the reply without blocking (what the
- * socket does not take now is written when it becomes writable; the connection's next frame is not read
- * before). Any other frame (another opcode, one that needs checking and refusing, a payload, a large
- * body) hands the connection back to a thread of its own with the header already read, which serves
- * that frame as any other and may send the connection back here later. So a handler this loop runs must
+ * thread moves here ({@link ServedConnection#serve}); its thread ends. The loop reads what has arrived
+ * into the connection's inbox, a header and a body in one read. A whole frame that is quick, carries no
+ * payload, has a body of at most {@link #MAX_BODY} bytes and may be sent on this connection is handled
+ * with a {@link Request} whose reply is collected in memory ({@link Outbox}); the reply is written
+ * without blocking (what the socket does not take now is written when it becomes writable; the
+ * connection's next frame waits until then). Any other frame (another opcode, one that needs checking and
+ * refusing, a payload, a large body) hands the connection back to a thread of its own with the header
+ * read and the bytes read past it ({@link ServedConnection#readAhead}, read before the socket), which
+ * serves that frame as any other and may send the connection back here later, with what it has not used
+ * of those bytes. So a handler this loop runs must
  * never block: only quick opcodes run here, and the owner names only those.
  *
  * <h2>Deadlines and ends</h2>
@@ -91,14 +93,21 @@ final class FrameLoop implements AutoCloseable {
     private static final class Queue extends ConcurrentLinkedQueue<ServedConnection> {
     }
 
-    /** Where one connection is in its current frame. */
+    /** Where one connection is: the bytes read of its next frames, the reply being written. */
     private static final class Slot {
         final ServedConnection c;
-        final ByteBuffer body = ByteBuffer.allocate(MAX_BODY).order(ByteOrder.LITTLE_ENDIAN);
+        /**
+         * What was read and not yet handled (write mode between wake-ups): one read takes a header and a body at
+         * once, and the start of whatever frame follows; a frame the loop does not serve goes to the connection's
+         * thread with the bytes read past its header ({@link ServedConnection#readAhead}).
+         */
+        final ByteBuffer inbox = ByteBuffer.allocateDirect(FrameHeader.LENGTH + MAX_BODY);
         final Outbox out = new Outbox();
         FrameHeader.Decoded header;
         Opcode op;
         long deadline;
+        /** Whether a reply is waiting for the socket to take the rest of it. */
+        boolean writing;
         /** After the reply: whether the connection is to be closed once it is written. */
         boolean closeAfter;
         /** Whether it left the loop (it leaves once). */
@@ -156,7 +165,7 @@ final class FrameLoop implements AutoCloseable {
                 }
                 ServedConnection c;
                 while ((c = joining.poll()) != null) {
-                    register(c);
+                    register(c, afterDeregister);
                 }
                 Iterator<SelectionKey> it = selector.selectedKeys().iterator();
                 while (it.hasNext()) {
@@ -184,13 +193,23 @@ final class FrameLoop implements AutoCloseable {
         }
     }
 
-    private void register(ServedConnection c) {
+    private void register(ServedConnection c, List<Runnable> after) {
+        Slot s = new Slot(c);
+        SelectionKey k;
         try {
-            c.header().clear();
-            c.socket().register(selector, SelectionKey.OP_READ, new Slot(c));
-            connections.incrementAndGet();
+            k = c.socket().register(selector, SelectionKey.OP_READ, s);
         } catch (ClosedChannelException e) {
             release(c, false);
+            return;
+        }
+        connections.incrementAndGet();
+        // bytes its thread had from the loop and did not use: frames that follow, already read from the socket
+        c.takeReadAhead(s.inbox);
+        try {
+            process(k, s, after);
+        } catch (IOException | RuntimeException e) {
+            log.debug("{}: connection from {} ended: {}", name, c.peer(), e.toString());
+            leave(k, s, false, after);
         }
     }
 
@@ -206,8 +225,12 @@ final class FrameLoop implements AutoCloseable {
                 if (!flush(k, s, after)) {
                     return;
                 }
+                process(k, s, after); // frames read while the reply waited
+                if (s.left || s.writing) {
+                    return;
+                }
             }
-            if (k.isReadable() && (k.interestOps() & SelectionKey.OP_READ) != 0) {
+            if (k.isReadable()) {
                 read(k, s, after);
             }
         } catch (IOException | RuntimeException e) {
@@ -216,45 +239,64 @@ final class FrameLoop implements AutoCloseable {
         }
     }
 
-    /**
-     * Reads what has arrived of the connection's frame; answers it once whole. One frame per wake-up: a
-     * frame already sent behind it leaves the socket readable and the next select says so (reading on until
-     * a read finds nothing would cost a system call a frame).
-     */
+    /** Reads what has arrived (one system call) and handles the whole frames it completes. */
     private void read(SelectionKey k, Slot s, List<Runnable> after) throws IOException {
-        SocketChannel ch = s.c.socket();
-        ByteBuffer header = s.c.header();
-        if (s.header == null) {
-            if (ch.read(header) < 0) {
-                leave(k, s, false, after);
-                return;
-            }
-            if (header.position() > 0 && !inProgress.contains(s)) {
-                s.deadline = System.nanoTime() + frameTimeoutNanos;
-                inProgress.add(s);
-            }
-            if (header.hasRemaining()) {
-                return;
-            }
-            if (!admit(s)) {
-                // anything but a quick frame that may be sent here: the connection's thread serves it
-                s.c.headerRead();
-                leave(k, s, true, after);
-                return;
-            }
-            s.body.clear().limit(s.header.bodyLength());
-        }
-        if (ch.read(s.body) < 0) {
+        if (s.c.socket().read(s.inbox) < 0) {
             leave(k, s, false, after);
             return;
         }
-        if (s.body.hasRemaining()) {
-            return;
+        process(k, s, after);
+    }
+
+    /**
+     * Handles the whole frames in the slot's inbox, in order, until it holds only part of one, a reply waits
+     * for the socket, or a frame goes to the connection's thread (with the bytes after its header).
+     */
+    private void process(SelectionKey k, Slot s, List<Runnable> after) throws IOException {
+        ByteBuffer in = s.inbox.flip();
+        try {
+            while (in.remaining() >= FrameHeader.LENGTH) {
+                int at = in.position();
+                ByteBuffer header = s.c.header().clear();
+                header.put(in.slice(at, FrameHeader.LENGTH));
+                if (!admit(s)) {
+                    // anything but a quick frame that may be sent here: the connection's thread serves it
+                    in.position(at + FrameHeader.LENGTH);
+                    s.c.readAhead(in);
+                    s.c.headerRead();
+                    leave(k, s, true, after);
+                    return;
+                }
+                int length = s.header.bodyLength();
+                if (in.remaining() < FrameHeader.LENGTH + length) {
+                    break;
+                }
+                ByteBuffer body = in.slice(at + FrameHeader.LENGTH, length).order(ByteOrder.LITTLE_ENDIAN);
+                in.position(at + FrameHeader.LENGTH + length);
+                answer(s, body);
+                inProgress.remove(s); // a frame done: the next one's deadline starts with its first byte
+                if (!flush(k, s, after)) {
+                    return;
+                }
+            }
+        } finally {
+            if (!s.left) {
+                in.compact();
+                progress(s);
+            }
         }
-        answer(s);
-        header.clear();
-        s.header = null;
-        flush(k, s, after);
+    }
+
+    /** Keeps the slot among the frames in progress while it holds part of a frame or a reply to write. */
+    private void progress(Slot s) {
+        if (s.writing || s.inbox.position() > 0) {
+            if (!inProgress.contains(s)) {
+                s.deadline = System.nanoTime() + frameTimeoutNanos;
+                inProgress.add(s);
+            }
+        } else {
+            inProgress.remove(s);
+        }
     }
 
     /** Whether the frame whose header was just read is one this loop serves (its header then kept in the slot). */
@@ -276,11 +318,11 @@ final class FrameLoop implements AutoCloseable {
         return true;
     }
 
-    /** Runs the handler on the frame in the slot; its reply goes to the slot's outbox. */
-    private void answer(Slot s) throws IOException {
+    /** Runs the handler on the slot's frame, whose body is {@code body}; its reply goes to the slot's outbox. */
+    private void answer(Slot s, ByteBuffer body) throws IOException {
         s.out.clear();
         frames.incrementAndGet();
-        s.closeAfter = !s.c.serveBuffered(s.header, s.op, s.body.flip(), s.out);
+        s.closeAfter = !s.c.serveBuffered(s.header, s.op, body, s.out);
     }
 
     /**
@@ -292,12 +334,19 @@ final class FrameLoop implements AutoCloseable {
         if (pending.hasRemaining()) {
             s.c.socket().write(pending);
             if (pending.hasRemaining()) {
-                k.interestOps(SelectionKey.OP_WRITE);
+                if (!s.writing) {
+                    s.writing = true;
+                    k.interestOps(SelectionKey.OP_WRITE);
+                    progress(s);
+                }
                 return false;
             }
         }
-        k.interestOps(SelectionKey.OP_READ);
-        inProgress.remove(s);
+        if (s.writing) {
+            s.writing = false;
+            k.interestOps(SelectionKey.OP_READ);
+            inProgress.remove(s);
+        }
         if (s.closeAfter) {
             leave(k, s, false, after);
             return false;

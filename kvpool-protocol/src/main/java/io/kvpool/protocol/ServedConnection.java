@@ -76,6 +76,38 @@ final class ServedConnection {
     private boolean begun;
     /** The opcode of the last frame served (null before the first). */
     private Opcode lastOp;
+    /** Bytes a {@link FrameLoop} read past the header of the frame it handed over (read before the socket's). */
+    private ByteBuffer readAhead = ByteBuffer.allocate(0);
+
+    /** The connection's input: {@link #readAhead} first, then its wire. */
+    private final class ReadAheadFirst implements ReadableByteChannel {
+        private final ReadableByteChannel in;
+
+        ReadAheadFirst(ReadableByteChannel in) {
+            this.in = in;
+        }
+
+        @Override
+        public int read(ByteBuffer dst) throws IOException {
+            if (!readAhead.hasRemaining()) {
+                return in.read(dst);
+            }
+            int n = Math.min(dst.remaining(), readAhead.remaining());
+            dst.put(dst.position(), readAhead, readAhead.position(), n).position(dst.position() + n);
+            readAhead.position(readAhead.position() + n);
+            return n;
+        }
+
+        @Override
+        public boolean isOpen() {
+            return in.isOpen();
+        }
+
+        @Override
+        public void close() throws IOException {
+            in.close();
+        }
+    }
 
     /**
      * A connection over {@code wire}; {@code header} holds the first bytes of its first frame when
@@ -83,7 +115,8 @@ final class ServedConnection {
      */
     ServedConnection(Rules rules, Wire wire, String peer, InetAddress from, ByteBuffer header, boolean begun) {
         this.rules = rules;
-        this.wire = wire;
+        // every read takes first what a frame loop read ahead of a frame it handed over
+        this.wire = new Wire(wire.socket(), new ReadAheadFirst(wire.in()), wire.out());
         this.peer = peer;
         this.from = from;
         this.header = header;
@@ -121,6 +154,20 @@ final class ServedConnection {
     /** A {@link FrameLoop} read the next frame's whole header: {@link #serve} goes on from there. */
     void headerRead() {
         begun = true;
+    }
+
+    /** A {@link FrameLoop} read {@code bytes} (its remaining ones) past the header it hands over: they are read first. */
+    void readAhead(ByteBuffer bytes) {
+        ByteBuffer copy = ByteBuffer.allocate(bytes.remaining());
+        copy.put(bytes).flip();
+        readAhead = copy;
+    }
+
+    /** Moves what is left of the read-ahead bytes into {@code into} (a {@link FrameLoop}'s inbox, in write mode). */
+    void takeReadAhead(ByteBuffer into) {
+        if (readAhead.hasRemaining()) {
+            into.put(readAhead);
+        }
     }
 
     /** Whether this connection may move to {@code loop}: plain TCP, authenticated, its last frame a quick one. */

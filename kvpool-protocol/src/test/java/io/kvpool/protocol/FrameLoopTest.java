@@ -172,6 +172,50 @@ class FrameLoopTest extends FrameServerTest {
         }
 
         @Test
+        void pipelinedFramesCrossBetweenTheLoopAndTheThreadInOrder() throws Exception {
+            SocketChannel ch = SocketChannel.open(address.toSocketAddress());
+            open.add(ch);
+            send(ch, Opcode.PING.code, 1, new BodyWriter().string("in"));
+            readReply(ch);
+            // six frames in one write: the loop reads several at once, hands the PUT_START to a thread with the
+            // bytes after its header, the thread answers it and the next PING from those bytes, and the loop gets
+            // the rest back
+            List<ByteBuffer> frames = new ArrayList<>();
+            frames.addAll(frame(Opcode.PING.code, 2, new BodyWriter().string("two")));
+            frames.addAll(frame(Opcode.PING.code, 3, new BodyWriter().string("three")));
+            frames.addAll(frame(Opcode.PUT_START.code, 4, new BodyWriter().string("four")));
+            frames.addAll(frame(Opcode.PING.code, 5, new BodyWriter().string("five")));
+            frames.addAll(frame(Opcode.EXIST_KEY.code, 6, new BodyWriter().i32(10)));
+            frames.addAll(frame(Opcode.PING.code, 7, new BodyWriter().string("seven")));
+            Channels.writeFully(ch, frames.toArray(new ByteBuffer[0]));
+            String[] want = {"two", "three", "slow path", "five", null, "seven"};
+            for (int i = 0; i < want.length; i++) {
+                ByteBuffer h = FrameHeader.allocate();
+                Channels.readFully(ch, h);
+                FrameHeader.Decoded d = FrameHeader.decode(h, Limits.DEFAULT);
+                ByteBuffer body = ByteBuffer.allocate(d.bodyLength()).order(java.nio.ByteOrder.LITTLE_ENDIAN);
+                Channels.readFully(ch, body);
+                body.flip();
+                assertThat(d.requestId()).isEqualTo(i + 2);
+                assertThat(d.status()).isEqualTo(FrameStatus.OK.code);
+                if (want[i] == null) {
+                    assertThat(body.remaining()).isEqualTo(10);
+                } else {
+                    assertThat(new BodyReader(body).string("text")).isEqualTo(want[i]);
+                }
+            }
+            assertThat(threads.get(Opcode.PUT_START)).doesNotContain("loop-test-loop");
+            assertThat(threads.get(Opcode.EXIST_KEY)).containsExactly("loop-test-loop");
+            send(ch, Opcode.PING.code, 8, new BodyWriter().string("eight"));
+            assertThat(new BodyReader(readReply(ch)).string("text")).isEqualTo("eight");
+        }
+
+        private static List<ByteBuffer> frame(int opcode, long id, BodyWriter body) {
+            ByteBuffer b = body.buffer();
+            return List.of(FrameHeader.write(FrameHeader.allocate(), opcode, false, 0, id, b.remaining(), 0), b);
+        }
+
+        @Test
         void handlerErrorsInTheLoopAreAnsweredAndTheConnectionGoesOn() throws Exception {
             SocketChannel ch = SocketChannel.open(address.toSocketAddress());
             open.add(ch);
