@@ -134,7 +134,12 @@ public final class MasterServer implements AutoCloseable {
         if (FRAME_LOOP) {
             // a node's heartbeat (a map lookup and a few stores) waits in one selector loop, not on a thread of its
             // own: no thread wake-up per heartbeat (docs/architecture.md, "Threads and locks")
-            rpc.serveInLoop(op -> op == Opcode.NODE_HEARTBEAT);
+            try {
+                rpc.serveInLoop(op -> op == Opcode.NODE_HEARTBEAT);
+            } catch (IOException e) {
+                log.warn("master: no frame loop ({}); nodes' heartbeats are served on their connections' threads",
+                        e.getMessage());
+            }
         }
         metrics.connections(rpc);
         metrics.leadership(config.term(), leading);
