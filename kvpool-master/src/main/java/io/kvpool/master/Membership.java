@@ -321,7 +321,6 @@ public final class Membership {
     private List<Long> drop(Segment seg, String why) {
         // what it placed that may still be written: held on its name's next registration
         replaced.dropped(seg, replacements.pendingOn(seg));
-        segments.remove(seg);
         long[] lost = {0};
         long[] kept = {0};
         List<Long> elsewhere = new ArrayList<>();
@@ -357,6 +356,10 @@ public final class Membership {
             });
         };
         index.forEachShard(dropReplicas);
+        // only now out of the segment list: lookups take no epoch lock, so with the segment gone first a lookup
+        // during the drop found copies on a segment the pool's status no longer listed (Python's repair test read
+        // every object at 2 copies after the node was gone from the status, and at 1 a moment later)
+        segments.remove(seg);
         if (kept[0] > 0) {
             copiesChanged.run(); // objects that still have a copy get their lost ones back (Repair)
         }
