@@ -46,7 +46,7 @@ class Channels:
 
     def __init__(self, master: str, *, timeout: float, connect_timeout: float, shared_memory: bool,
                  max_connections: int, secrets: Secrets, tls: ssl.SSLContext | None, write_leases: bool,
-                 location_cache: int) -> None:
+                 location_cache: int, busy_poll: float = 0.0) -> None:
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self.max_connections = max_connections
@@ -61,7 +61,7 @@ class Channels:
         #: Keys whose locations reads remember (``kvpool.locations``); 0: every read asks the master.
         self.location_cache = location_cache
         self.master = MasterChannel(master, timeout=timeout, connect_timeout=connect_timeout,
-                                    max_connections=max_connections, secrets=secrets, tls=tls)
+                                    max_connections=max_connections, secrets=secrets, tls=tls, busy_poll=busy_poll)
         self.segments = SegmentDirectory(self.master, shared_memory=shared_memory)
         self.counters: dict[str, int] = dict.fromkeys(COUNTERS, 0)
         self._lock = threading.Lock()

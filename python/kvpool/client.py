@@ -40,6 +40,7 @@ from . import ranged, reads, two_phase
 from .auth import Secrets
 from .block_info import BlockInfo, decode_kept, encode_block_infos
 from .buffers import Buffer, Filler, materialize
+from ._net import DEFAULT_BUSY_POLL, check_busy_poll
 from .channels import Channels
 from .config import master_from_environment
 from .errors import KvPoolError
@@ -70,6 +71,9 @@ class Client:
     ``write_leases=False`` makes every put two-phase (PUT_START, node write, PUT_END), as before write leases.
     ``location_cache`` is how many keys' locations to remember for reads (0: ask the master on every read).
     ``max_connections`` caps the pooled connections per peer (master, each node).
+    ``busy_poll`` is how long (seconds) a connection polls its socket for a reply before it blocks: on a machine
+    whose idle CPUs sleep it saves waking the waiting thread's CPU, tens of microseconds a round trip on a VM;
+    a connection whose replies take longer polls ever less often. 0 turns it off; at most 1 ms.
     ``secrets`` (``kvpool.Secrets``) are proven on every connection to a secured pool; by default they
     come from ``KVPOOL_SECRET_FILE`` / ``KVPOOL_ADMIN_SECRET_FILE`` (docs/security.md). A wrong or
     missing secret raises ``AuthenticationError`` or a ``KvPoolError`` naming the secret to set.
@@ -81,7 +85,7 @@ class Client:
     def __init__(self, master: str | None = None, *, timeout: float = 10.0, connect_timeout: float = 3.0,
                  shared_memory: bool = True, max_connections: int = 8, secrets: Secrets | None = None,
                  tls: ssl.SSLContext | None = None, write_leases: bool = True,
-                 location_cache: int = DEFAULT_LOCATIONS) -> None:
+                 location_cache: int = DEFAULT_LOCATIONS, busy_poll: float = DEFAULT_BUSY_POLL) -> None:
         if master is None:
             master = master_from_environment()
         if not timeout > 0 or not connect_timeout > 0:
@@ -90,11 +94,12 @@ class Client:
             raise ValueError(f"max_connections must be at least 1, got {max_connections}")
         if location_cache < 0:
             raise ValueError(f"location_cache must be 0 (off) or more entries, got {location_cache}")
+        check_busy_poll(busy_poll)
         self._ch = Channels(master, timeout=float(timeout), connect_timeout=float(connect_timeout),
                             shared_memory=shared_memory, max_connections=max_connections,
                             secrets=Secrets.from_environment() if secrets is None else secrets,
                             tls=tls_from_environment() if tls is None else tls, write_leases=write_leases,
-                            location_cache=location_cache)
+                            location_cache=location_cache, busy_poll=busy_poll)
         self._leases = Leases(self._ch)
         self._closed = False
         try:

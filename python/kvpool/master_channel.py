@@ -47,8 +47,10 @@ class MasterChannel:
     """
 
     def __init__(self, master: str, *, timeout: float, connect_timeout: float, max_connections: int,
-                 secrets: Secrets, tls: ssl.SSLContext | None) -> None:
+                 secrets: Secrets, tls: ssl.SSLContext | None, busy_poll: float = 0.0) -> None:
         self.timeout = timeout
+        #: How long a connection (to the master or a node) polls for a reply before it blocks (``kvpool._net``).
+        self.busy_poll = busy_poll
         self.connect_timeout = connect_timeout
         self.max_connections = max_connections
         self.secrets = secrets
@@ -114,7 +116,8 @@ class MasterChannel:
 
     def _master_pool(self, host: str, port: int) -> ConnectionPool:
         return ConnectionPool(host, port, max_connections=self.max_connections, connect_timeout=self.connect_timeout,
-                              on_connect=self._hello, master=True, secrets=self.secrets, tls=self.tls)
+                              on_connect=self._hello, master=True, secrets=self.secrets, tls=self.tls,
+                              busy_poll=self.busy_poll)
 
     def _hello(self, c: Connection) -> None:
         body, _ = c.call(Opcode.HELLO, p.encode_hello(self.client_id, self._hostname, os.getpid()), self.timeout)

@@ -114,7 +114,7 @@ class SegmentDirectory:
                     m = self._master
                     pool = self._nodes[key] = ConnectionPool(seg.host, seg.port, max_connections=m.max_connections,
                                                              connect_timeout=m.connect_timeout,
-                                                             secrets=m.secrets, tls=m.tls)
+                                                             secrets=m.secrets, tls=m.tls, busy_poll=m.busy_poll)
         return pool
 
     def close(self) -> None:

@@ -3,6 +3,7 @@ package io.kvpool.client;
 import io.kvpool.config.Durations;
 import io.kvpool.config.HostPort;
 import io.kvpool.etcd.MasterAddress;
+import io.kvpool.protocol.BusyPoll;
 import io.kvpool.protocol.Limits;
 import io.kvpool.protocol.Secrets;
 import io.kvpool.protocol.Tls;
@@ -35,6 +36,12 @@ import java.time.Duration;
  *                           (also turned on by the environment variable {@value #TIER_LOG_ENV}=1)
  * @param writeLeases        put single-copy objects under write leases (a node write and a batched
  *                           COMMIT; see docs/architecture.md) instead of the two-phase put; on by default
+ * @param busyPoll           how long a connection polls its socket for a reply before it blocks ({@link BusyPoll}):
+ *                           on a machine whose idle CPUs sleep, it saves the wake-up of the waiting thread's CPU,
+ *                           tens of microseconds a round trip on a VM; a connection whose replies take longer
+ *                           polls ever less often, down to one wait in 64. By default the system property
+ *                           {@value BusyPoll#PROPERTY} if set, else {@link BusyPoll#DEFAULT};
+ *                           {@link Duration#ZERO} turns it off, at most {@link BusyPoll#MAX}
  * @param secrets            what this client proves to secured masters and nodes (docs/security.md): by
  *                           default the environment's ({@code KVPOOL_SECRET_FILE}, {@code KVPOOL_ADMIN_SECRET_FILE});
  *                           {@link Secrets#NONE} talks to open pools only. They carry the client's TLS
@@ -43,7 +50,8 @@ import java.time.Duration;
 public record ClientConfig(MasterAddress master, String preferredSegment, boolean autoDetectLocal, int replicas,
                            Duration connectTimeout, Duration requestTimeout, int maxConnections,
                            Duration pingInterval, Limits limits, boolean sharedMemory, int locationCache,
-                           long diskLoadBudget, boolean tierLog, boolean writeLeases, Secrets secrets) {
+                           long diskLoadBudget, boolean tierLog, boolean writeLeases, Duration busyPoll,
+                           Secrets secrets) {
 
     /** Environment variable naming the preferred segment, set by launchers for node-local placement. */
     public static final String PREFERRED_SEGMENT_ENV = "KVPOOL_PREFERRED_SEGMENT";
@@ -83,6 +91,7 @@ public record ClientConfig(MasterAddress master, String preferredSegment, boolea
             throw new IllegalArgumentException("client: diskLoadBudget must be at least " + MIN_DISK_LOAD_BUDGET
                     + " bytes, got " + diskLoadBudget);
         }
+        BusyPoll.check("client: busyPoll", busyPoll);
         if (locationCache < 0) {
             throw new IllegalArgumentException("client: locationCache must be 0 (off) or more, got " + locationCache);
         }
@@ -104,7 +113,7 @@ public record ClientConfig(MasterAddress master, String preferredSegment, boolea
         return new ClientConfig(master, null, true, 0, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT,
                 DEFAULT_MAX_CONNECTIONS, DEFAULT_PING_INTERVAL, Limits.DEFAULT, true, DEFAULT_LOCATION_CACHE,
                 DEFAULT_DISK_LOAD_BUDGET, "1".equals(System.getenv(TIER_LOG_ENV)), true,
-                Secrets.fromEnvironment());
+                BusyPoll.configured(), Secrets.fromEnvironment());
     }
 
     /**
@@ -128,75 +137,82 @@ public record ClientConfig(MasterAddress master, String preferredSegment, boolea
      */
     public ClientConfig withSecrets(Secrets s) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, requestTimeout,
-                maxConnections, pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog, writeLeases, s);
+                maxConnections, pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog, writeLeases, busyPoll, s);
     }
 
     public ClientConfig withPreferredSegment(String segment) {
         return new ClientConfig(master, segment, autoDetectLocal, replicas, connectTimeout, requestTimeout,
-                maxConnections, pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog, writeLeases, secrets);
+                maxConnections, pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog, writeLeases, busyPoll, secrets);
     }
 
     public ClientConfig withAutoDetectLocal(boolean on) {
         return new ClientConfig(master, preferredSegment, on, replicas, connectTimeout, requestTimeout, maxConnections,
-                pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog, writeLeases, secrets);
+                pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog, writeLeases, busyPoll, secrets);
     }
 
     public ClientConfig withReplicas(int n) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, n, connectTimeout, requestTimeout,
-                maxConnections, pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog, writeLeases, secrets);
+                maxConnections, pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog, writeLeases, busyPoll, secrets);
     }
 
     public ClientConfig withRequestTimeout(Duration d) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, d, maxConnections,
-                pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog, writeLeases, secrets);
+                pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog, writeLeases, busyPoll, secrets);
     }
 
     public ClientConfig withConnectTimeout(Duration d) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, d, requestTimeout, maxConnections,
-                pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog, writeLeases, secrets);
+                pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog, writeLeases, busyPoll, secrets);
     }
 
     public ClientConfig withMaxConnections(int n) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, requestTimeout, n,
-                pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog, writeLeases, secrets);
+                pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog, writeLeases, busyPoll, secrets);
     }
 
     /** Turns the same-machine shared-memory path on or off (on by default; off forces TCP everywhere). */
     public ClientConfig withSharedMemory(boolean on) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, requestTimeout,
-                maxConnections, pingInterval, limits, on, locationCache, diskLoadBudget, tierLog, writeLeases, secrets);
+                maxConnections, pingInterval, limits, on, locationCache, diskLoadBudget, tierLog, writeLeases, busyPoll, secrets);
     }
 
     /** Locations to remember for repeated reads; 0 asks the master on every read. */
     public ClientConfig withLocationCache(int entries) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, requestTimeout,
-                maxConnections, pingInterval, limits, sharedMemory, entries, diskLoadBudget, tierLog, writeLeases, secrets);
+                maxConnections, pingInterval, limits, sharedMemory, entries, diskLoadBudget, tierLog, writeLeases, busyPoll, secrets);
     }
 
     public ClientConfig withDiskLoadBudget(long bytes) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, requestTimeout,
-                maxConnections, pingInterval, limits, sharedMemory, locationCache, bytes, tierLog, writeLeases, secrets);
+                maxConnections, pingInterval, limits, sharedMemory, locationCache, bytes, tierLog, writeLeases, busyPoll, secrets);
     }
 
     public ClientConfig withTierLog(boolean on) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, requestTimeout,
-                maxConnections, pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, on, writeLeases, secrets);
+                maxConnections, pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, on, writeLeases, busyPoll, secrets);
     }
 
     public ClientConfig withLimits(Limits l) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, requestTimeout,
-                maxConnections, pingInterval, l, sharedMemory, locationCache, diskLoadBudget, tierLog, writeLeases, secrets);
+                maxConnections, pingInterval, l, sharedMemory, locationCache, diskLoadBudget, tierLog, writeLeases, busyPoll, secrets);
     }
 
     /** Puts under write leases (the default) or through the two-phase put (PUT_START, write, PUT_END). */
     public ClientConfig withWriteLeases(boolean on) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, requestTimeout,
-                maxConnections, pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog, on, secrets);
+                maxConnections, pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog, on, busyPoll, secrets);
     }
 
     /** How often the client pings the master (and releases idle write leases); default 2 s. */
+    /** This config with replies polled for up to {@code d} before the waiting thread blocks (zero: never). */
+    public ClientConfig withBusyPoll(Duration d) {
+        return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, requestTimeout,
+                maxConnections, pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog, writeLeases,
+                d, secrets);
+    }
+
     public ClientConfig withPingInterval(Duration d) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, requestTimeout,
-                maxConnections, d, limits, sharedMemory, locationCache, diskLoadBudget, tierLog, writeLeases, secrets);
+                maxConnections, d, limits, sharedMemory, locationCache, diskLoadBudget, tierLog, writeLeases, busyPoll, secrets);
     }
 }

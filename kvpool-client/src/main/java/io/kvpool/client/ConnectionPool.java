@@ -1,6 +1,7 @@
 package io.kvpool.client;
 
 import io.kvpool.config.HostPort;
+import io.kvpool.protocol.BusyPoll;
 import io.kvpool.protocol.FrameConnection;
 import io.kvpool.protocol.Limits;
 import io.kvpool.protocol.Secrets;
@@ -49,15 +50,22 @@ final class ConnectionPool implements AutoCloseable {
     /** Connections opened and not closed yet. */
     private final AtomicInteger open = new AtomicInteger();
     private volatile boolean closed;
+    private final Duration busyPoll;
+    /** How the connections' polls for replies went. */
+    final BusyPoll.Counters polls = new BusyPoll.Counters();
 
     ConnectionPool(HostPort peer, int max, Duration connectTimeout, Limits limits, Initializer initializer) {
-        this(peer, max, connectTimeout, limits, Secrets.NONE, initializer);
+        this(peer, max, connectTimeout, limits, Secrets.NONE, Duration.ZERO, initializer);
     }
 
-    /** A pool whose connections authenticate with {@code secrets} before anything else (when present). */
-    ConnectionPool(HostPort peer, int max, Duration connectTimeout, Limits limits, Secrets secrets,
+    /**
+     * A pool whose connections authenticate with {@code secrets} before anything else (when present), and
+     * poll for each reply for up to {@code busyPoll} before blocking ({@link BusyPoll}).
+     */
+    ConnectionPool(HostPort peer, int max, Duration connectTimeout, Limits limits, Secrets secrets, Duration busyPoll,
                    Initializer initializer) {
         this.secrets = secrets;
+        this.busyPoll = busyPoll;
         this.peer = peer;
         this.max = max;
         this.connectTimeout = connectTimeout;
@@ -95,7 +103,7 @@ final class ConnectionPool implements AutoCloseable {
         if (c == null) {
             try {
                 open.incrementAndGet();
-                c = FrameConnection.connect(peer, connectTimeout, limits, secrets);
+                c = FrameConnection.connect(peer, connectTimeout, limits, secrets).busyPoll(busyPoll, polls);
                 all.add(c);
                 if (initializer != null) {
                     initializer.init(c);

@@ -341,12 +341,13 @@ public final class KvPoolClient implements AutoCloseable {
      * {@link io.kvpool.protocol.KeyDigest}), and a read by key is exact either way.
      */
     public boolean[] batchExists(List<String> keys) {
-        List<byte[]> k = Keys.encodeAll(keys);
-        boolean[] out = new boolean[k.size()];
-        for (int from = 0; from < k.size(); from += MAX_KEYS_PER_FRAME) {
-            int to = Math.min(k.size(), from + MAX_KEYS_PER_FRAME);
-            boolean[] part = master.call(Opcode.BATCH_EXIST_DIGEST, digests(k, from, to),
-                    MasterMessages.Flags::read).values();
+        long[] digests = Keys.digests(keys, 0, keys.size());
+        boolean[] out = new boolean[keys.size()];
+        for (int from = 0; from < keys.size(); from += MAX_KEYS_PER_FRAME) {
+            int to = Math.min(keys.size(), from + MAX_KEYS_PER_FRAME);
+            BodyWriter w = new BodyWriter(4 + (to - from) * KeyDigest.BYTES);
+            DigestList.write(w, digests, from, to - from);
+            boolean[] part = master.call(Opcode.BATCH_EXIST_DIGEST, w, MasterMessages.Flags::read).values();
             System.arraycopy(part, 0, out, from, part.length);
         }
         return out;
@@ -359,8 +360,7 @@ public final class KvPoolClient implements AutoCloseable {
      * as a read for eviction.
      */
     public int prefixMatch(List<String> keys) {
-        List<byte[]> k = Keys.encodeAll(keys);
-        return prefixMatchDigests(DigestList.of(k, 0, k.size()).digests(), 0, k.size());
+        return prefixMatchDigests(Keys.digests(keys, 0, keys.size()), 0, keys.size());
     }
 
     /**
@@ -386,12 +386,6 @@ public final class KvPoolClient implements AutoCloseable {
             }
         }
         return matched;
-    }
-
-    private static BodyWriter digests(List<byte[]> keys, int from, int to) {
-        BodyWriter w = new BodyWriter(4 + (to - from) * KeyDigest.BYTES);
-        DigestList.of(keys, from, to).write(w);
-        return w;
     }
 
     /**

@@ -184,7 +184,7 @@ final class MasterChannel implements AutoCloseable {
 
     private Current open(MasterLocator.Leader l) {
         return new Current(l, new ConnectionPool(l.address(), config.maxConnections(), config.connectTimeout(),
-                config.limits(), config.secrets(), this::hello));
+                config.limits(), config.secrets(), config.busyPoll(), this::hello));
     }
 
     /**

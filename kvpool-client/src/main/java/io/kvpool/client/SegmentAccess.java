@@ -125,7 +125,7 @@ final class SegmentAccess implements AutoCloseable {
 
     ConnectionPool pool(HostPort node) {
         return nodes.computeIfAbsent(node, a -> new ConnectionPool(a, config.maxConnections(), config.connectTimeout(),
-                config.limits(), config.secrets(), null));
+                config.limits(), config.secrets(), config.busyPoll(), null));
     }
 
     /** The replicas with those on this host first (a same-machine read is cheapest). */

@@ -231,6 +231,12 @@ public final class MasterMetrics {
         gauge("master_loop_connections", "Connections whose last frame was a node's heartbeat, waiting for the next in"
                 + " the frame loop rather than on a thread of their own (kvpool.frameLoop)", rpc::loopConnections);
         counter("master_loop_frames_total", "Frames (heartbeats) the frame loop answered", rpc::loopFrames);
+        counter("master_busy_polls_total", "Waits for a connection's next frame that polled the socket and found it"
+                + " (kvpool.busyPoll)", rpc::busyPollHits);
+        counter("master_busy_polls_missed_total", "Waits for a connection's next frame that polled the socket for the"
+                + " whole budget, then blocked", rpc::busyPollMisses);
+        Series.counter(registry, "master_busy_poll_seconds_total", "Time the master's connection threads spent"
+                + " polling for frames: about the CPU that polling costs", () -> rpc.busyPollNanos() / 1e9);
         counter("master_connections_refused_total", "Connections refused at the connection limits (in all, per host)",
                 rpc::refusedConnections);
         counter("master_frames_timed_out_total", "Connections closed because a frame (or a new connection's first"

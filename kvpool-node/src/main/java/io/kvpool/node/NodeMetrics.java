@@ -26,6 +26,12 @@ final class NodeMetrics {
         Series.gauge(registry, "node_connections_open", "Connections open to the node's port", server::connectionCount);
         Series.counter(registry, "node_connections_refused_total", "Connections refused at the connection limits (in all,"
                 + " per host)", server::refusedConnections);
+        Series.counter(registry, "node_busy_polls_total", "Waits for a connection's next frame that polled the socket and"
+                + " found it (kvpool.busyPoll)", server::busyPollHits);
+        Series.counter(registry, "node_busy_polls_missed_total", "Waits for a connection's next frame that polled the"
+                + " socket for the whole budget, then blocked", server::busyPollMisses);
+        Series.counter(registry, "node_busy_poll_seconds_total", "Time the node's connection threads spent polling for"
+                + " frames: about the CPU that polling costs", () -> server.busyPollNanos() / 1e9);
         Series.counter(registry, "node_frames_timed_out_total", "Connections closed because a frame did not arrive within"
                 + " the frame timeout", server::timedOutFrames);
         Series.counter(registry, "node_auth_refused_total", "Connections closed because their authentication failed or a"

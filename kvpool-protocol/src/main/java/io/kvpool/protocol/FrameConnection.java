@@ -51,6 +51,8 @@ public final class FrameConnection implements Closeable {
     /** Whether the request answered last carried payload (after BAD_REQUEST the stream is then unknown). */
     private boolean answeredHadPayload;
     private long payloadLeft;
+    /** How a reply is waited for: polled for a bounded time first ({@link #busyPoll}), or not. */
+    private BusyPoll replies = new BusyPoll(Duration.ZERO, new BusyPoll.Counters());
 
     private record Sent(Opcode op, long id, boolean payload) {
     }
@@ -121,6 +123,15 @@ public final class FrameConnection implements Closeable {
 
     public HostPort peer() {
         return peer;
+    }
+
+    /**
+     * Polls the socket for up to {@code budget} for each reply before blocking ({@link BusyPoll}; zero, the
+     * default here, never polls), counting into {@code counters}. No effect under TLS. Returns this.
+     */
+    public FrameConnection busyPoll(Duration budget, BusyPoll.Counters counters) {
+        replies = new BusyPoll(budget, counters);
+        return this;
     }
 
     public boolean isBroken() {
@@ -276,6 +287,9 @@ public final class FrameConnection implements Closeable {
         inFlight = sent.op();
         answeredHadPayload = sent.payload();
         header.clear();
+        if (wire.in() == wire.socket()) {
+            replies.read(wire.socket(), wire.in(), header); // at the end of the stream, the read below says so
+        }
         Channels.readFully(wire.in(), header);
         FrameHeader.Decoded h = FrameHeader.decode(header, limits);
         if (!h.reply()) {

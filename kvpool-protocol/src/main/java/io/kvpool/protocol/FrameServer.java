@@ -157,7 +157,7 @@ public final class FrameServer implements Closeable {
         this.frameTimeout = frameTimeout;
         this.handler = handler;
         this.rules = new ServedConnection.Rules(name, limits, frameTimeout, accepts, required, handler, secrets,
-                tls.enabled(), budget, counters, () -> closed);
+                tls.enabled(), budget, counters, () -> closed, BusyPoll.configured());
         this.server = ServerSocketChannel.open();
         try {
             server.setOption(StandardSocketOptions.SO_REUSEADDR, true);
@@ -221,6 +221,21 @@ public final class FrameServer implements Closeable {
      * Frames refused because the body budget stayed in use, or because their body was larger than
      * the whole budget.
      */
+    /** Waits for a connection's next frame that polled the socket and found it ({@link BusyPoll}). */
+    public long busyPollHits() {
+        return counters.busyPoll.hits();
+    }
+
+    /** Waits for a connection's next frame that polled the socket until the budget ran out, then blocked. */
+    public long busyPollMisses() {
+        return counters.busyPoll.misses();
+    }
+
+    /** Time this server's connection threads spent polling for frames, in nanoseconds. */
+    public long busyPollNanos() {
+        return counters.busyPoll.nanos();
+    }
+
     public long refusedBodies() {
         return counters.refusedBodies.get();
     }

@@ -77,6 +77,42 @@ public final class KeyDigest {
         out[at + 1] = fmix(c ^ Long.rotateLeft(a, 17));
     }
 
+    private static final long QUESTION_MARKS = 0x3F3F_3F3F_3F3F_3F3FL;
+    private static final long ONES = 0x0101_0101_0101_0101L;
+    private static final long HIGHS = 0x8080_8080_8080_8080L;
+
+    /**
+     * {@link #digest(byte[], int, int, long[], int) digest} of all of {@code k}, and whether {@code k} holds a
+     * {@code '?'}, found in the same pass over its words ({@code (x - 0x01..) & ~x & 0x80..} of the word XOR eight
+     * '?' is non-zero exactly when the word has one): {@link Keys#digests} needs both, and one pass over a key's
+     * bytes costs less than two.
+     */
+    static boolean digestFindingQuestionMark(byte[] k, long[] out, int at) {
+        int len = k.length;
+        long a = P3 + len * P1;
+        long c = P4 + len * P2;
+        long found = 0;
+        int i = 0;
+        for (; i + 8 <= len; i += 8) {
+            long w = (long) LONGS.get(k, i);
+            long x = w ^ QUESTION_MARKS;
+            found |= (x - ONES) & ~x & HIGHS;
+            a = Long.rotateLeft(a ^ (w * P2), 31) * P1;
+            c = Long.rotateLeft(c ^ (w * P1), 27) * P2;
+        }
+        if (i < len) {
+            long w = tail(k, i, len);
+            for (; i < len; i++) {
+                found |= k[i] == '?' ? 1 : 0;
+            }
+            a = Long.rotateLeft(a ^ (w * P3), 23) * P2;
+            c = Long.rotateLeft(c ^ (w * P4), 29) * P1;
+        }
+        out[at] = fmix(a + c);
+        out[at + 1] = fmix(c ^ Long.rotateLeft(a, 17));
+        return found != 0;
+    }
+
     /**
      * The digest of the {@code len} bytes at {@code off} of a little-endian buffer (absolute: its position is left
      * alone) into {@code out[at]} and {@code out[at + 1]}: the same function as {@link #digest(byte[], int, int,

@@ -49,7 +49,7 @@ final class ServedConnection {
     /** What the connections of one server share: its rules, handler and counters, and whether it closed. */
     record Rules(String name, Limits limits, Duration frameTimeout, Predicate<Opcode> accepts,
                  Function<Opcode, Access> required, RequestHandler handler, Secrets secrets, boolean tls,
-                 BodyBudget budget, ServerCounters counters, BooleanSupplier closed) {
+                 BodyBudget budget, ServerCounters counters, BooleanSupplier closed, Duration busyPoll) {
     }
 
     /** How {@link #serve} let the connection go. */
@@ -78,6 +78,8 @@ final class ServedConnection {
     private Opcode lastOp;
     /** Bytes a {@link FrameLoop} read past the header of the frame it handed over (read before the socket's). */
     private ByteBuffer readAhead = ByteBuffer.allocate(0);
+    /** How the next frame is waited for on a thread: the socket polled for a bounded time first, or not. */
+    private final BusyPoll nextFrame;
 
     /** The connection's input: {@link #readAhead} first, then its wire. */
     private final class ReadAheadFirst implements ReadableByteChannel {
@@ -123,6 +125,7 @@ final class ServedConnection {
         this.begun = begun;
         this.auth = new Handshake.ServerSide(rules.secrets());
         this.bodies = new BodyIntake(rules.budget());
+        this.nextFrame = new BusyPoll(rules.tls() ? Duration.ZERO : rules.busyPoll(), rules.counters().busyPoll);
     }
 
     SocketChannel socket() {
@@ -211,7 +214,8 @@ final class ServedConnection {
             while (!rules.closed().getAsBoolean()) {
                 if (!begun) {
                     header.clear();
-                    if (in.read(header) < 0) {
+                    int polled = nextFrame.read(ch, in, header);
+                    if (polled < 0 || polled == 0 && in.read(header) < 0) {
                         // a pooled connection may wait as long as it likes for its next frame to begin
                         return Outcome.CLOSE;
                     }

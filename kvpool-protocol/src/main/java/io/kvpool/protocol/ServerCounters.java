@@ -14,4 +14,6 @@ final class ServerCounters {
     final AtomicLong tlsFailures = new AtomicLong();
     /** Frames refused for the body budget: it stayed in use, or the body is larger than all of it. */
     final AtomicLong refusedBodies = new AtomicLong();
+    /** Waits for a connection's next frame that polled its socket first ({@link BusyPoll}). */
+    final BusyPoll.Counters busyPoll = new BusyPoll.Counters();
 }

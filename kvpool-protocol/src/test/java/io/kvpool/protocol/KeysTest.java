@@ -101,6 +101,40 @@ class KeysTest {
         }
     }
 
+    /**
+     * {@link Keys#digests} is {@code KeyDigest.of(Keys.encode(key))} for each key (ASCII of every length round a
+     * word, '?' anywhere, multibyte, surrogate pairs), and refuses what encode refuses, with its message.
+     */
+    @Test
+    void digestsAreTheDigestsOfTheEncodedKeysAndRefuseWhatEncodeRefuses() {
+        java.util.List<String> keys = new java.util.ArrayList<>();
+        java.util.Random r = new java.util.Random(36);
+        for (int len = 1; len <= 40; len++) {
+            for (int at = 0; at < len; at++) {
+                keys.add("k".repeat(at) + '?' + "k".repeat(len - at - 1));
+            }
+            StringBuilder b = new StringBuilder();
+            for (int i = 0; i < len; i++) {
+                b.append((char) ('!' + r.nextInt(94)));
+            }
+            keys.add(b.toString());
+        }
+        keys.add("caf\u00e9/\u4e16\u754c/\uD83D\uDE00?");
+        keys.add("x".repeat(Keys.MAX_KEY_BYTES));
+        long[] d = Keys.digests(keys, 0, keys.size());
+        for (int i = 0; i < keys.size(); i++) {
+            assertThat(new long[]{d[2 * i], d[2 * i + 1]}).as(keys.get(i)).isEqualTo(KeyDigest.of(Keys.encode(keys.get(i))));
+        }
+        long[] part = Keys.digests(keys, 3, 7);
+        assertThat(part).isEqualTo(java.util.Arrays.copyOfRange(d, 6, 14));
+        for (String bad : new String[]{"", "ab\uD800cd", "?\uDC00", "x".repeat(Keys.MAX_KEY_BYTES + 1)}) {
+            java.util.List<String> withBad = java.util.List.of("fine", bad);
+            Throwable expected = org.assertj.core.api.Assertions.catchThrowable(() -> Keys.encode(bad));
+            assertThatThrownBy(() -> Keys.digests(withBad, 0, 2)).isInstanceOf(IllegalArgumentException.class)
+                    .hasMessage(expected.getMessage());
+        }
+    }
+
     @Test
     void hasPrefixIsByteWise() {
         byte[] key = Keys.encode("abc/def");
