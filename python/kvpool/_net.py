@@ -48,6 +48,8 @@ DEFAULT_BUSY_POLL = 100e-6
 MAX_BUSY_POLL = 1e-3
 _FIRST_RETRY = 8
 _LAST_RETRY = 64
+#: A ``sched_yield`` longer than this (ns) ran another thread: the CPU is busy and a poll stops there.
+_YIELDED_AWAY_NS = 10_000
 
 
 def check_busy_poll(busy_poll: float) -> float:
@@ -321,8 +323,8 @@ class Connection:
 
     def _poll(self, got: int) -> int:
         """Polls the socket for the reply for up to the busy-poll budget (``MSG_DONTWAIT``, yielding the CPU
-        between tries), when this wait is one to poll; the count of bytes the buffer holds then. The Java
-        client's ``BusyPoll`` does the same."""
+        between tries, and stopping once a yield ran another thread), when this wait is one to poll; the count of
+        bytes the buffer holds then. The Java client's ``BusyPoll`` does the same."""
         if self._retry_every:
             self._skipped += 1
             if self._skipped < self._retry_every:
@@ -335,12 +337,17 @@ class Connection:
             try:
                 k = recv_into(view, 0, socket.MSG_DONTWAIT)
             except BlockingIOError:
-                if time.perf_counter_ns() >= end:
-                    self._retry_every = min(_LAST_RETRY, 2 * self._retry_every) if self._retry_every else _FIRST_RETRY
-                    self.polls_missed += 1
+                now = time.perf_counter_ns()
+                if now < end:
+                    os.sched_yield()
+                    if time.perf_counter_ns() - now <= _YIELDED_AWAY_NS:
+                        continue
+                    # the yield ran another thread: the CPU is busy and polling would only take from it; not a
+                    # miss (the peer may well be quick), so the next wait polls as this one did
                     return got
-                os.sched_yield()
-                continue
+                self._retry_every = min(_LAST_RETRY, 2 * self._retry_every) if self._retry_every else _FIRST_RETRY
+                self.polls_missed += 1
+                return got
             if k == 0:
                 raise ConnectionError(f"{self.address} closed the connection")
             self._retry_every = 0

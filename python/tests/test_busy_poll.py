@@ -1,7 +1,8 @@
 """The reply poll of ``kvpool._net.Connection`` (the Java client's ``BusyPoll``): bytes already there are
 taken by a poll; a poll that runs out leaves the read to the blocking path, and after it only one wait in 8,
-then 16, 32 and 64, polls. Whether bytes are there when a poll starts is made certain (``select`` first), so
-nothing here depends on how fast anything runs."""
+then 16, 32 and 64, polls; a poll whose yield ran another thread stops without backing off. Whether bytes are
+there when a poll starts is made certain (``select`` first), and whether a yield ran another thread is set by the
+test, so nothing here depends on how fast anything runs."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
+import kvpool._net
 from kvpool import Client
 from kvpool._net import MAX_BUSY_POLL, Connection, check_busy_poll
 
@@ -41,8 +43,10 @@ def test_a_poll_takes_bytes_that_are_there(pair: tuple[Connection, socket.socket
     assert c.sock.gettimeout() is None  # still a blocking socket
 
 
-def test_polls_that_run_out_poll_ever_less_often(pair: tuple[Connection, socket.socket]) -> None:
+def test_polls_that_run_out_poll_ever_less_often(pair: tuple[Connection, socket.socket],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     c, server = pair
+    monkeypatch.setattr(kvpool._net, "_YIELDED_AWAY_NS", 1 << 62)  # no yield counts as running another thread
     c._poll_ns = 1_000  # nobody writes: every poll runs out
     polled_at = []
     wait = 0
@@ -62,6 +66,17 @@ def test_polls_that_run_out_poll_ever_less_often(pair: tuple[Connection, socket.
     assert got == 2 and c.polls_hit == 1
     arrive(c, server, b"c")
     assert c._poll(2) == 3
+
+
+def test_a_poll_whose_yield_ran_another_thread_stops_and_is_no_miss(pair: tuple[Connection, socket.socket],
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    c, server = pair
+    monkeypatch.setattr(kvpool._net, "_YIELDED_AWAY_NS", -1)  # every yield counts as running another thread
+    for _ in range(3):
+        assert c._poll(0) == 0
+    assert (c.polls_hit, c.polls_missed, c._retry_every) == (0, 0, 0)
+    arrive(c, server, b"xyz")
+    assert c._poll(0) == 3  # no back-off: the next wait polled at once
 
 
 def test_the_end_of_the_stream_is_an_error(pair: tuple[Connection, socket.socket]) -> None:

@@ -235,6 +235,8 @@ public final class MasterMetrics {
                 + " (kvpool.busyPoll)", rpc::busyPollHits);
         counter("master_busy_polls_missed_total", "Waits for a connection's next frame that polled the socket for the"
                 + " whole budget, then blocked", rpc::busyPollMisses);
+        counter("master_busy_polls_yielded_total", "Waits for a connection's next frame whose poll stopped early because"
+                + " the CPU was busy (a yield ran another thread)", rpc::busyPollsYielded);
         Series.counter(registry, "master_busy_poll_seconds_total", "Time the master's connection threads spent"
                 + " polling for frames: about the CPU that polling costs", () -> rpc.busyPollNanos() / 1e9);
         counter("master_connections_refused_total", "Connections refused at the connection limits (in all, per host)",

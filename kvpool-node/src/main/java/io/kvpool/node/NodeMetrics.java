@@ -30,6 +30,8 @@ final class NodeMetrics {
                 + " found it (kvpool.busyPoll)", server::busyPollHits);
         Series.counter(registry, "node_busy_polls_missed_total", "Waits for a connection's next frame that polled the"
                 + " socket for the whole budget, then blocked", server::busyPollMisses);
+        Series.counter(registry, "node_busy_polls_yielded_total", "Waits for a connection's next frame whose poll stopped"
+                + " early because the CPU was busy (a yield ran another thread)", server::busyPollsYielded);
         Series.counter(registry, "node_busy_poll_seconds_total", "Time the node's connection threads spent polling for"
                 + " frames: about the CPU that polling costs", () -> server.busyPollNanos() / 1e9);
         Series.counter(registry, "node_frames_timed_out_total", "Connections closed because a frame did not arrive within"

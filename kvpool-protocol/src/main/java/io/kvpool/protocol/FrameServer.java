@@ -231,6 +231,11 @@ public final class FrameServer implements Closeable {
         return counters.busyPoll.misses();
     }
 
+    /** Waits for a connection's next frame whose poll stopped because the CPU was busy (a yield ran another thread). */
+    public long busyPollsYielded() {
+        return counters.busyPoll.yielded();
+    }
+
     /** Time this server's connection threads spent polling for frames, in nanoseconds. */
     public long busyPollNanos() {
         return counters.busyPoll.nanos();

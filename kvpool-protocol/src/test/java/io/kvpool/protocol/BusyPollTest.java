@@ -19,11 +19,14 @@ import static org.assertj.core.api.Assertions.assertThatThrownBy;
 /**
  * {@link BusyPoll} over a real loopback pair. Whether bytes are there when a poll starts is made certain
  * (the test waits until the socket reports them readable), so no case depends on how fast anything runs: a
- * "hit" polls bytes already there, a "miss" polls a socket nobody writes to.
+ * "hit" polls bytes already there, a "miss" polls a socket nobody writes to. Whether a yield ran another thread
+ * is decided by the test too: {@link #NEVER_AWAY} counts no yield as one, {@link #ALWAYS_AWAY} every one.
  */
 class BusyPollTest {
 
     private static final Duration SHORT = Duration.ofNanos(1_000);
+    private static final long NEVER_AWAY = Long.MAX_VALUE;
+    private static final long ALWAYS_AWAY = -1;
 
     private ServerSocketChannel server;
     private SocketChannel writer;
@@ -66,7 +69,7 @@ class BusyPollTest {
 
     @Test
     void aPollThatRunsOutReadsNothingAndAfterItOnlyOneWaitInEightPolls() throws IOException {
-        BusyPoll poll = new BusyPoll(SHORT, counters);
+        BusyPoll poll = new BusyPoll(SHORT, counters, NEVER_AWAY);
         ByteBuffer dst = ByteBuffer.allocate(32);
         assertThat(poll.read(reader, reader, dst)).isZero();
         assertThat(reader.isBlocking()).isTrue();
@@ -87,7 +90,7 @@ class BusyPollTest {
 
     @Test
     void missesInARowPollEverLessOftenDownToOneWaitIn64() throws IOException {
-        BusyPoll poll = new BusyPoll(SHORT, counters);
+        BusyPoll poll = new BusyPoll(SHORT, counters, NEVER_AWAY);
         ByteBuffer dst = ByteBuffer.allocate(32);
         int waits = 0;
         java.util.List<Integer> polledAt = new java.util.ArrayList<>();
@@ -101,6 +104,21 @@ class BusyPollTest {
         }
         // nobody writes, so every poll misses: the gaps between polls are 8, 16, 32, 64, 64
         assertThat(polledAt).containsExactly(0, 8, 24, 56, 120, 184);
+    }
+
+    @Test
+    void aPollWhoseYieldRanAnotherThreadStopsAndIsNoMiss() throws IOException {
+        BusyPoll poll = new BusyPoll(BusyPoll.MAX, counters, ALWAYS_AWAY);
+        ByteBuffer dst = ByteBuffer.allocate(32);
+        for (int i = 0; i < 3; i++) {
+            assertThat(poll.read(reader, reader, dst)).isZero();
+        }
+        assertThat(reader.isBlocking()).isTrue();
+        assertThat(counters.yielded()).as("each wait polled, and stopped at its first yield").isEqualTo(3);
+        assertThat(counters.misses()).isZero();
+        arrive(6);
+        assertThat(poll.read(reader, reader, dst)).isEqualTo(6); // no back-off: the next wait polled at once
+        assertThat(counters.hits()).isEqualTo(1);
     }
 
     @Test
