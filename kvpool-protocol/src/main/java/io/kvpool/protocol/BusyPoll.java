@@ -18,7 +18,7 @@ import java.util.concurrent.atomic.LongAdder;
  * A thread that blocks in a read puts its CPU to sleep when nothing else runs there, and the bytes'
  * arrival must wake it. On the virtual machines these benchmarks run on (guest halt-polling off), that
  * wake costs about 30 us, on each side of a round trip. A loopback ping-pong between two threads on
- * different CPUs measured here (a 64-byte request and reply, p50 of 20,000):
+ * different CPUs measured here (a 64-byte request and reply, p50 of 20,000; {@code java scripts/PollFloor.java}):
  * <pre>
  *   both ends block                 79 us
  *   one end polls, the other blocks 25 us
