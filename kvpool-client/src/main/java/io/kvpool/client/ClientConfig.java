@@ -203,7 +203,6 @@ public record ClientConfig(MasterAddress master, String preferredSegment, boolea
                 maxConnections, pingInterval, limits, sharedMemory, locationCache, diskLoadBudget, tierLog, on, busyPoll, secrets);
     }
 
-    /** How often the client pings the master (and releases idle write leases); default 2 s. */
     /** This config with replies polled for up to {@code d} before the waiting thread blocks (zero: never). */
     public ClientConfig withBusyPoll(Duration d) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, requestTimeout,
@@ -211,6 +210,7 @@ public record ClientConfig(MasterAddress master, String preferredSegment, boolea
                 d, secrets);
     }
 
+    /** How often the client pings the master (and releases idle write leases); default 2 s. */
     public ClientConfig withPingInterval(Duration d) {
         return new ClientConfig(master, preferredSegment, autoDetectLocal, replicas, connectTimeout, requestTimeout,
                 maxConnections, d, limits, sharedMemory, locationCache, diskLoadBudget, tierLog, writeLeases, busyPoll, secrets);

@@ -29,17 +29,17 @@ import java.util.concurrent.atomic.LongAdder;
  * CPU and 110 to 140 us when they do not; which one a run gets is the scheduler's choice.
  *
  * <h2>Bounded, and only where it pays</h2>
- * A poll lasts at most its budget, yielding the CPU between tries ({@link Thread#yield}), and stops as soon
- * as a yield hands the CPU to another thread (it took over {@link #YIELDED_AWAY_NANOS}), and the caller blocks:
- * polling pays only on a CPU that would otherwise sleep. On a busy machine it would take the CPU from threads with work to do,
- * and each switch between pollers costs more than the wake-up saved (measured: two clients putting 1 MiB
- * over TCP on two CPUs moved half as much while every thread polled through its yields). A poll that runs out without a byte is a miss: after one, the
- * connection waits without polling, but for one wait in {@value #FIRST_RETRY}, then (after more misses in a
- * row) one in 16, 32 and at most {@value #LAST_RETRY}, until a poll finds its bytes again. So a connection
- * whose peer answers (or asks) within the budget polls every time, and one that carries slow exchanges (a
- * 1 MiB transfer, a client that pauses between requests) soon spends one budget in {@value #LAST_RETRY}
- * waits: 1.6 us a wait at the default budget. Never on a virtual thread (a poll would hold its
- * carrier) and never under TLS (bytes may wait decrypted in the TLS engine, not the socket).
+ * A poll lasts at most its budget, yielding the CPU between tries ({@link Thread#yield}). It stops as soon
+ * as a yield hands the CPU to another thread (the yield took over {@link #YIELDED_AWAY_NANOS}), and the
+ * caller blocks: polling pays only on a CPU that would otherwise sleep, and on a busy one it would take
+ * the CPU from threads with work to do. A poll that runs out without a byte is a miss: after one, the
+ * connection waits without polling, but for one wait in {@value #FIRST_RETRY}, then (after more misses
+ * in a row) one in 16, 32 and at most {@value #LAST_RETRY}, until a poll finds its bytes again. So a
+ * connection whose peer answers (or asks) within the budget polls every time, and one that carries slow
+ * exchanges (a 1 MiB transfer, a client that pauses between requests) soon spends one budget in
+ * {@value #LAST_RETRY} waits: 1.6 us a wait at the default budget. Never on a virtual thread (a poll
+ * would hold its carrier) and never under TLS (bytes may wait decrypted in the TLS engine, not the
+ * socket).
  *
  * <p>The budget: the system property {@value #PROPERTY} for every server (master and node) of the JVM and the
  * default of its Java clients ({@code ClientConfig.busyPoll} sets a client's own), {@code busy_poll} for Python
@@ -47,7 +47,10 @@ import java.util.concurrent.atomic.LongAdder;
  */
 public final class BusyPoll {
 
-    /** The system property that sets the budget of a JVM's servers and its clients' default (a duration: {@code 50us}; {@code 0} turns it off). */
+    /**
+     * The system property that sets the budget of a JVM's servers and its clients' default (a duration such as
+     * {@code 50us}; {@code 0} turns polling off).
+     */
     public static final String PROPERTY = "kvpool.busyPoll";
 
     /**
@@ -61,15 +64,16 @@ public final class BusyPoll {
 
     /**
      * A {@link Thread#yield} that took longer than this gave the CPU to another thread: the CPU is not idle, and a
-     * poll stops there (a miss). On an idle CPU a yield returns in under a microsecond.
+     * poll stops there (not a miss: the next wait polls again). On an idle CPU a yield returns in about a
+     * microsecond.
      */
     static final long YIELDED_AWAY_NANOS = 10_000;
 
-    /** After a miss, one wait in this many polls again; each further miss in a row doubles it, up to {@link #LAST_RETRY}. */
+    /** After a miss, one wait in this many polls; each further miss in a row doubles it, up to {@link #LAST_RETRY}. */
     static final int FIRST_RETRY = 8;
     static final int LAST_RETRY = 64;
 
-    /** Polls that found their bytes and polls that ran out, and the time spent polling, over many connections. */
+    /** How the polls of many connections went: found their bytes, ran out, stopped at a busy CPU; time spent. */
     public static final class Counters {
         final LongAdder hits = new LongAdder();
         final LongAdder misses = new LongAdder();

@@ -215,7 +215,7 @@ final class ServedConnection {
                 if (!begun) {
                     header.clear();
                     int polled = nextFrame.read(ch, in, header);
-                    if (polled < 0 || polled == 0 && in.read(header) < 0) {
+                    if (polled < 0 || (polled == 0 && in.read(header) < 0)) {
                         // a pooled connection may wait as long as it likes for its next frame to begin
                         return Outcome.CLOSE;
                     }
