@@ -80,7 +80,7 @@ final class FrameLoop implements AutoCloseable {
     private final ServerCounters counters;
     private final Owner owner;
     private final Selector selector;
-    private final Queue joining = new Queue();
+    private final ConcurrentLinkedQueue<ServedConnection> joining = new ConcurrentLinkedQueue<>();
     private final Thread thread;
     private volatile boolean running = true;
     /** Connections with a frame in progress (a byte of it read, its reply not yet all written). */
@@ -89,9 +89,6 @@ final class FrameLoop implements AutoCloseable {
     private final AtomicInteger connections = new AtomicInteger();
     /** Frames answered in the loop so far. */
     private final AtomicLong frames = new AtomicLong();
-
-    private static final class Queue extends ConcurrentLinkedQueue<ServedConnection> {
-    }
 
     /** Where one connection is: the bytes read of its next frames, the reply being written. */
     private static final class Slot {

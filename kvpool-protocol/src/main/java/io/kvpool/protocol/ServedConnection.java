@@ -78,6 +78,8 @@ final class ServedConnection {
     private Opcode lastOp;
     /** Bytes a {@link FrameLoop} read past the header of the frame it handed over (read before the socket's). */
     private ByteBuffer readAhead = ByteBuffer.allocate(0);
+    /** The wire of frames served in a {@link FrameLoop}: no payload, replies to the loop's outbox for this connection. */
+    private Wire loopWire;
     /** How the next frame is waited for on a thread: the socket polled for a bounded time first, or not. */
     private final BusyPoll nextFrame;
 
@@ -194,7 +196,10 @@ final class ServedConnection {
      */
     boolean serveBuffered(FrameHeader.Decoded h, Opcode op, ByteBuffer body, FrameLoop.Outbox out) throws IOException {
         lastOp = op;
-        Request req = new Request(new Wire(wire.socket(), FrameLoop.NO_PAYLOAD, out), peer, op, h.requestId(),
+        if (loopWire == null || loopWire.out() != out) {
+            loopWire = new Wire(wire.socket(), FrameLoop.NO_PAYLOAD, out); // one per stay in the loop, not per frame
+        }
+        Request req = new Request(loopWire, peer, op, h.requestId(),
                 new BodyReader(body), 0, replyHeader, scratch, auth.level());
         return dispatch(req, out, rules.handler());
     }

@@ -145,7 +145,7 @@ class FrameLoopTest extends FrameServerTest {
             for (FrameConnection c : conns) {
                 c.close();
             }
-            waitFor(() -> server.connectionCount() == 0, "every connection ended");
+            waitFor(() -> server.connectionCount() == 0); // every connection ended
         }
 
         @Test
@@ -159,7 +159,7 @@ class FrameLoopTest extends FrameServerTest {
             readReply(ch);
             int big = 16 << 20;
             send(ch, Opcode.EXIST_KEY.code, 2, new BodyWriter().i32(big));
-            waitFor(() -> threads.getOrDefault(Opcode.EXIST_KEY, java.util.Set.of()).size() == 1, "the big request handled");
+            waitFor(() -> threads.getOrDefault(Opcode.EXIST_KEY, java.util.Set.of()).size() == 1); // the big request handled
             for (int i = 0; i < 100; i++) {
                 assertThat(echo(other, "meanwhile " + i)).isEqualTo("meanwhile " + i);
             }
@@ -249,8 +249,8 @@ class FrameLoopTest extends FrameServerTest {
                 sink.clear();
                 n = ch.read(sink);
             } while (n >= 0);
-            waitFor(() -> server.timedOutFrames() == before + 1, "the timed-out frame counted");
-            waitFor(() -> server.connectionCount() == 0, "the connection counted out");
+            waitFor(() -> server.timedOutFrames() == before + 1); // the timed-out frame counted
+            waitFor(() -> server.connectionCount() == 0); // the connection counted out
         }
 
         private static void send(SocketChannel ch, int opcode, long id, BodyWriter body) throws IOException {
@@ -279,7 +279,7 @@ class FrameLoopTest extends FrameServerTest {
             return d.status();
         }
 
-        private static void waitFor(java.util.function.BooleanSupplier what, String name) throws InterruptedException {
+        private static void waitFor(java.util.function.BooleanSupplier what) throws InterruptedException {
             while (!what.getAsBoolean()) {
                 Thread.sleep(5); // bounded by the class timeout: a hang fails, a slow machine does not
             }
