@@ -9,6 +9,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.function.Function;
+import java.util.function.LongSupplier;
 
 /**
  * Announces a block only while its parent is listed, as an engine does. A router that links each stored block to
@@ -20,9 +21,12 @@ import java.util.function.Function;
  *
  * <p>So this keeps, for the blocks connectors described ({@link BlockInfo}), the media a router was told each is
  * in, and holds back a store whose info names a parent that is listed nowhere (and not among the stores at
- * hand) for a few publisher cycles ({@link #HOLD_CYCLES}) for the parent to come; when it does, the parent goes
- * first ({@link EventBatchCodec} orders a run of stores by their chains). A held store goes out after those cycles
- * anyway (its parent may have been let go from {@link #RECENT}, or never saved). A removal of a held key, or a
+ * hand) for up to {@link #HOLD_NANOS} for the parent to come; when it does, the parent goes first
+ * ({@link EventBatchCodec} orders a run of stores by their chains). A held store goes out after that anyway (its
+ * parent may have been let go from {@link #RECENT}, or never saved). The hold is time, not publisher cycles: a
+ * burst of events runs many cycles in a millisecond, and a parent's spill (the node's write to its disk, then
+ * NODE_DISK_ADD) takes longer than that; with a hold of four cycles a fresh clone's llm-d test once saw a child
+ * on the SSD tier announced before its parent, which llm-d then dropped. A removal of a held key, or a
  * reset, first lets out what it would pass, so holding never reorders a store against a later removal of the same
  * key. Stores without infos are never held.
  *
@@ -30,15 +34,18 @@ import java.util.function.Function;
  */
 final class ChainOrder {
 
-    /** Publisher cycles (a batch, or an idle poll of {@link KvEventPublisher#POLL_MILLIS}) a store waits at most. */
-    static final int HOLD_CYCLES = 4;
+    /** How long a store waits for its parent at most. */
+    static final long HOLD_NANOS = 2_000_000_000L;
     /** Described blocks whose media are remembered (the least recently changed are let go). */
     static final int RECENT = 1 << 16;
 
-    private record Held(KvEvent.Stored store, long hash, BlockInfo info, int age) {
+    /** A store held back since {@code since} ({@link #nanos}). */
+    private record Held(KvEvent.Stored store, long hash, BlockInfo info, long since) {
     }
 
     private final Function<byte[], BlockInfo> infos;
+    /** The time, in nanoseconds, for the holds ({@link System#nanoTime} in the publisher). */
+    private final LongSupplier nanos;
     /** Described blocks a router was told are listed, and in which media (bits of {@link Medium#ordinal}). */
     private final LinkedHashMap<Long, Integer> listed = new LinkedHashMap<>(16, 0.75f, true) {
         @Override
@@ -48,8 +55,9 @@ final class ChainOrder {
     };
     private List<Held> held = new ArrayList<>();
 
-    ChainOrder(Function<byte[], BlockInfo> infos) {
+    ChainOrder(Function<byte[], BlockInfo> infos, LongSupplier nanos) {
         this.infos = infos;
+        this.nanos = nanos;
     }
 
     /** Whether stores wait for their parents (the publisher then runs {@link #next} on idle cycles too). */
@@ -61,6 +69,7 @@ final class ChainOrder {
     List<KvEvent> next(List<KvEvent> batch) {
         List<KvEvent> out = new ArrayList<>(batch.size() + held.size());
         boolean described = !held.isEmpty();
+        long now = nanos.getAsLong();
         for (KvEvent e : batch) {
             switch (e) {
                 case KvEvent.Stored s -> {
@@ -70,7 +79,7 @@ final class ChainOrder {
                             out.add(new KvEvent.Stored(List.of(key), s.medium()));
                         } else {
                             described = true;
-                            held.add(new Held(new KvEvent.Stored(List.of(key), s.medium()), BlockHashes.of(key), info, 0));
+                            held.add(new Held(new KvEvent.Stored(List.of(key), s.medium()), BlockHashes.of(key), info, now));
                         }
                     }
                 }
@@ -103,12 +112,7 @@ final class ChainOrder {
         for (boolean more = true; more; ) {
             more = letOut(out, h -> h.info().parentBlockHash() == null || listed.containsKey(h.info().parentBlockHash()));
         }
-        letOut(out, h -> h.age() >= HOLD_CYCLES);
-        List<Held> older = new ArrayList<>(held.size());
-        for (Held h : held) {
-            older.add(new Held(h.store(), h.hash(), h.info(), h.age() + 1));
-        }
-        held = older;
+        letOut(out, h -> now - h.since() >= HOLD_NANOS);
         return out;
     }
 

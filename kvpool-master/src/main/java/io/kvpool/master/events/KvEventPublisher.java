@@ -113,7 +113,7 @@ public final class KvEventPublisher implements AutoCloseable {
         this.clock = clock;
         this.queue = new EventQueue(config.queueSize());
         this.infos = new BlockInfoTable(config.infoBytes());
-        this.chains = new ChainOrder(infos::get);
+        this.chains = new ChainOrder(infos::get, System::nanoTime);
         this.buffer = new ReplayBuffer(config.bufferSteps());
         this.topic = config.topic().getBytes(StandardCharsets.UTF_8);
         this.nextSeq = firstSeq;
