@@ -3,7 +3,8 @@ section 4.27). The Java client's ``WriteLeasePool`` does the same.
 
 A put takes a lease with room for its first object (one put at a time per lease: offsets and generations
 must rise through a lease's commits), places objects in it with a bump pointer, and gives it back after its
-COMMIT. A lease is kept, per preferred segment (so a put that prefers this host's segment never lands in a
+COMMIT. How much a new lease asks for follows how fast this client uses its leases up (``LeaseSize``). A lease is
+kept, per preferred segment (so a put that prefers this host's segment never lands in a
 lease on another), while it has at least ``KEEP_MIN_BYTES`` and a generation left; it is released when nearly
 full, idle for half the master's idle timeout (``sweep``, run by the read lease's poller), or granted before
 the last invalidation of everything this client applied (``doom``).
@@ -43,19 +44,63 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kvpool")
 
-#: Bytes a lease is asked for when the batch needs less: later puts fill the rest.
+#: Bytes a lease is asked for at factor 1 when the batch needs less: later puts fill the rest.
 WANTED_BYTES = 32 << 20
-#: Generations asked for with a lease when the batch needs fewer.
+#: Generations asked for with a lease at factor 1 when the batch needs fewer.
 WANTED_GENERATIONS = 1024
+#: The largest factor of the ask (``LeaseSize``): 256 MiB and 8,192 generations.
+MAX_FACTOR = 8
+#: A lease used up within this many seconds of its grant doubles the next ask.
+FAST_SECONDS = 1.0
+#: A lease that took longer than this many seconds to use up halves the next ask.
+SLOW_SECONDS = 10.0
 #: A lease with less room than this left after its commit is released rather than kept.
 KEEP_MIN_BYTES = 64 << 10
+
+
+class LeaseSize:
+    """How much the next lease asks for, as the Java client's ``LeaseSize``: taking a lease costs a WRITE_LEASE,
+    on the node's machine a connection and a NODE_SHM_LEASE, and later a RELEASE, so a writer that uses its leases
+    up quickly asks for more. A lease used up within ``FAST_SECONDS`` of its grant doubles the factor (up to
+    ``MAX_FACTOR``), one that took over ``SLOW_SECONDS`` halves it, and one let go idle sets it back to 1. The master
+    still grants room beyond the first batch only from free space, within its caps, so a larger ask evicts
+    nothing. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._factor = 1
+
+    @property
+    def factor(self) -> int:
+        return self._factor
+
+    def bytes(self, needed: int) -> int:
+        """Bytes to ask for when the batch needs ``needed``."""
+        return max(WANTED_BYTES * self._factor, needed)
+
+    def generations(self, needed: int) -> int:
+        """Generations to ask for when the batch needs ``needed``."""
+        return max(WANTED_GENERATIONS * self._factor, needed)
+
+    def used_up(self, lifetime: float) -> None:
+        """A lease was used up ``lifetime`` seconds after its grant."""
+        with self._lock:
+            if lifetime < FAST_SECONDS:
+                self._factor = min(MAX_FACTOR, self._factor * 2)
+            elif lifetime > SLOW_SECONDS:
+                self._factor = max(1, self._factor // 2)
+
+    def idled(self) -> None:
+        """A lease was let go because it sat idle: the writer is not streaming now."""
+        with self._lock:
+            self._factor = 1
 
 
 class Lease:
     """One lease: the master's grant, and how far this client has filled it. Owned by one put at a time."""
 
     __slots__ = ("id", "epoch", "term", "segment_id", "end", "last_generation", "idle", "preference", "era",
-                 "run", "grant", "next", "next_generation", "last_used", "node", "stamps")
+                 "run", "grant", "next", "next_generation", "last_used", "granted", "node", "stamps")
 
     def __init__(self, g: p.WriteLease, preference: str, era: int, run: int, now: float) -> None:
         self.id = g.lease_id
@@ -75,6 +120,8 @@ class Lease:
         self.next = g.offset
         self.next_generation = g.first_generation
         self.last_used = now
+        #: When it was granted: how fast it was used up sizes the next ask (``LeaseSize``).
+        self.granted = now
         #: Same-machine path: the connection holding this lease's unwritten range on its node, once set aside.
         self.node: Connection | None = None
         #: whether that node lets the writer stamp its objects (version 16), from its NODE_SHM_LEASE reply
@@ -106,6 +153,8 @@ class WriteLeasePool:
         self._era = 0
         self._last_take = time.monotonic()
         self._closed = False
+        #: How much the next grant asks for.
+        self.size = LeaseSize()
 
     def take(self, preference: str, first_region: int, wanted_bytes: int, generations: int) -> Lease | ResultCode:
         """A lease with room for an object of ``first_region`` bytes: a kept one, or a new grant of at least that
@@ -124,6 +173,10 @@ class WriteLeasePool:
                 if reuse and lease.era == era and lease.run == run and not lease.stale(now) and lease.fits(first_region):
                     found = lease
                     break
+                if lease.stale(now):
+                    self.size.idled()
+                elif lease.era == era and lease.run == run and not lease.fits(first_region):
+                    self.size.used_up(now - lease.granted)  # too little room left for this writer's objects
                 stale.append(lease)
         for lease in stale:
             self.release(lease)
@@ -132,8 +185,8 @@ class WriteLeasePool:
         # the grant names a segment of the master run that answered; the era is the one before asking, so a
         # removal applied while the request is out dooms what it grants
         g, granted_in = self._ch.master.call_in_run(
-            Opcode.WRITE_LEASE, p.encode_write_lease(preference, first_region, max(WANTED_BYTES, wanted_bytes),
-                                                     max(WANTED_GENERATIONS, generations)), p.decode_write_lease)
+            Opcode.WRITE_LEASE, p.encode_write_lease(preference, first_region, self.size.bytes(wanted_bytes),
+                                                     self.size.generations(generations)), p.decode_write_lease)
         if g.code != ResultCode.OK:
             return g.code
         self._ch.count("write_leases", 1)
@@ -142,8 +195,10 @@ class WriteLeasePool:
     def give_back(self, lease: Lease) -> None:
         """After a commit: kept while it has room, generations and its era left, else released."""
         lease.last_used = time.monotonic()
-        if lease.end - lease.next >= KEEP_MIN_BYTES and lease.next_generation <= lease.last_generation \
-                and lease.run == self._ch.master.run:
+        room = lease.end - lease.next >= KEEP_MIN_BYTES and lease.next_generation <= lease.last_generation
+        if not room and lease.run == self._ch.master.run and lease.era == self._era:
+            self.size.used_up(lease.last_used - lease.granted)
+        if room and lease.run == self._ch.master.run:
             with self._lock:
                 if not self._closed and lease.era == self._era:
                     self._kept.setdefault(lease.preference, []).append(lease)
@@ -168,6 +223,8 @@ class WriteLeasePool:
         with self._lock:
             for q in self._kept.values():
                 go = [lease for lease in q if lease.stale(now) or lease.era != self._era or lease.run != run]
+                if any(lease.stale(now) for lease in go):
+                    self.size.idled()
                 if go:
                     due += go
                     q[:] = [lease for lease in q if lease not in go]

@@ -14,6 +14,7 @@ import hashlib
 import os
 import subprocess
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -22,7 +23,7 @@ import kvpool
 from conftest import Cluster, Pool, in_forked_child, opcodes_of, start_pool, wait_until
 from kvpool import PutStatus, write_leases
 from kvpool import protocol as p
-from kvpool.protocol import Opcode
+from kvpool.protocol import Opcode, ResultCode
 
 
 @pytest.fixture
@@ -487,3 +488,51 @@ class JavaPeer:
         except Exception:  # noqa: BLE001
             self.proc.kill()
             self.proc.wait()
+
+
+def test_the_lease_ask_grows_for_a_streaming_writer_and_falls_back() -> None:
+    """``LeaseSize``, as the Java client's: a lease used up within a second of its grant doubles the next ask, up
+    to 8x; one that took over ten seconds halves it; a lease let go idle sets it back to 1x."""
+    s = write_leases.LeaseSize()
+    assert (s.bytes(1 << 20), s.generations(1)) == (32 << 20, 1024)
+    assert (s.bytes(100 << 20), s.generations(5000)) == (100 << 20, 5000), "never less than the batch needs"
+    asks = []
+    for _ in range(5):
+        s.used_up(write_leases.FAST_SECONDS - 0.001)
+        asks.append(s.bytes(0) >> 20)
+    assert asks == [64, 128, 256, 256, 256] and s.generations(0) == 8192
+    s.used_up(write_leases.FAST_SECONDS)  # not under a second: unchanged
+    s.used_up(write_leases.SLOW_SECONDS)  # not over ten: unchanged
+    assert s.factor == 8
+    s.used_up(write_leases.SLOW_SECONDS + 0.001)
+    assert s.factor == 4
+    s.idled()
+    assert s.factor == 1
+    s.used_up(write_leases.SLOW_SECONDS + 1)
+    assert s.factor == 1, "never under 1x"
+
+
+def test_a_lease_given_back_used_up_at_once_grows_the_next_ask() -> None:
+    """``give_back`` of a lease with no room left, a moment after its grant, grows the ask; one with room does not,
+    nor one of an earlier master run (its pace says nothing about this writer's now)."""
+    from types import SimpleNamespace
+    ch: Any = SimpleNamespace(master=SimpleNamespace(run=3))
+    pool = write_leases.WriteLeasePool(ch, lambda: True)
+    released: list[write_leases.Lease] = []
+    pool.release = released.append  # type: ignore[method-assign]
+    g = p.WriteLease(ResultCode.OK, lease_id=42, epoch=0, term=3, segment_id=2, offset=0, length=16 << 20,
+                     first_generation=1, generation_count=1024, idle_millis=60_000)
+
+    roomy = write_leases.Lease(g, "", 0, 3, time.monotonic())
+    pool.give_back(roomy)
+    assert pool.size.factor == 1 and not released, "kept: room left"
+
+    full = write_leases.Lease(g, "", 0, 3, time.monotonic())
+    full.next = full.end
+    pool.give_back(full)
+    assert pool.size.factor == 2 and released == [full]
+
+    old = write_leases.Lease(g, "", 0, 2, time.monotonic())
+    old.next = old.end
+    pool.give_back(old)
+    assert pool.size.factor == 2, "a lease of an earlier master run"

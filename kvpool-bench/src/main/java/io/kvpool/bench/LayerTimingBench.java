@@ -34,7 +34,8 @@ import java.util.SplittableRandom;
  *       {@code cached} tokens are in the pool and whose last block is new, per mode: the loads and the
  *       model's compute together, with layer l+1 arriving while layer l computes in layer mode.</li>
  * </ul>
- * Rounds alternate the modes, so a drift of the machine hits both.
+ * Rounds alternate the order of the modes (whole blocks first, then layer by layer first, ...), so a drift of
+ * the machine, and whatever one mode's run leaves behind for the next, hits both alike.
  */
 final class LayerTimingBench {
 
@@ -62,7 +63,7 @@ final class LayerTimingBench {
             Map<Granularity, List<long[]>> got = new EnumMap<>(Granularity.class);
             int req = 0;
             for (int r = 0; r < rounds; r++) {
-                for (Granularity g : Granularity.values()) {
+                for (Granularity g : order(r)) {
                     try (PoolConnector conn = new PoolConnector(client, s.hasher, s.keys, PoolConnector.ResetScope.MODEL, g)) {
                         for (int p = 0; p < s.prompts.size(); p++) {
                             ConnectorRequest request = new ConnectorRequest("t" + req++, s.prompts.get(p));
@@ -122,7 +123,7 @@ final class LayerTimingBench {
         }
         Map<Granularity, List<Long>> got = new EnumMap<>(Granularity.class);
         for (int round = 0; round < rounds; round++) {
-            for (Granularity g : Granularity.values()) {
+            for (Granularity g : order(round)) {
                 try (Engine reader = new Engine(ec, mc, w, "w", connector(client, ec, g))) {
                     for (int[] t : base) {
                         int[] prompt = Arrays.copyOf(t, cached + newTokens);
@@ -182,6 +183,12 @@ final class LayerTimingBench {
     private static PoolConnector connector(KvPoolClient client, EngineConfig ec, Granularity g) {
         return new PoolConnector(client, new BlockHasher(ec.blockSize(), ec.hashSeed()),
                 KeyFormat.of(ec.modelName(), "w", "f32"), PoolConnector.ResetScope.MODEL, g);
+    }
+
+    /** The modes in round {@code round}'s order: each mode goes first in every other round. */
+    static List<Granularity> order(int round) {
+        List<Granularity> modes = Arrays.asList(Granularity.values());
+        return round % 2 == 0 ? modes : modes.reversed();
     }
 
     private static double median(List<long[]> samples, int field) {

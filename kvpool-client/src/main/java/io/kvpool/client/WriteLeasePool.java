@@ -27,7 +27,8 @@ import java.util.function.LongSupplier;
  * generations must rise through a lease's commits), places objects in it with a bump pointer, and
  * gives it back after its COMMIT. A lease that is nearly full, out of generations, or idle for half
  * of the master's idle timeout is released instead of kept, so an idle client holds no space for
- * long; {@link #forgetAll} drops every lease when the master restarted (the new one knows none).
+ * long; {@link #forgetAll} drops every lease when the master restarted (the new one knows none). How
+ * much a new lease asks for follows how fast this client uses its leases up ({@link LeaseSize}).
  *
  * <p>A removeAll(force) moves the cluster epoch, and writes under a lease granted before it are
  * refused (FENCED). The removal returns only once every client holding a read lease applied its
@@ -44,10 +45,6 @@ final class WriteLeasePool implements AutoCloseable {
 
     private static final Logger log = LoggerFactory.getLogger(WriteLeasePool.class);
 
-    /** Bytes a lease is asked for when the batch needs less: later puts fill the rest. */
-    static final long WANTED_BYTES = 32L << 20;
-    /** Generations asked for with a lease when the batch needs fewer. */
-    static final int WANTED_GENERATIONS = 1024;
     /** A lease with less room than this left is released after its commit rather than kept. */
     static final long KEEP_MIN_BYTES = 64L << 10;
 
@@ -71,6 +68,8 @@ final class WriteLeasePool implements AutoCloseable {
         final int run;
         /** The master's grant of the range and generations, relayed with every write into it. */
         final WriteGrant grant;
+        /** When it was granted (the pool's clock): how fast it was used up sizes the next ask ({@link LeaseSize}). */
+        final long grantedNanos;
         long next;
         long nextGeneration;
         long lastUsedNanos;
@@ -100,6 +99,7 @@ final class WriteLeasePool implements AutoCloseable {
             this.next = g.offset();
             this.nextGeneration = g.firstGeneration();
             this.lastUsedNanos = nowNanos;
+            this.grantedNanos = nowNanos;
         }
 
         /** Whether one more object with a region of {@code regionLength} bytes fits. */
@@ -121,6 +121,8 @@ final class WriteLeasePool implements AutoCloseable {
     @GuardedBy("this")
     private final Map<String, ArrayDeque<Lease>> idle = new HashMap<>();
     private final AtomicInteger era = new AtomicInteger();
+    /** How much the next grant asks for. */
+    private final LeaseSize size = new LeaseSize();
     @GuardedBy("this")
     private boolean closed;
 
@@ -151,6 +153,11 @@ final class WriteLeasePool implements AutoCloseable {
                     found = l;
                     break;
                 }
+                if (l.stale(now)) {
+                    size.idled();
+                } else if (l.era == currentEra && l.run == currentRun && !l.fits(firstRegion)) {
+                    size.usedUp(now - l.grantedNanos); // too little room left for this writer's objects
+                }
                 stale.add(l);
             }
         }
@@ -159,8 +166,8 @@ final class WriteLeasePool implements AutoCloseable {
             return found;
         }
         BodyWriter w = new BodyWriter(64);
-        new WriteLeaseMessages.Grant(preference, firstRegion, Math.max(WANTED_BYTES, wantedBytes),
-                Math.max(WANTED_GENERATIONS, generations)).write(w);
+        new WriteLeaseMessages.Grant(preference, firstRegion, size.bytes(wantedBytes), size.generations(generations))
+                .write(w);
         // the grant names a segment of the master run that answered (see SegmentAccess)
         MasterChannel.Answer<WriteLeaseMessages.Granted> a = master.callInRun(Opcode.WRITE_LEASE, w,
                 WriteLeaseMessages.Granted::read);
@@ -175,9 +182,12 @@ final class WriteLeasePool implements AutoCloseable {
     /** Back after a commit: kept while it has room, time and generations left, else released. */
     void giveBack(Lease l) {
         l.lastUsedNanos = nanos.getAsLong();
-        boolean keep = l.end - l.next >= KEEP_MIN_BYTES && l.nextGeneration <= l.lastGeneration
-                && l.era == era.get() && l.run == run.getAsInt();
-        if (keep) {
+        boolean room = l.end - l.next >= KEEP_MIN_BYTES && l.nextGeneration <= l.lastGeneration;
+        boolean current = l.era == era.get() && l.run == run.getAsInt();
+        if (!room && current) {
+            size.usedUp(l.lastUsedNanos - l.grantedNanos);
+        }
+        if (room && current) {
             synchronized (this) {
                 if (!closed) {
                     idle.computeIfAbsent(l.preference, p -> new ArrayDeque<>()).addFirst(l);
@@ -222,6 +232,9 @@ final class WriteLeasePool implements AutoCloseable {
                     return go;
                 });
             }
+            if (due.stream().anyMatch(l -> l.stale(now))) {
+                size.idled();
+            }
         }
         due.forEach(this::release);
     }
@@ -247,6 +260,11 @@ final class WriteLeasePool implements AutoCloseable {
                 log.debug("closing the node connection of write lease {}: {}", l.id, e.getMessage());
             }
         }
+    }
+
+    /** The factor of the next grant's ask ({@link LeaseSize}; tests). */
+    int sizeFactor() {
+        return size.factor();
     }
 
     /** Gives the lease back to the master (best effort: one it does not hear of idles out there). */
