@@ -99,12 +99,17 @@ final class LayerTimingBench {
     /**
      * The reference engine's time to first token: {@code prompts} prompts of {@code cached} tokens saved
      * to the pool by one engine, then, per round and mode, a fresh engine (an empty local cache) asked
-     * for one token of each prompt with a new last block of {@code newTokens} tokens.
+     * for one token of each prompt with a new last block of {@code newTokens} tokens. Each prompt is asked
+     * once the previous one's saves are over, in an engine with blocks for two prompts: a finished request
+     * holds its blocks until its saves end, and with room for one prompt the next one waited for them in
+     * admission, so its TTFT held the previous save's time (longer layer by layer: a reservation, a write a
+     * layer and a finish, against one leased put), not its own load and compute.
      */
     static Ttft ttft(KvPoolClient client, ModelConfig mc, int prompts, int cached, int newTokens, int rounds)
             throws Exception {
         int bs = BlockHasher.DEFAULT_BLOCK_SIZE;
-        EngineConfig ec = EngineConfig.defaults().withNumBlocks((cached + newTokens) / bs + 8).withModelName("bench-ttft");
+        EngineConfig ec = EngineConfig.defaults().withNumBlocks(2 * ((cached + newTokens) / bs + 2) + 8)
+                .withModelName("bench-ttft");
         SplittableRandom r = new SplittableRandom(11);
         List<int[]> base = new ArrayList<>();
         for (int p = 0; p < prompts; p++) {
@@ -136,6 +141,7 @@ final class LayerTimingBench {
                                     + cached + " cached tokens (" + c.error() + ")");
                         }
                         got.computeIfAbsent(g, x -> new ArrayList<>()).add(c.ttftNanos());
+                        reader.connector().waitForSave();
                     }
                 }
             }
