@@ -577,7 +577,8 @@ public final class Bench {
         bar.setExtraMessage(" layers: time to first token");
         LayerTimingBench.ttftRows(c, ref, o.quick ? 4 : 8, 16, ttftRounds, "").forEach(results::add);
         bar.step();
-        // one new token, every KV byte over TCP: a layer's compute about as long as its load, where overlapping pays
+        // one new token, every KV byte over TCP: a layer's compute about as long as its load, where overlapping should
+        // pay (on this 2-vCPU machine it does not: the loads take the CPUs the compute needs; docs/benchmarks.md)
         bar.setExtraMessage(" layers: time to first token, one new token over TCP");
         try (KvPoolClient tcp = KvPoolClient.connect(ClientConfig.forMaster(pool.masterAddress()).withSharedMemory(false))) {
             LayerTimingBench.ttftRows(tcp, ref, o.quick ? 4 : 8, 1, ttftRounds, " tcp").forEach(results::add);

@@ -7,6 +7,7 @@ import java.nio.charset.StandardCharsets;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.atomic.AtomicLong;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
@@ -15,7 +16,7 @@ class ChainOrderTest {
 
     private final Map<String, BlockInfo> infos = new HashMap<>();
     /** The holds' clock, moved by the tests only. */
-    private final java.util.concurrent.atomic.AtomicLong nanos = new java.util.concurrent.atomic.AtomicLong(1_000);
+    private final AtomicLong nanos = new AtomicLong(1_000);
     private final ChainOrder order = new ChainOrder(k -> infos.get(new String(k, StandardCharsets.US_ASCII)),
             nanos::get);
 
