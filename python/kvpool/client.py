@@ -422,8 +422,8 @@ class Client:
         else ``(value length, generation, [(segment name, tier, region offset), ...])``: the segment
         name is its node's ``host:port`` ("" if the master no longer lists that segment), the tier
         ``protocol.TIER_MEMORY`` or ``TIER_DISK``, the region offset where a memory copy starts in the
-        segment (its value starts ``protocol.value_offset(key bytes)`` further; 0 for a disk copy,
-        found by generation). A new generation means a new object under the key."""
+        segment (its value starts ``protocol.value_offset(key bytes)`` further; a disk copy is found by
+        generation, and its offset is 0 or, while it is being spilled, where its memory copy was). A new generation means a new object under the key."""
         kb = p.encode_keys_checked(keys)
         out: list[tuple[int, int, list[tuple[str, int, int]]] | None] = []
         for w in self._ch.lookup(kb, True) if kb else []:

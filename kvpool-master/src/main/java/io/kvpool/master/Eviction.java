@@ -23,8 +23,9 @@ import java.util.random.RandomGenerator;
  * <p>Owns the access tick (the LRU's clock), the eviction lock and the eviction counters.
  *
  * <p>Invariants: objects whose copies are all in an SSD tier take no memory and are never taken. A
- * memory copy on a node with an SSD tier is spilled there rather than dropped, and recorded in the
- * {@link SpillLedger} until the node reports it. The nodes are told of a round's frees and spills, and
+ * memory copy on a node with an SSD tier is spilled there rather than dropped: listed at once as a disk copy
+ * on that node (which serves it from its staging memory until it is on disk), and recorded in the
+ * {@link SpillLedger} until the node reports it durable. The nodes are told of a round's frees and spills, and
  * acknowledge them, before the allocators get the space back: a node copies what it spills before the
  * space can be handed to anyone else.
  *
@@ -211,9 +212,10 @@ public final class Eviction {
         FreeBatch frees = new FreeBatch();
         Tenants tenants = index.events.tenants;
         // a spill that would take its tenant past its SSD quota (spills in flight counted) drops the object instead
+        // (a spilled copy is listed on the SSD tier at once, so the tenant's SSD use counts it from now on)
         FreeBatch.SpillChoice spill = (objects, slot, seg) -> (!tenants.active() || tenants.maySpill(
-                tenants.namespace(objects, slot), spills.spilling(tenants.namespace(objects, slot))
-                        + objects.regionLength(slot))) && spills.begin(objects, slot, seg);
+                tenants.namespace(objects, slot), objects.regionLength(slot))) && spills.begin(objects, slot, seg);
+        FreeBatch.Kept kept = new FreeBatch.Kept();
         @SuppressWarnings("GuardedBy") // ObjectIndex runs it under the shard's lock, out of the checker's sight
         Consumer<ObjectIndex.Shard> round = shard -> {
             if (freedAndKeys[0] >= targetBytes && !cut.whole()) {
@@ -227,10 +229,16 @@ public final class Eviction {
                 if (!cut.takes(objects.lastAccess(slot), freedAndKeys[0] >= targetBytes)) {
                     return false;
                 }
-                // nodes with an SSD tier keep the object there; it comes back as a disk replica (NODE_DISK_ADD)
-                freedAndKeys[0] += frees.addObject(objects, slot, spill);
+                // nodes with an SSD tier keep the object there: listed as a disk copy from now on
+                freedAndKeys[0] += frees.evict(objects, slot, spill, kept);
                 freedAndKeys[1]++;
-                return true;
+                if (kept.size == 0) {
+                    return true;
+                }
+                // the same version with the copies it keeps (unpinned; its last read unchanged)
+                objects.replace(slot, objects.valueLength(slot), objects.generation(slot), objects.lastAccess(slot),
+                        kept.segments, kept.offsets, kept.size);
+                return false;
             });
         };
         index.forEachShard(round);

@@ -73,6 +73,54 @@ final class FreeBatch {
         return memory;
     }
 
+    /** The copies an evicted object keeps: the SSD-tier copies it had, and one for each memory copy spilled. */
+    static final class Kept {
+        int[] segments = new int[4];
+        long[] offsets = new long[4];
+        int size;
+
+        private void add(int segment, long offset) {
+            if (size == segments.length) {
+                segments = Arrays.copyOf(segments, size * 2);
+                offsets = Arrays.copyOf(offsets, size * 2);
+            }
+            segments[size] = segment;
+            offsets[size] = offset;
+            size++;
+        }
+    }
+
+    /**
+     * Queues the memory copies of the complete object in {@code slot} to leave memory: each is freed or, where
+     * {@code spill} says so, moved to its node's SSD tier. Fills {@code kept} (emptied first) with the copies the
+     * object keeps: the SSD-tier copies it had, and a disk copy for each memory copy spilled, listed at once on the
+     * same segment with the offset the memory copy had. Until the node reports the spill durable it serves that
+     * copy from its staging memory (or, before it has taken the spill, from the memory region the offset names),
+     * so the object is never a miss on its way to disk. Returns the memory bytes the batch will free. Caller holds
+     * the lock of the shard whose table is {@code objects}.
+     */
+    long evict(ObjectTable objects, int slot, SpillChoice spill, Kept kept) {
+        long len = objects.regionLength(slot);
+        long generation = objects.generation(slot);
+        long memory = 0;
+        kept.size = 0;
+        for (int i = 0, n = objects.replicas(slot); i < n; i++) {
+            int stored = objects.segment(slot, i);
+            long offset = objects.offset(slot, i);
+            if (StoredSegment.onDisk(stored)) {
+                kept.add(stored, offset);
+                continue;
+            }
+            boolean spills = spill.spills(objects, slot, stored);
+            add(stored, offset, len, generation, Tier.MEMORY, spills);
+            memory += len;
+            if (spills) {
+                kept.add(stored | StoredSegment.DISK_BIT, offset);
+            }
+        }
+        return memory;
+    }
+
     /**
      * Frees every collected region on its segment (skipping segments that are gone) and tells the
      * nodes. Returns the memory bytes freed.

@@ -160,7 +160,7 @@ public final class MasterService {
         this.generations = new AtomicLong(startMillis << 10);
         this.leases = new ReadLeases(incarnation, config.readLease(), leaseNanos, startGrace);
         this.segments = new Segments(nodes, index.events.feed);
-        this.spills = new SpillLedger(segments, nodes, clock, index.events.tenants);
+        this.spills = new SpillLedger(index, segments, clock);
         this.epoch = new Epoch(index, segments, spills);
         this.eviction = new Eviction(config, clock, startMillis, random, index, segments, spills, nodes);
         this.repair = new Repair(clock, epoch, index, segments, nodes, random);
@@ -568,10 +568,10 @@ public final class MasterService {
             Consumer<ObjectIndex.Shard> expirePins = shard -> shard.objects.expirePins(now);
             index.forEachShard(expirePins);
             eviction.onTick(writeLeases.unusedBytes());
+            spills.expire(now);
         } finally {
             epoch.shared().unlock();
         }
-        spills.expire(now);
         leases.expire();
         long forget = now - 10 * config.clientTtl().toMillis();
         clients.values().removeIf(seen -> seen < forget);

@@ -198,7 +198,11 @@ final class NodeReports {
 
     // ------------------------------------------------------------------ the SSD tier
 
-    /** NODE_DISK_ADD: objects a node just spilled to its SSD tier become visible again, as disk replicas. */
+    /**
+     * NODE_DISK_ADD: objects a node just spilled to its SSD tier are durable there. A spill is listed as a disk
+     * copy from its eviction on ({@link FreeBatch#evict}): the report confirms it; a spill the index no longer
+     * lists (a node that re-registered meanwhile) is listed again.
+     */
     List<ResultCode> diskAdd(Inventory inv) {
         epoch.shared().lock();
         try {
@@ -212,7 +216,7 @@ final class NodeReports {
                 // EXPIRED) or wholly after (it removes the disk copy), never in between
                 return index.withShard(hash, shard -> {
                     if (spills.land(new Key(it.key(), hash), it.generation(), seg.id)) {
-                        return adoptDisk(seg, it, tick); // re-enters the same shard lock
+                        return listedOnDisk(seg, it) ? ResultCode.OK : adoptDisk(seg, it, tick); // re-enters the lock
                     }
                     // already listed (a report repeated after a lost reply, or the node's inventory listed
                     // it after a re-registration): nothing to do; else removed or replaced on its way to disk
@@ -229,6 +233,7 @@ final class NodeReports {
         epoch.shared().lock();
         try {
             return eachItem(inv, "node_disk_drop", (seg, it, tick) -> withDiskReplica(seg, it, (objects, slot, r) -> {
+                spills.land(new Key(it.key(), index.hash(it.key())), it.generation(), seg.id); // a spill dropped: done
                 if (r < 0) {
                     return ResultCode.NOT_FOUND;
                 }

@@ -50,8 +50,9 @@ final class Removals {
                 index.events.lost.revoke(key, hash); // a copy lost with a dropped node must not come back now
                 ObjectTable objects = shard.objects;
                 int slot = objects.find(key, hash);
+                spills.forget(new Key(key, hash)); // its listed copies, spills included, are freed below
                 if (slot < 0) {
-                    out[i] = spills.cancel(new Key(key, hash)) ? ResultCode.OK : ResultCode.NOT_FOUND;
+                    out[i] = ResultCode.NOT_FOUND;
                     return;
                 }
                 segments.release(objects, slot);
@@ -95,8 +96,9 @@ final class Removals {
                         return true;
                     });
                 }
-                // this shard's spills, under its lock, as NODE_DISK_ADD checks them (Membership.diskAdd)
-                n[0] += spills.cancelByPrefix(prefix, key -> index.inShard(key.hashCode(), shard));
+                // this shard's spills, under its lock, as NODE_DISK_ADD checks them (NodeReports.diskAdd); their
+                // objects were listed (as disk copies) and are freed with the rest
+                spills.forgetByPrefix(prefix, key -> index.inShard(key.hashCode(), shard));
             };
             index.forEachShard(dropPrefix);
             // still under the epoch lock: a reset cannot slip in and free these regions first

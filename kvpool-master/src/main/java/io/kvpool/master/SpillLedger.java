@@ -1,7 +1,6 @@
 package io.kvpool.master;
 
 import io.kvpool.protocol.Keys;
-import io.kvpool.protocol.Tier;
 
 import java.time.InstantSource;
 import java.util.ArrayList;
@@ -11,8 +10,9 @@ import java.util.concurrent.ConcurrentHashMap;
 
 /**
  * Objects on their way from memory to a node's SSD tier: evicted with the spill flag, and not yet
- * reported back by the node (NODE_DISK_ADD). Until then such an object is a miss; once reported it
- * is listed again, as a disk replica.
+ * reported back by the node (NODE_DISK_ADD). Such an object is listed as a disk copy from the moment it is
+ * evicted ({@link FreeBatch#evict}), so it is never a miss on its way; the node serves it from its staging
+ * memory until its report says the copy is durable. The ledger is what checks that report.
  *
  * <p>Owns the spills in flight, by key: for each copy on its way (an object with copies on several
  * nodes spills each to its own node's tier), the generation spilled, the segment, and a deadline.
@@ -20,16 +20,17 @@ import java.util.concurrent.ConcurrentHashMap;
  * <p>Invariants:
  * <ul>
  *   <li>A node's report is accepted only for a spill still here, of that generation on that segment
- *       ({@link #land}). A removal of the key in between {@link #cancel}s the spill and tells the
- *       node to drop the disk copy, so a removed object cannot come back from disk.</li>
+ *       ({@link #land}), or for a disk copy the index still lists. A removal of the key frees its listed
+ *       copies (the node drops the spill) and {@link #forget}s the spill, so a removed object cannot come
+ *       back from disk.</li>
  *   <li>A reset forgets every spill ({@link #clear}): what was spilled before it belongs to an older
  *       epoch.</li>
- *   <li>A spill whose report never comes (the node's queue was full) is forgotten after
- *       {@value #TIMEOUT_MILLIS} ms ({@link #expire}).</li>
+ *   <li>A spill whose report never comes is forgotten after {@value #TIMEOUT_MILLIS} ms ({@link #expire}); a
+ *       spill the node could not keep is reported dropped (NODE_DISK_DROP) and leaves the index then.</li>
  * </ul>
  *
  * <p>Locks: none of its own (a concurrent map). {@link #begin} runs under the object's shard lock,
- * during an eviction round; {@link #land}, {@link #cancel} and {@link #cancelByPrefix} under the key's shard
+ * during an eviction round; {@link #land}, {@link #forget} and {@link #forgetByPrefix} under the key's shard
  * lock (so a removal and a disk report of one key never interleave) and the epoch
  * lock (either mode), {@link #clear} under the epoch write lock.
  */
@@ -38,38 +39,20 @@ final class SpillLedger {
     /** How long a spill may take to be reported before it is forgotten. */
     static final long TIMEOUT_MILLIS = 60_000;
 
-    /**
-     * A spill in flight: which version of the object, to which segment's SSD tier, reported by when; its tenant's
-     * namespace (-1 without tenants) and its bytes, counted against the tenant's SSD quota until it is resolved.
-     */
-    private record Spill(long generation, int segmentId, long deadlineMillis, int namespace, long bytes) {
+    /** A spill in flight: which version of the object, to which segment's SSD tier, reported by when. */
+    private record Spill(long generation, int segmentId, long deadlineMillis) {
     }
 
     /** By key, the spills of its copies (one per segment); the lists are never changed, only replaced. */
     private final Map<Key, List<Spill>> inFlight = new ConcurrentHashMap<>();
+    private final ObjectIndex index;
     private final Segments segments;
-    private final NodeNotifier nodes;
     private final InstantSource clock;
-    private final Tenants tenants;
-    /** Bytes in flight to the SSD tier, by tenant namespace. */
-    private final Map<Integer, Long> spillingBytes = new ConcurrentHashMap<>();
 
-    SpillLedger(Segments segments, NodeNotifier nodes, InstantSource clock, Tenants tenants) {
+    SpillLedger(ObjectIndex index, Segments segments, InstantSource clock) {
+        this.index = index;
         this.segments = segments;
-        this.nodes = nodes;
         this.clock = clock;
-        this.tenants = tenants;
-    }
-
-    /** Bytes of namespace {@code ns} on their way to the SSD tier (spilled, not reported yet). */
-    long spilling(int ns) {
-        return spillingBytes.getOrDefault(ns, 0L);
-    }
-
-    private void resolved(Spill s) {
-        if (s.namespace >= 0) {
-            spillingBytes.merge(s.namespace, -s.bytes, (a, b) -> a + b == 0 ? null : a + b);
-        }
     }
 
     /**
@@ -82,32 +65,25 @@ final class SpillLedger {
         if (s == null || !s.tiers.hasDisk()) {
             return false;
         }
-        int ns = tenants.active() ? tenants.namespace(objects, slot) : -1;
-        Spill spill = new Spill(objects.generation(slot), segmentId, clock.millis() + TIMEOUT_MILLIS, ns,
-                objects.regionLength(slot));
+        Spill spill = new Spill(objects.generation(slot), segmentId, clock.millis() + TIMEOUT_MILLIS);
         inFlight.compute(new Key(objects.key(slot), objects.hash(slot)), (k, was) -> {
             List<Spill> now = new ArrayList<>();
             if (was != null) {
                 for (Spill s2 : was) {
                     if (s2.segmentId != segmentId) {
                         now.add(s2); // another copy's spill, to another node
-                    } else {
-                        resolved(s2);
                     }
                 }
             }
             now.add(spill);
             return List.copyOf(now);
         });
-        if (ns >= 0) {
-            spillingBytes.merge(ns, spill.bytes, Long::sum);
-        }
         return true;
     }
 
     /**
-     * A node reports {@code key} at {@code generation} durable in its SSD tier: true (and the spill is
-     * done) if that is the spill in flight to {@code segmentId}; false if there is none (removed or
+     * A node reports {@code key} at {@code generation} durable in its SSD tier (or dropped): true (and the
+     * spill is done) if that is the spill in flight to {@code segmentId}; false if there is none (removed or
      * replaced on its way to disk, reported twice, or never spilled).
      */
     boolean land(Key key, long generation, int segmentId) {
@@ -117,7 +93,6 @@ final class SpillLedger {
             for (Spill s : was) {
                 if (!landed[0] && s.generation == generation && s.segmentId == segmentId) {
                     landed[0] = true;
-                    resolved(s);
                 } else {
                     now.add(s);
                 }
@@ -127,53 +102,78 @@ final class SpillLedger {
         return landed[0];
     }
 
-    /** Forgets the key's spills in flight and tells their nodes to drop the disk copies that made it there. */
-    boolean cancel(Key key) {
-        List<Spill> gone = inFlight.remove(key);
-        if (gone == null) {
-            return false;
-        }
-        for (Spill s : gone) {
-            resolved(s);
-            Segment seg = segments.get(s.segmentId);
-            if (seg != null) {
-                nodes.free(seg, 0, s.generation, Tier.DISK, false);
-            }
-        }
-        return true;
+    /**
+     * Forgets the key's spills in flight (the key was removed: freeing its listed copies told the nodes to drop
+     * them). Whether there were any.
+     */
+    boolean forget(Key key) {
+        return inFlight.remove(key) != null;
     }
 
-    /** {@link #cancel}s every spill in flight whose key starts with {@code prefix}; returns how many. */
-    long cancelByPrefix(byte[] prefix, java.util.function.Predicate<Key> which) {
+    /** {@link #forget}s every spill in flight whose key starts with {@code prefix}; returns how many keys. */
+    long forgetByPrefix(byte[] prefix, java.util.function.Predicate<Key> which) {
         long n = 0;
         for (Key k : new ArrayList<>(inFlight.keySet())) {
-            if (Keys.hasPrefix(k.bytes, prefix) && which.test(k) && cancel(k)) {
+            if (Keys.hasPrefix(k.bytes, prefix) && which.test(k) && forget(k)) {
                 n++;
             }
         }
         return n;
     }
 
-    /** Forgets the spills not reported by their deadline. */
-    void expire(long nowMillis) {
+    /** Spills in flight (keys with at least one). */
+    int size() {
+        return inFlight.size();
+    }
+
+    /**
+     * Forgets the spills not reported by their deadline, and takes their disk copies out of the index: a node
+     * that never said the copy is durable (nor dropped) may not hold it. Returns how many copies left the index.
+     * Caller holds the epoch lock (either mode) and no shard lock.
+     */
+    int expire(long nowMillis) {
+        int[] delisted = {0};
         for (Key k : new ArrayList<>(inFlight.keySet())) {
-            inFlight.computeIfPresent(k, (key, was) -> {
+            @SuppressWarnings("GuardedBy") // ObjectIndex runs it under the shard's lock, out of the checker's sight
+            java.util.function.Consumer<ObjectIndex.Shard> expireKey = shard -> inFlight.computeIfPresent(k, (key, was) -> {
                 List<Spill> now = new ArrayList<>(was.size());
                 for (Spill s : was) {
                     if (s.deadlineMillis >= nowMillis) {
                         now.add(s);
-                    } else {
-                        resolved(s);
+                    } else if (delist(shard.objects, key, s)) {
+                        delisted[0]++;
                     }
                 }
                 return now.isEmpty() ? null : List.copyOf(now);
             });
+            index.withShard(k.hashCode(), shard -> {
+                expireKey.accept(shard);
+                return null;
+            });
         }
+        return delisted[0];
+    }
+
+    /** Removes the disk copy {@code s} listed for {@code key}, if the index still lists it. Under the key's shard lock. */
+    private static boolean delist(ObjectTable objects, Key key, Spill s) {
+        int slot = objects.find(key.bytes, key.hashCode());
+        if (slot < 0 || objects.generation(slot) != s.generation) {
+            return false;
+        }
+        int r = objects.replicaOn(slot, s.segmentId);
+        if (r < 0 || !StoredSegment.onDisk(objects.segment(slot, r))) {
+            return false;
+        }
+        if (objects.replicas(slot) == 1) {
+            objects.remove(slot);
+        } else {
+            objects.removeReplica(slot, r);
+        }
+        return true;
     }
 
     /** Forgets every spill (a reset). Caller holds the epoch write lock. */
     void clear() {
         inFlight.clear();
-        spillingBytes.clear();
     }
 }

@@ -574,13 +574,15 @@ class MasterServiceTest {
 
     /**
      * The spill protocol: an eviction from a node with a disk tier frees with the spill flag and the
-     * object is a miss until the node reports it durable (NODE_DISK_ADD), then a disk replica; a
-     * remove while the spill is on its way cancels it (the node is told to drop the disk copy) and the
-     * late report is refused; a report of a generation never spilled is refused; NODE_DISK_DROP takes
-     * a disk replica out.
+     * object is listed as a disk replica on that node at once (never a miss on its way); the node's
+     * report that it is durable (NODE_DISK_ADD) confirms it, repeated or not; a remove while the spill
+     * is on its way frees the disk copy (the node drops the spill) and the late report is refused; a
+     * report of a generation never spilled is refused; NODE_DISK_DROP takes a disk replica out, also one
+     * still on its way (the node could not keep it); a spill never reported leaves the index at its
+     * deadline.
      */
     @Test
-    void spillsBecomeDiskReplicasOnlyWhenReportedAndNotAfterARemoval() {
+    void spillsAreListedOnDiskFromTheirEvictionUntilRemovedDroppedOrNeverReported() {
         RecordingNotifier recording = new RecordingNotifier();
         List<Freed> freed = recording.freed;
         MasterService s = new MasterService(MasterConfig.defaults(), clock, new SplittableRandom(7), recording);
@@ -602,10 +604,13 @@ class MasterServiceTest {
         assertThat(spills).hasSizeGreaterThanOrEqualTo(8).allMatch(f -> f.segment() == seg && f.tier() == Tier.MEMORY);
         assertThat(freed).allMatch(Freed::spill); // nothing else was freed
 
-        List<String> evicted = generations.keySet().stream().filter(k -> !exists(s, k)).sorted().toList();
-        assertThat(evicted).hasSameSizeAs(spills); // a miss until the node reports it on disk
+        assertThat(generations.keySet()).allMatch(k -> exists(s, k)); // no miss on the way to disk
+        List<String> evicted = generations.keySet().stream().filter(k -> onDisk(s, k, seg)).sorted().toList();
+        assertThat(evicted).hasSameSizeAs(spills);
         String a = evicted.get(0);
         String b = evicted.get(1);
+        String c = evicted.get(2);
+        String d = evicted.get(3);
         java.util.function.Function<String, Inventory> report = key -> new Inventory(seg, inc, true,
                 List.of(new InventoryItem(0, generations.get(key), s.epoch(), k(key), VALUE, Tier.DISK)));
 
@@ -624,13 +629,40 @@ class MasterServiceTest {
         assertThat(s.membership().diskAdd(report.apply(b))).containsExactly(ResultCode.EXPIRED);
         assertThat(exists(s, b)).isFalse();
 
-        String live = generations.keySet().stream().filter(k -> exists(s, k) && !k.equals(a)).findFirst().orElseThrow();
+        String live = generations.keySet().stream().filter(k -> exists(s, k) && !onDisk(s, k, seg)).findFirst().orElseThrow();
         assertThat(s.membership().diskAdd(report.apply(live))).as("never spilled").containsExactly(ResultCode.EXPIRED);
         assertThat(s.getReplicaList(List.of(k(live))).getFirst().replicas()).noneMatch(r -> r.onDisk());
 
         assertThat(s.membership().diskDrop(report.apply(a))).containsExactly(ResultCode.OK);
         assertThat(exists(s, a)).isFalse();
         assertThat(s.membership().diskDrop(report.apply(a))).containsExactly(ResultCode.NOT_FOUND);
+
+        assertThat(s.membership().diskDrop(report.apply(c))).as("a spill the node could not keep")
+                .containsExactly(ResultCode.OK);
+        assertThat(exists(s, c)).isFalse();
+        assertThat(s.membership().diskAdd(report.apply(c))).containsExactly(ResultCode.EXPIRED);
+
+        // d is never reported: it stays listed until its deadline, then leaves; a late report is refused
+        String e = evicted.get(4);
+        assertThat(s.membership().diskAdd(report.apply(e))).containsExactly(ResultCode.OK);
+        long waited = 0;
+        while (waited <= SpillLedger.TIMEOUT_MILLIS) {
+            assertThat(exists(s, d)).as("listed %d ms after its eviction", waited).isTrue();
+            clock.advance(Duration.ofSeconds(5));
+            waited += 5_000;
+            s.membership().heartbeat(seg, inc, disk);
+            s.tick();
+        }
+        assertThat(exists(s, d)).isFalse();
+        assertThat(onDisk(s, e, seg)).as("reported durable: kept").isTrue();
+        assertThat(s.membership().diskAdd(report.apply(d))).containsExactly(ResultCode.EXPIRED);
+    }
+
+    /** Whether the key is listed with a single copy, on segment {@code seg}'s SSD tier. */
+    private static boolean onDisk(MasterService s, String key, int seg) {
+        ReplicaList rl = s.getReplicaList(List.of(k(key))).getFirst();
+        return rl.code() == ResultCode.OK && rl.replicas().size() == 1 && rl.replicas().getFirst().onDisk()
+                && rl.replicas().getFirst().segmentId() == seg;
     }
 
     /**
@@ -660,7 +692,7 @@ class MasterServiceTest {
                     end(s, key, r.generation());
                     generations.put(key, r.generation());
                 }
-                List<String> spilling = generations.keySet().stream().filter(k -> !exists(s, k)).sorted().toList();
+                List<String> spilling = generations.keySet().stream().filter(k -> onDisk(s, k, seg)).sorted().toList();
                 assertThat(spilling).isNotEmpty();
                 for (String key : spilling) {
                     java.util.concurrent.CyclicBarrier go = new java.util.concurrent.CyclicBarrier(2);

@@ -36,11 +36,13 @@ import java.util.concurrent.atomic.AtomicLong;
  * <h2>Flows</h2>
  * <ul>
  *   <li><b>Spill.</b> The master evicts a memory object and asks for a spill (a NODE_FREE item with
- *       the spill flag). The node copies the value out of its segment (the region pinned meanwhile)
- *       into the store's bounded staging queue, then drops the region. When the store has written and
- *       forced it, the object is reported to the master (NODE_DISK_ADD, sent by {@link MasterLink}),
- *       which lists it again as a disk replica: lookups see it as present. Between the eviction and
- *       that report the object is a miss; a full queue drops it (counted).</li>
+ *       the spill flag); it lists the object as a disk copy on this node at once, with the offset its
+ *       memory copy had. The node copies the value out of its segment (the region pinned meanwhile)
+ *       into the store's bounded staging queue, then retires the region. Reads find it in the region
+ *       until then, in staging until it is written, and on disk after: never a miss on the way. When the
+ *       store has written and forced it, the object is reported to the master (NODE_DISK_ADD, sent by
+ *       {@link MasterLink}), which confirms it; a spill the store could not take or keep is reported
+ *       dropped (NODE_DISK_DROP) and leaves the index.</li>
  *   <li><b>Read.</b> A NODE_READ item for the disk tier is read by generation into a staging buffer,
  *       its checksum verified (a mismatch is a miss and a counter, never bytes), and sent. Staging
  *       for reads is bounded by a byte budget: a reader waits for room (back-pressure).</li>
@@ -107,9 +109,18 @@ final class DiskTier implements AutoCloseable {
         return store;
     }
 
-    /** Spills a value from the segment; false if the staging queue is full (dropped and counted). */
+    /**
+     * Spills a value from the segment; false if the store would not take it (staging full: dropped and counted).
+     * The master lists a spill on this node's SSD tier from the moment it asks for it, so a spill not taken is
+     * reported dropped (NODE_DISK_DROP), as one the writer later cannot keep.
+     */
     boolean spill(byte[] key, long generation, long epoch, MemorySegment value, int valueCrc) {
-        return store.offer(key, generation, epoch, value, valueCrc);
+        if (store.offer(key, generation, epoch, value, valueCrc)) {
+            return true;
+        }
+        dropped.add(new DiskStore.Entry(key.clone(), generation, epoch, value.byteSize(), valueCrc, 0));
+        onChange.run();
+        return false;
     }
 
     /** A staged disk read, to be sent and then released. */

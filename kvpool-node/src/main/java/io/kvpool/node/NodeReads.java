@@ -87,7 +87,12 @@ final class NodeReads {
             for (NodeMessages.RangeItem ri : items) {
                 NodeMessages.ReadItem it = ri.object();
                 MemorySegment value;
-                if (it.tier() == Tier.DISK) {
+                // a copy on its way to the SSD tier is listed there from its eviction on, with the offset its
+                // memory copy had: until this node takes the spill (and retires the region) it is read there;
+                // after, the disk tier has it (queued or written). Generations are never reused, so a region
+                // holding another object at that offset does not match.
+                RegionLedger.Region r = ledger.beginRead(it.offset(), it.generation());
+                if (r == null && it.tier() == Tier.DISK) {
                     DiskTier.Staged st = disk == null ? null : disk.read(it.generation(), it.valueLength());
                     if (st == null) {
                         codes.add(ResultCode.NOT_FOUND);
@@ -97,7 +102,6 @@ final class NodeReads {
                     value = st.value;
                     fromDisk += ri.rangeLength();
                 } else {
-                    RegionLedger.Region r = ledger.beginRead(it.offset(), it.generation());
                     if (r == null) {
                         codes.add(ResultCode.NOT_FOUND);
                         continue;

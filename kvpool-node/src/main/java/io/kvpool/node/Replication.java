@@ -117,7 +117,9 @@ final class Replication {
     /** The copy's value bytes, held (pinned or staged) until the reply; null when this node no longer has it. */
     private MemorySegment source(NodeMessages.ReplicateItem it, List<RegionLedger.Region> pinned,
                                  List<DiskTier.Staged> staged) throws IOException {
-        if (it.tier() == Tier.DISK) {
+        // a disk copy still on its way is read where its memory copy was, as NodeReads does
+        RegionLedger.Region r = ledger.beginRead(it.offset(), it.generation());
+        if (r == null && it.tier() == Tier.DISK) {
             DiskTier.Staged st = disk == null ? null : disk.read(it.generation(), it.valueLength());
             if (st == null) {
                 return null;
@@ -125,7 +127,6 @@ final class Replication {
             staged.add(st);
             return st.value;
         }
-        RegionLedger.Region r = ledger.beginRead(it.offset(), it.generation());
         if (r == null) {
             return null;
         }

@@ -14,6 +14,7 @@ import java.util.IdentityHashMap;
 import java.util.LinkedHashSet;
 import java.util.List;
 import java.util.Set;
+import java.util.function.Consumer;
 
 /**
  * The {@code kvpool-disk-writer} thread: the one thread that mutates files.
@@ -175,6 +176,8 @@ final class AppendWriter {
         List<RunWriter.Run> runs = new ArrayList<>();
         Set<DataFile> touched = new LinkedHashSet<>();
         List<Slot> evicted = new ArrayList<>();
+        // spills taken but not kept: the listener hears of them as drops (they were readable while queued)
+        List<DiskStore.Entry> lost = new ArrayList<>();
         long placed = 0;
         boolean failed = false;
         try {
@@ -189,6 +192,7 @@ final class AppendWriter {
                     } finally {
                         index.lock.unlock();
                     }
+                    lost.add(entry(p));
                     continue;
                 }
                 DataFile f = files.appendTarget(p.recordLength);
@@ -239,6 +243,9 @@ final class AppendWriter {
                 }
             }
             for (Staging.Pending p : batch) {
+                if (failed && p.file != null && !p.cancelled) {
+                    lost.add(entry(p));
+                }
                 if (!failed && p.file != null) {
                     if (p.cancelled || p.epoch < index.fenceEpoch) {
                         index.tomb(p.file, p.filePos);
@@ -257,8 +264,14 @@ final class AppendWriter {
         }
         evicted.addAll(superseded);
         reportDropped(evicted);
+        tell(lost, listener::dropped, "dropped");
         reportStored(stored);
     }
+
+    private static DiskStore.Entry entry(Staging.Pending p) {
+        return new DiskStore.Entry(p.key.clone(), p.generation, p.epoch, p.valueLength, p.valueCrc, 0);
+    }
+
 
     /**
      * A writer pass between batches: deletes emptied files, compacts, evicts if the files are past
@@ -329,28 +342,26 @@ final class AppendWriter {
     }
 
     private void reportStored(List<DiskStore.Entry> stored) {
-        if (stored.isEmpty()) {
-            return;
-        }
-        try {
-            listener.stored(stored);
-        } catch (RuntimeException e) {
-            log.warn("disk tier: listener.stored failed", e);
-        }
+        tell(stored, listener::stored, "stored");
     }
 
     private void reportDropped(List<Slot> dropped) {
-        if (dropped.isEmpty()) {
+        List<DiskStore.Entry> entries = new ArrayList<>(dropped.size());
+        for (Slot s : dropped) {
+            entries.add(s.entry());
+        }
+        tell(entries, listener::dropped, "dropped");
+    }
+
+    /** Calls the listener with a non-empty list; a listener that throws is logged. */
+    private static void tell(List<DiskStore.Entry> entries, Consumer<List<DiskStore.Entry>> call, String what) {
+        if (entries.isEmpty()) {
             return;
         }
         try {
-            List<DiskStore.Entry> entries = new ArrayList<>(dropped.size());
-            for (Slot s : dropped) {
-                entries.add(s.entry());
-            }
-            listener.dropped(entries);
+            call.accept(entries);
         } catch (RuntimeException e) {
-            log.warn("disk tier: listener.dropped failed", e);
+            log.warn("disk tier: listener.{} failed", what, e);
         }
     }
 }

@@ -347,8 +347,10 @@ public final class DiskStore implements AutoCloseable {
 
     /**
      * Reads the value of {@code generation} into {@code dst} (native or byte[]-backed, of exactly the
-     * value's length) and checks it against its CRC32C. OK: dst holds exactly the stored value, its
-     * hit count goes up and it becomes the most recently read object (the last to be evicted). NOT_FOUND: no such object (or the store is
+     * value's length) and checks it against its CRC32C. A spill still queued is read from staging memory
+     * (so an object is readable from the moment it is offered). OK: dst holds exactly the stored value, its
+     * hit count goes up (not for a queued spill) and it becomes the most recently read object (the last to be
+     * evicted). NOT_FOUND: no such object (or the store is
      * closed). CORRUPT: the bytes on disk are damaged; dst is zeroed, the object is dropped (reported
      * to the listener) and a checksum failure counted. Safe concurrently with everything; a record
      * moved by compaction meanwhile is read from the file it was found in, which lives until the read
@@ -359,15 +361,21 @@ public final class DiskStore implements AutoCloseable {
      * @throws IOException              if the file cannot be read
      */
     public ReadStatus read(long generation, MemorySegment dst) throws IOException {
-        return reader.read(generation, dst);
+        // staging first: a record goes from the queue to the index, never back, in one hold of the lock
+        ReadStatus queued = staging.readQueued(generation, dst);
+        return queued != null ? queued : reader.read(generation, dst);
     }
 
-    /** The live object with this generation, or null (also while it is only queued). */
+    /** The live object with this generation, stored or queued (with no hits yet), or null. */
     public Entry lookup(long generation) {
         index.lock.lock();
         try {
             Slot s = index.get(generation);
-            return s == null ? null : s.entry();
+            if (s != null) {
+                return s.entry();
+            }
+            Staging.Pending p = staging.queued(generation);
+            return p == null ? null : new Entry(p.key.clone(), p.generation, p.epoch, p.valueLength, p.valueCrc, 0);
         } finally {
             index.lock.unlock();
         }

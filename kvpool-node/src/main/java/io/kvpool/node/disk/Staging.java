@@ -163,7 +163,50 @@ final class Staging {
         return true;
     }
 
+    /**
+     * Reads the value of {@code generation} from its queued spill into {@code dst} (of exactly the value's
+     * length) and checks it against its CRC32C; null when no spill of it is queued (it is on disk by now, or
+     * gone: a record leaves the queue under the same lock hold that indexes it). Waits for a copy into the ring
+     * still in progress. Copies under the store's lock, as the writer releases ring space under it; a spill is
+     * queued for the few milliseconds until its batch is forced, so such reads are rare.
+     *
+     * @throws IllegalArgumentException if {@code dst.byteSize()} is not the value length
+     */
+    DiskStore.ReadStatus readQueued(long generation, MemorySegment dst) {
+        int crc;
+        index.lock.lock();
+        try {
+            Pending p = pending.get(generation);
+            while (p != null && !p.ready) {
+                index.progress.awaitUninterruptibly();
+                p = pending.get(generation);
+            }
+            if (p == null || p.cancelled) {
+                return null;
+            }
+            if (dst.byteSize() != p.valueLength) {
+                throw new IllegalArgumentException("disk tier: generation " + generation + " has a value of "
+                        + p.valueLength + " bytes, destination has " + dst.byteSize());
+            }
+            MemorySegment.copy(ring, p.ringOffset + ObjectLayout.valueOffset(p.key.length), dst, 0, p.valueLength);
+            crc = p.valueCrc;
+        } finally {
+            index.lock.unlock();
+        }
+        if (ObjectLayout.valueCrc(dst) == crc) {
+            return DiskStore.ReadStatus.OK;
+        }
+        dst.fill((byte) 0);
+        return DiskStore.ReadStatus.CORRUPT;
+    }
+
     // ---- the rest under lock ----
+
+    /** The queued (not cancelled) spill of {@code generation}, or null. */
+    Pending queued(long generation) {
+        Pending p = pending.get(generation);
+        return p == null || p.cancelled ? null : p;
+    }
 
     /** Cancels the queued spill of {@code generation} (the writer skips it). Whether there was one. */
     boolean cancel(long generation) {

@@ -84,6 +84,23 @@ class DiskStoreTest {
         }
     }
 
+    /** A recorder that holds the writer in its first {@code stored} call until {@code gate} opens: nothing more is drained. */
+    static class HeldWriter extends Recorder {
+        final CountDownLatch entered = new CountDownLatch(1);
+        final CountDownLatch gate = new CountDownLatch(1);
+
+        @Override
+        public void stored(List<DiskStore.Entry> entries) {
+            super.stored(entries);
+            entered.countDown();
+            try {
+                gate.await();
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+        }
+    }
+
     private DiskStore openStore(DiskStore.Config config, Recorder rec) throws IOException {
         DiskStore s = new DiskStore(config, rec);
         rec.store = s;
@@ -546,20 +563,9 @@ class DiskStoreTest {
     @Test
     void aFullStagingAreaRefusesOffersWithoutBlocking() throws Exception {
         long seed = seed("aFullStagingAreaRefusesOffersWithoutBlocking");
-        CountDownLatch entered = new CountDownLatch(1);
-        CountDownLatch gate = new CountDownLatch(1);
-        Recorder rec = new Recorder() {
-            @Override
-            public void stored(List<DiskStore.Entry> entries) {
-                super.stored(entries);
-                entered.countDown();
-                try {
-                    gate.await(); // holds the writer: nothing more is drained until released
-                } catch (InterruptedException e) {
-                    Thread.currentThread().interrupt();
-                }
-            }
-        };
+        HeldWriter rec = new HeldWriter();
+        CountDownLatch entered = rec.entered;
+        CountDownLatch gate = rec.gate;
         long staging = 64 * KiB;
         DiskStore s = openStore(new DiskStore.Config(dir, 64 * MiB, MiB, staging, 0.9, 0.8), rec);
         // larger than staging: refused
@@ -590,6 +596,50 @@ class DiskStoreTest {
         close(s);
         assertThat(offer(s, 100, 1, value(seed, 100, size))).isFalse();
         assertThat(s.read(99, MemorySegment.ofArray(new byte[size]))).isEqualTo(DiskStore.ReadStatus.NOT_FOUND);
+    }
+
+    /**
+     * A spill is readable from the moment it is offered: while the writer has not taken it, a read copies it
+     * out of staging (byte-exact, checked) and lookup lists it; a removal cancels it and the read misses; once
+     * written it is read from the file. The master lists a spill as a disk copy from its eviction on, so a miss
+     * here would be an object lost for the time the disk takes.
+     */
+    @Test
+    void aQueuedSpillIsReadFromStagingUntilItIsWritten() throws Exception {
+        long seed = seed("aQueuedSpillIsReadFromStagingUntilItIsWritten");
+        HeldWriter rec = new HeldWriter();
+        CountDownLatch entered = rec.entered;
+        CountDownLatch gate = rec.gate;
+        DiskStore s = openStore(new DiskStore.Config(dir, 64 * MiB, MiB, 4 * MiB, 0.9, 0.8), rec);
+        int size = 200 * (int) KiB;
+        assertThat(offer(s, 1, 1, value(seed, 1, size))).isTrue();
+        entered.await();
+        for (long g = 2; g <= 4; g++) {
+            assertThat(offer(s, g, 1, value(seed, g, size))).isTrue();
+        }
+        assertThat(rec.stored).containsExactly(1L);
+        for (boolean heap : new boolean[]{true, false}) {
+            var got = read(s, 3, size, heap);
+            assertThat(got.getKey()).isEqualTo(DiskStore.ReadStatus.OK);
+            assertThat(got.getValue()).isEqualTo(value(seed, 3, size));
+        }
+        assertThat(s.lookup(3)).isNotNull().satisfies(e -> {
+            assertThat(e.valueLength()).isEqualTo(size);
+            assertThat(e.hits()).isZero();
+            assertThat(e.key()).isEqualTo(key(3));
+        });
+        assertThatThrownBy(() -> s.read(3, MemorySegment.ofArray(new byte[size - 1])))
+                .isInstanceOf(IllegalArgumentException.class).hasMessageContaining("generation 3");
+        assertThat(s.remove(4)).isTrue(); // cancels the queued spill
+        assertThat(read(s, 4, size, true).getKey()).isEqualTo(DiskStore.ReadStatus.NOT_FOUND);
+        assertThat(s.lookup(4)).isNull();
+
+        gate.countDown();
+        s.flush();
+        assertThat(rec.stored).containsExactlyInAnyOrder(1L, 2L, 3L);
+        assertThat(s.stats().queuedItems()).isZero();
+        assertThat(read(s, 3, size, false).getValue()).isEqualTo(value(seed, 3, size));
+        assertThat(s.lookup(3).hits()).isEqualTo(1); // only the read from the file counts
     }
 
     /** Test 6: remove and reset(epoch), durable across a restart. */
