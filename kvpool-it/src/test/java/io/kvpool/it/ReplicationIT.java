@@ -119,11 +119,18 @@ class ReplicationIT {
                     Tier.MEMORY, w.replica.offset(), target + (1 << 20));
             NodeMessages.ReplicateItem otherKey = new NodeMessages.ReplicateItem("rep/b".getBytes(StandardCharsets.UTF_8),
                     w.generation, w.length, Tier.MEMORY, w.replica.offset(), target + (2 << 20));
-            NodeMessages.ReplicateItem onDisk = new NodeMessages.ReplicateItem(key, w.generation, w.length, Tier.DISK, 0,
-                    target + (3 << 20));
+            // a disk copy the node has neither on disk nor (on its way there) at the offset named
+            NodeMessages.ReplicateItem onDisk = new NodeMessages.ReplicateItem(key, w.generation, w.length, Tier.DISK,
+                    w.replica.offset() + (4 << 20), target + (3 << 20));
             assertThat(replicate(a, new NodeMessages.Replicate(epoch, 0, a.controlToken(), "127.0.0.1", b.port(),
                     List.of(stale, otherKey, onDisk)))).containsExactly(ResultCode.NOT_FOUND, ResultCode.NOT_FOUND,
                     ResultCode.NOT_FOUND);
+            // a disk copy on its way (the master lists a spill on disk with its memory offset at once): copied from there
+            NodeMessages.ReplicateItem spilling = new NodeMessages.ReplicateItem(key, w.generation, w.length, Tier.DISK,
+                    w.replica.offset(), target + (4 << 20));
+            assertThat(replicate(a, new NodeMessages.Replicate(epoch, 0, a.controlToken(), "127.0.0.1", b.port(),
+                    List.of(spilling)))).containsExactly(ResultCode.OK);
+            assertThat(read(b, target + (4 << 20), w.generation, value.length)).isEqualTo(value);
 
             // a target nobody listens on
             int closed = ProcessCluster.freePort();
