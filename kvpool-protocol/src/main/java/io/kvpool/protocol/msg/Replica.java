@@ -7,7 +7,9 @@ import io.kvpool.protocol.Tier;
 /**
  * Where one copy of an object lives: a segment (by id, resolved to a node address through the
  * cluster's segment table), the tier on that node, and for the memory tier the region's start
- * offset (a disk-tier copy is found on its node by generation).
+ * offset (a disk-tier copy is found on its node by generation; its offset is 0, or, for a copy the
+ * master asked the node to spill, where its memory copy was, which the node reads until it holds
+ * the copy in its SSD tier).
  *
  * <pre>
  *  +-------------------+----------+---------------------------------------+
