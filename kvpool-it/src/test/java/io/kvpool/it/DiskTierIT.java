@@ -9,6 +9,7 @@ import io.kvpool.client.PutStatus;
 import io.kvpool.config.Size;
 import io.kvpool.node.StorageNode;
 import io.kvpool.protocol.ObjectLayout;
+import io.kvpool.protocol.Tier;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -293,6 +294,38 @@ class DiskTierIT {
                 return metricOrZero(cluster, "node_disk_promotions_total{segment=\"" + seg + "\"}") > 0;
             });
             assertThat(c.get(hot)).hasValueSatisfying(b -> assertThat(b).isEqualTo(stored.get(hot)));
+        }
+    }
+
+    /**
+     * An object moving from memory to the SSD tier is never a miss: a reader holding the location the master
+     * gave before the eviction (memory, this offset and generation) is served from the SSD tier, and the
+     * master lists the copy on disk with the offset its memory copy had, which the node also serves.
+     */
+    @Test
+    void aLocationFromBeforeASpillStillReads(@TempDir Path disk) throws Exception {
+        try (InProcessCluster cluster = cluster(disk, Size.ofMiB(8), Size.ofMiB(128), 0);
+             KvPoolClient c = cluster.client()) {
+            StorageNode node = cluster.nodes.getFirst();
+            byte[] value = Payloads.make("early/0", 1, VALUE);
+            assertThat(c.put("early/0", value)).isEqualTo(PutStatus.OK);
+            RawFrames.Where before = RawFrames.where(cluster, "early/0");
+            assertThat(before.replica().tier()).isEqualTo(Tier.MEMORY);
+            fill(c, "later/", 64); // 16 MiB through 8 MiB: the oldest object spills
+            await("early/0 is listed on the SSD tier", () -> {
+                try {
+                    return RawFrames.where(cluster, "early/0").replica().tier() == Tier.DISK;
+                } catch (Exception e) {
+                    throw new IllegalStateException(e);
+                }
+            });
+            RawFrames.Where after = RawFrames.where(cluster, "early/0");
+            assertThat(after.generation()).isEqualTo(before.generation());
+            assertThat(after.replica().offset()).as("listed with its memory offset").isEqualTo(before.replica().offset());
+            assertThat(RawFrames.read(node, before.replica().offset(), before.generation(), VALUE, Tier.MEMORY))
+                    .isEqualTo(value);
+            assertThat(RawFrames.read(node, after.replica().offset(), after.generation(), VALUE, Tier.DISK))
+                    .isEqualTo(value);
         }
     }
 

@@ -16,10 +16,8 @@ import io.kvpool.protocol.RemoteException;
 import io.kvpool.protocol.ResultCode;
 import io.kvpool.protocol.Tier;
 import io.kvpool.protocol.msg.ControlToken;
-import io.kvpool.protocol.msg.KeyList;
 import io.kvpool.protocol.msg.MasterMessages;
 import io.kvpool.protocol.msg.NodeMessages;
-import io.kvpool.protocol.msg.Replica;
 import io.kvpool.protocol.msg.WriteGrant;
 import org.junit.jupiter.api.Test;
 
@@ -40,22 +38,7 @@ import static org.assertj.core.api.Assertions.assertThatThrownBy;
  */
 class ReplicationIT {
 
-    private static final Duration T = Duration.ofSeconds(10);
-
-    /** What the master says about a key: its generation, length and first replica. */
-    private record Where(long generation, long length, Replica replica) {
-    }
-
-    private static Where where(InProcessCluster cluster, String key) throws Exception {
-        try (FrameConnection m = FrameConnection.connect(HostPort.parse(cluster.masterAddress()), T, Limits.DEFAULT)) {
-            BodyWriter w = new BodyWriter();
-            new KeyList(List.of(key.getBytes(StandardCharsets.UTF_8))).write(w);
-            MasterMessages.ReplicaList rl = MasterMessages.ReplicaListReply.read(
-                    m.call(Opcode.GET_REPLICA_LIST, w, T).body()).items().getFirst();
-            assertThat(rl.code()).isEqualTo(ResultCode.OK);
-            return new Where(rl.generation(), rl.valueLength(), rl.replicas().getFirst());
-        }
-    }
+    private static final Duration T = RawFrames.T;
 
     private static HostPort address(StorageNode n) {
         return HostPort.parse(n.name());
@@ -84,15 +67,7 @@ class ReplicationIT {
     }
 
     private static byte[] read(StorageNode node, long offset, long generation, int length) throws Exception {
-        try (FrameConnection c = FrameConnection.connect(address(node), T, Limits.DEFAULT)) {
-            BodyWriter w = new BodyWriter();
-            new NodeMessages.Read(List.of(new NodeMessages.ReadItem(offset, generation, length))).write(w);
-            FrameConnection.Reply r = c.call(Opcode.NODE_READ, w, T);
-            assertThat(MasterMessages.Codes.read(r.body()).codes()).containsExactly(ResultCode.OK);
-            byte[] out = new byte[length];
-            c.readPayload(MemorySegment.ofArray(out), T);
-            return out;
-        }
+        return RawFrames.read(node, offset, generation, length, Tier.MEMORY);
     }
 
     @Test
@@ -103,34 +78,34 @@ class ReplicationIT {
             StorageNode b = cluster.nodes.get(1);
             byte[] value = Payloads.make("rep/a", 1, 10_000);
             assertThat(c.put("rep/a", value, PutOptions.preferring(a.name()))).isEqualTo(PutStatus.OK);
-            Where w = where(cluster, "rep/a");
+            RawFrames.Where w = RawFrames.where(cluster, "rep/a");
             byte[] key = "rep/a".getBytes(StandardCharsets.UTF_8);
             long epoch = c.stats().epoch();
             long target = b.capacity() / 2; // a region nobody uses: the master placed nothing on b yet
-            NodeMessages.ReplicateItem item = new NodeMessages.ReplicateItem(key, w.generation, w.length, Tier.MEMORY,
-                    w.replica.offset(), target);
+            NodeMessages.ReplicateItem item = new NodeMessages.ReplicateItem(key, w.generation(), w.length(), Tier.MEMORY,
+                    w.replica().offset(), target);
 
             assertThat(replicate(a, new NodeMessages.Replicate(epoch, 0, a.controlToken(), "127.0.0.1", b.port(), List.of(item))))
                     .containsExactly(ResultCode.OK);
-            assertThat(read(b, target, w.generation, value.length)).isEqualTo(value);
+            assertThat(read(b, target, w.generation(), value.length)).isEqualTo(value);
 
             // a generation the node does not hold, and a key that is not the one stored there
-            NodeMessages.ReplicateItem stale = new NodeMessages.ReplicateItem(key, w.generation + 1, w.length,
-                    Tier.MEMORY, w.replica.offset(), target + (1 << 20));
+            NodeMessages.ReplicateItem stale = new NodeMessages.ReplicateItem(key, w.generation() + 1, w.length(),
+                    Tier.MEMORY, w.replica().offset(), target + (1 << 20));
             NodeMessages.ReplicateItem otherKey = new NodeMessages.ReplicateItem("rep/b".getBytes(StandardCharsets.UTF_8),
-                    w.generation, w.length, Tier.MEMORY, w.replica.offset(), target + (2 << 20));
+                    w.generation(), w.length(), Tier.MEMORY, w.replica().offset(), target + (2 << 20));
             // a disk copy the node has neither on disk nor (on its way there) at the offset named
-            NodeMessages.ReplicateItem onDisk = new NodeMessages.ReplicateItem(key, w.generation, w.length, Tier.DISK,
-                    w.replica.offset() + (4 << 20), target + (3 << 20));
+            NodeMessages.ReplicateItem onDisk = new NodeMessages.ReplicateItem(key, w.generation(), w.length(), Tier.DISK,
+                    w.replica().offset() + (4 << 20), target + (3 << 20));
             assertThat(replicate(a, new NodeMessages.Replicate(epoch, 0, a.controlToken(), "127.0.0.1", b.port(),
                     List.of(stale, otherKey, onDisk)))).containsExactly(ResultCode.NOT_FOUND, ResultCode.NOT_FOUND,
                     ResultCode.NOT_FOUND);
             // a disk copy on its way (the master lists a spill on disk with its memory offset at once): copied from there
-            NodeMessages.ReplicateItem spilling = new NodeMessages.ReplicateItem(key, w.generation, w.length, Tier.DISK,
-                    w.replica.offset(), target + (4 << 20));
+            NodeMessages.ReplicateItem spilling = new NodeMessages.ReplicateItem(key, w.generation(), w.length(), Tier.DISK,
+                    w.replica().offset(), target + (4 << 20));
             assertThat(replicate(a, new NodeMessages.Replicate(epoch, 0, a.controlToken(), "127.0.0.1", b.port(),
                     List.of(spilling)))).containsExactly(ResultCode.OK);
-            assertThat(read(b, target + (4 << 20), w.generation, value.length)).isEqualTo(value);
+            assertThat(read(b, target + (4 << 20), w.generation(), value.length)).isEqualTo(value);
 
             // a target nobody listens on
             int closed = ProcessCluster.freePort();
@@ -142,10 +117,10 @@ class ReplicationIT {
             assertThat(replicate(a, new NodeMessages.Replicate(epoch, 0, a.controlToken(), "127.0.0.1", b.port(), List.of(item))))
                     .as("the source's copy went with the reset").containsExactly(ResultCode.NOT_FOUND);
             assertThat(c.put("rep/c", value, PutOptions.preferring(a.name()))).isEqualTo(PutStatus.OK);
-            Where wc = where(cluster, "rep/c");
+            RawFrames.Where wc = RawFrames.where(cluster, "rep/c");
             assertThat(replicate(a, new NodeMessages.Replicate(epoch, 0, a.controlToken(), "127.0.0.1", b.port(), List.of(
-                    new NodeMessages.ReplicateItem("rep/c".getBytes(StandardCharsets.UTF_8), wc.generation, wc.length,
-                            Tier.MEMORY, wc.replica.offset(), target)))))
+                    new NodeMessages.ReplicateItem("rep/c".getBytes(StandardCharsets.UTF_8), wc.generation(), wc.length(),
+                            Tier.MEMORY, wc.replica().offset(), target)))))
                     .as("a copy under the epoch before the reset").containsExactly(ResultCode.FENCED);
         }
     }
@@ -158,10 +133,10 @@ class ReplicationIT {
             StorageNode b = cluster.nodes.get(1);
             byte[] value = Payloads.make("rep/t", 1, 1000);
             assertThat(c.put("rep/t", value, PutOptions.preferring(a.name()))).isEqualTo(PutStatus.OK);
-            Where w = where(cluster, "rep/t");
+            RawFrames.Where w = RawFrames.where(cluster, "rep/t");
             PoolStats s = c.stats();
             NodeMessages.ReplicateItem item = new NodeMessages.ReplicateItem("rep/t".getBytes(StandardCharsets.UTF_8),
-                    w.generation, w.length, Tier.MEMORY, w.replica.offset(), b.capacity() / 2);
+                    w.generation(), w.length(), Tier.MEMORY, w.replica().offset(), b.capacity() / 2);
             // anyone but a's master: another node's token, a guess, none
             for (ControlToken t : List.of(b.controlToken(), ControlToken.random(), ControlToken.NONE)) {
                 assertThatThrownBy(() -> replicate(a, new NodeMessages.Replicate(s.epoch(), 0, t, "127.0.0.1",
@@ -178,7 +153,7 @@ class ReplicationIT {
             // than b follows is taken as current, but does not move b's term either
             assertThat(replicate(a, new NodeMessages.Replicate(s.epoch(), 0, a.controlToken(), "127.0.0.1", b.port(),
                     List.of(item)))).containsExactly(ResultCode.OK);
-            assertThat(read(b, b.capacity() / 2, w.generation, value.length)).isEqualTo(value);
+            assertThat(read(b, b.capacity() / 2, w.generation(), value.length)).isEqualTo(value);
             assertThat(nodeWrite(b, s.epoch(), 7, "rep/w", b.capacity() / 4)).isEqualTo(ResultCode.OK);
             assertThat(b.term()).isZero();
             // the real master still administers both

@@ -6,7 +6,6 @@ import io.kvpool.protocol.BodyWriter;
 import io.kvpool.protocol.Channels;
 import io.kvpool.protocol.Request;
 import io.kvpool.protocol.ResultCode;
-import io.kvpool.protocol.Tier;
 import io.kvpool.protocol.msg.MasterMessages.Codes;
 import io.kvpool.protocol.msg.NodeMessages;
 
@@ -87,13 +86,14 @@ final class NodeReads {
             for (NodeMessages.RangeItem ri : items) {
                 NodeMessages.ReadItem it = ri.object();
                 MemorySegment value;
-                // a copy on its way to the SSD tier is listed there from its eviction on, with the offset its
-                // memory copy had: until this node takes the spill (and retires the region) it is read there;
-                // after, the disk tier has it (queued or written). Generations are never reused, so a region
-                // holding another object at that offset does not match.
+                // whatever the tier named, the object is read where this node holds its generation now (never
+                // reused, so nothing else matches): the region at the offset, else the SSD tier (queued or
+                // written). A copy on its way to disk is listed there from its eviction on, with the offset its
+                // memory copy had, and is read from that region until this node takes the spill; a reader that
+                // found an object in memory just before it was spilled finds it in the SSD tier
                 RegionLedger.Region r = ledger.beginRead(it.offset(), it.generation());
-                if (r == null && it.tier() == Tier.DISK) {
-                    DiskTier.Staged st = disk == null ? null : disk.read(it.generation(), it.valueLength());
+                if (r == null && disk != null) {
+                    DiskTier.Staged st = disk.read(it.generation(), it.valueLength());
                     if (st == null) {
                         codes.add(ResultCode.NOT_FOUND);
                         continue;

@@ -13,7 +13,6 @@ import io.kvpool.protocol.Opcode;
 import io.kvpool.protocol.RemoteException;
 import io.kvpool.protocol.Request;
 import io.kvpool.protocol.ResultCode;
-import io.kvpool.protocol.Tier;
 import io.kvpool.protocol.msg.MasterMessages.Codes;
 import io.kvpool.protocol.msg.NodeMessages;
 import io.kvpool.protocol.msg.WriteGrant;
@@ -117,10 +116,10 @@ final class Replication {
     /** The copy's value bytes, held (pinned or staged) until the reply; null when this node no longer has it. */
     private MemorySegment source(NodeMessages.ReplicateItem it, List<RegionLedger.Region> pinned,
                                  List<DiskTier.Staged> staged) throws IOException {
-        // a disk copy still on its way is read where its memory copy was, as NodeReads does
+        // read where this node holds the generation now, whatever the tier named, as NodeReads does
         RegionLedger.Region r = ledger.beginRead(it.offset(), it.generation());
-        if (r == null && it.tier() == Tier.DISK) {
-            DiskTier.Staged st = disk == null ? null : disk.read(it.generation(), it.valueLength());
+        if (r == null && disk != null) {
+            DiskTier.Staged st = disk.read(it.generation(), it.valueLength());
             if (st == null) {
                 return null;
             }
