@@ -121,11 +121,6 @@ final class SpillLedger {
         return n;
     }
 
-    /** Spills in flight (keys with at least one). */
-    int size() {
-        return inFlight.size();
-    }
-
     /**
      * Forgets the spills not reported by their deadline, and takes their disk copies out of the index: a node
      * that never said the copy is durable (nor dropped) may not hold it. Returns how many copies left the index.
@@ -134,6 +129,10 @@ final class SpillLedger {
     int expire(long nowMillis) {
         int[] delisted = {0};
         for (Key k : new ArrayList<>(inFlight.keySet())) {
+            List<Spill> seen = inFlight.get(k);
+            if (seen == null || seen.stream().allMatch(s -> s.deadlineMillis >= nowMillis)) {
+                continue; // nothing due: no shard lock taken
+            }
             @SuppressWarnings("GuardedBy") // ObjectIndex runs it under the shard's lock, out of the checker's sight
             java.util.function.Consumer<ObjectIndex.Shard> expireKey = shard -> inFlight.computeIfPresent(k, (key, was) -> {
                 List<Spill> now = new ArrayList<>(was.size());

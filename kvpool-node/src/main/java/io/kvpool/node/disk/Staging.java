@@ -176,7 +176,7 @@ final class Staging {
         int crc;
         index.lock.lock();
         try {
-            Pending p = pending.get(generation);
+            Pending p = index.closed ? null : pending.get(generation); // a closed store's ring is freed
             while (p != null && !p.ready) {
                 index.progress.awaitUninterruptibly();
                 p = pending.get(generation);
