@@ -102,32 +102,22 @@ final class SpillLedger {
         return landed[0];
     }
 
-    /**
-     * Forgets the key's spills in flight (the key was removed: freeing its listed copies told the nodes to drop
-     * them). Whether there were any.
-     */
-    boolean forget(Key key) {
-        return inFlight.remove(key) != null;
+    /** Forgets the key's spills in flight (the key was removed: freeing its listed copies told the nodes to drop them). */
+    void forget(Key key) {
+        inFlight.remove(key);
     }
 
-    /** {@link #forget}s every spill in flight whose key starts with {@code prefix}; returns how many keys. */
-    long forgetByPrefix(byte[] prefix, java.util.function.Predicate<Key> which) {
-        long n = 0;
-        for (Key k : new ArrayList<>(inFlight.keySet())) {
-            if (Keys.hasPrefix(k.bytes, prefix) && which.test(k) && forget(k)) {
-                n++;
-            }
-        }
-        return n;
+    /** {@link #forget}s every spill in flight whose key starts with {@code prefix}. */
+    void forgetByPrefix(byte[] prefix, java.util.function.Predicate<Key> which) {
+        inFlight.keySet().removeIf(k -> Keys.hasPrefix(k.bytes, prefix) && which.test(k));
     }
 
     /**
      * Forgets the spills not reported by their deadline, and takes their disk copies out of the index: a node
-     * that never said the copy is durable (nor dropped) may not hold it. Returns how many copies left the index.
-     * Caller holds the epoch lock (either mode) and no shard lock.
+     * that never said the copy is durable (nor dropped) may not hold it. Caller holds the epoch lock (either mode)
+     * and no shard lock.
      */
-    int expire(long nowMillis) {
-        int[] delisted = {0};
+    void expire(long nowMillis) {
         for (Key k : new ArrayList<>(inFlight.keySet())) {
             List<Spill> seen = inFlight.get(k);
             if (seen == null || seen.stream().allMatch(s -> s.deadlineMillis >= nowMillis)) {
@@ -139,8 +129,8 @@ final class SpillLedger {
                 for (Spill s : was) {
                     if (s.deadlineMillis >= nowMillis) {
                         now.add(s);
-                    } else if (delist(shard.objects, key, s)) {
-                        delisted[0]++;
+                    } else {
+                        delist(shard.objects, key, s);
                     }
                 }
                 return now.isEmpty() ? null : List.copyOf(now);
@@ -150,25 +140,23 @@ final class SpillLedger {
                 return null;
             });
         }
-        return delisted[0];
     }
 
     /** Removes the disk copy {@code s} listed for {@code key}, if the index still lists it. Under the key's shard lock. */
-    private static boolean delist(ObjectTable objects, Key key, Spill s) {
+    private static void delist(ObjectTable objects, Key key, Spill s) {
         int slot = objects.find(key.bytes, key.hashCode());
         if (slot < 0 || objects.generation(slot) != s.generation) {
-            return false;
+            return;
         }
         int r = objects.replicaOn(slot, s.segmentId);
         if (r < 0 || !StoredSegment.onDisk(objects.segment(slot, r))) {
-            return false;
+            return;
         }
         if (objects.replicas(slot) == 1) {
             objects.remove(slot);
         } else {
             objects.removeReplica(slot, r);
         }
-        return true;
     }
 
     /** Forgets every spill (a reset). Caller holds the epoch write lock. */

@@ -564,8 +564,6 @@ class DiskStoreTest {
     void aFullStagingAreaRefusesOffersWithoutBlocking() throws Exception {
         long seed = seed("aFullStagingAreaRefusesOffersWithoutBlocking");
         HeldWriter rec = new HeldWriter();
-        CountDownLatch entered = rec.entered;
-        CountDownLatch gate = rec.gate;
         long staging = 64 * KiB;
         DiskStore s = openStore(new DiskStore.Config(dir, 64 * MiB, MiB, staging, 0.9, 0.8), rec);
         // larger than staging: refused
@@ -575,7 +573,7 @@ class DiskStoreTest {
         int size = 16 * (int) KiB;
         long record = ObjectLayout.regionLength(key(2).length, size);
         assertThat(offer(s, 2, 1, value(seed, 2, size))).isTrue();
-        entered.await(); // the writer is now inside the listener, staging is empty again
+        rec.entered.await(); // the writer is now inside the listener, staging is empty again
         int fits = (int) (staging / record);
         for (long g = 3; g < 3 + fits; g++) {
             assertThat(offer(s, g, 1, value(seed, g, size))).as("gen %d", g).isTrue();
@@ -585,7 +583,7 @@ class DiskStoreTest {
         assertThat(offer(s, 99, 1, value(seed, 99, size))).isFalse();
         assertThat(s.stats().drops()).isEqualTo(2);
 
-        gate.countDown();
+        rec.gate.countDown();
         s.flush();
         assertThat(rec.stored).hasSize(1 + fits).doesNotContain(1L, 99L);
         assertThat(s.stats().queuedItems()).isZero();
@@ -608,12 +606,10 @@ class DiskStoreTest {
     void aQueuedSpillIsReadFromStagingUntilItIsWritten() throws Exception {
         long seed = seed("aQueuedSpillIsReadFromStagingUntilItIsWritten");
         HeldWriter rec = new HeldWriter();
-        CountDownLatch entered = rec.entered;
-        CountDownLatch gate = rec.gate;
         DiskStore s = openStore(new DiskStore.Config(dir, 64 * MiB, MiB, 4 * MiB, 0.9, 0.8), rec);
         int size = 200 * (int) KiB;
         assertThat(offer(s, 1, 1, value(seed, 1, size))).isTrue();
-        entered.await();
+        rec.entered.await();
         for (long g = 2; g <= 4; g++) {
             assertThat(offer(s, g, 1, value(seed, g, size))).isTrue();
         }
@@ -634,7 +630,7 @@ class DiskStoreTest {
         assertThat(read(s, 4, size, true).getKey()).isEqualTo(DiskStore.ReadStatus.NOT_FOUND);
         assertThat(s.lookup(4)).isNull();
 
-        gate.countDown();
+        rec.gate.countDown();
         s.flush();
         assertThat(rec.stored).containsExactlyInAnyOrder(1L, 2L, 3L);
         assertThat(s.stats().queuedItems()).isZero();
