@@ -1,4 +1,4 @@
-"""kvpool's wire protocol, version 17, as docs/protocol.md draws it.
+"""kvpool's wire protocol, version 18, as docs/protocol.md draws it.
 
 This package is the Python side of the contract: the 32-byte frame header, the body primitives, the
 opcode, result-code and frame-status tables, and an encoder or decoder for every body the client
@@ -8,7 +8,7 @@ drifts from the document fails loudly here instead of being misread.
 
 Frame header (section 2.1)::
 
-     0  magic u16 = 0x504B ("KP" on the wire) | version u8 = 17 | opcode u8
+     0  magic u16 = 0x504B ("KP" on the wire) | version u8 = 18 | opcode u8
      4  flags u8 (bit 0 reply) | reserved u8 = 0 | status u16
      8  request id u64
     16  body length u32

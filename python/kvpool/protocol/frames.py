@@ -10,7 +10,7 @@ from typing import NamedTuple
 from ..codec import ProtocolError
 
 
-VERSION = 17
+VERSION = 18
 MAGIC = 0x504B
 HEADER = struct.Struct("<HBBBBHQIIQ")
 HEADER_BYTES = HEADER.size  # 32

@@ -32,6 +32,11 @@ import java.util.function.Supplier;
  * them registers), which answers the master's NODE_FREE and NODE_RESET and counts the regions freed, so that
  * eviction and removals run as they would against real nodes.
  *
+ * <p>Like {@code MasterLink}, a node sends one NODE_HEARTBEAT in {@link #HEARTBEAT_EVERY} and NODE_BEACONs
+ * (answered only with news) in between, reading any answer to them before its next one; {@link #paced} runs
+ * every node at a faster pace for a while, with beacons or with full heartbeats only, to measure the master's
+ * time for each.
+ *
  * <p>Nodes follow the leader the way {@code MasterLink} does: a heartbeat that fails sends the node to
  * {@code leader.get()}; a reply naming a higher term is answered by a heartbeat under that term at once (a
  * promoted standby places nothing on a segment before it heard its node under its own term); NOT_FOUND (the
@@ -42,6 +47,8 @@ final class ScaleNodes implements AutoCloseable {
     private static final Duration T = Duration.ofSeconds(30);
     /** How soon a node that lost its master tries the leader again (MasterLink.ELECTED_RETRY). */
     private static final Duration ELECTED_RETRY = Duration.ofMillis(100);
+    /** One heartbeat in this many is a full NODE_HEARTBEAT, the others NODE_BEACONs (MasterLink.HEARTBEAT_EVERY). */
+    static final int HEARTBEAT_EVERY = 5;
 
     private final Supplier<HostPort> leader;
     private final FrameServer control;
@@ -60,6 +67,12 @@ final class ScaleNodes implements AutoCloseable {
     private volatile int leaderChanges;
     /** Until this System.nanoTime(), nodes heartbeat back to back instead of every {@link #interval}. */
     private volatile long floodUntil;
+    /** Until this System.nanoTime(), nodes heartbeat every {@link #pacedPeriod} ns, beacons between or not. */
+    private volatile long pacedUntil;
+    private volatile long pacedPeriod;
+    private volatile boolean pacedBeacons;
+    /** Calls of {@link #pace}: each makes every node take the new pace at once. */
+    private volatile int pacedRound;
 
     /** One simulated node. */
     private final class Node {
@@ -75,6 +88,10 @@ final class ScaleNodes implements AutoCloseable {
         Thread thread;
         /** The leader changes this node has acted on. */
         int seenChanges;
+        /** The calls of {@link #pace} this node has acted on. */
+        int seenPaced;
+        /** Beacons this connection may send before its next full heartbeat; 0: a full one is due. */
+        int beaconsLeft;
 
         Node(String name) {
             this.name = name;
@@ -101,26 +118,55 @@ final class ScaleNodes implements AutoCloseable {
             registrations.incrementAndGet();
         }
 
-        /** One heartbeat, and a second under the master's term when the reply names a newer one. */
-        void heartbeat() throws IOException {
+        /**
+         * One heartbeat: a beacon ({@code beacon} true, and a full heartbeat is not due), else a full one, and a
+         * second under the master's term when a reply names a newer one.
+         */
+        void heartbeat(boolean beacon) throws IOException {
             if (conn == null) {
                 conn = FrameConnection.connect(leader(), Duration.ofSeconds(5), Limits.DEFAULT);
+                beaconsLeft = 0;
+            }
+            List<FrameConnection.Reply> news = conn.notices(T);
+            if (!news.isEmpty() && act(MasterMessages.HeartbeatReply.read(news.getLast().body()))) {
+                return;
+            }
+            if (beacon && beaconsLeft > 0) {
+                conn.notify(Opcode.NODE_BEACON, body(), T);
+                beaconsLeft--;
+                heartbeats.incrementAndGet();
+                return;
             }
             for (int i = 0; i < 2; i++) {
-                BodyWriter w = new BodyWriter(64);
-                new MasterMessages.Heartbeat(segmentId, incarnation, epoch, 0, MasterMessages.TierStats.NONE, term).write(w);
-                MasterMessages.HeartbeatReply r = MasterMessages.HeartbeatReply.read(conn.call(Opcode.NODE_HEARTBEAT, w, T).body());
+                MasterMessages.HeartbeatReply r = MasterMessages.HeartbeatReply.read(conn.call(Opcode.NODE_HEARTBEAT,
+                        body(), T).body());
                 heartbeats.incrementAndGet();
-                if (r.code() == ResultCode.NOT_FOUND) {
-                    register(null);
+                beaconsLeft = HEARTBEAT_EVERY - 1;
+                if (!act(r)) {
                     return;
                 }
-                epoch = Math.max(epoch, r.epoch());
-                if (r.term() <= term) {
-                    return;
-                }
-                term = r.term();
             }
+        }
+
+        /** Acts on a heartbeat's or beacon's reply; true when it named a newer term (a heartbeat under it is due). */
+        boolean act(MasterMessages.HeartbeatReply r) throws IOException {
+            if (r.code() == ResultCode.NOT_FOUND) {
+                register(null);
+                return false;
+            }
+            epoch = Math.max(epoch, r.epoch());
+            if (r.term() <= term) {
+                return false;
+            }
+            term = r.term();
+            beaconsLeft = 0;
+            return true;
+        }
+
+        private BodyWriter body() {
+            BodyWriter w = new BodyWriter(152);
+            new MasterMessages.Heartbeat(segmentId, incarnation, epoch, 0, MasterMessages.TierStats.NONE, term).write(w);
+            return w;
         }
 
         void loop() {
@@ -137,17 +183,24 @@ final class ScaleNodes implements AutoCloseable {
                     }
                     long now = System.nanoTime();
                     while (running && now < next && now >= floodUntil && seenChanges == leaderChanges) {
+                        if (seenPaced != pacedRound) {
+                            seenPaced = pacedRound;
+                            next = Math.min(next, now + ThreadLocalRandom.current().nextLong(pacedPeriod));
+                            continue;
+                        }
                         LockSupport.parkNanos(next - now);
                         now = System.nanoTime();
                     }
                     seenChanges = leaderChanges;
                     // flooding: no schedule to keep; afterwards, one interval after the last heartbeat at the latest
-                    next = now < floodUntil ? now : Math.max(next, now - interval.toNanos()) + interval.toNanos();
+                    boolean paced = now < pacedUntil;
+                    long period = paced ? pacedPeriod : interval.toNanos();
+                    next = now < floodUntil ? now : Math.max(next, now - period) + period;
                     if (silent) {
                         closeConnection();
                         continue;
                     }
-                    heartbeat();
+                    heartbeat(now >= floodUntil && (!paced || pacedBeacons));
                 } catch (IOException e) {
                     // the master went away (a failover): the next heartbeat goes to whoever leads then, at once when
                     // the leader record changes (leaderChanged), else after ELECTED_RETRY, as MasterLink does (a new
@@ -248,6 +301,21 @@ final class ScaleNodes implements AutoCloseable {
         }
         Thread.sleep(d);
         return heartbeats.get() - before;
+    }
+
+    /**
+     * From now on and for {@code d}, every node heartbeats once every {@code period} (each at its own moment in the
+     * period, as nodes at their own pace do), with beacons between full heartbeats ({@code beacons}) or full
+     * heartbeats only; count them with {@link #heartbeats}.
+     */
+    void pace(Duration period, boolean beacons, Duration d) {
+        pacedBeacons = beacons;
+        pacedPeriod = period.toNanos();
+        pacedUntil = System.nanoTime() + d.toNanos();
+        pacedRound++;
+        for (Node n : nodes) {
+            LockSupport.unpark(n.thread);
+        }
     }
 
     /** The leader record changed: every node heartbeats now (to the new leader, once there is one). */

@@ -238,12 +238,17 @@ final class MasterHandler implements RequestHandler {
                     service.membership().registerNode(r, req.peer()).write(out);
                     metrics.record(op, 1, 0, 0, false);
                 }
-                case NODE_HEARTBEAT -> {
+                case NODE_HEARTBEAT, NODE_BEACON -> {
                     MasterMessages.Heartbeat hb = MasterMessages.Heartbeat.read(body);
                     end(body, op);
-                    service.membership().heartbeat(hb.segmentId(), hb.nodeIncarnation(), hb.tiers(), req.peer(),
-                            hb.term()).write(out);
+                    MasterMessages.HeartbeatReply r = service.membership().heartbeat(hb.segmentId(),
+                            hb.nodeIncarnation(), hb.tiers(), req.peer(), hb.term());
                     metrics.record(op, 1, 0, 0, false);
+                    if (op == Opcode.NODE_BEACON && !r.newsFor(hb)) {
+                        req.answerNothing(); // the node learns nothing from an OK in its own epoch and term
+                        return;
+                    }
+                    r.write(out);
                 }
                 case NODE_DRAIN -> {
                     MasterMessages.NodeDrain d = MasterMessages.NodeDrain.read(body);

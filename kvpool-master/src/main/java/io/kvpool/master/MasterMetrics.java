@@ -230,7 +230,9 @@ public final class MasterMetrics {
         gauge("master_connections_open", "Connections open to the master's port", rpc::connectionCount);
         gauge("master_loop_connections", "Connections whose last frame was a node's heartbeat, waiting for the next in"
                 + " the frame loop rather than on a thread of their own (kvpool.frameLoop)", rpc::loopConnections);
-        counter("master_loop_frames_total", "Frames (heartbeats) the frame loop answered", rpc::loopFrames);
+        counter("master_loop_frames_total", "Frames (heartbeats and beacons) the frame loop served", rpc::loopFrames);
+        counter("master_loop_reads_total", "Reads the frame loop made from its connections (frames over reads: how"
+                + " many frames one read brought in)", rpc::loopReads);
         counter("master_busy_polls_total", "Waits for a connection's next frame that polled the socket and found it"
                 + " (kvpool.busyPoll)", rpc::busyPollHits);
         counter("master_busy_polls_missed_total", "Waits for a connection's next frame that polled the socket for the"

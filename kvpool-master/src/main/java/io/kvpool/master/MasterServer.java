@@ -135,7 +135,7 @@ public final class MasterServer implements AutoCloseable {
             // a node's heartbeat (a map lookup and a few stores) waits in one selector loop, not on a thread of its
             // own: no thread wake-up per heartbeat (docs/architecture.md, "Threads and locks")
             try {
-                rpc.serveInLoop(op -> op == Opcode.NODE_HEARTBEAT);
+                rpc.serveInLoop(op -> op == Opcode.NODE_HEARTBEAT || op == Opcode.NODE_BEACON);
             } catch (IOException e) {
                 log.warn("master: no frame loop ({}); nodes' heartbeats are served on their connections' threads",
                         e.getMessage());

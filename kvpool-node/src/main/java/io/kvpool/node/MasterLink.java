@@ -47,6 +47,16 @@ import java.util.concurrent.locks.ReentrantLock;
  * then on the node takes frees, resets and copies only from the master it went to, and the reply's
  * term is the only thing that moves the node's term ({@link LocalSegment#followTerm}).
  *
+ * <h2>Heartbeats and beacons</h2>
+ * Every heartbeat interval the link tells the master it is alive. One time in {@link #HEARTBEAT_EVERY} that is a
+ * NODE_HEARTBEAT, which the master answers; in between it is a NODE_BEACON (version 18), which the master
+ * answers only with news: the node unknown to it, a newer epoch, another term. A thousand nodes then cost the
+ * master one reply in five instead of one each (on loopback a reply's write is about half of a heartbeat's
+ * master time, docs/benchmarks.md "Scale"). An answer to a beacon is read before the next one is sent (or while
+ * a later call waits), so news reaches the node within one interval more than before; the first heartbeat on a
+ * connection, after a registration and after a new term, is a full one. Under TLS every heartbeat is a full one
+ * ({@link FrameConnection#pollsNotices}).
+ *
  * <h2>Failures</h2>
  * Lost connection: retry every heartbeat interval, logging once per outage. A heartbeat answered
  * NOT_FOUND: register again at once. A heartbeat carrying a newer epoch than ours: we missed a
@@ -64,6 +74,8 @@ final class MasterLink implements AutoCloseable {
     private static final Logger log = LoggerFactory.getLogger(MasterLink.class);
     /** Longest wait before trying an elected leader again. */
     static final Duration ELECTED_RETRY = Duration.ofMillis(100);
+    /** One heartbeat in this many is a NODE_HEARTBEAT, answered; the others are NODE_BEACONs, answered with news only. */
+    static final int HEARTBEAT_EVERY = 5;
     /** Objects per NODE_INVENTORY frame. */
     static final int INVENTORY_CHUNK = 4096;
 
@@ -96,6 +108,8 @@ final class MasterLink implements AutoCloseable {
     /** Volatile: a leader change closes it from the watch's thread, to end a call stuck on a deposed leader. */
     private volatile FrameConnection conn;
     private int segmentId = -1;
+    /** Beacons this connection may send before its next full heartbeat; 0: a full one is due. */
+    private int beaconsLeft;
     private boolean outageLogged;
     /** A refused registration's reason, logged again only when it changes or every {@link #REFUSAL_LOG_EVERY}. */
     private String lastRefusal;
@@ -201,6 +215,7 @@ final class MasterLink implements AutoCloseable {
                     MasterLocator.Leader l = masters.locate(config.heartbeatInterval().multipliedBy(3), false);
                     conn = FrameConnection.connect(l.address(), Duration.ofSeconds(3), config.limits(), config.secrets());
                     master = l;
+                    beaconsLeft = 0;
                     hello();
                 }
                 if (segmentId < 0 && (draining || !register())) {
@@ -209,15 +224,27 @@ final class MasterLink implements AutoCloseable {
                     continue;
                 }
                 // after a reconnect the heartbeat tells whether the master still knows us
-                HeartbeatReply hb = heartbeat();
+                HeartbeatReply hb = news();
+                if (hb == null && beaconsLeft > 0 && registered) {
+                    beacon();
+                    reportDisk();
+                    sleep(config.heartbeatInterval());
+                    continue;
+                }
+                if (hb == null) {
+                    hb = heartbeat();
+                }
+                beaconsLeft = HEARTBEAT_EVERY - 1;
                 if (hb.code() != ResultCode.OK) {
                     log.info("node {}: master does not know this node (restarted, or dropped us); registering again",
                             node.name());
                     segmentId = -1;
                     setRegistered(false);
+                    beaconsLeft = 0;
                     continue;
                 }
                 if (hb.term() != node.term()) {
+                    beaconsLeft = 0;
                     // a new leader that kept this registration (a promoted standby): follow its term, then heartbeat
                     // again at once, which tells it the node refuses the old leader's writes from now on
                     if (!node.followTerm(hb.term())) {
@@ -423,10 +450,34 @@ final class MasterLink implements AutoCloseable {
     }
 
     private HeartbeatReply heartbeat() throws IOException {
-        BodyWriter w = new BodyWriter(40);
+        return HeartbeatReply.read(conn.call(Opcode.NODE_HEARTBEAT, heartbeatBody(), rpcTimeout()).body());
+    }
+
+    /** A heartbeat the master answers only with news ({@link #news} reads that answer). */
+    private void beacon() throws IOException {
+        conn.notify(Opcode.NODE_BEACON, heartbeatBody(), rpcTimeout());
+        beaconsLeft--;
+    }
+
+    private BodyWriter heartbeatBody() {
+        BodyWriter w = new BodyWriter(152);
         new Heartbeat(segmentId, incarnation, node.ledger().epoch(), node.ledger().objectCount(), tierStats(),
                 node.term()).write(w);
-        return HeartbeatReply.read(conn.call(Opcode.NODE_HEARTBEAT, w, rpcTimeout()).body());
+        return w;
+    }
+
+    /**
+     * The newest answer to this connection's beacons that has arrived, or null: the master's news, which the
+     * link acts on as on a heartbeat's reply. Null at once on a connection that cannot look without waiting (TLS), where every
+     * heartbeat is a full one.
+     */
+    private HeartbeatReply news() throws IOException {
+        if (!conn.pollsNotices()) {
+            beaconsLeft = 0;
+            return null;
+        }
+        List<FrameConnection.Reply> answers = conn.notices(rpcTimeout());
+        return answers.isEmpty() ? null : HeartbeatReply.read(answers.getLast().body());
     }
 
     /**

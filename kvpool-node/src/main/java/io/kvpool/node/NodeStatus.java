@@ -61,7 +61,8 @@ final class NodeStatus {
                 local.shmPath().isEmpty() ? "anonymous memory" : local.shmPath());
         v.card("master", "Master", link.isRegistered() ? "connected" : "not connected",
                 hb == 0 ? "no heartbeat answered yet" : "last heartbeat answered "
-                        + String.format(Locale.ROOT, "%.1f s ago", (System.currentTimeMillis() - hb) / 1000.0));
+                        + String.format(Locale.ROOT, "%.1f s ago", (System.currentTimeMillis() - hb) / 1000.0)
+                        + " (one in " + MasterLink.HEARTBEAT_EVERY + " is answered; beacons between)");
         v.card("objects", "Objects in memory", local.ledger().objectCount(), Unit.COUNT);
         v.card("capacity", "Memory capacity", cap, Unit.BYTES);
         v.card("used", "Memory used", used, Unit.BYTES, cap == 0 ? null : String.format(Locale.ROOT,

@@ -14,6 +14,8 @@ import java.nio.channels.ClosedChannelException;
 import java.nio.channels.SocketChannel;
 import java.time.Duration;
 import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.List;
 
 /**
  * The requesting end of one kvpool connection: send a request frame, receive its reply, stream the
@@ -28,6 +30,13 @@ import java.util.ArrayDeque;
  * stops reading while a reply it writes finds the socket full, so a requester that kept writing
  * without reading would wait forever once the replies filled the buffers. Replies to NODE_PART_WRITE
  * and the like are a few bytes each, so tens of them fit.
+ *
+ * <h2>Notices</h2>
+ * {@link #notify} sends a request its server answers only when it has something to say (NODE_BEACON: the
+ * master answers only news). Since a server answers in order, the reply to a notice, if any, comes before
+ * the reply to any later request: {@link #call} and {@link #receive} set such a reply aside and read on, and
+ * {@link #notices} hands over what was set aside, and what has arrived since, without waiting for more. A
+ * reply to any later request also says that every notice before it that was not answered never will be.
  *
  * <p>Every exchange runs under a {@link Watchdog} deadline: if the peer does not answer in time, the
  * connection is closed and the call fails with a {@link SocketTimeoutException} naming the peer,
@@ -53,6 +62,11 @@ public final class FrameConnection implements Closeable {
     private long payloadLeft;
     /** How a reply is waited for: polled for a bounded time first ({@link #busyPoll}), or not. */
     private BusyPoll replies = new BusyPoll(Duration.ZERO, new BusyPoll.Counters());
+
+    /** Notices sent ({@link #notify}) that may still be answered, oldest first: their request ids. */
+    private final ArrayDeque<Long> mayAnswer = new ArrayDeque<>();
+    /** Replies to notices, read while waiting for another reply or by {@link #notices}, not yet handed over. */
+    private final List<Reply> noticed = new ArrayList<>();
 
     private record Sent(Opcode op, long id, boolean payload) {
     }
@@ -206,6 +220,124 @@ public final class FrameConnection implements Closeable {
     }
 
     /**
+     * Sends a request its server answers only when it has news (NODE_BEACON), without waiting: any answer is
+     * read later, by {@link #notices} or while a later call waits for its own reply. Fails as {@link #send}
+     * does.
+     */
+    public void notify(Opcode op, BodyWriter request, Duration timeout) throws IOException {
+        exchange(op, timeout, false, request);
+        Sent s = unanswered.pollLast();
+        mayAnswer.addLast(s.id());
+    }
+
+    /**
+     * The replies to notices that have arrived, oldest first, read without waiting for more (a frame whose first
+     * bytes have arrived is read whole, under {@code timeout}); empty when there are none. Each is handed over
+     * once. Only between exchanges: with requests unanswered, their replies come first and this reads nothing.
+     * Like {@link #peerClosed}, it also finds a connection the server closed: any other frame, or the end of the
+     * stream, breaks it.
+     *
+     * @throws RemoteException when the server answered a notice with an error (the connection is then broken)
+     * @throws IOException     when the connection failed, the server closed it, or sent something unasked
+     */
+    public List<Reply> notices(Duration timeout) throws IOException {
+        if (payloadLeft > 0) {
+            throw new IllegalStateException("previous reply from " + peer + " still has " + payloadLeft + " payload bytes unread");
+        }
+        while (unanswered.isEmpty() && !broken && arrived()) {
+            try (Watchdog.Deadline d = Watchdog.arm(wire.socket(), timeout)) {
+                Channels.readFully(wire.in(), header); // its first byte is in already
+                FrameHeader.Decoded h = FrameHeader.decode(header, limits);
+                if (!h.reply() || !noticeReply(h)) {
+                    throw new IOException("peer " + peer + " sent a frame nobody asked for (request id "
+                            + h.requestId() + ", opcode " + h.opcode() + "); the connection is given up");
+                }
+            } catch (IOException | RuntimeException e) {
+                broken = true;
+                throw e;
+            }
+        }
+        if (noticed.isEmpty()) {
+            return List.of();
+        }
+        List<Reply> out = List.copyOf(noticed);
+        noticed.clear();
+        return out;
+    }
+
+    /**
+     * Whether a frame has begun to arrive, checked without waiting: if so its first byte is in {@link #header},
+     * for the caller to read the rest. Never under TLS ({@link #pollsNotices}).
+     */
+    private boolean arrived() throws IOException {
+        if (!pollsNotices()) {
+            return false;
+        }
+        SocketChannel ch = wire.socket();
+        synchronized (ch.blockingLock()) {
+            ch.configureBlocking(false);
+            try {
+                header.clear().limit(1);
+                int n;
+                try {
+                    n = ch.read(header);
+                } catch (IOException e) {
+                    broken = true;
+                    throw new IOException("connection to " + peer + " ended: " + e.getMessage(), e);
+                }
+                if (n == 0) {
+                    return false;
+                }
+                if (n < 0) {
+                    broken = true;
+                    throw new IOException("connection to " + peer + " closed by the peer");
+                }
+            } finally {
+                ch.configureBlocking(true);
+            }
+        }
+        header.limit(header.capacity());
+        return true;
+    }
+
+    /**
+     * Whether {@link #notices} looks for replies that have arrived: on a plain connection. Under TLS it hands over
+     * only the replies read while a call waited for its own, so a requester there should not rely on notices.
+     */
+    public boolean pollsNotices() {
+        return wire.in() == wire.socket();
+    }
+
+    /**
+     * {@code h} is a reply's header: if it answers a notice, reads its body and sets it aside (true); if not,
+     * the notices sent before the request it answers will not be answered (false).
+     */
+    private boolean noticeReply(FrameHeader.Decoded h) throws IOException {
+        while (!mayAnswer.isEmpty() && mayAnswer.peekFirst() < h.requestId()) {
+            mayAnswer.pollFirst();
+        }
+        if (mayAnswer.isEmpty() || mayAnswer.peekFirst() != h.requestId()) {
+            return false;
+        }
+        mayAnswer.pollFirst();
+        if (h.payloadLength() != 0 || h.bodyLength() > limits.maxBodyBytes()) {
+            throw new MalformedFrameException(FrameStatus.MALFORMED_FRAME, "peer " + peer + " answered notice "
+                    + h.requestId() + " with " + h.bodyLength() + " body and " + h.payloadLength() + " payload bytes");
+        }
+        ByteBuffer b = ByteBuffer.allocate(h.bodyLength()).order(ByteOrder.LITTLE_ENDIAN);
+        Channels.readFully(wire.in(), b);
+        b.flip();
+        BodyReader reader = new BodyReader(b);
+        if (h.status() != FrameStatus.OK.code) {
+            broken = true; // a later request's reply may be on its way behind this one: the stream is not kept
+            throw new RemoteException(peer.toString(), Opcode.of(h.opcode()), FrameStatus.of(h.status()),
+                    errorMessage(reader));
+        }
+        noticed.add(new Reply(h, reader));
+        return true;
+    }
+
+    /**
      * The reply to the oldest request sent with {@link #send} and not yet answered, under a deadline
      * of {@code timeout}. A {@link RemoteException} answers that request alone: after
      * {@link FrameStatus#BAD_REQUEST} to a request without payload the connection goes on, and the
@@ -292,6 +424,12 @@ public final class FrameConnection implements Closeable {
         }
         Channels.readFully(wire.in(), header);
         FrameHeader.Decoded h = FrameHeader.decode(header, limits);
+        while (h.reply() && !mayAnswer.isEmpty() && noticeReply(h)) {
+            // a notice's answer came first (answers keep the order of the requests): set aside, read on
+            header.clear();
+            Channels.readFully(wire.in(), header);
+            h = FrameHeader.decode(header, limits);
+        }
         if (!h.reply()) {
             throw new MalformedFrameException(FrameStatus.MALFORMED_FRAME, "peer " + peer + " sent a request where a reply was due");
         }
@@ -309,12 +447,7 @@ public final class FrameConnection implements Closeable {
         BodyReader reader = new BodyReader(body);
         if (h.status() != FrameStatus.OK.code) {
             FrameStatus st = FrameStatus.of(h.status());
-            String msg;
-            try {
-                msg = reader.string("error message");
-            } catch (MalformedFrameException e) {
-                msg = "(no message)";
-            }
+            String msg = errorMessage(reader);
             if (h.payloadLength() > 0) {
                 broken = true;
             }
@@ -322,6 +455,14 @@ public final class FrameConnection implements Closeable {
         }
         payloadLeft = h.payloadLength();
         return new Reply(h, reader);
+    }
+
+    private static String errorMessage(BodyReader reader) {
+        try {
+            return reader.string("error message");
+        } catch (MalformedFrameException e) {
+            return "(no message)";
+        }
     }
 
     /** Reads the next {@code dst.byteSize()} payload bytes of the current reply straight into {@code dst}. */

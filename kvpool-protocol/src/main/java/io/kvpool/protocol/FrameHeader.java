@@ -73,9 +73,10 @@ public final class FrameHeader {
      * code QUOTA_EXCEEDED (a namespace over its quota); 15 FEED_FOLLOW and FEED_SNAPSHOT, the leader's
      * change feed that standby masters follow, and the terms in NODE_HEARTBEAT and its reply; 16 stamped
      * same-machine puts (the writer stamps the header, the NODE_SHM_LEASE reply says whether it may); 17
-     * NODE_WRITE_COMMIT, a put over TCP whose node commits it for the writer.
+     * NODE_WRITE_COMMIT, a put over TCP whose node commits it for the writer; 18 NODE_BEACON, a heartbeat the
+     * master answers only with news.
      */
-    public static final byte VERSION = 17;
+    public static final byte VERSION = 18;
     public static final byte FLAG_REPLY = 0x01;
 
     public static final int MAGIC_OFFSET = 0;

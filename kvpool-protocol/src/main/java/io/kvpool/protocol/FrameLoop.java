@@ -32,8 +32,9 @@ import java.util.function.Predicate;
  * (measured on this project's 2-vCPU machine: a do-nothing server answering 128-byte requests spends
  * 10 us of CPU a request with a thread per connection and 5 us with one selector loop). Here the
  * connections whose frames are all of a few opcodes named by the server's owner ({@link #quick}: on
- * the master, NODE_HEARTBEAT) wait in one selector, and the loop answers every ready one per
- * wake-up.
+ * the master, NODE_HEARTBEAT and NODE_BEACON) wait in one selector, and the loop answers every ready one per
+ * wake-up. A handler may answer nothing ({@link Request#answerNothing}, a beacon with no news): then nothing is
+ * written, and the loop saves the write and the peer's wake-up too.
  *
  * <h2>Who is served here</h2>
  * A plain (not TLS) connection that has authenticated and just had a quick frame answered on its own
@@ -87,8 +88,10 @@ final class FrameLoop implements AutoCloseable {
     private final Set<Slot> inProgress = ConcurrentHashMap.newKeySet();
     /** Connections waiting in the loop now. */
     private final AtomicInteger connections = new AtomicInteger();
-    /** Frames answered in the loop so far. */
+    /** Frames served in the loop so far (answered, or for a NODE_BEACON with no news, not). */
     private final AtomicLong frames = new AtomicLong();
+    /** Reads from the connections' sockets so far. */
+    private final AtomicLong reads = new AtomicLong();
 
     /** Where one connection is: the bytes read of its next frames, the reply being written. */
     private static final class Slot {
@@ -131,9 +134,14 @@ final class FrameLoop implements AutoCloseable {
         return connections.get();
     }
 
-    /** Frames answered in the loop so far. */
+    /** Frames served in the loop so far. */
     long frames() {
         return frames.get();
+    }
+
+    /** Reads from the connections' sockets so far. */
+    long reads() {
+        return reads.get();
     }
 
     /** Whether frames of {@code op} are served here. */
@@ -238,6 +246,7 @@ final class FrameLoop implements AutoCloseable {
 
     /** Reads what has arrived (one system call) and handles the whole frames it completes. */
     private void read(SelectionKey k, Slot s, List<Runnable> after) throws IOException {
+        reads.incrementAndGet();
         if (s.c.socket().read(s.inbox) < 0) {
             leave(k, s, false, after);
             return;

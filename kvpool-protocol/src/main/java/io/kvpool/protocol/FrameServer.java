@@ -183,10 +183,19 @@ public final class FrameServer implements Closeable {
         return l == null ? 0 : l.connections();
     }
 
-    /** Frames the {@link FrameLoop} answered so far (0 without one). */
+    /** Frames the {@link FrameLoop} served so far, answered or (NODE_BEACON) not (0 without one). */
     public long loopFrames() {
         FrameLoop l = loop;
         return l == null ? 0 : l.frames();
+    }
+
+    /**
+     * Reads the {@link FrameLoop} made from its connections' sockets so far (0 without one): with {@link
+     * #loopFrames}, how many frames one read brought in.
+     */
+    public long loopReads() {
+        FrameLoop l = loop;
+        return l == null ? 0 : l.reads();
     }
 
     /** Connections refused because a connection limit was reached. */

@@ -91,6 +91,12 @@ public enum Opcode {
      * standby starts from before it follows. Body: {@code StandbyMessages.Snapshot} / {@code SnapshotPart}.
      */
     FEED_SNAPSHOT(0x57, "feed_snapshot"),
+    /**
+     * (version 18) A heartbeat the master answers only with news: a NODE_HEARTBEAT body, and the NODE_HEARTBEAT
+     * reply when that reply would tell the node something (NOT_FOUND, a newer epoch, another term); otherwise no
+     * reply at all. A node sends these between full heartbeats.
+     */
+    NODE_BEACON(0x58, "node_beacon"),
 
     // ---- node: object bytes ----
     NODE_WRITE(0x80, "node_write"),
@@ -173,7 +179,7 @@ public enum Opcode {
      */
     public Access access() {
         return switch (this) {
-            case REMOVE_ALL, REMOVE_BY_PREFIX, REGISTER_NODE, NODE_HEARTBEAT, NODE_INVENTORY, NODE_DISK_ADD,
+            case REMOVE_ALL, REMOVE_BY_PREFIX, REGISTER_NODE, NODE_HEARTBEAT, NODE_BEACON, NODE_INVENTORY, NODE_DISK_ADD,
                  NODE_DISK_DROP, NODE_DRAIN, NODE_FREE, NODE_RESET, NODE_REPLICATE, FEED_FOLLOW, FEED_SNAPSHOT -> Access.ADMIN;
             default -> Access.DATA;
         };

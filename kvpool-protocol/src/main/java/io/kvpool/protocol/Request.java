@@ -7,7 +7,7 @@ import java.nio.ByteBuffer;
 /**
  * One request received by a {@link FrameServer}, handed to a {@link RequestHandler}. The handler
  * reads the body, consumes exactly the declared payload (into a segment, or by skipping it), and
- * sends exactly one reply. Valid only during the handler call.
+ * sends exactly one reply (or, for a request answered only with news, {@link #answerNothing}). Valid only during the handler call.
  */
 public final class Request {
 
@@ -116,6 +116,18 @@ public final class Request {
         System.arraycopy(payload, 0, all, 2, payload.length);
         replied = true;
         Channels.writeFully(wire.out(), all);
+    }
+
+    /**
+     * Answers with nothing at all: for a request whose opcode is answered only when there is news (NODE_BEACON,
+     * docs/protocol.md section 4.42), when there is none. It counts as this request's one reply.
+     */
+    public void answerNothing() {
+        checkNotReplied();
+        if (payloadLength != 0) {
+            throw new IllegalStateException(opcode.metricName + " with payload must be answered");
+        }
+        replied = true;
     }
 
     /** Sends an error reply with a message. */

@@ -24,8 +24,8 @@ import java.util.concurrent.atomic.AtomicReference;
 import static org.assertj.core.api.Assertions.assertThat;
 
 /**
- * The {@link FrameLoop}: every {@link FrameServerTest} case again with PING, HELLO and GET_REPLICA_LIST
- * served in the loop (so well-formed traffic, refusals and handler errors all cross between the loop and
+ * The {@link FrameLoop}: every {@link FrameServerTest} case again with PING, HELLO, GET_REPLICA_LIST and
+ * NODE_BEACON (a handler that may answer nothing) served in the loop (so well-formed traffic, refusals and handler errors all cross between the loop and
  * the connections' threads), and what only the loop does: many connections on one thread, a reply the
  * socket does not take at once, a frame that stops half way. No assertion depends on timing; the
  * timeouts only guard against hangs.
@@ -34,7 +34,8 @@ class FrameLoopTest extends FrameServerTest {
 
     @Override
     void configure(FrameServer s) throws IOException {
-        s.serveInLoop(op -> op == Opcode.PING || op == Opcode.HELLO || op == Opcode.GET_REPLICA_LIST);
+        s.serveInLoop(op -> op == Opcode.PING || op == Opcode.HELLO || op == Opcode.GET_REPLICA_LIST
+                || op == Opcode.NODE_BEACON);
     }
 
     /** A server of its own: PING echoes, EXIST_KEY answers with as many bytes as its body asks, PUT_START is not quick. */

@@ -44,7 +44,8 @@ class FrameServerTest {
     /**
      * PING echoes its string body; PUT_START echoes its string body and its payload; HELLO throws
      * BadRequestException; GET_REPLICA_LIST throws an unexpected exception; EXIST_KEY never replies
-     * until the test ends; REMOVE_ALL is not served at all.
+     * until the test ends; NODE_BEACON answers nothing to an empty string, BAD_REQUEST to "bad", and its string
+     * otherwise; REMOVE_ALL is not served at all.
      */
     private void handle(Request req) throws IOException {
         switch (req.opcode()) {
@@ -69,6 +70,17 @@ class FrameServerTest {
                     Thread.currentThread().interrupt();
                 }
                 req.reply(new BodyWriter());
+            }
+            case NODE_BEACON -> {
+                String text = req.body().string("text");
+                req.body().end("beacon");
+                if (text.isEmpty()) {
+                    req.answerNothing();
+                } else if (text.equals("bad")) {
+                    throw new BadRequestException("a beacon the server refuses");
+                } else {
+                    req.reply(new BodyWriter().string(text));
+                }
             }
             default -> throw new AssertionError("unexpected " + req.opcode());
         }
@@ -455,5 +467,81 @@ class FrameServerTest {
                 .isInstanceOf(IllegalStateException.class).hasMessageContaining("1 pipelined requests");
         assertThat(c.receive(CALL).body().string("text")).isEqualTo("one");
         assertThat(echo(c, "three")).isEqualTo("three");
+    }
+
+    private static void beacon(FrameConnection c, String text) throws IOException {
+        c.notify(Opcode.NODE_BEACON, new BodyWriter().string(text), CALL);
+    }
+
+    private static List<String> texts(List<FrameConnection.Reply> replies) {
+        List<String> out = new ArrayList<>();
+        for (FrameConnection.Reply r : replies) {
+            assertThat(r.header().opcode()).isEqualTo(Opcode.NODE_BEACON.code);
+            out.add(r.body().string("text"));
+        }
+        return out;
+    }
+
+    /** The answers that have arrived, waiting (without a deadline of its own: the class's guards a hang) for one. */
+    private static List<String> awaitNotices(FrameConnection c) throws Exception {
+        List<String> got = new ArrayList<>();
+        while (got.isEmpty()) {
+            got.addAll(texts(c.notices(CALL)));
+            Thread.sleep(1);
+        }
+        return got;
+    }
+
+    @Test
+    void noticesAreAnsweredOnlyWithNewsAndTheirAnswersNeverGetInTheWayOfACall() throws Exception {
+        FrameConnection c = connect();
+        assertThat(echo(c, "first")).isEqualTo("first");
+        beacon(c, "");
+        beacon(c, "news 1");
+        beacon(c, "");
+        beacon(c, "");
+        beacon(c, "news 2");
+        // the answers come before the call's reply: set aside, in order, and the call gets its own
+        assertThat(echo(c, "call")).isEqualTo("call");
+        assertThat(texts(c.notices(CALL))).containsExactly("news 1", "news 2");
+        assertThat(c.notices(CALL)).as("each is handed over once").isEmpty();
+        // without a call in between: read once it has arrived
+        beacon(c, "");
+        beacon(c, "news 3");
+        assertThat(awaitNotices(c)).containsExactly("news 3");
+        // unanswered ones before a reply are given up: an answer after them is still matched to its own
+        beacon(c, "");
+        assertThat(echo(c, "between")).isEqualTo("between");
+        beacon(c, "news 4");
+        assertThat(awaitNotices(c)).containsExactly("news 4");
+        assertThat(echo(c, "after")).isEqualTo("after");
+        assertThat(c.isBroken()).isFalse();
+    }
+
+    @Test
+    void aRefusedNoticeBreaksTheConnectionAtItsAnswer() throws Exception {
+        FrameConnection c = connect();
+        assertThat(echo(c, "first")).isEqualTo("first");
+        beacon(c, "bad");
+        RemoteException e = catchThrowableOfType(RemoteException.class, () -> echo(c, "call"));
+        assertThat(e.status()).isEqualTo(FrameStatus.BAD_REQUEST);
+        assertThat(e.getMessage()).contains("node_beacon").contains("a beacon the server refuses");
+        assertThat(c.isBroken()).as("the call's own reply is still on its way: the stream is given up").isTrue();
+    }
+
+    @Test
+    void noticesFindAConnectionTheServerClosed() throws Exception {
+        FrameConnection c = connect();
+        assertThat(echo(c, "first")).isEqualTo("first");
+        beacon(c, "");
+        server.close();
+        IOException e = catchThrowableOfType(IOException.class, () -> {
+            while (true) {
+                c.notices(CALL); // nothing to hand over until the end of the stream arrives, which it says
+                Thread.sleep(1);
+            }
+        });
+        assertThat(e).hasMessageContaining("connection to " + address); // closed, or reset: the beacon was unread
+        assertThat(c.isBroken()).isTrue();
     }
 }

@@ -612,6 +612,15 @@ public final class MasterMessages {
         public static HeartbeatReply read(BodyReader r) {
             return new HeartbeatReply(ResultCode.of(r.u8("result")), r.i64("epoch"), r.i64("term"));
         }
+
+        /**
+         * Whether this reply tells the node that sent {@code hb} anything it must act on: register again
+         * (NOT_FOUND), a reset it missed (a newer epoch), or another master's term. A NODE_BEACON is answered only
+         * then (version 18).
+         */
+        public boolean newsFor(Heartbeat hb) {
+            return code != ResultCode.OK || epoch > hb.epoch() || term != hb.term();
+        }
     }
 
     /**
