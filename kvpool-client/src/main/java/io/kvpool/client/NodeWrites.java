@@ -112,6 +112,21 @@ final class NodeWrites {
             }
             return (int) c;
         }
+
+        /**
+         * Copies item {@code item}'s value to {@code at} in {@code shm} and returns its CRC32C, summed during the copy
+         * the first time ({@link ObjectLayout#copyWithCrc}: one pass over the value), remembered for its other copies.
+         */
+        int copy(int item, MemorySegment shm, long at) {
+            long c = crcs.get(item);
+            if (c != 0) {
+                SharedSegments.write(shm, at, value(item));
+                return (int) c;
+            }
+            int crc = SharedSegments.writeSummed(shm, at, value(item));
+            crcs.set(item, 1L << 32 | (crc & 0xFFFF_FFFFL));
+            return crc;
+        }
     }
 
     /**
@@ -207,11 +222,10 @@ final class NodeWrites {
                 for (int s = frames.get(f)[0]; s < frames.get(f)[1]; s++) {
                     Slot slot = slots.get(s);
                     byte[] key = b.key(slot.item);
-                    MemorySegment value = b.value(slot.item);
-                    SharedSegments.write(shm, slot.offset + ObjectLayout.valueOffset(key.length), value);
-                    int crc = b.crc(slot.item);
+                    int crc = b.copy(slot.item, shm, slot.offset + ObjectLayout.valueOffset(key.length));
                     if (stamps) {
-                        ObjectLayout.stamp(shm, slot.offset, key, value.byteSize(), slot.generation, b.epoch, crc);
+                        ObjectLayout.stamp(shm, slot.offset, key, b.value(slot.item).byteSize(), slot.generation,
+                                b.epoch, crc);
                     }
                 }
             });

@@ -195,6 +195,15 @@ final class SharedSegments {
         MemorySegment.copy(value, 0, seg, at, n);
     }
 
+    /** {@link #write}, returning the value's CRC32C, summed during the copy ({@link ObjectLayout#copyWithCrc}). */
+    static int writeSummed(MemorySegment seg, long at, MemorySegment value) {
+        Prefault.Windows w = windows(seg);
+        if (w != null) {
+            w.populate(at, value.byteSize());
+        }
+        return ObjectLayout.copyWithCrc(value, seg, at);
+    }
+
     /**
      * Copies the object (offset, generation, length) from a mapped segment into {@code dst}. Returns
      * false if the object is not there or changed during the copy; {@code dst} then holds garbage.

@@ -217,4 +217,22 @@ class ObjectLayoutTest {
         assertThat(ObjectLayout.valueCrc(MemorySegment.ofArray("123456789".getBytes(StandardCharsets.US_ASCII))))
                 .isEqualTo(0xE3069283);
     }
+
+    @ParameterizedTest
+    @ValueSource(longs = {0, 1, 65535, 65536, 65537, 3 * 65536 + 5, 2 << 20})
+    void aCopySummedOnTheWayEqualsACopyAndItsChecksum(long size) {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment src = a.allocate(Math.max(1, size)).asSlice(0, size);
+            byte[] bytes = new byte[(int) size];
+            new Random(size).nextBytes(bytes);
+            MemorySegment.copy(MemorySegment.ofArray(bytes), 0, src, 0, size);
+            MemorySegment dst = a.allocate(size + 16);
+            dst.fill((byte) 0x5A);
+            int crc = ObjectLayout.copyWithCrc(src, dst, 7);
+            assertThat(crc).isEqualTo(ObjectLayout.valueCrc(src));
+            assertThat(dst.asSlice(7, size).mismatch(src)).isEqualTo(-1L);
+            assertThat(dst.get(ValueLayout.JAVA_BYTE, 6)).isEqualTo((byte) 0x5A);
+            assertThat(dst.get(ValueLayout.JAVA_BYTE, 7 + size)).isEqualTo((byte) 0x5A);
+        }
+    }
 }
