@@ -48,6 +48,12 @@ class NodeBeaconIT {
     private final AtomicInteger registrations = new AtomicInteger();
     /** What a beacon is answered with: null, nothing. */
     private volatile HeartbeatReply beaconAnswer;
+    /** Set: the last beacon before a full heartbeat is answered NOT_FOUND, late; the master forgets the node then. */
+    private volatile boolean lateNotFound;
+    /** The master forgot the node: full heartbeats are answered NOT_FOUND until it registers again. */
+    private volatile boolean forgotten;
+    /** Beacons since the last full heartbeat (the scripted master serves one connection at a time). */
+    private int sinceFull;
     private FrameServer master;
     private StorageNode node;
 
@@ -58,16 +64,29 @@ class NodeBeaconIT {
         switch (op) {
             case HELLO -> new HelloReply(1, EPOCH, 512, 1 << 30, 1, 0).write(out);
             case REGISTER_NODE -> {
+                forgotten = false;
                 registrations.incrementAndGet();
                 new RegisterReply(7, EPOCH, false, 0).write(out);
             }
             case NODE_INVENTORY -> new Codes(List.of()).write(out);
             case NODE_HEARTBEAT -> {
                 Heartbeat.read(req.body());
-                new HeartbeatReply(ResultCode.OK, EPOCH, 0).write(out); // never news, whatever a beacon answers
+                sinceFull = 0;
+                // never news, whatever a beacon answers, unless the master forgot the node
+                new HeartbeatReply(forgotten ? ResultCode.NOT_FOUND : ResultCode.OK, EPOCH, 0).write(out);
             }
             case NODE_BEACON -> {
                 Heartbeat.read(req.body());
+                if (++sinceFull == 4 && lateNotFound) {
+                    // answered after the node's next heartbeat, a full one, was sent: it reads this answer while
+                    // it waits for that heartbeat's reply
+                    lateNotFound = false;
+                    sleepQuietly(INTERVAL.multipliedBy(5));
+                    forgotten = true;
+                    new HeartbeatReply(ResultCode.NOT_FOUND, EPOCH, 0).write(out);
+                    req.reply(out);
+                    return;
+                }
                 HeartbeatReply a = beaconAnswer;
                 if (a == null) {
                     req.answerNothing();
@@ -131,6 +150,28 @@ class NodeBeaconIT {
         assertThat(received.subList(at + 1, received.size()).stream()
                 .filter(o -> o == Opcode.NODE_HEARTBEAT || o == Opcode.NODE_BEACON).findFirst())
                 .as("after a registration the first heartbeat is a full one").contains(Opcode.NODE_HEARTBEAT);
+    }
+
+    @Test
+    void anAnswerOlderThanAHeartbeatsReplyIsNotActedOnAfterIt() throws Exception {
+        await(() -> heartbeatsAndBeacons().contains(Opcode.NODE_BEACON));
+        lateNotFound = true;
+        await(() -> registrations.get() >= 2);
+        int at = received.lastIndexOf(Opcode.REGISTER_NODE);
+        await(() -> received.subList(at, received.size()).stream()
+                .filter(o -> o == Opcode.NODE_HEARTBEAT || o == Opcode.NODE_BEACON).count() >= 10);
+        // the late NOT_FOUND came before the full heartbeat's own NOT_FOUND, which the node registered again for;
+        // acting on the older answer afterwards would have registered it a third time
+        assertThat(registrations.get()).isEqualTo(2);
+        assertThat(node.isRegistered()).isTrue();
+    }
+
+    private static void sleepQuietly(Duration d) {
+        try {
+            Thread.sleep(d);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
     }
 
     private List<Opcode> heartbeatsAndBeacons() {

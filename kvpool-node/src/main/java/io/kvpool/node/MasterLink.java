@@ -409,6 +409,7 @@ final class MasterLink implements AutoCloseable {
         log.info("node {}: registered as segment {} at epoch {}{} ({} objects kept, {} dropped, {} failed verification)",
                 node.name(), id, reply.epoch(), reply.term() > 0 ? ", term " + reply.term() : "", listed.kept(),
                 listed.dropped(), listed.corrupt());
+        forgetNews(); // what earlier beacons were told predates this registration
         return true;
     }
 
@@ -450,7 +451,18 @@ final class MasterLink implements AutoCloseable {
     }
 
     private HeartbeatReply heartbeat() throws IOException {
-        return HeartbeatReply.read(conn.call(Opcode.NODE_HEARTBEAT, heartbeatBody(), rpcTimeout()).body());
+        HeartbeatReply r = HeartbeatReply.read(conn.call(Opcode.NODE_HEARTBEAT, heartbeatBody(), rpcTimeout()).body());
+        forgetNews();
+        return r;
+    }
+
+    /**
+     * Drops the answers to earlier beacons that a call just set aside: they came before its reply, so they are older
+     * than what the link learns from it (a heartbeat's reply, a registration), and acting on them later would undo
+     * it (a NOT_FOUND read after the node registered again would make it register once more).
+     */
+    private void forgetNews() throws IOException {
+        conn.notices(rpcTimeout());
     }
 
     /** A heartbeat the master answers only with news ({@link #news} reads that answer). */
