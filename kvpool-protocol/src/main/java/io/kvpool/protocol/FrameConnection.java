@@ -166,23 +166,28 @@ public final class FrameConnection implements Closeable {
         if (!unanswered.isEmpty()) {
             return false;
         }
-        SocketChannel ch = wire.socket();
         try {
-            synchronized (ch.blockingLock()) {
-                ch.configureBlocking(false);
-                try {
-                    if (ch.read(ByteBuffer.allocate(1)) == 0) {
-                        return false;
-                    }
-                } finally {
-                    ch.configureBlocking(true);
-                }
+            if (readNow(ByteBuffer.allocate(1)) == 0) {
+                return false;
             }
         } catch (IOException e) {
             // a reset, or the channel closed under us: over as well
         }
         broken = true;
         return true;
+    }
+
+    /** One read from the socket itself into {@code b} that does not wait: what it returned (0: nothing there). */
+    private int readNow(ByteBuffer b) throws IOException {
+        SocketChannel ch = wire.socket();
+        synchronized (ch.blockingLock()) {
+            ch.configureBlocking(false);
+            try {
+                return ch.read(b);
+            } finally {
+                ch.configureBlocking(true);
+            }
+        }
     }
 
     /** The reply to one request: its header fields and body. Payload, if any, is read separately. */
@@ -273,28 +278,20 @@ public final class FrameConnection implements Closeable {
         if (!pollsNotices()) {
             return false;
         }
-        SocketChannel ch = wire.socket();
-        synchronized (ch.blockingLock()) {
-            ch.configureBlocking(false);
-            try {
-                header.clear().limit(1);
-                int n;
-                try {
-                    n = ch.read(header);
-                } catch (IOException e) {
-                    broken = true;
-                    throw new IOException("connection to " + peer + " ended: " + e.getMessage(), e);
-                }
-                if (n == 0) {
-                    return false;
-                }
-                if (n < 0) {
-                    broken = true;
-                    throw new IOException("connection to " + peer + " closed by the peer");
-                }
-            } finally {
-                ch.configureBlocking(true);
-            }
+        header.clear().limit(1);
+        int n;
+        try {
+            n = readNow(header);
+        } catch (IOException e) {
+            broken = true;
+            throw new IOException("connection to " + peer + " ended: " + e.getMessage(), e);
+        }
+        if (n == 0) {
+            return false;
+        }
+        if (n < 0) {
+            broken = true;
+            throw new IOException("connection to " + peer + " closed by the peer");
         }
         header.limit(header.capacity());
         return true;
