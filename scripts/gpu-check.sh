@@ -4,7 +4,9 @@
 # CUDA tensors (python/gpu_tests: every vLLM 0.32 KV cache layout and page kind, shared memory and TCP,
 # streams and events, layer by layer, the Mooncake API on device addresses), then measures save and load GB/s
 # at 2 MiB blocks against a plain device <-> pinned-host copy in the same run and prints one table
-# (also written to .gpu-check/table.txt). Under 8 minutes: the tests get 5, the bench 2.
+# (also written to .gpu-check/table.txt), then times a Llama-3-8B-shaped engine's first token with whole blocks
+# against layer by layer (python/gpu_tests/bench_layers.py, appended to the table). Under 10 minutes: the tests
+# get 5, the device bench 2, the layers bench 3.
 #
 #   scripts/gpu-check.sh --prepare     on a build machine (JDK 25, network): builds the jar if missing, makes a
 #                                      Java runtime with jlink (.gpu-check/jre) and puts pytest in .gpu-check/site,
@@ -13,7 +15,8 @@
 #   scripts/gpu-check.sh --device cpu  the same on the device edge's CPU implementation (a dry run anywhere)
 #
 # Environment: PYTHON (default python3, the one with the CUDA torch), KVPOOL_JAVA (a java to use instead of
-# .gpu-check/jre), KVPOOL_GPU_BENCH_BLOCKS (default 64 blocks of 2 MiB a batch).
+# .gpu-check/jre), KVPOOL_GPU_BENCH_BLOCKS (default 64 blocks of 2 MiB a batch), KVPOOL_GPU_SKIP_TESTS=1 (the
+# benches only), and bench_layers.py's KVPOOL_GPU_LAYERS_* (its docstring).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -67,8 +70,11 @@ import sys, torch
 want = sys.argv[1]
 if want == "cuda" and not torch.cuda.is_available():
     sys.exit(f"gpu-check: torch {torch.__version__} sees no CUDA device (--device cpu runs the dry run)")
+from kvpool import crc
 print(f"gpu-check: torch {torch.__version__}, "
-      + (torch.cuda.get_device_name() if want == "cuda" else "CPU edge (dry run)"))
+      + (torch.cuda.get_device_name() if want == "cuda" else "CPU edge (dry run)") + f", checksums: {crc.BACKEND}")
+if crc.BACKEND == "python":
+    print("gpu-check: warning: CRC32C in pure Python makes puts over TCP crawl; install libisal2 or the crc32c wheel")
 PY
 
 port=$("$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -88,7 +94,10 @@ grep -q "kvpool serving: " "$log" || { tail -20 "$log" >&2; die "kvpool serve no
 export KVPOOL_MASTER=127.0.0.1:$port KVPOOL_GPU_DEVICE=$device
 
 rc=0
-timeout 300 "$python" -m pytest -q -p no:cacheprovider python/gpu_tests || rc=1
+if [[ ${KVPOOL_GPU_SKIP_TESTS:-0} != 1 ]]; then
+    timeout 300 "$python" -m pytest -q -p no:cacheprovider python/gpu_tests || rc=1
+fi
 timeout 120 "$python" python/gpu_tests/bench_device.py | tee "$out/table.txt" || rc=1
+timeout 180 "$python" python/gpu_tests/bench_layers.py | tee -a "$out/table.txt" || rc=1
 [[ $rc == 0 ]] && echo "gpu-check: passed ($device)" || echo "gpu-check: FAILED ($device)"
 exit $rc

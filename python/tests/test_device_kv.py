@@ -107,7 +107,7 @@ def test_every_layout_saves_the_canonical_block_and_loads_it_back(layout: str, c
         assert torch.equal(t_dst[0].view(torch.uint8), t_before[0].view(torch.uint8))
     # one layer
     targets, commit = kv2.layer_targets([0], 1)
-    targets[0].copy_(torch.frombuffer(bytearray(got[1][lb:2 * lb]), dtype=torch.uint8))
+    as_memoryview(targets[0], writable=True)[:] = got[1][lb:2 * lb]
     commit([True])
     assert torch.equal(dst[1][0].view(torch.uint8), src[1][0].view(torch.uint8))
     assert torch.equal(dst[0][0].view(torch.uint8), before[0][0].view(torch.uint8))
@@ -309,3 +309,14 @@ def test_a_registered_segment_mapping_is_unregistered_before_it_is_unmapped(pool
         c.close()
     assert [k for k, _ in edge.calls] == ["register"] * 3 + ["unregister"]
     assert len({a for _, a in edge.calls}) == 1
+
+
+def test_the_pointer_attributes_struct_has_room_for_what_newer_cuda_runtimes_write() -> None:
+    """cudaPointerGetAttributes writes the whole struct its runtime knows: 88 bytes in CUDA 13 (four fields, a
+    union and seven reserved longs). A 24-byte struct let it write past the end, and the process crashed later
+    (seen on an H200). The four fields this module reads stay where every runtime since CUDA 11 puts them."""
+    import ctypes
+
+    from kvpool.device.cudart import _Attributes
+    assert ctypes.sizeof(_Attributes) >= 256
+    assert [getattr(_Attributes, f).offset for f in ("type", "device", "devicePointer", "hostPointer")] == [0, 4, 8, 16]

@@ -18,9 +18,12 @@ _CUDA_MEMORY_MANAGED = 3
 
 
 class _Attributes(ctypes.Structure):
-    # cudaPointerAttributes since CUDA 11: type, device, devicePointer, hostPointer
+    # cudaPointerAttributes since CUDA 11 begins with type, device, devicePointer, hostPointer. Later runtimes
+    # append fields (CUDA 13: a union and reserved longs, 88 bytes in all) and write all of them: a struct of
+    # only the four fields let the runtime write past it, and the process crashed later, elsewhere (seen on an
+    # H200 with torch 2.11 and CUDA 13, scripts/gpu-check.sh). The tail leaves room for what a runtime adds.
     _fields_ = [("type", ctypes.c_int), ("device", ctypes.c_int), ("devicePointer", ctypes.c_void_p),
-                ("hostPointer", ctypes.c_void_p)]
+                ("hostPointer", ctypes.c_void_p), ("_tail", ctypes.c_byte * 232)]
 
 
 _lock = threading.Lock()
