@@ -9,8 +9,11 @@
 # get 5, the device bench 2, the layers bench 3.
 #
 #   scripts/gpu-check.sh --prepare     on a build machine (JDK 25, network): builds the jar if missing, makes a
-#                                      Java runtime with jlink (.gpu-check/jre) and puts pytest in .gpu-check/site,
-#                                      so that the GPU machine needs neither a JDK nor the network
+#                                      Java runtime with jlink (.gpu-check/jre, packed as .gpu-check/jre.tgz), puts
+#                                      pytest in .gpu-check/site and the crc32c wheel for the GPU machine's Python
+#                                      (GPU_PYTHON_VERSION, default 3.12) in .gpu-check/wheels, so that the GPU
+#                                      machine needs neither a JDK nor the network. Carry the jar, jre.tgz and
+#                                      wheels (and site, where the GPU machine has no pytest): 42 MiB
 #   scripts/gpu-check.sh               on the GPU machine: the check (exit 0 all passed, 1 a failure)
 #   scripts/gpu-check.sh --device cpu  the same on the device edge's CPU implementation (a dry run anywhere)
 #
@@ -39,12 +42,20 @@ prepare() {
     "$jdk/bin/jlink" --add-modules "$modules" --strip-java-debug-attributes \
         --strip-native-debug-symbols=objcopy=/usr/bin/objcopy --no-man-pages --no-header-files \
         --compress=zip-9 --output "$out/jre" || die "jlink failed"
-    rm -rf "$out/site"
+    # the runtime unpacked is 48 MiB, too much beside the jar for a 64 MiB transfer; packed, 28 MiB
+    tar -C "$out" -czf "$out/jre.tgz" jre || die "packing the Java runtime failed"
+    rm -rf "$out/site" "$out/wheels"
     # pytest 8.3 (8.4 needs pygments); tomli and exceptiongroup for a Python older than 3.11 there
     "${PYTHON:-python3}" -m pip install -q --no-compile --target "$out/site" pytest==8.3.5 tomli==2.2.1 \
         exceptiongroup==1.3.0 >/dev/null || die "pip could not fetch pytest into $out/site"
-    du -sh "$out/jre" "$out/site" "$jar" | sed 's/^/gpu-check: /'
-    echo "gpu-check: carry kvpool-cli/target/kvpool.jar and .gpu-check to the GPU machine"
+    # CRC32C in C for the GPU machine's Python: without it (or Debian's libisal2) a put checksums in pure Python,
+    # and the bench's TCP saves of 512 MiB outlast their time limit
+    "${PYTHON:-python3}" -m pip download -q --no-deps --only-binary=:all: --implementation cp \
+        --python-version "${GPU_PYTHON_VERSION:-3.12}" --platform manylinux_2_28_x86_64 \
+        --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d "$out/wheels" crc32c==2.9.post0 \
+        >/dev/null || die "pip could not fetch the crc32c wheel into $out/wheels"
+    du -sh "$out/jre.tgz" "$out/site" "$out/wheels" "$jar" | sed 's/^/gpu-check: /'
+    echo "gpu-check: carry kvpool-cli/target/kvpool.jar, .gpu-check/jre.tgz and .gpu-check/wheels to the GPU machine"
 }
 
 case "${1:-}" in
@@ -55,6 +66,9 @@ case "${1:-}" in
 esac
 
 [[ -f $jar ]] || die "no $jar (run scripts/gpu-check.sh --prepare where a JDK is, and carry the result)"
+if [[ -z ${KVPOOL_JAVA:-} && ! -x $out/jre/bin/java && -f $out/jre.tgz ]]; then
+    tar -C "$out" -xzf "$out/jre.tgz" || die "unpacking $out/jre.tgz failed"
+fi
 java=${KVPOOL_JAVA:-$out/jre/bin/java}
 if [[ ! -x $java ]]; then
     java=$(command -v java || true)
@@ -64,6 +78,13 @@ python=${PYTHON:-python3}
 mkdir -p "$out"
 export PYTHONPATH="$root/python${PYTHONPATH:+:$PYTHONPATH}"
 [[ -d $out/site ]] && PYTHONPATH="$PYTHONPATH:$out/site"
+if compgen -G "$out/wheels/*.whl" >/dev/null && ! "$python" -c 'import crc32c' 2>/dev/null; then
+    if "$python" -m pip install -q --no-index --no-deps --no-compile --target "$out/wheel-site" "$out"/wheels/*.whl; then
+        PYTHONPATH="$PYTHONPATH:$out/wheel-site"
+    else
+        echo "gpu-check: warning: the wheels in $out/wheels do not install for $python (GPU_PYTHON_VERSION at --prepare?)"
+    fi
+fi
 "$python" -c 'import pytest' 2>/dev/null || die "$python has no pytest (run --prepare, or install it)"
 "$python" - "$device" <<'PY' || exit 1
 import sys, torch

@@ -14,6 +14,7 @@ import pytest
 
 import kvpool
 from kvpool.connector import BlockHasher, ConnectorRequest, KeyFormat, PagedKvCache, PoolConnector, ScheduledRequest
+from kvpool.connector import layers
 
 np = pytest.importorskip("numpy")
 
@@ -81,7 +82,9 @@ class Gated:
 
 
 def make(client: Any, granularity: str = "layer", backend: str = "numpy") -> tuple[PoolConnector, PagedKvCache]:
-    pc = PoolConnector(client, BlockHasher(BS, "0"), KeyFormat("py-layers", "v1", "f32"), granularity=granularity)
+    # one layer a read (these tests follow single layers); runs of layers have their own test
+    pc = PoolConnector(client, BlockHasher(BS, "0"), KeyFormat("py-layers", "v1", "f32"), granularity=granularity,
+                       layer_read_bytes=0)
     return pc, PagedKvCache(16, LAYERS, BS, HEADS, DIM, backend=backend)
 
 
@@ -137,6 +140,47 @@ def test_layer_zero_is_in_while_a_gate_holds_the_later_layers(either: kvpool.Cli
     assert gated.reads == LAYERS  # one ranged read a layer, all blocks in each
     assert pc.stats().loaded_blocks == 4 and pc.stats().loaded_bytes == 4 * kv.block_bytes
     pc.close()
+
+
+def test_small_layers_are_read_several_at_a_time_and_come_in_by_the_run(either: kvpool.Client) -> None:
+    """Layers of 2 KiB a block and ``layer_read_bytes`` 4 KiB: two layers a ranged read. Layers 0 and 1 are in
+    while the gate holds the second read; the other two are not; in the end every byte is right."""
+    saver, src = make(either, "block")
+    a = ConnectorRequest("a", list(range(64)))
+    prefill(saver, src, a, [0, 1, 2, 3])
+    saver.close()
+    gated = Gated(either)
+    pc = PoolConnector(gated, BlockHasher(BS, "0"), KeyFormat("py-layers", "v1", "f32"), granularity="layer",
+                       layer_read_bytes=4096)
+    kv = PagedKvCache(16, LAYERS, BS, HEADS, DIM)
+    assert kv.layer_bytes == 2048 and layers.layers_a_read(kv, 4096) == 2
+    kv.data.fill(np.nan)
+    b = ConnectorRequest("b", list(range(64)) + [1])
+    assert pc.get_num_new_matched_tokens(b, 0).tokens == 64
+    table = [8, 9, 10, 11, 12]
+    pc.update_state_after_alloc(b, table, 64)
+    pc.start_load_kv(pc.build_connector_meta([ScheduledRequest(b, table, 64, 65)]), kv)
+    in_thread(pc.wait_for_layer_load, 1)  # the first run: layers 0 and 1
+    assert gated.held.acquire(timeout=WAIT)  # the load is at the second run's read
+    assert np.array_equal(kv.data[8:12, :2], src.data[0:4, :2])
+    assert np.isnan(kv.data[8:12, 2:]).all()
+    gated.release.set()
+    pc.wait_for_layer_load(LAYERS - 1)
+    assert np.array_equal(kv.data[8:12], src.data[0:4])
+    assert pc.block_ids_with_load_errors() == set()
+    assert gated.reads == LAYERS // 2
+    pc.close()
+
+
+def test_a_read_brings_enough_layers_for_its_least_range() -> None:
+    kv = PagedKvCache(2, 32, 16, 8, 128, dtype="float16")  # Llama-3-8B: 64 KiB a layer of a block
+    assert kv.layer_bytes == 64 << 10
+    assert layers.layers_a_read(kv) == 4  # the default, 256 KiB
+    assert layers.layers_a_read(kv, 0) == 1 and layers.layers_a_read(kv, 1) == 1
+    assert layers.layers_a_read(kv, (64 << 10) + 1) == 2
+    assert layers.layers_a_read(kv, 1 << 30) == 32  # never more than the model's layers
+    with pytest.raises(ValueError, match="layer_read_bytes"):
+        PoolConnector(object(), BlockHasher(BS, "0"), KeyFormat("m", "v1", "f32"), layer_read_bytes=-1)
 
 
 def test_a_load_failing_in_a_later_layer_is_reported_and_voids_the_steps_saves_of_its_request(

@@ -37,6 +37,9 @@ def test_runs_cover_every_value_in_order_about_evenly() -> None:
     assert lanes.parts([4096] * 100, 4) == [(0, 100)]  # below MIN_PARALLEL_BYTES: one run, the caller's
     assert lanes.parts([8 * MIB, 1, 1, 1], 4) == [(0, 1), (1, 2), (2, 3), (3, 4)]
     assert lanes.parts([3 * MIB, 3 * MIB], 4) == [(0, 1), (1, 2)]
+    # small items, many bytes in all (a layer of 256 blocks): the caller's thread alone, no lock passed around
+    assert lanes.parts([64 << 10] * 256, 4) == [(0, 256)]
+    assert lanes.parts([256 << 10] * 64, 4) == [(0, 16), (16, 32), (32, 48), (48, 64)]
     for sizes in ([MIB] * 7, [5 * MIB, MIB, MIB, 9 * MIB, 2], [MIB * 2] * 3):
         runs = lanes.parts(sizes, 3)
         assert [i for lo, hi in runs for i in range(lo, hi)] == list(range(len(sizes)))

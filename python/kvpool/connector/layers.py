@@ -9,6 +9,13 @@ mode (and as the Java engine's), so either mode reads what the other wrote.
   every block is read in one ranged read (``get_ranges_into``), then layer 1, ...; :class:`LayersIn`
   says layer ``l`` is in as soon as it is, so the engine computes layer 0 while later layers arrive.
   A block that missed, or whose object has another size, reads nothing more and is reported failed.
+  Where a layer's part of a block is small, one read brings several layers (:func:`layers_a_read`: each
+  block's range at least ``MIN_RANGE_BYTES``, 256 KiB by default; 4 layers a read at Llama-3-8B's 64 KiB
+  pages). Why: on the same-machine path a range costs the Python client about 9 us beside its copy, and
+  ranges of 64 KiB are too small to spread over the copy lanes (:mod:`kvpool.lanes`). On a 16-core GPU
+  machine the 8,192 single-layer ranges of a 512 MiB load (256 blocks, 32 layers) took 129 to 160 ms,
+  against 33 ms for reading the whole objects, so the overlap with the compute never won back what the
+  load lost (python/gpu_tests/bench_layers.py, docs/benchmarks.md).
 * :class:`StepSaves`: the step's saves are reserved at the first layer saved (``begin_put``) and written
   in parts, a layer at a time as the engine reports it computed (:meth:`StepSaves.through`), in layer
   order on the connector's save thread, then made visible after the last layer (``finish``).
@@ -47,7 +54,7 @@ from .fence import Fence
 from .paged import PagedKv
 from .values import Load, Save
 
-__all__ = ["LayersIn", "load", "StepSaves", "Outcomes"]
+__all__ = ["LayersIn", "load", "layers_a_read", "MIN_RANGE_BYTES", "StepSaves", "Outcomes"]
 
 log = logging.getLogger("kvpool.connector")
 
@@ -87,14 +94,29 @@ class LayersIn:
                 self._waiting -= 1
 
 
-def load(store: Any, loads: Sequence[Load], kv: PagedKv, layers_in: LayersIn, gate: Any = None) -> list[Load]:
+#: Least bytes of a block that one ranged read of a layer-by-layer load asks for: layers whose part of a block is
+#: smaller are read several at a time (see the module docstring).
+MIN_RANGE_BYTES = 256 << 10
+
+
+def layers_a_read(kv: PagedKv, min_range: int = MIN_RANGE_BYTES) -> int:
+    """Layers one ranged read of a layer-by-layer load brings: enough that each block's range is at least
+    ``min_range`` bytes, where the cache takes runs of layers (``PagedKv.layer_runs``); else one."""
+    if min_range <= 0 or not kv.layer_runs or kv.layer_bytes <= 0:
+        return 1
+    return max(1, min(kv.num_layers, -(-min_range // kv.layer_bytes)))
+
+
+def load(store: Any, loads: Sequence[Load], kv: PagedKv, layers_in: LayersIn, gate: Any = None,
+         min_range: int = MIN_RANGE_BYTES) -> list[Load]:
     """Reads ``loads`` into their blocks a layer at a time, raising ``layers_in`` as each layer is in.
     Returns the loads that failed: a block missing, of another size, or one of whose ranges missed (the
     engine recomputes it). Never raises: a failed call fails every load (and the caller releases the
     layers' waiters). ``gate`` (``budget.LoadGate``): each layer lands only through it, and the
-    load stops once the engine abandoned it."""
+    load stops once the engine abandoned it. ``min_range``: see :func:`layers_a_read`."""
     n = len(loads)
     lb = kv.layer_bytes
+    run = layers_a_read(kv, min_range)
     failed = [True] * n
     try:
         located = store.locate([l.key for l in loads])
@@ -103,15 +125,16 @@ def load(store: Any, loads: Sequence[Load], kv: PagedKv, layers_in: LayersIn, ga
             failed[i] = False
         if len(live) < n:
             located = located.pick(live)  # the rest read nothing more
-        for layer in range(kv.num_layers):
+        for first in range(0, kv.num_layers, run):
+            count = min(run, kv.num_layers - first)
             if gate is not None and gate.abandoned:
                 return list(loads)
             if live:
-                targets, commit = kv.layer_targets([loads[i].block_id for i in live], layer)
+                targets, commit = kv.layer_run_targets([loads[i].block_id for i in live], first, count)
                 if gate is not None:
                     targets, commit = gate.staged(targets, commit)
-                got = store.get_ranges_into(located, [layer * lb] * len(live), targets)
-                ok = [int(g) == lb for g in got]
+                got = store.get_ranges_into(located, [first * lb] * len(live), targets)
+                ok = [int(g) == count * lb for g in got]
                 if gate is not None:
                     with gate.lock:
                         if gate.abandoned:
@@ -125,7 +148,7 @@ def load(store: Any, loads: Sequence[Load], kv: PagedKv, layers_in: LayersIn, ga
                     still = [j for j, good in enumerate(ok) if good]
                     located = located.pick(still)
                     live = [live[j] for j in still]
-            layers_in.through(layer)
+            layers_in.through(first + count - 1)
     except Exception as e:  # noqa: BLE001 - reported as failed blocks, never raised into the engine
         log.warning("kvpool layer-by-layer load of %d blocks failed: %s", n, e)
         failed = [True] * n

@@ -113,6 +113,21 @@ class PagedKv:
         lb = self.layer_bytes
         return [as_memoryview(self.block(b), writable=True)[layer * lb:(layer + 1) * lb] for b in block_ids], _nothing
 
+    #: True if :meth:`layer_run_targets` takes runs of several layers; a cache that cannot (its layers are apart)
+    #: is read a layer at a time
+    layer_runs: bool = False
+
+    def layer_run_targets(self, block_ids: Sequence[int], first: int, count: int) \
+            -> tuple[list[Any], Callable[[Sequence[bool]], None]]:
+        """:meth:`layer_targets` for layers ``first .. first + count - 1`` together: per block one buffer of
+        ``count * layer_bytes``, the contiguous range of its object those layers are. Several layers only where
+        :attr:`layer_runs`. Default: :meth:`layer_targets` for one layer, views of :meth:`block` for several."""
+        if count == 1:
+            return self.layer_targets(block_ids, first)
+        lb = self.layer_bytes
+        return ([as_memoryview(self.block(b), writable=True)[first * lb:(first + count) * lb] for b in block_ids],
+                _nothing)
+
     def layer_sources(self, block_ids: Sequence[int], layer: int) -> list[Any]:
         """Buffers holding layer ``layer`` of the blocks in the pool's layout. Default: views of :meth:`block`."""
         lb = self.layer_bytes
@@ -139,6 +154,8 @@ class PagedKvCache(PagedKv):
             block_size, num_kv_heads, head_size)`` to wrap instead of allocating (e.g. vLLM's
             cross-layer KV cache); the other arguments are then read from it.
     """
+
+    layer_runs = True  # a block is contiguous: several layers are one range of it
 
     def __init__(self, num_blocks: int = 0, num_layers: int = 0, block_size: int = 16, num_kv_heads: int = 0,
                  head_size: int = 0, dtype: Any = "float32", backend: str = "numpy", data: Any = None) -> None:

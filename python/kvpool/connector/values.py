@@ -133,7 +133,7 @@ EMPTY_META = ConnectorMeta()
 
 
 def check_settings(client: Any, hasher: Any, keys: Any, reset_scope: str, max_queued_saves: int, granularity: str,
-                   async_loads: bool) -> None:
+                   async_loads: bool, layer_read_bytes: int = 0) -> None:
     """``PoolConnector``'s arguments, checked: a ValueError naming the first bad one."""
     if client is None or hasher is None or keys is None:
         raise ValueError("client, hasher and keys are required")
@@ -145,6 +145,8 @@ def check_settings(client: Any, hasher: Any, keys: Any, reset_scope: str, max_qu
         raise ValueError(f"reset_scope must be 'all' or 'model', got {reset_scope!r}")
     if max_queued_saves < 1:
         raise ValueError(f"max_queued_saves must be at least 1, got {max_queued_saves}")
+    if not isinstance(layer_read_bytes, int) or layer_read_bytes < 0:
+        raise ValueError(f"layer_read_bytes must be an int of at least 0, got {layer_read_bytes!r}")
 
 
 @dataclass(frozen=True)

@@ -313,6 +313,12 @@ class DeviceKv(PagedKv):
     def layer_targets(self, block_ids: Sequence[int], layer: int) -> tuple[list[Any], Callable[[Sequence[bool]], None]]:
         return self._targets(block_ids, [layer], views=True)
 
+    layer_runs = True
+
+    def layer_run_targets(self, block_ids: Sequence[int], first: int, count: int) \
+            -> tuple[list[Any], Callable[[Sequence[bool]], None]]:
+        return self._targets(block_ids, range(first, first + count), views=True)
+
     def __repr__(self) -> str:
         f = self.fmt
         return (f"DeviceKv({self.num_blocks} blocks x {self.num_layers} layers, pages [H={f.heads}, N={f.tokens}, "
