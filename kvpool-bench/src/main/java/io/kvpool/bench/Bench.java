@@ -597,7 +597,7 @@ public final class Bench {
             for (int i = 0; i < RESTORE_SLICES; i++) {
                 bar.setExtraMessage(" restore: " + label);
                 RestoreBench.Result r = RestoreBench.restore(c, pool, geometry, bytesPerToken, restorePrompts, prompt,
-                        seconds / RESTORE_SLICES);
+                        seconds / RESTORE_SLICES, i == 0);
                 restored = restored == null ? r : restored.plus(r);
                 bar.setExtraMessage(" save: " + label);
                 SaveBench.Result s = engine.save(savePrompts, seconds / RESTORE_SLICES, i == 0);

@@ -119,8 +119,9 @@ final class SaveBench implements AutoCloseable {
      */
     Result save(int prompts, double seconds, boolean warmUp) {
         client.removeByPrefix(KeyFormat.modelPrefix(model));
-        if (warmUp) {
-            round(prompts, "w" + calls + "-");
+        long warm = 0;
+        for (int w = 0; warmUp && warm < RestoreBench.WARM_UP_SECONDS * 1e9; w++) {
+            warm += round(prompts, "w" + calls + "r" + w + "-")[0];
             client.removeByPrefix(KeyFormat.modelPrefix(model));
         }
         ConnectorStats before = conn.stats();

@@ -318,8 +318,9 @@ final class ObjectWrites {
         }
         List<ResultCode> codes = committed;
         if (codes == null) {
-            BodyWriter w = new BodyWriter(32 + items.size() * 64);
-            new WriteLeaseMessages.Commit(lease.id, upsert, items).write(w);
+            WriteLeaseMessages.Commit commit = new WriteLeaseMessages.Commit(lease.id, upsert, items);
+            BodyWriter w = new BodyWriter(commit.bodyBytes());
+            commit.write(w);
             codes = master.call(Opcode.COMMIT, w, MasterMessages.Codes::read).codes();
         }
         boolean lost = false;

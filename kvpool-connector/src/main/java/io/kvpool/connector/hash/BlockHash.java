@@ -25,6 +25,21 @@ public record BlockHash(byte[] bytes) {
         return bytes.clone();
     }
 
+    /** Copies the 32 bytes into {@code dst} at {@code at} (no copy of its own, unlike {@link #bytes()}). */
+    void copyTo(byte[] dst, int at) {
+        System.arraycopy(bytes, 0, dst, at, LENGTH);
+    }
+
+    private static final byte[] HEX = "0123456789abcdef".getBytes(java.nio.charset.StandardCharsets.US_ASCII);
+
+    /** Writes the hash as 64 lowercase hex digits (ASCII) into {@code dst} at {@code at}. */
+    void hexInto(byte[] dst, int at) {
+        for (int i = 0; i < LENGTH; i++) {
+            dst[at + 2 * i] = HEX[(bytes[i] >> 4) & 0xf];
+            dst[at + 2 * i + 1] = HEX[bytes[i] & 0xf];
+        }
+    }
+
     public String hex() {
         return HexFormat.of().formatHex(bytes);
     }

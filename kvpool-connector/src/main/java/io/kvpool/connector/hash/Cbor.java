@@ -89,27 +89,38 @@ public final class Cbor {
 
     /** A major type and its argument {@code n} (treated as unsigned), in the shortest form. */
     static void head(ByteArrayOutputStream out, int major, long n) {
-        int mt = major << 5;
-        if (n >= 0 && n < 24) {
-            out.write(mt | (int) n);
-        } else if (n >= 0 && n < 1L << 8) {
-            out.write(mt | 24);
-            out.write((int) n);
-        } else if (n >= 0 && n < 1L << 16) {
-            out.write(mt | 25);
-            bigEndian(out, n, 2);
-        } else if (n >= 0 && n < 1L << 32) {
-            out.write(mt | 26);
-            bigEndian(out, n, 4);
-        } else {
-            out.write(mt | 27);
-            bigEndian(out, n, 8);
-        }
+        byte[] b = new byte[9];
+        out.write(b, 0, head(b, 0, major, n));
     }
 
-    private static void bigEndian(ByteArrayOutputStream out, long n, int bytes) {
-        for (int i = bytes - 1; i >= 0; i--) {
-            out.write((int) (n >>> (8 * i)));
+    /** {@link #integer(ByteArrayOutputStream, long)} into {@code buf} at {@code at} (9 bytes free): the bytes written. */
+    static int integer(byte[] buf, int at, long v) {
+        return v >= 0 ? head(buf, at, 0, v) : head(buf, at, 1, -1 - v);
+    }
+
+    /** {@link #head(ByteArrayOutputStream, int, long)} into {@code buf} at {@code at} (9 bytes free): the bytes written. */
+    static int head(byte[] buf, int at, int major, long n) {
+        int mt = major << 5;
+        int extra;
+        if (n >= 0 && n < 24) {
+            buf[at] = (byte) (mt | (int) n);
+            return 1;
+        } else if (n >= 0 && n < 1L << 8) {
+            buf[at] = (byte) (mt | 24);
+            extra = 1;
+        } else if (n >= 0 && n < 1L << 16) {
+            buf[at] = (byte) (mt | 25);
+            extra = 2;
+        } else if (n >= 0 && n < 1L << 32) {
+            buf[at] = (byte) (mt | 26);
+            extra = 4;
+        } else {
+            buf[at] = (byte) (mt | 27);
+            extra = 8;
         }
+        for (int i = 0; i < extra; i++) { // big-endian
+            buf[at + 1 + i] = (byte) (n >>> (8 * (extra - 1 - i)));
+        }
+        return 1 + extra;
     }
 }

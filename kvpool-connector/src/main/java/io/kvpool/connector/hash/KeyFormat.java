@@ -2,7 +2,6 @@ package io.kvpool.connector.hash;
 
 import java.io.ByteArrayOutputStream;
 import java.nio.charset.StandardCharsets;
-import java.util.HexFormat;
 import java.util.Objects;
 
 /**
@@ -86,12 +85,14 @@ public final class KeyFormat {
         return weights;
     }
 
-    /** The pool key of a block. */
+    /**
+     * The pool key of a block: the prefix, then the hash in lowercase hex, written into one array (every save
+     * and lookup makes a key per block; going through a hex string and its bytes made four copies of each).
+     */
     public byte[] key(BlockHash hash) {
-        byte[] hex = HexFormat.of().formatHex(hash.bytes()).getBytes(StandardCharsets.US_ASCII);
-        byte[] k = new byte[prefix.length + hex.length];
+        byte[] k = new byte[prefix.length + 2 * BlockHash.LENGTH];
         System.arraycopy(prefix, 0, k, 0, prefix.length);
-        System.arraycopy(hex, 0, k, prefix.length, hex.length);
+        hash.hexInto(k, prefix.length);
         return k;
     }
 

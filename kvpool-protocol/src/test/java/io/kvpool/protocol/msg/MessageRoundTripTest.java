@@ -244,6 +244,12 @@ class MessageRoundTripTest {
                 WriteLeaseMessages.Commit::read);
         roundTrip(new WriteLeaseMessages.Commit(-1, false, List.of()), WriteLeaseMessages.Commit::write,
                 WriteLeaseMessages.Commit::read);
+        for (WriteLeaseMessages.Commit c : List.of(new WriteLeaseMessages.Commit(9, true, items),
+                new WriteLeaseMessages.Commit(-1, false, List.of()))) {
+            BodyWriter sized = new BodyWriter(c.bodyBytes());
+            c.write(sized);
+            assertThat(sized.position()).isEqualTo(c.bodyBytes()); // the writer presized by it never grows
+        }
         roundTrip(new WriteLeaseMessages.Release(rnd.nextLong()), WriteLeaseMessages.Release::write,
                 WriteLeaseMessages.Release::read);
         // a negative offset is refused by name, before it reaches the lease checks
