@@ -102,7 +102,7 @@ class Model:
         return x + (torch.nn.functional.silu(gate) * up) @ self.down
 
 
-def phases(pc: PoolConnector, meta: Any, rows: list[tuple[str, str]], path: str) -> None:
+def phases(pc: PoolConnector, kv: DeviceKv, meta: Any, rows: list[tuple[str, str]], path: str) -> None:
     """One layer-by-layer load alone, its time split into the connector's phases (summed over the layers): the
     targets in host memory, the ranged reads from the pool, the commit to the device (copy and scatter)."""
     client = pc.client
@@ -116,7 +116,6 @@ def phases(pc: PoolConnector, meta: Any, rows: list[tuple[str, str]], path: str)
             finally:
                 spent[name] += time.perf_counter() - t0
         return call
-    kv = PHASES_KV[0]
     run_targets, reads = kv.layer_run_targets, client.get_ranges_into
 
     def targets(ids: Any, first: int, count: int) -> Any:
@@ -139,9 +138,6 @@ def phases(pc: PoolConnector, meta: Any, rows: list[tuple[str, str]], path: str)
     print(f"{rows[-1][0]:28} {rows[-1][1]}", flush=True)
 
 
-PHASES_KV: list[Any] = []
-
-
 def median(xs: list[float]) -> float:
     return statistics.median(xs) * 1e3
 
@@ -157,7 +153,6 @@ def main() -> int:
     item = raw.element_size()
     kv = DeviceKv([p.permute(0, 2, 1, 3) for p in pages], PageFormat(KV_HEADS, BS, 2 * HEAD * item, HEAD * item),
                   BS, edge, str(DTYPE).removeprefix("torch."))
-    PHASES_KV.append(kv)
     hasher, keys = BlockHasher(BS, "0"), KeyFormat("gpu-layers", "v1", str(DTYPE).removeprefix("torch."))
     prefix = list(range(1, CACHED + 1))
     cached_ids = list(range(cached_blocks))
@@ -275,7 +270,7 @@ def main() -> int:
                         for way in order[1:] if i % 2 == 0 else order[:2]:
                             load_only(way)
                     if n_new == NEW[0]:
-                        phases(conns["layer"], planned(conns["layer"]), rows, path)
+                        phases(conns["layer"], kv, planned(conns["layer"]), rows, path)
                     for way in ("block", "layer"):
                         same = torch.equal(outs[way], outs["none"])
                         if not same:
