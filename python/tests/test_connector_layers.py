@@ -81,10 +81,11 @@ class Gated:
         return self.begun.acquire(timeout=WAIT) and self.puts[0].wrote.acquire(timeout=WAIT)
 
 
-def make(client: Any, granularity: str = "layer", backend: str = "numpy") -> tuple[PoolConnector, PagedKvCache]:
-    # one layer a read (these tests follow single layers); runs of layers have their own test
+def make(client: Any, granularity: str = "layer", backend: str = "numpy",
+         layer_read_bytes: int = 0) -> tuple[PoolConnector, PagedKvCache]:
+    # one layer a read by default (these tests follow single layers); runs of layers have their own test
     pc = PoolConnector(client, BlockHasher(BS, "0"), KeyFormat("py-layers", "v1", "f32"), granularity=granularity,
-                       layer_read_bytes=0)
+                       layer_read_bytes=layer_read_bytes)
     return pc, PagedKvCache(16, LAYERS, BS, HEADS, DIM, backend=backend)
 
 
@@ -116,19 +117,27 @@ def in_thread(call: Any, *args: Any) -> list[Any]:
     return out
 
 
-def test_layer_zero_is_in_while_a_gate_holds_the_later_layers(either: kvpool.Client) -> None:
+def gated_load(either: kvpool.Client, layer_read_bytes: int = 0) \
+        -> tuple[Gated, PoolConnector, PagedKvCache, PagedKvCache]:
+    """Blocks 0-3 saved whole, then a layer-by-layer load of them into blocks 8-11 (filled with NaN) through a
+    store whose ranged reads after the first wait at its gate: the gated store, connector, cache and the source."""
     saver, src = make(either, "block")
     a = ConnectorRequest("a", list(range(64)))
     prefill(saver, src, a, [0, 1, 2, 3])
     saver.close()
     gated = Gated(either)
-    pc, kv = make(gated)
+    pc, kv = make(gated, layer_read_bytes=layer_read_bytes)
     kv.data.fill(np.nan)
     b = ConnectorRequest("b", list(range(64)) + [1])
     assert pc.get_num_new_matched_tokens(b, 0).tokens == 64
     table = [8, 9, 10, 11, 12]
     pc.update_state_after_alloc(b, table, 64)
     pc.start_load_kv(pc.build_connector_meta([ScheduledRequest(b, table, 64, 65)]), kv)
+    return gated, pc, kv, src
+
+
+def test_layer_zero_is_in_while_a_gate_holds_the_later_layers(either: kvpool.Client) -> None:
+    gated, pc, kv, src = gated_load(either)
     in_thread(pc.wait_for_layer_load, 0)  # returns with layer 1 held at the gate
     assert gated.held.acquire(timeout=WAIT)  # the load is at layer 1's read: nothing of it has moved
     assert np.array_equal(kv.data[8:12, 0], src.data[0:4, 0])
@@ -145,21 +154,8 @@ def test_layer_zero_is_in_while_a_gate_holds_the_later_layers(either: kvpool.Cli
 def test_small_layers_are_read_several_at_a_time_and_come_in_by_the_run(either: kvpool.Client) -> None:
     """Layers of 2 KiB a block and ``layer_read_bytes`` 4 KiB: two layers a ranged read. Layers 0 and 1 are in
     while the gate holds the second read; the other two are not; in the end every byte is right."""
-    saver, src = make(either, "block")
-    a = ConnectorRequest("a", list(range(64)))
-    prefill(saver, src, a, [0, 1, 2, 3])
-    saver.close()
-    gated = Gated(either)
-    pc = PoolConnector(gated, BlockHasher(BS, "0"), KeyFormat("py-layers", "v1", "f32"), granularity="layer",
-                       layer_read_bytes=4096)
-    kv = PagedKvCache(16, LAYERS, BS, HEADS, DIM)
+    gated, pc, kv, src = gated_load(either, layer_read_bytes=4096)
     assert kv.layer_bytes == 2048 and layers.layers_a_read(kv, 4096) == 2
-    kv.data.fill(np.nan)
-    b = ConnectorRequest("b", list(range(64)) + [1])
-    assert pc.get_num_new_matched_tokens(b, 0).tokens == 64
-    table = [8, 9, 10, 11, 12]
-    pc.update_state_after_alloc(b, table, 64)
-    pc.start_load_kv(pc.build_connector_meta([ScheduledRequest(b, table, 64, 65)]), kv)
     in_thread(pc.wait_for_layer_load, 1)  # the first run: layers 0 and 1
     assert gated.held.acquire(timeout=WAIT)  # the load is at the second run's read
     assert np.array_equal(kv.data[8:12, :2], src.data[0:4, :2])
