@@ -12,6 +12,8 @@ import java.nio.channels.FileChannel;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
+import java.nio.file.attribute.BasicFileAttributes;
+import java.util.HashMap;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
@@ -49,6 +51,14 @@ import java.util.concurrent.ConcurrentHashMap;
  * ({@code --enable-native-access=ALL-UNNAMED}), copies fault as before. The Python client does the
  * same with {@code MADV_POPULATE_WRITE} for writes ({@code kvpool/shm.py}).
  *
+ * <h2>One mapping per process</h2>
+ * Clients in one process share a file's mapping ({@link #PROCESS}, counted by user): its populated
+ * windows serve every client, and a process pays the page tables (2 MiB per GiB) and the population
+ * (about 70 ms per GiB) once, not once per client. The mapping is let go when its last client drops it.
+ * It is shared by the file's identity (its inode, besides name and size), so a client never gets the
+ * mapping of a file that was replaced under the same name (a node restarted in the same process on
+ * the same port); such a file is mapped afresh.
+ *
  * <h2>Falling back</h2>
  * A segment is mapped only if its node is on this host, advertises a shared-memory file, and the
  * file can be opened read-write with the segment's size. Otherwise (another host, no permission,
@@ -78,6 +88,23 @@ final class SharedSegments {
     /** The entry found last: most processes copy through one mapping, and this saves the lookup. */
     private static volatile Prefault.Windows lastWindows;
 
+    /** A mapping shared by the clients of this process, and how many of them hold it. */
+    private static final class Shared {
+        final String key;
+        final MemorySegment mapping;
+        int users;
+
+        Shared(String key, MemorySegment mapping) {
+            this.key = key;
+            this.mapping = mapping;
+        }
+    }
+
+    /** This process's mappings, by file identity ({@link #identity}); guarded by itself, like {@link #SHARED_AT}. */
+    private static final Map<String, Shared> PROCESS = new HashMap<>();
+    /** The same mappings by base address. */
+    private static final Map<Long, Shared> SHARED_AT = new HashMap<>();
+
     private final boolean enabled;
     /** By shared-memory file (see the class comment: never by segment id). */
     private final Map<String, MemorySegment> mapped = new ConcurrentHashMap<>();
@@ -105,16 +132,47 @@ final class SharedSegments {
                 m = null;
             }
             if (m == null) {
-                m = map(e);
+                m = acquire(e);
                 if (m == null) {
                     unmappable.add(e.shmPath());
                 } else {
-                    WINDOWS.put(m.address(), new Prefault.Windows(e.name(), m, Prefault.NATIVE));
                     mapped.put(e.shmPath(), m);
                 }
             }
         }
         return m;
+    }
+
+    /** The file's identity: its name, the segment's size and the file's inode; null if it cannot be read. */
+    private static String identity(SegmentDirectory.Entry e) {
+        try {
+            Object inode = Files.readAttributes(Path.of(e.shmPath()), BasicFileAttributes.class).fileKey();
+            return e.capacity() + ":" + inode + ":" + e.shmPath();
+        } catch (IOException | RuntimeException ex) {
+            return null;
+        }
+    }
+
+    /** This process's mapping of the entry's file, mapped now if no client of the process holds one; null: use TCP. */
+    private static MemorySegment acquire(SegmentDirectory.Entry e) {
+        String key = identity(e);
+        synchronized (PROCESS) {
+            Shared s = key == null ? null : PROCESS.get(key);
+            if (s == null) {
+                MemorySegment m = map(e);
+                if (m == null) {
+                    return null;
+                }
+                s = new Shared(key, m);
+                if (key != null) {
+                    PROCESS.put(key, s);
+                }
+                SHARED_AT.put(m.address(), s);
+                WINDOWS.put(m.address(), new Prefault.Windows(e.name(), m, Prefault.NATIVE));
+            }
+            s.users++;
+            return s.mapping;
+        }
     }
 
     private static MemorySegment map(SegmentDirectory.Entry e) {
@@ -154,13 +212,25 @@ final class SharedSegments {
 
     /** Drops every mapping (the client is closing); they are unmapped once nothing uses them. */
     synchronized void close() {
-        for (var it = mapped.values().iterator(); it.hasNext(); ) {
-            forget(it.next());
+        for (var it = mapped.entrySet().iterator(); it.hasNext(); ) {
+            Map.Entry<String, MemorySegment> e = it.next();
+            forget(e.getValue());
             it.remove();
         }
     }
 
+    /** This client no longer uses its mapping {@code m}; the last client's drop lets it go. */
     private static void forget(MemorySegment m) {
+        synchronized (PROCESS) {
+            Shared s = SHARED_AT.get(m.address());
+            if (s != null && s.mapping.byteSize() == m.byteSize()) {
+                if (--s.users > 0) {
+                    return;
+                }
+                SHARED_AT.remove(m.address());
+                PROCESS.remove(s.key, s);
+            }
+        }
         WINDOWS.computeIfPresent(m.address(), (a, w) -> w.covers(m) ? null : w);
         Prefault.Windows last = lastWindows;
         if (last != null && last.covers(m)) {
@@ -191,6 +261,7 @@ final class SharedSegments {
         Prefault.Windows w = windows(seg);
         if (w != null) {
             w.populate(at, n);
+            w.populateAhead(at, n);
         }
         MemorySegment.copy(value, 0, seg, at, n);
     }
@@ -200,6 +271,7 @@ final class SharedSegments {
         Prefault.Windows w = windows(seg);
         if (w != null) {
             w.populate(at, value.byteSize());
+            w.populateAhead(at, value.byteSize());
         }
         return ObjectLayout.copyWithCrc(value, seg, at);
     }

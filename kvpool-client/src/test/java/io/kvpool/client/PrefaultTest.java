@@ -75,6 +75,53 @@ class PrefaultTest {
     }
 
     @Test
+    void aWritePopulatesTheWindowAfterItsEndOnceInTheBackground() {
+        long size = 3 * WINDOW + 4096;
+        MemorySegment m = fakeMapping(size);
+        Recorder r = new Recorder(m.address(), Integer.MAX_VALUE);
+        List<Runnable> queued = new ArrayList<>();
+        Prefault.Windows w = new Prefault.Windows("s", m, r, queued::add);
+
+        w.populateAhead(100, 1 << 20);
+        w.populateAhead(WINDOW - 4096, 4096); // the same window after it: asked for already
+        assertThat(queued).as("handed to the background, not run on the writer's thread").hasSize(1);
+        assertThat(r.calls).isEmpty();
+        queued.removeFirst().run();
+        assertThat(r.calls).containsExactly(new Call(WINDOW, WINDOW, MADV_POPULATE_READ));
+        assertThat(w.populatedAt(WINDOW)).isTrue();
+
+        // a write that ends in window 1 asks for window 2; one that reaches the last window asks for nothing
+        r.calls.clear();
+        w.populateAhead(WINDOW, 10);
+        w.populateAhead(3 * WINDOW, 4096);
+        w.populateAhead(2 * WINDOW - 10, WINDOW + 20);
+        assertThat(queued).hasSize(1);
+        queued.removeFirst().run();
+        assertThat(r.calls).containsExactly(new Call(2 * WINDOW, WINDOW, MADV_POPULATE_READ));
+        // a window populated by then is not populated again
+        w.populate(3 * WINDOW, 1);
+        r.calls.clear();
+        w.populateAhead(2 * WINDOW, 1);
+        assertThat(queued).isEmpty();
+        assertThat(r.calls).isEmpty();
+    }
+
+    @Test
+    void aRefusalInTheBackgroundIsLeftToTheWriter() {
+        MemorySegment m = fakeMapping(4 * WINDOW);
+        Recorder r = new Recorder(m.address(), 1); // refuses every call
+        Prefault.Windows w = new Prefault.Windows("s", m, r, Runnable::run);
+        w.populateAhead(0, 10);
+        assertThat(r.calls).containsExactly(new Call(WINDOW, WINDOW, MADV_POPULATE_READ));
+        assertThat(w.populatedAt(WINDOW)).isFalse();
+        assertThat(w.prefaulting()).as("the background does not decide for the writer").isTrue();
+        w.populate(WINDOW, 10);
+        assertThat(w.prefaulting()).isFalse();
+        w.populateAhead(WINDOW, 10);
+        assertThat(r.calls).as("nothing asked once prefaulting is off").hasSize(2);
+    }
+
+    @Test
     void aRefusalStopsPrefaultingThatMapping() {
         MemorySegment m = fakeMapping(4 * WINDOW);
         Recorder r = new Recorder(m.address(), 2);

@@ -83,6 +83,54 @@ class SharedSegmentsTest {
         }
     }
 
+    /** Clients of one process share a file's mapping (and its populated windows) until the last lets go. */
+    @Test
+    void clientsOfOneProcessShareAMappingUntilTheLastDropsIt(@TempDir Path dir) throws IOException {
+        Path a = segmentFile(dir, "kvpool-127.0.0.1_7001-100.seg", (byte) 'A');
+        SharedSegments one = new SharedSegments(true);
+        SharedSegments two = new SharedSegments(true);
+        try {
+            MemorySegment first = one.mapping(entry(1, "node-a", a));
+            MemorySegment second = two.mapping(entry(1, "node-a", a));
+            assertThat(second.address()).as("one mapping for both clients").isEqualTo(first.address());
+            assertThat(SharedSegments.windows(first)).isNotNull();
+
+            one.close();
+            assertThat(SharedSegments.windows(second)).as("still held by the second client").isNotNull();
+            two.retain(Set.of());
+            assertThat(SharedSegments.windows(second)).as("let go by the last client").isNull();
+            MemorySegment again = one.mapping(entry(1, "node-a", a));
+            assertThat(again.address()).as("mapped afresh").isNotEqualTo(first.address());
+            assertThat(SharedSegments.windows(again)).isNotNull();
+        } finally {
+            one.close();
+            two.close();
+        }
+    }
+
+    /**
+     * A node restarted in the same process on the same port makes a new file under the old name: a client
+     * that maps it then gets the new file, not the mapping another client kept of the replaced one.
+     */
+    @Test
+    void aFileReplacedUnderTheSameNameIsMappedAfresh(@TempDir Path dir) throws IOException {
+        Path a = segmentFile(dir, "kvpool-127.0.0.1_7001-100.seg", (byte) 'A');
+        SharedSegments old = new SharedSegments(true);
+        SharedSegments fresh = new SharedSegments(true);
+        try {
+            MemorySegment first = old.mapping(entry(1, "node-a", a));
+            Files.delete(a);
+            segmentFile(dir, "kvpool-127.0.0.1_7001-100.seg", (byte) 'N');
+            MemorySegment second = fresh.mapping(entry(1, "node-a", a));
+            assertThat(second.address()).isNotEqualTo(first.address());
+            assertThat(second.get(ValueLayout.JAVA_BYTE, 0)).as("the new file's bytes").isEqualTo((byte) 'N');
+            assertThat(first.get(ValueLayout.JAVA_BYTE, 0)).as("the old client keeps its own").isEqualTo((byte) 'A');
+        } finally {
+            old.close();
+            fresh.close();
+        }
+    }
+
     @Test
     void readsOnlyTheCompleteObjectItWasToldAbout() {
         try (Arena arena = Arena.ofConfined()) {

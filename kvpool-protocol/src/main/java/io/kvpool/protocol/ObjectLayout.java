@@ -206,7 +206,6 @@ public final class ObjectLayout {
                 seg.get(INT, base + VALUE_CRC_OFFSET), key);
     }
 
-    /** CRC32C of a value, as stored in the header. Uses the CPU's CRC32C instruction where present. */
     /** Bytes copied between two checksum updates in {@link #copyWithCrc}: small enough to stay in a core's cache. */
     static final long COPY_CRC_CHUNK = 64 << 10;
 
@@ -228,6 +227,7 @@ public final class ObjectLayout {
         return (int) crc.getValue();
     }
 
+    /** CRC32C of a value, as stored in the header. Uses the CPU's CRC32C instruction where present. */
     public static int valueCrc(MemorySegment value) {
         CRC32C crc = new CRC32C();
         long off = 0;
