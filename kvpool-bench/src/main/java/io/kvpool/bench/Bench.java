@@ -589,6 +589,13 @@ public final class Bench {
     /** Restore and save slices, alternating. */
     private static final int RESTORE_SLICES = 3;
 
+    /**
+     * Restore and save slices of one geometry, alternating; before the first of each, the same untimed traffic every
+     * store target gets ({@link #targetWarmup}). Both paths run in this JVM and are compiled only after seconds of
+     * traffic: with one second of warm-up a quick run's slices (a third of a second each) measured the save at 2.4 to
+     * 2.6M tokens/s where it ran 4.5 to 5.5M a few seconds later, and the restore at 4.1 to 5.2M where it ran 5 to
+     * 7M (docs/benchmarks.md, 2026-11-30).
+     */
     private void restoreAndSave(KvPoolClient c, PoolProcess pool, String geometry, String label, long bytesPerToken,
                                 int layers, int restorePrompts, int savePrompts, int prompt, double seconds) {
         RestoreBench.Result restored = null;
@@ -596,11 +603,12 @@ public final class Bench {
         try (SaveBench engine = new SaveBench(c, geometry, bytesPerToken, layers, prompt)) {
             for (int i = 0; i < RESTORE_SLICES; i++) {
                 bar.setExtraMessage(" restore: " + label);
+                double warmUp = i == 0 ? targetWarmup().toMillis() / 1e3 : 0;
                 RestoreBench.Result r = RestoreBench.restore(c, pool, geometry, bytesPerToken, restorePrompts, prompt,
-                        seconds / RESTORE_SLICES, i == 0);
+                        seconds / RESTORE_SLICES, warmUp);
                 restored = restored == null ? r : restored.plus(r);
                 bar.setExtraMessage(" save: " + label);
-                SaveBench.Result s = engine.save(savePrompts, seconds / RESTORE_SLICES, i == 0);
+                SaveBench.Result s = engine.save(savePrompts, seconds / RESTORE_SLICES, warmUp);
                 saved = saved == null ? s : saved.plus(s);
             }
         }

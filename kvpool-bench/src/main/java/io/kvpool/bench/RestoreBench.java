@@ -31,14 +31,6 @@ import java.util.SplittableRandom;
  */
 final class RestoreBench {
 
-    /**
-     * Seconds of untimed restores, and of untimed saves ({@link SaveBench#save}), before a geometry's first timed
-     * slice. A save at 32 KiB blocks ran at 0.7M tokens/s in its first round and reached its steady 3 to 5M only
-     * after about ten (a second), and a restore with no warm-up at all measured 1.8 to 2.1M against 5.2 to 6.2M
-     * warm: a quick run's slices (a third of a second each) measured both sides cold.
-     */
-    static final double WARM_UP_SECONDS = 1.0;
-
     /** What one geometry measured: {@code tokens} restored in {@code seconds}. */
     record Result(String geometry, long bytesPerToken, int blockSize, long tokens, double seconds, int prompts,
                   int promptTokens) implements Rate {
@@ -218,12 +210,15 @@ final class RestoreBench {
         }
     }
 
-    /** Stores, measures and removes {@code prompts} prompts of {@code promptTokens} ({@link #store}, {@link #measure}). */
+    /**
+     * Stores, measures and removes {@code prompts} prompts of {@code promptTokens} ({@link #store}, {@link #measure}),
+     * after {@code warmUpSeconds} of untimed restores (none if 0).
+     */
     static Result restore(KvPoolClient client, PoolProcess pool, String geometry, long bytesPerToken, int prompts,
-                          int promptTokens, double seconds, boolean warmUp) {
+                          int promptTokens, double seconds, double warmUpSeconds) {
         try (Stored s = store(client, geometry, bytesPerToken, prompts, promptTokens)) {
-            if (warmUp) {
-                measure(client, pool, s, WARM_UP_SECONDS);
+            if (warmUpSeconds > 0) {
+                measure(client, pool, s, warmUpSeconds);
             }
             Result r = measure(client, pool, s, seconds);
             client.removeByPrefix(KeyFormat.modelPrefix("bench-" + geometry));

@@ -114,13 +114,13 @@ final class SaveBench implements AutoCloseable {
     }
 
     /**
-     * Saves rounds of {@code prompts} prompts for about {@code seconds} (at least one round); with
-     * {@code warmUp}, one untimed round first.
+     * Saves rounds of {@code prompts} prompts for about {@code seconds} (at least one round), after
+     * untimed rounds for about {@code warmUpSeconds} (none if 0).
      */
-    Result save(int prompts, double seconds, boolean warmUp) {
+    Result save(int prompts, double seconds, double warmUpSeconds) {
         client.removeByPrefix(KeyFormat.modelPrefix(model));
         long warm = 0;
-        for (int w = 0; warmUp && warm < RestoreBench.WARM_UP_SECONDS * 1e9; w++) {
+        for (int w = 0; warm < warmUpSeconds * 1e9; w++) {
             warm += round(prompts, "w" + calls + "r" + w + "-")[0];
             client.removeByPrefix(KeyFormat.modelPrefix(model));
         }
