@@ -593,8 +593,8 @@ public final class Bench {
      * Restore and save slices of one geometry, alternating; before the first of each, the same untimed traffic every
      * store target gets ({@link #targetWarmup}). Both paths run in this JVM and are compiled only after seconds of
      * traffic: with one second of warm-up a quick run's slices (a third of a second each) measured the save at 2.4 to
-     * 2.6M tokens/s where it ran 4.5 to 5.5M a few seconds later, and the restore at 4.1 to 5.2M where it ran 5 to
-     * 7M (docs/benchmarks.md, 2026-11-30).
+     * 2.6M tokens/s where it ran 4.4 to 5.5M a few seconds later, and the restore at 4.5 to 5.2M where it ran 5.1 to
+     * 6.9M (docs/benchmarks.md, 2026-11-30).
      */
     private void restoreAndSave(KvPoolClient c, PoolProcess pool, String geometry, String label, long bytesPerToken,
                                 int layers, int restorePrompts, int savePrompts, int prompt, double seconds) {

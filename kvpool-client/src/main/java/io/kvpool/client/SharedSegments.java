@@ -212,9 +212,8 @@ final class SharedSegments {
 
     /** Drops every mapping (the client is closing); they are unmapped once nothing uses them. */
     synchronized void close() {
-        for (var it = mapped.entrySet().iterator(); it.hasNext(); ) {
-            Map.Entry<String, MemorySegment> e = it.next();
-            forget(e.getValue());
+        for (var it = mapped.values().iterator(); it.hasNext(); ) {
+            forget(it.next());
             it.remove();
         }
     }
