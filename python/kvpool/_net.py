@@ -479,6 +479,26 @@ class ConnectionPool:
                     self._lock.wait(left)
                 finally:
                     self._waiting -= 1
+        return self._connect(deadline)
+
+    def try_borrow(self, timeout: float) -> Connection | None:
+        """An idle connection, or a new one while fewer than the most are open; None, without waiting, when every
+        connection is lent. A caller that already holds a connection of this pool and wants another must not wait
+        for it: two such callers would each wait for the other's. Raises as ``borrow`` does when a new connection
+        cannot be opened."""
+        with self._lock:
+            self._check_fork()
+            if self._closed:
+                raise KvPoolError(f"connection pool to {self.address} is closed")
+            if self._idle:
+                return self._idle.pop()
+            if self._open >= self.max:
+                return None
+            self._open += 1
+        return self._connect(time.monotonic() + timeout)
+
+    def _connect(self, deadline: float) -> Connection:
+        """Opens a connection in a slot already counted in ``_open`` (given back if it fails)."""
         try:
             c = Connection(self.host, self.port, min(self.connect_timeout, max(0.001, deadline - time.monotonic())),
                            tls=self.tls, busy_poll=self.busy_poll)
@@ -503,7 +523,7 @@ class ConnectionPool:
             if c.pid != self._pid:
                 c.close()  # opened before a fork: never lend it in this process
                 return
-            if c.broken or c.pending_payload or self._closed:
+            if c.broken or c.pending_payload or c.unanswered or self._closed:  # never lend a reply still due
                 c.close()
                 self._open -= 1
             else:

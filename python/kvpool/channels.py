@@ -38,7 +38,7 @@ SHM_WRITE_MIN_BYTES = 512 << 10
 #: The client's counters (``Client.counters``): bytes moved per path, reads the shared-memory check sent to TCP
 #: because the object changed under the copy, write leases granted and objects committed under them.
 COUNTERS = ("bytes_written_shm", "bytes_written_tcp", "bytes_read_shm", "bytes_read_tcp", "shm_read_retries",
-            "write_leases", "objects_leased")
+            "write_leases", "objects_leased", "tcp_read_stripes")
 
 
 class Channels:
@@ -56,7 +56,8 @@ class Channels:
         self.shm_write_min_bytes = SHM_WRITE_MIN_BYTES
         #: Single-copy puts go under write leases while a read lease is held (else two-phase).
         self.write_leases = write_leases
-        #: Threads a same-machine copy of a large call is spread over (``kvpool.lanes``; 1: the caller's only).
+        #: Threads a large same-machine copy is spread over (``kvpool.lanes``), and connections a TCP read of large
+        #: values is (``kvpool.tcp_reads``); 1: the caller's thread and one connection.
         self.copy_lanes = lanes.default_lanes()
         #: Keys whose locations reads remember (``kvpool.locations``); 0: every read asks the master.
         self.location_cache = location_cache

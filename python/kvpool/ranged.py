@@ -10,7 +10,8 @@ either side may use either mode.
 
 Reads move bytes as whole reads do: from a segment this process has mapped, a memory copy between two
 checks of the object's header (``Mapping.read_range``); otherwise one NODE_READ_RANGE per node and payload
-limit, the node pinning each object while it sends the range. So a range is of the version located, or a
+limit (striped over several connections when large: ``kvpool.tcp_reads``), the node pinning each object while
+it sends the range. So a range is of the version located, or a
 miss, never other bytes.
 
 Misses. An item that misses is asked of the master once more: if the key still holds the same version
@@ -36,6 +37,7 @@ from .buffers import Buffer, as_memoryview
 from .errors import KvPoolError
 from .protocol import Opcode, ResultCode, SegmentStats
 from .results import MISS
+from .tcp_reads import read_over_tcp
 
 if TYPE_CHECKING:
     from .channels import Channels
@@ -195,7 +197,7 @@ def read_copy(ch: Channels, w: p.ReplicaList, view: memoryview) -> bool:
                     ch.count("bytes_read_shm", view.nbytes)
                     return True
                 ch.count("shm_read_retries", 1)
-        _read_over_tcp(ch, seg, [(0, rep, w)], None, [view], got)
+        read_over_tcp(ch, seg, [(0, rep, w)], None, [view], got)
         if got[0] != MISS:
             return True
     return False
@@ -236,46 +238,4 @@ def _read_segment(ch: Channels, sid: int, slots: list[tuple[int, p.Replica]], wh
     if retries:
         ch.count("shm_read_retries", retries)
     if tcp:
-        _read_over_tcp(ch, seg, tcp, offsets, views, got)
-
-
-def _read_over_tcp(ch: Channels, seg: SegmentStats, tcp: list[tuple[int, p.Replica, p.ReplicaList]],
-                   offsets: Sequence[int] | None, views: list[memoryview], got: list[int]) -> None:
-    """NODE_READ (whole values, ``offsets`` None) or NODE_READ_RANGE of the items ``tcp`` from one segment, a
-    frame per payload limit; sets ``got[i]`` for each hit. Never raises for node failures."""
-    pool = ch.segments.node_pool(seg)
-    start = 0
-    while start < len(tcp):
-        end = frame_end([views[i].nbytes for i, _, _ in tcp], start, p.DEFAULT_MAX_PAYLOAD_BYTES) \
-            if len(tcp) > 1 else 1
-        part = tcp[start:end]
-        start = end
-        try:
-            c = pool.borrow(ch.timeout)
-        except KvPoolError as e:
-            log.debug("kvpool: read from %s failed: %s", seg.name, e)
-            return
-        op, what = (Opcode.NODE_READ, "NODE_READ reply") if offsets is None \
-            else (Opcode.NODE_READ_RANGE, "NODE_READ_RANGE reply")
-        try:
-            if offsets is None:
-                body = p.encode_node_read([(rep.offset, w.generation, w.value_length, rep.tier) for _, rep, w in part])
-            else:
-                body = p.encode_node_read_range([(rep.offset, w.generation, w.value_length, rep.tier, offsets[i],
-                                                  views[i].nbytes) for i, rep, w in part])
-            reply, _ = c.call(op, body, ch.timeout)
-            codes = p.decode_codes(reply, what)
-            if len(codes) != len(part):
-                raise p.ProtocolError(f"{what} has {len(codes)} results for {len(part)} items")
-            n = 0
-            for (i, _, _), code in zip(part, codes):
-                if code == ResultCode.OK:
-                    c.read_payload_into(views[i])
-                    got[i] = views[i].nbytes
-                    n += got[i]
-            ch.count("bytes_read_tcp", n)
-        except (OSError, KvPoolError, ValueError) as e:
-            c.close()
-            log.debug("kvpool: read from %s failed: %s", seg.name, e)
-        finally:
-            pool.release(c)
+        read_over_tcp(ch, seg, tcp, offsets, views, got)
