@@ -109,6 +109,9 @@ def plan(pieces: list[Piece], lanes_: int) -> tuple[int, list[list[Piece]]]:
     for pc in pieces:
         at = pc.at or 0
         view = pc.view
+        if not view.nbytes:  # nothing to copy, but the node must still say the object is there
+            out[-1].append(Piece(pc.item, pc.rep, pc.where, at, view))
+            continue
         while view.nbytes:
             if not room:
                 out.append([])

@@ -45,6 +45,7 @@ def covered(chunks: list[list[Piece]], sizes: list[int], offsets: list[int] | No
             at[pc.item] += pc.view.nbytes
             seen[pc.item] += pc.view.nbytes
     assert seen == dict(enumerate(sizes))
+    assert {pc.item for chunk in chunks for pc in chunk} == set(range(len(sizes)))  # empty values asked for too
 
 
 def chunk_bytes(chunks: list[list[Piece]]) -> list[int]:
@@ -78,12 +79,12 @@ def test_a_large_batch_is_cut_into_chunks_dealt_over_the_connections() -> None:
 
 @pytest.mark.parametrize("lanes_", [2, 3, 4, 8])
 def test_odd_sizes_and_ranges_are_covered_once_in_order(lanes_: int) -> None:
-    sizes = [3 * MIB // 2 + 1, 5 * MIB + 7, 2 * MIB - 3, 2 * MIB]
-    offsets = [0, 12345, 7, 1 << 20]
+    sizes = [3 * MIB // 2 + 1, 5 * MIB + 7, 0, 2 * MIB - 3, 2 * MIB]
+    offsets = [0, 12345, 3, 7, 1 << 20]
     k, chunks = plan(pieces(sizes, offsets=offsets), lanes_)
     total = sum(sizes)
     assert k == min(lanes_, total // STRIPE_BYTES)
-    assert all(0 < n <= min(CHUNK_BYTES, -(-total // k)) for n in chunk_bytes(chunks))
+    assert all(0 <= n <= min(CHUNK_BYTES, -(-total // k)) for n in chunk_bytes(chunks))
     covered(chunks, sizes, offsets)
 
 
@@ -132,6 +133,16 @@ def test_striped_ranged_reads_land_byte_exact_and_a_removed_object_misses(tcp: k
     assert tcp.counters["tcp_read_stripes"] == 1
     assert tcp.remove("stripe/a")
     assert tcp.get_ranges_into(located, [0, 0], [bytearray(4 * MIB), bytearray(4 * MIB)]) == [MISS, 4 * MIB]
+
+
+def test_an_empty_value_in_a_striped_batch_is_asked_of_the_node(tcp: kvpool.Client) -> None:
+    big = os.urandom(8 * MIB)
+    assert tcp.put_batch(["stripe/big8", "stripe/empty"], [big, b""]) == [kvpool.PutStatus.OK] * 2
+    located = tcp.locate(["stripe/big8", "stripe/empty"])
+    assert tcp.get_ranges_into(located, [0, 0], [bytearray(8 * MIB), bytearray(0)]) == [8 * MIB, 0]
+    assert tcp.remove("stripe/empty")
+    assert tcp.get_ranges_into(located, [0, 0], [bytearray(8 * MIB), bytearray(0)]) == [8 * MIB, MISS]
+    assert tcp.counters["tcp_read_stripes"] == 2
 
 
 def test_an_item_is_read_only_if_every_chunk_of_it_was(tcp: kvpool.Client, monkeypatch: pytest.MonkeyPatch) -> None:
