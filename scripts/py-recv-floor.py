@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """What one Python process can receive over loopback TCP, with nothing of kvpool in it: the ceiling of a Python
-client's large gets over TCP on this machine (docs/benchmarks.md, "Two ideas that did not pay on two cores").
+client's large gets over TCP on this machine (docs/benchmarks.md, "Large Python reads over TCP striped; two ideas
+that did not pay on two cores").
 
 A server process (this script with ``--serve``, started and stopped by PID here) answers each 16-byte request
 (the length wanted) with an 8-byte header and that many bytes from one buffer it reuses. The client asks for

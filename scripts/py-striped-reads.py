@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Python reads over TCP on one connection against reads striped over several (``kvpool.tcp_reads``), in the
-same run: docs/benchmarks.md, "Two ideas that did not pay on two cores, and one that did".
+same run: docs/benchmarks.md, "Large Python reads over TCP striped; two ideas that did not pay on two
+cores".
 
 Starts ``./kvpool serve`` on free ports (stopped by PID at the end), stores 16 values of each SIZE with a client
 that moves every byte over TCP, then measures ``get_into`` of one value and ``get_into_batch`` of all 16, with
-``copy_lanes`` 1 (one connection) and the default (striped where ``kvpool.tcp_reads`` stripes), in pairs of
-rounds (each pair's order the other way round from the last), in PROCESSES processes at once (forked, a client each). Prints objects per second for each (all processes
-together) and the striped rate over the unstriped one of the same pair, and checks every value read. Values under
-``tcp_reads.STRIPE_MIN_ITEM_BYTES`` are read on one connection in both modes: their pairs show the run's noise.
+``copy_lanes`` 1 (one connection) and the default (striped where ``kvpool.tcp_reads`` stripes), in pairs of rounds
+(each pair's order the other way round from the last), in PROCESSES processes at once (forked, a client each).
+Prints objects per second for each (all processes together) and the striped rate over the unstriped one of the same
+pair, and checks every value read. Values under ``tcp_reads.STRIPE_MIN_ITEM_BYTES`` are read on one connection in
+both modes: their pairs show the run's noise.
 
     python3 scripts/py-striped-reads.py [--sizes 1MiB,4MiB] [--seconds 1.5] [--pairs 2] [--processes 1]
 """

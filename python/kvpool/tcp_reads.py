@@ -95,10 +95,11 @@ def read_over_tcp(ch: Channels, seg: SegmentStats, tcp: list[tuple[int, p.Replic
 
 
 def plan(pieces: list[Piece], lanes_: int) -> tuple[int, list[list[Piece]]]:
-    """How a read of ``pieces`` goes: (connections, chunks). One connection, and no chunks, with items averaging
-    under ``STRIPE_MIN_ITEM_BYTES``, with an item in the SSD tier, or with one lane; else up to ``lanes_`` connections (at least ``STRIPE_BYTES`` each) and the pieces cut, in
-    order, into chunks of at most ``CHUNK_BYTES`` (and at most a connection's share), a piece cut at a chunk's end
-    into ranges of its value."""
+    """How a read of ``pieces`` goes: (connections, chunks). One connection, and no chunks, with items averaging under
+    ``STRIPE_MIN_ITEM_BYTES``, with an item in the SSD tier, or with one lane; else up to ``lanes_`` connections
+    (at least ``STRIPE_BYTES`` each) and the pieces cut, in order, into chunks of at most ``CHUNK_BYTES`` (and
+    at most a connection's share), a piece cut at a chunk's end into ranges of its value; an empty value is a piece
+    of no bytes, so the node still says whether its object is there."""
     total = sum(pc.view.nbytes for pc in pieces)
     k = min(lanes_, total // STRIPE_BYTES)
     if k < 2 or total < len(pieces) * STRIPE_MIN_ITEM_BYTES or any(pc.rep.tier != p.TIER_MEMORY for pc in pieces):
