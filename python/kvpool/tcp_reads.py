@@ -98,8 +98,8 @@ def plan(pieces: list[Piece], lanes_: int) -> tuple[int, list[list[Piece]]]:
     """How a read of ``pieces`` goes: (connections, chunks). One connection, and no chunks, with items averaging under
     ``STRIPE_MIN_ITEM_BYTES``, with an item in the SSD tier, or with one lane; else up to ``lanes_`` connections
     (at least ``STRIPE_BYTES`` each) and the pieces cut, in order, into chunks of at most ``CHUNK_BYTES`` (and
-    at most a connection's share), a piece cut at a chunk's end into ranges of its value; an empty value is a piece
-    of no bytes, so the node still says whether its object is there."""
+    at most a connection's share, and of at most a frame's items), a piece cut at a chunk's end into ranges of its
+    value; an empty value is a piece of no bytes, so the node still says whether its object is there."""
     total = sum(pc.view.nbytes for pc in pieces)
     k = min(lanes_, total // STRIPE_BYTES)
     if k < 2 or total < len(pieces) * STRIPE_MIN_ITEM_BYTES or any(pc.rep.tier != p.TIER_MEMORY for pc in pieces):
@@ -110,11 +110,14 @@ def plan(pieces: list[Piece], lanes_: int) -> tuple[int, list[list[Piece]]]:
     for pc in pieces:
         at = pc.at or 0
         view = pc.view
+        if len(out[-1]) >= p.MAX_ITEMS_PER_NODE_FRAME:  # a frame's item limit, reached only by many empty values
+            out.append([])
+            room = size
         if not view.nbytes:  # nothing to copy, but the node must still say the object is there
             out[-1].append(Piece(pc.item, pc.rep, pc.where, at, view))
             continue
         while view.nbytes:
-            if not room:
+            if not room or len(out[-1]) >= p.MAX_ITEMS_PER_NODE_FRAME:
                 out.append([])
                 room = size
             take = min(room, view.nbytes)

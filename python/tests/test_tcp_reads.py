@@ -88,6 +88,15 @@ def test_odd_sizes_and_ranges_are_covered_once_in_order(lanes_: int) -> None:
     covered(chunks, sizes, offsets)
 
 
+def test_no_chunk_has_more_items_than_a_frame_takes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(p, "MAX_ITEMS_PER_NODE_FRAME", 4)
+    sizes = [24 * MIB] + [0] * 8 + [3 * MIB]
+    k, chunks = plan(pieces(sizes), 2)
+    assert k == 2
+    assert max(len(c) for c in chunks) <= 4
+    covered(chunks, sizes)
+
+
 @pytest.fixture
 def tcp(pool: Pool) -> Iterator[kvpool.Client]:
     c = kvpool.Client(pool.master, shared_memory=False)
